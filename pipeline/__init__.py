@@ -1,0 +1,12 @@
+"""rlpipe's runtime: ``from pipeline import task, Task, Role``.
+
+Subpackages (imported on demand, so ``import pipeline`` stays light): ``pipeline.learner``,
+``pipeline.data``, ``pipeline.policy``, ``pipeline.envs``, ``pipeline.parallel``.
+"""
+from .roles import Role, for_roles
+from .router import LocalRouter, Router
+from .task import Task, task
+from .wrappers import StepTimer
+
+__all__ = ["task", "Task", "Role", "for_roles", "Router", "LocalRouter", "StepTimer"]
+__version__ = "0.1.0"
