@@ -1,0 +1,40 @@
+"""Replay buffers: ``DequeBuffer`` with a middleware chain, prioritized replay and fast batching.
+
+Quick start::
+
+    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    buf = DequeBuffer(20000)
+    buf.use(PriorityExperienceReplay(buf))          # optional
+    buf.push({"obs": obs, "action": a, "reward": r, "next_obs": obs2, "done": d})
+    batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
+    buf.update_many(batch.index, meta={"priority": td_error.abs()})   # with PER
+"""
+from .buffer import ACTIONS, Buffer, BufferedData, DequeBuffer, Middleware, SampledBatch
+from .buffer_middleware import (
+    PriorityExperienceReplay,
+    clone_object,
+    group_sample,
+    padding,
+    sample_range_view,
+    staleness_check,
+    use_time_check,
+)
+from .columns import collate, to_treetensor
+
+__all__ = [
+    "ACTIONS",
+    "Buffer",
+    "BufferedData",
+    "DequeBuffer",
+    "Middleware",
+    "SampledBatch",
+    "PriorityExperienceReplay",
+    "clone_object",
+    "group_sample",
+    "padding",
+    "sample_range_view",
+    "staleness_check",
+    "use_time_check",
+    "collate",
+    "to_treetensor",
+]

@@ -1,0 +1,858 @@
+"""Replay buffers with a middleware chain.
+
+:class:`DequeBuffer` is a FIFO replay buffer of fixed size. Every item gets a stable, unique integer
+``index`` when pushed (a counter, never reused and never an offset), so ``update``/``delete`` keep
+working on the right item after other items are deleted or evicted.
+
+Layout (all operations O(1) except where noted):
+
+* items live in fixed *slots* (``size`` of them) that never move; ``index -> slot`` is a dict;
+* a dense array of occupied slots gives uniform sampling in O(k) (swap-remove on delete);
+* an order array (slots in push order, with tombstones for deleted items) gives FIFO eviction,
+  ``get(offset)`` and ``sample_range``; it is compacted with one vectorised numpy pass, lazily,
+  only when an ordered operation runs after an interior delete;
+* optional numpy columns mirror the data when items share a structure, so
+  :meth:`DequeBuffer.sample_batch` returns stacked torch tensors without touching Python objects;
+* ``groupby`` indexes (meta key -> group -> ids in push order) are built on first use and then kept
+  up to date incrementally.
+
+All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
+from several threads are safe.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .columns import Columns, Unsupported, collate
+
+__all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS"]
+
+#: The actions that go through a buffer's middleware chain.
+ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
+
+#: ``mw(action, chain, *args, **kwargs)``: handle (or just pass on via ``chain(*args, **kwargs)``)
+#: one buffer action and return its result.
+Middleware = Callable[..., Any]
+
+_MISSING = object()
+
+
+@dataclass(slots=True, eq=False)
+class BufferedData:
+    """One stored item: ``data`` (what was pushed), ``index`` (stable unique id) and ``meta`` (dict).
+
+    Sampled items are the stored objects themselves (no copy); change them through
+    :meth:`Buffer.update`, or use the ``clone_object()`` middleware to get private copies.
+    """
+
+    data: Any
+    index: int
+    meta: Dict[str, Any]
+
+
+@dataclass
+class SampledBatch:
+    """Result of :meth:`DequeBuffer.sample_batch`.
+
+    ``data``: the sampled data collated into (nested dicts of) torch tensors with a leading batch
+    dimension; ``index``: the items' indices (for ``update``/``update_many``); ``weight``: float32
+    tensor ``[B]`` of importance-sampling weights when prioritized replay is in use, else ``None``;
+    ``items``: the sampled :class:`BufferedData` objects.
+    """
+
+    data: Any
+    index: List[int]
+    weight: Optional[torch.Tensor]
+    items: List[BufferedData] = field(repr=False)
+
+
+class _Sampled(list):
+    """List of sampled items that remembers where they came from (for the fast batch path)."""
+
+    __slots__ = ("slots", "ids", "pushes", "columns")
+
+
+class _Group:
+    __slots__ = ("ids", "head", "dead")
+
+    def __init__(self) -> None:
+        self.ids: List[int] = []  # ascending == push order
+        self.head = 0
+        self.dead = 0
+
+    def live(self) -> int:
+        return len(self.ids) - self.head - self.dead
+
+
+class _GroupIndex:
+    """meta[key] value -> ids of the live items with that value, in push order."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.groups: Dict[Any, _Group] = {}
+        self.value_of: Dict[int, Any] = {}
+
+    def add(self, item: BufferedData) -> None:
+        v = item.meta.get(self.key, _MISSING)
+        if v is _MISSING:
+            return
+        try:
+            g = self.groups.get(v)
+        except TypeError:
+            raise TypeError(f"meta[{self.key!r}] = {v!r} is not hashable; groupby needs hashable values") from None
+        if g is None:
+            g = self.groups[v] = _Group()
+        if g.ids and g.ids[-1] > item.index:
+            bisect.insort(g.ids, item.index, lo=g.head)
+        else:
+            g.ids.append(item.index)
+        self.value_of[item.index] = v
+
+    def remove(self, index: int, alive: Dict[int, int]) -> None:
+        v = self.value_of.pop(index, _MISSING)
+        if v is _MISSING:
+            return
+        g = self.groups[v]
+        g.dead += 1
+        ids = g.ids
+        while g.head < len(ids) and ids[g.head] not in alive:
+            g.head += 1
+            g.dead -= 1
+        if g.live() == 0:
+            del self.groups[v]
+        elif g.head > 32 and g.head * 2 > len(ids):
+            del ids[: g.head]
+            g.head = 0
+
+    def move(self, item: BufferedData) -> None:
+        """Re-file ``item`` after its meta changed."""
+        old = self.value_of.get(item.index, _MISSING)
+        new = item.meta.get(self.key, _MISSING)
+        if old is not _MISSING:
+            try:
+                if new is not _MISSING and old == new:
+                    return
+            except Exception:  # noqa: BLE001 - odd __eq__; re-file to be safe
+                pass
+            g = self.groups[old]
+            g.ids.remove(item.index)
+            del self.value_of[item.index]
+            if g.live() == 0:
+                del self.groups[old]
+        if new is not _MISSING:
+            self.add(item)
+
+    def live_ids(self, g: _Group) -> List[int]:
+        if g.dead:
+            raise AssertionError("compact first")
+        return g.ids[g.head:]
+
+
+class _Storage:
+    """The shared state behind a buffer and its views. Callers hold ``lock``."""
+
+    def __init__(self, size: int, columnar: Optional[bool], seed: Optional[int]) -> None:
+        self.size = size
+        self.lock = threading.RLock()
+        if seed is None:
+            seed = int(np.random.randint(0, 2**62, dtype=np.int64))  # follows np.random.seed()
+        self.rng = np.random.default_rng(seed)
+        self.columnar = columnar
+        self.listeners: List[Any] = []
+        self._alloc()
+
+    def _alloc(self) -> None:
+        size = self.size
+        self.items: List[Optional[BufferedData]] = [None] * size
+        self.slot_id = np.full(size, -1, dtype=np.int64)
+        self.id2slot: Dict[int, int] = {}
+        self.free: List[int] = list(range(size - 1, -1, -1))
+        self.dense = np.zeros(size, dtype=np.int64)
+        self.dense_pos = [0] * size
+        self.count = 0
+        self.ocap = max(2 * size, 16)
+        self.order = np.full(self.ocap, -1, dtype=np.int64)
+        self.opos = np.zeros(size, dtype=np.int64)
+        self.otail = 0
+        self.ohead = 0
+        self.otomb = 0
+        self.next_id = 0
+        self.pushes = 0
+        self.groups: Dict[str, _GroupIndex] = {}
+        self.columns: Optional[Columns] = None
+        self.columns_unsupported = False
+
+    # ------------------------------------------------------------------ core mutations
+    def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+        if meta is None:
+            m: Dict[str, Any] = {}
+        elif isinstance(meta, Mapping):
+            m = dict(meta)
+        else:
+            raise TypeError(f"push(meta=...) must be a dict or None, got {type(meta).__name__}")
+        if self.count >= self.size:
+            self.remove_slot(int(self.order[self.otail]))
+        slot = self.free.pop()
+        idx = self.next_id
+        self.next_id = idx + 1
+        self.pushes += 1
+        item = BufferedData(data, idx, m)
+        self.items[slot] = item
+        self.id2slot[idx] = slot
+        self.slot_id[slot] = idx
+        c = self.count
+        self.dense[c] = slot
+        self.dense_pos[slot] = c
+        self.count = c + 1
+        h = self.ohead
+        if h == self.ocap:
+            self.compact_order()
+            h = self.ohead
+        self.order[h] = slot
+        self.opos[slot] = h
+        self.ohead = h + 1
+        if self.columns is not None:
+            self.columns.write(slot, data)
+        elif self.columnar and not self.columns_unsupported:
+            self.ensure_columns()
+        if self.groups:
+            for key, gi in list(self.groups.items()):
+                try:
+                    gi.add(item)
+                except TypeError:  # unhashable group value: drop the index; sample() will report it
+                    del self.groups[key]
+        if self.listeners:
+            for listener in self.listeners:
+                listener.on_push(slot, item)
+        return item
+
+    def remove_slot(self, slot: int) -> None:
+        item = self.items[slot]
+        self.items[slot] = None
+        del self.id2slot[item.index]
+        self.slot_id[slot] = -1
+        p = self.dense_pos[slot]
+        last = self.count - 1
+        if p != last:
+            ls = int(self.dense[last])
+            self.dense[p] = ls
+            self.dense_pos[ls] = p
+        self.count = last
+        op = int(self.opos[slot])
+        self.order[op] = -1
+        if op == self.otail:
+            t = op + 1
+            head = self.ohead
+            order = self.order
+            while t < head and order[t] < 0:
+                t += 1
+                self.otomb -= 1
+            self.otail = t
+            if t == head:
+                self.otail = self.ohead = 0
+                self.otomb = 0
+        else:
+            self.otomb += 1
+        self.free.append(slot)
+        if self.groups:
+            for gi in self.groups.values():
+                gi.remove(item.index, self.id2slot)
+        for listener in self.listeners:
+            listener.on_remove(slot)
+
+    def clear(self) -> None:
+        cols, next_id, pushes = self.columns, self.next_id, self.pushes
+        self._alloc()
+        self.next_id, self.pushes = next_id, pushes + 1
+        if cols is not None:
+            cols.ok[:] = False
+            self.columns = cols
+        for listener in self.listeners:
+            listener.on_clear()
+
+    def compact_order(self) -> None:
+        seg = self.order[self.otail:self.ohead]
+        live = seg[seg >= 0]
+        n = len(live)
+        self.order[:n] = live
+        self.order[n:max(self.ohead, n)] = -1
+        self.opos[live] = np.arange(n)
+        self.otail = 0
+        self.ohead = n
+        self.otomb = 0
+
+    def ordered_slots(self) -> np.ndarray:
+        """Slots of the live items, oldest first (a view; do not keep it)."""
+        if self.otomb:
+            self.compact_order()
+        return self.order[self.otail:self.ohead]
+
+    # ------------------------------------------------------------------ columns / groups
+    def ensure_columns(self) -> Optional[Columns]:
+        if self.columns is None and not self.columns_unsupported and self.count:
+            example = self.items[int(self.dense[0])].data
+            try:
+                cols = Columns(self.size, example)
+            except Unsupported:
+                self.columns_unsupported = True
+                return None
+            for s in self.dense[: self.count].tolist():
+                cols.write(s, self.items[s].data)
+            self.columns = cols
+        return self.columns
+
+    def group_index(self, key: str) -> _GroupIndex:
+        gi = self.groups.get(key)
+        if gi is None:
+            gi = _GroupIndex(key)
+            items = self.items
+            for s in self.ordered_slots().tolist():
+                gi.add(items[s])
+            self.groups[key] = gi
+        return gi
+
+    # ------------------------------------------------------------------ sampling
+    def _result(self, slots: np.ndarray) -> _Sampled:
+        sl = slots.tolist()
+        res = _Sampled(map(self.items.__getitem__, sl))
+        res.slots = slots
+        res.ids = [it.index for it in res]
+        res.pushes = self.pushes
+        res.columns = None
+        return res
+
+    def sample_uniform(self, size: int, replace: bool, sample_range: Optional[slice],
+                       ignore_insufficient: bool) -> _Sampled:
+        if sample_range is None:
+            pool = self.dense
+            n = self.count
+        else:
+            pool = self.ordered_slots()[sample_range]
+            n = len(pool)
+        k = size
+        if n == 0 or (not replace and k > n):
+            if not ignore_insufficient:
+                where = "" if sample_range is None else f" in sample_range {sample_range}"
+                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
+                                 f"the buffer holds {n}{where}; push more data first or pass "
+                                 "ignore_insufficient=True")
+            k = 0 if n == 0 else (k if replace else n)
+        if k == 0:
+            return self._result(np.zeros(0, dtype=np.int64))
+        if replace:
+            offs = self.rng.integers(0, n, k)
+        else:
+            offs = self.rng.choice(n, k, replace=False)
+        return self._result(pool[offs])
+
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool) -> _Sampled:
+        if isinstance(indices, (int, np.integer)):
+            raise TypeError("sample(indices=...) takes a list of indices, not a single index")
+        if isinstance(indices, np.ndarray):
+            indices = indices.tolist()
+        elif isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
+        id2slot = self.id2slot
+        try:
+            slots = [id2slot[i] for i in indices]
+        except KeyError as e:
+            if not ignore_missing:
+                raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
+                               "evicted); pass ignore_insufficient=True to skip missing indices") from None
+            slots = [id2slot[i] for i in indices if i in id2slot]
+        return self._result(np.array(slots, dtype=np.int64))
+
+    def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
+                      sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
+        need = 1 if unroll_len is None else unroll_len
+        items = self.items
+        if sample_range is None:
+            gi = self.group_index(key)
+            cand = []
+            for g in gi.groups.values():
+                if g.live() >= need:
+                    if g.dead:
+                        alive = self.id2slot
+                        g.ids = [i for i in g.ids[g.head:] if i in alive]
+                        g.head = 0
+                        g.dead = 0
+                    cand.append(g)
+            lists = None
+        else:
+            by: Dict[Any, List[int]] = {}
+            for s in self.ordered_slots()[sample_range].tolist():
+                it = items[s]
+                v = it.meta.get(key, _MISSING)
+                if v is _MISSING:
+                    continue
+                try:
+                    by.setdefault(v, []).append(it.index)
+                except TypeError:
+                    raise TypeError(f"meta[{key!r}] = {v!r} is not hashable; groupby needs hashable values") from None
+            lists = [ids for ids in by.values() if len(ids) >= need]
+            cand = lists
+        n = len(cand)
+        if size is None:
+            chosen = range(n)
+        else:
+            k = size
+            if n == 0 or (not replace and k > n):
+                if not ignore_insufficient:
+                    raise ValueError(f"cannot sample {k} groups by meta[{key!r}]"
+                                     f"{'' if unroll_len is None else f' with at least {unroll_len} items'}: "
+                                     f"only {n} such groups; push more data first or pass "
+                                     "ignore_insufficient=True")
+                k = 0 if n == 0 else (k if replace else n)
+            if k == 0:
+                return []
+            chosen = (self.rng.integers(0, n, k) if replace else self.rng.choice(n, k, replace=False)).tolist()
+        id2slot = self.id2slot
+        out = []
+        for c in chosen:
+            g = cand[c]
+            if lists is None:
+                ids, head, length = g.ids, g.head, len(g.ids) - g.head
+            else:
+                ids, head, length = g, 0, len(g)
+            if unroll_len is None:
+                window = ids[head:]
+            else:
+                start = head + int(self.rng.integers(0, length - unroll_len + 1))
+                window = ids[start:start + unroll_len]
+            out.append([items[id2slot[i]] for i in window])
+        return out
+
+
+def _check_size(name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class Buffer:
+    """Base class of replay buffers: public API, locking and the middleware chain.
+
+    A middleware is ``mw(action, chain, *args, **kwargs)`` where ``action`` is one of
+    :data:`ACTIONS`; it must call ``chain(*args, **kwargs)`` (possibly with changed arguments) to
+    run the rest of the chain and return a result. Middleware that does not handle an action must
+    pass it on unchanged. Arguments reaching the chain: ``push(data, meta)``,
+    ``sample(size, indices=, replace=, sample_range=, ignore_insufficient=, groupby=, unroll_len=,
+    **extra)``, ``update(index, data, meta)``, ``update_many(indices, data, meta)``,
+    ``delete(indices)`` (always a list), ``clear()``.
+    """
+
+    def __init__(self, size: int, lock: Optional[threading.RLock] = None) -> None:
+        self.size = _check_size("buffer size", size, 1)
+        self._lock = lock if lock is not None else threading.RLock()
+        self._middleware: List[Middleware] = []
+        self._build_chains()
+
+    # ------------------------------------------------------------------ middleware
+    def use(self, middleware: Middleware) -> "Buffer":
+        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""
+        if not callable(middleware):
+            raise TypeError(f"use() needs a callable middleware(action, chain, *args, **kwargs), "
+                            f"got {type(middleware).__name__}")
+        with self._lock:
+            self._middleware.append(middleware)
+            self._build_chains()
+        return self
+
+    @property
+    def middleware(self) -> List[Middleware]:
+        """The middleware in use, in call order (a copy)."""
+        return list(self._middleware)
+
+    def _build_chains(self) -> None:
+        def build(action: str, core: Callable) -> Callable:
+            fn = core
+            for mw in reversed(self._middleware):
+                fn = functools.partial(mw, action, fn)
+            return fn
+
+        self._c_push = build("push", self._push)
+        self._c_sample = build("sample", self._sample)
+        self._c_update = build("update", self._update)
+        self._c_update_many = build("update_many", self._update_many)
+        self._c_delete = build("delete", self._delete)
+        self._c_clear = build("clear", self._clear)
+
+    # ------------------------------------------------------------------ public API
+    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> BufferedData:
+        """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
+        When the buffer is full the oldest item is evicted first."""
+        with self._lock:
+            return self._c_push(data, meta)
+
+    def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
+               replace: bool = False, sample_range: Optional[slice] = None,
+               ignore_insufficient: bool = False, groupby: Optional[str] = None,
+               unroll_len: Optional[int] = None, **kwargs: Any
+               ) -> Union[List[BufferedData], List[List[BufferedData]]]:
+        """Sample items.
+
+        - ``size``: how many items (or groups with ``groupby``); ``indices``: take exactly these
+          items instead (``KeyError`` for missing ones unless ``ignore_insufficient``).
+        - ``replace``: with replacement; without it no item is returned twice.
+        - ``sample_range``: a ``slice`` over the items in push order (oldest first), e.g.
+          ``slice(-1000, None)`` for the newest 1000.
+        - ``ignore_insufficient``: return fewer items instead of raising ``ValueError`` when there is
+          not enough data.
+        - ``groupby``: a meta key; returns a list of groups (lists of items in push order) instead;
+          with ``unroll_len`` each group is a random contiguous run of exactly ``unroll_len`` items
+          (groups shorter than that are not eligible); ``size=None`` returns every eligible group.
+        - extra keyword arguments are for middleware (e.g. ``train_iter_sample_data``).
+        """
+        with self._lock:
+            return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
+                                  ignore_insufficient=ignore_insufficient, groupby=groupby,
+                                  unroll_len=unroll_len, **kwargs)
+
+    def update(self, index: int, data: Any = None, meta: Optional[Dict[str, Any]] = None) -> bool:
+        """Replace the data (if not None) and merge ``meta`` into the meta of item ``index``.
+        Returns False if there is no such item (deleted or evicted)."""
+        with self._lock:
+            return self._c_update(index, data, meta)
+
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
+                    meta: Union[None, Sequence[Dict[str, Any]], Dict[str, Sequence[Any]]] = None
+                    ) -> List[bool]:
+        """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
+        index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
+        with self._lock:
+            return self._c_update_many(indices, data, meta)
+
+    def delete(self, indices: Union[int, Iterable[int]]) -> int:
+        """Delete one index or an iterable of indices; unknown ones are ignored. Returns how many
+        items were deleted."""
+        if isinstance(indices, (int, np.integer)):
+            ids = [int(indices)]
+        elif isinstance(indices, (np.ndarray, torch.Tensor)):
+            ids = indices.tolist()
+        else:
+            ids = list(indices)
+        with self._lock:
+            return self._c_delete(ids)
+
+    def clear(self) -> None:
+        """Delete everything."""
+        with self._lock:
+            self._c_clear()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    # ------------------------------------------------------------------ to implement
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def get(self, offset: int) -> BufferedData:
+        raise NotImplementedError
+
+    def view(self) -> "Buffer":
+        raise NotImplementedError
+
+    def save_data(self, path: str) -> None:
+        raise NotImplementedError
+
+    def load_data(self, path: str) -> None:
+        raise NotImplementedError
+
+    def _push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+        raise NotImplementedError
+
+    def _sample(self, size: Optional[int] = None, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def _update(self, index: int, data: Any, meta: Optional[Mapping]) -> bool:
+        raise NotImplementedError
+
+    def _update_many(self, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
+        return [self._update(i, None if data is None else d, m)
+                for i, d, m in zip(indices, data if data is not None else [None] * len(indices),
+                                   _meta_rows(meta, len(indices)))]
+
+    def _delete(self, indices: List[int]) -> int:
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+
+def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
+    """``update_many``'s dict-of-columns meta, validated, as lists."""
+    cols = {}
+    for k, v in meta.items():
+        if isinstance(v, (np.ndarray, torch.Tensor)):
+            v = v.tolist()
+        elif isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            raise TypeError(f"update_many(meta={{{k!r}: ...}}) needs one value per index (a list or array), "
+                            f"got {type(v).__name__}")
+        v = list(v)
+        if len(v) != n:
+            raise ValueError(f"update_many(meta={{{k!r}: ...}}) has {len(v)} values for {n} indices")
+        cols[k] = v
+    return cols
+
+
+def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
+    """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
+    if meta is None:
+        return [None] * n
+    if isinstance(meta, Mapping):
+        cols = _meta_cols(meta, n)
+        keys = list(cols)
+        return [dict(zip(keys, row)) for row in zip(*cols.values())] if keys else [None] * n
+    rows = list(meta)
+    if len(rows) != n:
+        raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
+    return rows
+
+
+class DequeBuffer(Buffer):
+    """FIFO replay buffer holding at most ``size`` items.
+
+    ``columnar``: mirror the data into numpy columns for :meth:`sample_batch` -- ``None`` (default)
+    starts mirroring at the first ``sample_batch`` call, ``True`` at the first push, ``False``
+    never. ``seed`` seeds this buffer's random generator (default: drawn from ``np.random``, so
+    ``np.random.seed`` makes runs reproducible).
+
+    Example::
+
+        buf = DequeBuffer(20000)
+        buf.push({"obs": obs, "action": 1, ...}, meta={"env": 0})
+        batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor
+    """
+
+    def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
+                 _storage: Optional[_Storage] = None) -> None:
+        size = _check_size("buffer size", size, 1)
+        self._s = _storage if _storage is not None else _Storage(size, columnar, seed)
+        super().__init__(size, self._s.lock)
+
+    def __repr__(self) -> str:
+        return f"DequeBuffer(size={self.size}, count={self._s.count}, middleware={len(self._middleware)})"
+
+    # ------------------------------------------------------------------ simple queries
+    def count(self) -> int:
+        """Number of stored items."""
+        with self._lock:
+            return self._s.count
+
+    def get(self, offset: int) -> BufferedData:
+        """The item at position ``offset`` in push order (0 = oldest, -1 = newest)."""
+        with self._lock:
+            s = self._s
+            n = s.count
+            if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+                raise TypeError(f"get() takes an integer offset, got {type(offset).__name__}")
+            if not -n <= offset < n:
+                raise IndexError(f"offset {offset} out of range for a buffer holding {n} items")
+            return s.items[int(s.ordered_slots()[offset])]
+
+    def get_by_index(self, index: int) -> Optional[BufferedData]:
+        """The item with this ``index``, or None."""
+        with self._lock:
+            slot = self._s.id2slot.get(index)
+            return None if slot is None else self._s.items[slot]
+
+    def __contains__(self, index: object) -> bool:
+        with self._lock:
+            return index in self._s.id2slot
+
+    def indices(self) -> List[int]:
+        """Indices of all items in push order (O(n))."""
+        with self._lock:
+            s = self._s
+            return s.slot_id[s.ordered_slots()].tolist()
+
+    def view(self) -> "DequeBuffer":
+        """A buffer sharing this one's storage and lock, with its own (empty) middleware chain."""
+        return DequeBuffer(self.size, _storage=self._s)
+
+    # ------------------------------------------------------------------ core of the chain
+    def _push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+        return self._s.push(data, meta)
+
+    def _sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
+                replace: bool = False, sample_range: Optional[slice] = None,
+                ignore_insufficient: bool = False, groupby: Optional[str] = None,
+                unroll_len: Optional[int] = None, **unknown: Any) -> Any:
+        if unknown:
+            raise TypeError(f"sample() got unexpected keyword arguments {sorted(unknown)} (extra arguments "
+                            "are only accepted when a middleware that consumes them is in use)")
+        s = self._s
+        if sample_range is not None and not isinstance(sample_range, slice):
+            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+        if indices is not None:
+            if groupby is not None:
+                raise ValueError("sample(): pass either indices or groupby, not both")
+            return s.take_ids(indices, ignore_insufficient)
+        if unroll_len is not None:
+            unroll_len = _check_size("unroll_len", unroll_len, 1)
+            if groupby is None:
+                raise ValueError("sample(unroll_len=...) needs groupby=<meta key> (sequences come from one group)")
+        if groupby is not None:
+            if size is not None:
+                size = _check_size("sample size", size)
+            return s.sample_groups(size, groupby, unroll_len, replace, sample_range, ignore_insufficient)
+        if size is None:
+            raise ValueError("sample() needs a size (or indices=[...])")
+        return s.sample_uniform(_check_size("sample size", size), replace, sample_range, ignore_insufficient)
+
+    def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
+        s = self._s
+        slot = s.id2slot.get(index)
+        if slot is None:
+            return False
+        if meta is not None and not isinstance(meta, Mapping):
+            raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
+        item = s.items[slot]
+        if data is not None:
+            item.data = data
+            if s.columns is not None:
+                s.columns.write(slot, data)
+        if meta:
+            item.meta.update(meta)
+            if s.groups:
+                for key, gi in list(s.groups.items()):
+                    if key in meta:
+                        try:
+                            gi.move(item)
+                        except TypeError:
+                            del s.groups[key]
+        return True
+
+    def _update_many(self, indices: Sequence[int], data: Any = None, meta: Any = None) -> List[bool]:
+        if isinstance(indices, (np.ndarray, torch.Tensor)):
+            indices = indices.tolist()
+        n = len(indices)
+        if data is not None and len(data) != n:
+            raise ValueError(f"update_many got {len(data)} data values for {n} indices")
+        s = self._s
+        if data is None and not s.groups and isinstance(meta, Mapping):
+            cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
+            id2slot, items, out = s.id2slot, s.items, []
+            for j, i in enumerate(indices):
+                slot = id2slot.get(i)
+                if slot is None:
+                    out.append(False)
+                    continue
+                m = items[slot].meta
+                for k, col in cols:
+                    m[k] = col[j]
+                out.append(True)
+            return out
+        rows = _meta_rows(meta, n)
+        datas = data if data is not None else [None] * n
+        return [self._update(i, d, m) for i, d, m in zip(indices, datas, rows)]
+
+    def _delete(self, indices: List[int]) -> int:
+        s = self._s
+        n = 0
+        for i in indices:
+            slot = s.id2slot.get(i)
+            if slot is not None:
+                s.remove_slot(slot)
+                n += 1
+        return n
+
+    def _clear(self) -> None:
+        self._s.clear()
+
+    # ------------------------------------------------------------------ fast batches
+    def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
+                     ignore_insufficient: bool = False, **kwargs: Any) -> SampledBatch:
+        """Sample ``size`` items through the middleware chain and collate them into tensors.
+
+        When the items share one structure (dicts of tensors / arrays / numbers) the batch is
+        gathered from preallocated numpy columns (a few microseconds per field); otherwise it falls
+        back to :func:`collate`. Returns a :class:`SampledBatch` (``.data``, ``.index``,
+        ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to sample.
+        """
+        with self._lock:
+            items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
+                                   ignore_insufficient=ignore_insufficient, groupby=None,
+                                   unroll_len=None, **kwargs)
+            if not items:
+                raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
+            s = self._s
+            index = [it.index for it in items]
+            data = None
+            extra = None
+            if type(items) is _Sampled:
+                extra = items.columns
+                if s.columnar is not False and index == items.ids and (
+                        items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
+                    cols = s.columns if s.columns is not None else s.ensure_columns()
+                    if cols is not None and cols.ok[items.slots].all():
+                        data = cols.gather(items.slots)
+            if data is None:
+                data = collate([it.data for it in items])
+            weight = None
+            if extra and "priority_IS" in extra:
+                weight = torch.from_numpy(extra["priority_IS"])
+            elif "priority_IS" in items[0].meta:
+                weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
+            return SampledBatch(data, index, weight, items)
+
+    # ------------------------------------------------------------------ persistence
+    def save_data(self, path: str) -> None:
+        """Write all items (data, meta, indices) to ``path`` in a format that loads without
+        executing code (``torch.load(weights_only=True)``). Raises ``TypeError`` for data that
+        cannot be stored safely (arbitrary Python objects)."""
+        from .serialization import encode
+
+        with self._lock:
+            s = self._s
+            order = s.ordered_slots().tolist()
+            payload = {
+                "format": "rlpipe.DequeBuffer",
+                "version": 1,
+                "size": s.size,
+                "next_id": s.next_id,
+                "ids": [s.items[k].index for k in order],
+                "data": [encode(s.items[k].data, "data") for k in order],
+                "meta": [encode(s.items[k].meta, "meta") for k in order],
+            }
+        torch.save(payload, path)
+
+    def load_data(self, path: str) -> None:
+        """Replace the contents with what :meth:`save_data` wrote (indices are kept; if the file
+        holds more items than ``size``, the newest ones are kept). Middleware state derived from meta
+        (e.g. priorities) is rebuilt."""
+        from .serialization import decode
+
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError, ...
+            raise ValueError(f"load_data({path!r}): not a buffer file saved by save_data, or it contains "
+                             f"objects that are not allowed to load ({type(e).__name__}: {e})") from None
+        if not isinstance(payload, dict) or payload.get("format") != "rlpipe.DequeBuffer":
+            raise ValueError(f"load_data({path!r}): not a buffer file saved by DequeBuffer.save_data")
+        ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
+        if not (len(ids) == len(datas) == len(metas)):
+            raise ValueError(f"load_data({path!r}): corrupt file (lengths differ)")
+        with self._lock:
+            s = self._s
+            s.clear()
+            start = max(0, len(ids) - s.size)
+            for i in range(start, len(ids)):
+                item = s.push(decode(datas[i]), decode(metas[i]))
+                # restore the saved index
+                slot = s.id2slot.pop(item.index)
+                item.index = int(ids[i])
+                s.id2slot[item.index] = slot
+                s.slot_id[slot] = item.index
+            s.next_id = max(int(payload["next_id"]), (int(ids[-1]) + 1) if ids else 0)
+            s.groups = {}
+            for listener in s.listeners:
+                listener.on_load()

@@ -1,0 +1,545 @@
+"""Middleware for :class:`~pipeline.data.DequeBuffer` (``buffer.use(mw)``).
+
+A buffer middleware is ``mw(action, chain, *args, **kwargs)``: ``action`` is one of ``"push"``,
+``"sample"``, ``"update"``, ``"update_many"``, ``"delete"``, ``"clear"``; ``chain(*args,
+**kwargs)`` runs the rest of the chain. Middleware passes actions it does not handle on unchanged.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from .buffer import Buffer, BufferedData, DequeBuffer, _Sampled
+from .segment_tree import SumMinTree
+
+__all__ = [
+    "clone_object",
+    "use_time_check",
+    "staleness_check",
+    "PriorityExperienceReplay",
+    "group_sample",
+    "padding",
+    "sample_range_view",
+]
+
+
+def _is_grouped(kwargs: Dict[str, Any]) -> bool:
+    return kwargs.get("groupby") is not None
+
+
+def _flat(result: Any, grouped: bool) -> List[BufferedData]:
+    return [it for g in result for it in g] if grouped else result
+
+
+def clone_object() -> Callable:
+    """Deep-copy data on the way in (push, update) and items on the way out (sample), so that
+    neither the producer nor the consumer can change what the buffer holds by mutating objects."""
+
+    def _clone(item: BufferedData) -> BufferedData:
+        return BufferedData(copy.deepcopy(item.data), item.index, copy.deepcopy(item.meta))
+
+    def clone_object_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action == "push":
+            data, meta = _args2(args, kwargs, "data", "meta")
+            return chain(copy.deepcopy(data), copy.deepcopy(meta))
+        if action == "sample":
+            res = chain(*args, **kwargs)
+            if _is_grouped(kwargs):
+                return [[_clone(it) for it in g] for g in res]
+            return [_clone(it) for it in res]
+        if action == "update":
+            index, data, meta = _args3(args, kwargs, "index", "data", "meta")
+            return chain(index, copy.deepcopy(data), copy.deepcopy(meta))
+        if action == "update_many":
+            indices, data, meta = _args3(args, kwargs, "indices", "data", "meta")
+            return chain(indices, copy.deepcopy(data), copy.deepcopy(meta))
+        return chain(*args, **kwargs)
+
+    return clone_object_mw
+
+
+def _args2(args: tuple, kwargs: dict, a: str, b: str) -> tuple:
+    x = args[0] if len(args) > 0 else kwargs.get(a)
+    y = args[1] if len(args) > 1 else kwargs.get(b)
+    return x, y
+
+
+def _args3(args: tuple, kwargs: dict, a: str, b: str, c: str) -> tuple:
+    x = args[0] if len(args) > 0 else kwargs.get(a)
+    y = args[1] if len(args) > 1 else kwargs.get(b)
+    z = args[2] if len(args) > 2 else kwargs.get(c)
+    return x, y, z
+
+
+def use_time_check(buffer: Buffer, max_use: float = float("inf")) -> Callable:
+    """Delete an item once it has been sampled ``max_use`` times.
+
+    Push sets ``meta["use_count"] = 0``; every time an item is returned by ``sample`` its
+    ``meta["use_count"]`` grows by one, and items reaching ``max_use`` are deleted from ``buffer``
+    (after being returned by that sample).
+    """
+    if not (isinstance(max_use, (int, float)) and max_use >= 1):
+        raise ValueError(f"use_time_check: max_use must be a number >= 1, got {max_use!r}")
+
+    def use_time_check_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action == "push":
+            data, meta = _args2(args, kwargs, "data", "meta")
+            meta = dict(meta) if meta else {}
+            meta["use_count"] = 0
+            return chain(data, meta)
+        if action == "sample":
+            res = chain(*args, **kwargs)
+            dead = []
+            for it in _flat(res, _is_grouped(kwargs)):
+                c = it.meta.get("use_count", 0) + 1
+                it.meta["use_count"] = c
+                if c >= max_use:
+                    dead.append(it.index)
+            if dead:
+                buffer.delete(dead)
+            return res
+        return chain(*args, **kwargs)
+
+    return use_time_check_mw
+
+
+def staleness_check(buffer: Buffer, max_staleness: float = float("inf")) -> Callable:
+    """Drop data collected too many training iterations ago.
+
+    Push needs ``meta["train_iter_data_collected"]`` (the learner's train iteration when the data
+    was collected); sample needs ``sample(..., train_iter_sample_data=<current train iter>)``.
+    Before sampling, items with ``train_iter_sample_data - train_iter_data_collected >
+    max_staleness`` are deleted. Stale items are found from the oldest end, so the cost is the
+    number deleted as long as pushes come in non-decreasing collection order (otherwise a full scan
+    is made).
+    """
+    if not (isinstance(max_staleness, (int, float)) and max_staleness >= 0):
+        raise ValueError(f"staleness_check: max_staleness must be a number >= 0, got {max_staleness!r}")
+    key = "train_iter_data_collected"
+    state = {"last": -math.inf, "monotonic": True}
+
+    def staleness_check_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action == "push":
+            data, meta = _args2(args, kwargs, "data", "meta")
+            if not meta or key not in meta:
+                raise ValueError(f"staleness_check: push(data, meta={{{key!r}: <train iter>}}) is required")
+            it = meta[key]
+            if it < state["last"]:
+                state["monotonic"] = False
+            state["last"] = max(state["last"], it)
+            return chain(data, meta)
+        if action == "sample":
+            if "train_iter_sample_data" not in kwargs:
+                raise ValueError("staleness_check: call sample(..., train_iter_sample_data=<current train iter>)")
+            now = kwargs.pop("train_iter_sample_data")
+            if state["monotonic"]:
+                while buffer.count():
+                    oldest = buffer.get(0)
+                    c = oldest.meta.get(key)
+                    if c is None or now - c <= max_staleness:
+                        break
+                    buffer.delete(oldest.index)
+            else:
+                stale = [i for i in _all_items(buffer)
+                         if i.meta.get(key) is not None and now - i.meta[key] > max_staleness]
+                buffer.delete([i.index for i in stale])
+            return chain(*args, **kwargs)
+        return chain(*args, **kwargs)
+
+    return staleness_check_mw
+
+
+def _all_items(buffer: Buffer) -> List[BufferedData]:
+    return [buffer.get(k) for k in range(buffer.count())]
+
+
+class PriorityExperienceReplay:
+    """Prioritized experience replay (Schaul et al. 2016) on sum/min segment trees.
+
+    - push: the priority is ``meta["priority"]`` if given, else the largest priority seen so far
+      (written back into ``meta["priority"]``).
+    - sample: items are drawn with probability ``p**priority_power_factor / sum``; with
+      ``IS_weight`` every returned item gets ``meta["priority_IS"]`` (the importance-sampling weight
+      ``(p_i / p_min) ** -beta``, at most 1) and ``sample_batch`` returns them as ``.weight``.
+      ``beta`` goes linearly from ``IS_weight_power_factor`` to 1 over
+      ``IS_weight_anneal_train_iter`` sample calls. Without replacement duplicates are redrawn.
+    - update / update_many: a ``"priority"`` in meta (finite, ``>= 0``) becomes the new priority.
+    - deletes, evictions, ``clear`` and ``load_data`` are tracked through the storage, also when
+      they happen through a view. ``groupby`` sampling is not supported.
+
+    Use one per buffer: ``buf.use(PriorityExperienceReplay(buf))``.
+    """
+
+    _FLOOR = 1e-10
+
+    def __init__(self, buffer: DequeBuffer, IS_weight: bool = True, priority_power_factor: float = 0.6,
+                 IS_weight_power_factor: float = 0.4, IS_weight_anneal_train_iter: float = 1e5) -> None:
+        if not isinstance(buffer, DequeBuffer):
+            raise TypeError("PriorityExperienceReplay needs a DequeBuffer (or a view of one)")
+        if not priority_power_factor >= 0:
+            raise ValueError(f"priority_power_factor must be >= 0, got {priority_power_factor}")
+        if not 0 <= IS_weight_power_factor <= 1:
+            raise ValueError(f"IS_weight_power_factor must be in [0, 1], got {IS_weight_power_factor}")
+        if not IS_weight_anneal_train_iter > 0:
+            raise ValueError(f"IS_weight_anneal_train_iter must be > 0, got {IS_weight_anneal_train_iter}")
+        self.buffer = buffer
+        self.IS_weight = bool(IS_weight)
+        self.alpha = float(priority_power_factor)
+        self.beta0 = float(IS_weight_power_factor)
+        self.anneal = float(IS_weight_anneal_train_iter)
+        self._s = buffer._s
+        self._tree = SumMinTree(self._s.size)
+        self.max_priority = 1.0
+        self.sample_count = 0
+        with buffer._lock:
+            self._s.listeners.append(self)
+            self.on_load()
+
+    # ------------------------------------------------------------------ storage listener
+    def _leaf(self, p: float) -> float:
+        return max(p, self._FLOOR) ** self.alpha
+
+    def on_push(self, slot: int, item: BufferedData) -> None:
+        p = item.meta.get("priority")
+        if p is None or not _valid_priority(p):
+            p = self.max_priority
+            item.meta["priority"] = p
+        else:
+            p = float(p)
+            if p > self.max_priority:
+                self.max_priority = p
+        self._tree.set(slot, self._leaf(p))
+
+    def on_remove(self, slot: int) -> None:
+        self._tree.set(slot, 0.0)
+
+    def on_clear(self) -> None:
+        self._tree.clear()
+
+    def on_load(self) -> None:
+        self._tree.clear()
+        s = self._s
+        for slot in s.dense[: s.count].tolist():
+            self.on_push(slot, s.items[slot])
+
+    # ------------------------------------------------------------------ middleware
+    @property
+    def beta(self) -> float:
+        """Current IS exponent."""
+        return min(1.0, self.beta0 + (1.0 - self.beta0) * self.sample_count / self.anneal)
+
+    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action == "sample":
+            return self._sample(chain, *args, **kwargs)
+        if action == "push":
+            data, meta = _args2(args, kwargs, "data", "meta")
+            if meta and "priority" in meta:
+                _check_priority(meta["priority"])
+            return chain(data, meta)
+        if action == "update":
+            index, data, meta = _args3(args, kwargs, "index", "data", "meta")
+            if meta and "priority" in meta:
+                p = _check_priority(meta["priority"])
+                ok = chain(index, data, meta)
+                if ok:
+                    slot = self._s.id2slot.get(index)
+                    if slot is not None:
+                        if p > self.max_priority:
+                            self.max_priority = p
+                        self._tree.set(slot, self._leaf(p))
+                return ok
+            return chain(index, data, meta)
+        if action == "update_many":
+            indices, data, meta = _args3(args, kwargs, "indices", "data", "meta")
+            pri = self._priorities(meta, len(indices))
+            ok = chain(indices, data, meta)
+            if pri is not None:
+                ids = indices.tolist() if hasattr(indices, "tolist") else indices
+                id2slot = self._s.id2slot
+                sl, ps = [], []
+                for i, good, p in zip(ids, ok, pri):
+                    if good and p is not None:
+                        slot = id2slot.get(i)
+                        if slot is not None:
+                            sl.append(slot)
+                            ps.append(p)
+                if sl:
+                    arr = np.asarray(ps, dtype=np.float64)
+                    m = float(arr.max())
+                    if m > self.max_priority:
+                        self.max_priority = m
+                    self._tree.set_many(np.asarray(sl, dtype=np.int64),
+                                        np.maximum(arr, self._FLOOR) ** self.alpha)
+            return ok
+        return chain(*args, **kwargs)
+
+    @staticmethod
+    def _priorities(meta: Any, n: int) -> Optional[list]:
+        if meta is None:
+            return None
+        if isinstance(meta, Mapping):
+            if "priority" not in meta:
+                return None
+            arr = np.asarray(meta["priority"], dtype=np.float64).reshape(-1)
+            if len(arr) != n:
+                raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
+            if not (np.isfinite(arr).all() and (arr >= 0).all()):
+                raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
+            return arr.tolist()
+        out = []
+        for m in meta:
+            if m and "priority" in m:
+                out.append(_check_priority(m["priority"]))
+            else:
+                out.append(None)
+        return out
+
+    def _sample(self, chain: Callable, size: Optional[int] = None, indices: Any = None, replace: bool = False,
+                sample_range: Optional[slice] = None, ignore_insufficient: bool = False,
+                groupby: Optional[str] = None, unroll_len: Optional[int] = None, **kw: Any) -> Any:
+        if groupby is not None:
+            raise ValueError("PriorityExperienceReplay does not support groupby sampling")
+        s = self._s
+        if indices is not None:
+            if hasattr(indices, "tolist"):
+                indices = indices.tolist()
+            known = [i for i in indices if i in s.id2slot] if self.IS_weight else []
+            weights = self._weights(np.array([s.id2slot[i] for i in known], dtype=np.int64)) if known else None
+            res = chain(size, indices=indices, replace=replace, sample_range=sample_range,
+                        ignore_insufficient=ignore_insufficient, groupby=None, unroll_len=unroll_len, **kw)
+            if weights is not None:
+                self._attach(res, known, weights)
+            return res
+        if size is None:
+            raise ValueError("sample() needs a size (or indices=[...])")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"sample size must be an integer >= 0, got {size!r}")
+        if sample_range is not None and not isinstance(sample_range, slice):
+            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+        pool = None if sample_range is None else s.ordered_slots()[sample_range].copy()
+        n = s.count if pool is None else len(pool)
+        k = int(size)
+        if n == 0 or (not replace and k > n):
+            if not ignore_insufficient:
+                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: the "
+                                 f"buffer holds {n}{'' if pool is None else ' in sample_range'}; push more "
+                                 "data first or pass ignore_insufficient=True")
+            k = 0 if n == 0 else (k if replace else n)
+        if k == 0:
+            return chain(None, indices=[], replace=replace, sample_range=None, ignore_insufficient=False,
+                         groupby=None, unroll_len=None, **kw)
+        slots = self._draw(k, replace) if pool is None else self._draw_pool(pool, k, replace)
+        ids = s.slot_id[slots].tolist()
+        weights = self._weights(slots) if self.IS_weight else None
+        self.sample_count += 1
+        res = chain(None, indices=ids, replace=replace, sample_range=None, ignore_insufficient=False,
+                    groupby=None, unroll_len=None, **kw)
+        if weights is not None:
+            self._attach(res, ids, weights)
+        return res
+
+    def _attach(self, res: Any, ids: List[int], weights: np.ndarray) -> None:
+        wl = weights.tolist()
+        if type(res) is _Sampled and res.ids == ids:
+            for it, w in zip(res, wl):
+                it.meta["priority_IS"] = w
+            res.columns = {"priority_IS": weights}
+        else:
+            by = dict(zip(ids, wl))
+            for it in res:
+                if it.index in by:
+                    it.meta["priority_IS"] = by[it.index]
+
+    def _weights(self, slots: np.ndarray) -> np.ndarray:
+        tree = self._tree
+        mn = tree.min
+        leaves = tree.leaves[slots]
+        w = (leaves / mn) ** (-self.beta)
+        return w.astype(np.float32)
+
+    def _draw(self, k: int, replace: bool) -> np.ndarray:
+        tree, rng = self._tree, self._s.rng
+        idx = tree.sample(k, rng)
+        if replace or k == 1:
+            return idx
+        for _ in range(8):
+            if len(set(idx.tolist())) == k:
+                return idx
+            _, first = np.unique(idx, return_index=True)
+            dup = np.ones(k, dtype=bool)
+            dup[first] = False
+            idx[dup] = tree.sample(int(dup.sum()), rng, stratified=False)
+        if len(set(idx.tolist())) == k:
+            return idx
+        # exact weighted sampling without replacement (Gumbel top-k) as the fallback
+        leaves = tree.leaves
+        pos = np.flatnonzero(leaves > 0)
+        return self._gumbel_topk(pos, leaves[pos], k)
+
+    def _draw_pool(self, pool: np.ndarray, k: int, replace: bool) -> np.ndarray:
+        p = self._tree.leaves[pool]
+        if replace:
+            cum = np.cumsum(p)
+            u = self._s.rng.random(k) * cum[-1]
+            j = np.minimum(np.searchsorted(cum, u, side="right"), len(pool) - 1)
+            return pool[j]
+        return self._gumbel_topk(pool, p, k)
+
+    def _gumbel_topk(self, pos: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
+        g = -np.log(-np.log(self._s.rng.random(len(pos))))
+        keys = np.log(np.maximum(p, 1e-300)) + g
+        top = np.argpartition(-keys, k - 1)[:k]
+        return pos[top]
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> Dict[str, Any]:
+        """Counters plus every live item's priority (by index); loads with ``torch.load(weights_only=True)``."""
+        with self.buffer._lock:
+            s = self._s
+            slots = s.ordered_slots().tolist()
+            return {
+                "max_priority": float(self.max_priority),
+                "sample_count": int(self.sample_count),
+                "indices": [s.items[k].index for k in slots],
+                "priorities": [float(s.items[k].meta.get("priority", self.max_priority)) for k in slots],
+            }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (priorities of indices no longer stored are ignored)."""
+        for key in ("max_priority", "sample_count", "indices", "priorities"):
+            if key not in state:
+                raise ValueError(f"PriorityExperienceReplay.load_state_dict: missing {key!r}")
+        with self.buffer._lock:
+            self.max_priority = float(state["max_priority"])
+            self.sample_count = int(state["sample_count"])
+            s = self._s
+            for i, p in zip(state["indices"], state["priorities"]):
+                slot = s.id2slot.get(int(i))
+                if slot is not None:
+                    p = _check_priority(p)
+                    s.items[slot].meta["priority"] = p
+                    self._tree.set(slot, self._leaf(p))
+
+
+def _valid_priority(p: Any) -> bool:
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(p) and p >= 0
+
+
+def _check_priority(p: Any) -> float:
+    if not _valid_priority(p):
+        raise ValueError(f"priority must be a finite number >= 0, got {p!r}")
+    return float(p)
+
+
+def group_sample(size_in_group: int, ordered_in_group: bool = True) -> Callable:
+    """With ``sample(..., groupby=key)``: keep at most ``size_in_group`` items of each group --
+    a random contiguous run in push order (``ordered_in_group``) or a random subset in random order.
+    Shorter groups are returned whole (combine with :func:`padding` to fill them)."""
+    if isinstance(size_in_group, bool) or not isinstance(size_in_group, int) or size_in_group < 1:
+        raise ValueError(f"group_sample: size_in_group must be an integer >= 1, got {size_in_group!r}")
+
+    def group_sample_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action != "sample":
+            return chain(*args, **kwargs)
+        if not _is_grouped(kwargs):
+            raise ValueError("group_sample: call sample(..., groupby=<meta key>)")
+        res = chain(*args, **kwargs)
+        out = []
+        for g in res:
+            if len(g) <= size_in_group:
+                out.append(list(g))
+            elif ordered_in_group:
+                start = random.randint(0, len(g) - size_in_group)
+                out.append(list(g[start:start + size_in_group]))
+            else:
+                out.append(random.sample(list(g), size_in_group))
+        return out
+
+    return group_sample_mw
+
+
+def padding(policy: str = "random", size: Optional[int] = None) -> Callable:
+    """With ``sample(..., groupby=key)``: pad every group to ``size`` items (default: the longest
+    group of the result).
+
+    ``policy``: ``"random"`` repeats random items of the group, ``"last"`` repeats the last item,
+    ``"zero"`` adds items whose data are zeros shaped like the group's first item (index -1).
+    Padding items are new :class:`BufferedData` with ``meta["padding"] = True`` (the real items are
+    returned unchanged). Other samples pass through.
+    """
+    if policy not in ("random", "last", "zero"):
+        raise ValueError(f"padding: policy must be 'random', 'last' or 'zero', got {policy!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"padding: size must be an integer >= 1 or None, got {size!r}")
+
+    def make(g: List[BufferedData]) -> BufferedData:
+        if policy == "random":
+            src = random.choice(g)
+        elif policy == "last":
+            src = g[-1]
+        else:
+            return BufferedData(_zeros_like(g[0].data), -1, {"padding": True})
+        return BufferedData(src.data, src.index, {**src.meta, "padding": True})
+
+    def padding_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action != "sample" or not _is_grouped(kwargs):
+            return chain(*args, **kwargs)
+        res = chain(*args, **kwargs)
+        if not res:
+            return res
+        target = size if size is not None else max(len(g) for g in res)
+        out = []
+        for g in res:
+            g = list(g)
+            if g and len(g) < target:
+                g.extend(make(g) for _ in range(target - len(g)))
+            out.append(g)
+        return out
+
+    return padding_mw
+
+
+def _zeros_like(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return torch.zeros_like(x)
+    if isinstance(x, np.ndarray):
+        return np.zeros_like(x)
+    if isinstance(x, np.generic):
+        return type(x)(0)
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, float)):
+        return type(x)(0)
+    if isinstance(x, Mapping):
+        return {k: _zeros_like(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_zeros_like(v) for v in x)
+    return None
+
+
+def sample_range_view(buffer: Buffer, start: Optional[int], stop: Optional[int] = None) -> Callable:
+    """Restrict sampling to ``slice(start, stop)`` of the items in push order (oldest first) unless
+    the caller passes its own ``sample_range``. E.g. ``buf.view().use(sample_range_view(buf, -1000))``
+    is a view that samples only the newest 1000 items."""
+    for name, v in (("start", start), ("stop", stop)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"sample_range_view: {name} must be an integer or None, got {v!r}")
+    rng = slice(start, stop)
+
+    def sample_range_view_mw(action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+        if action == "sample" and kwargs.get("sample_range") is None:
+            kwargs["sample_range"] = rng
+        return chain(*args, **kwargs)
+
+    return sample_range_view_mw
