@@ -1,0 +1,227 @@
+"""Row operations on per-module batches: dicts of tensors (possibly nested) or treetensor trees.
+
+treetensor is never imported here: a tree can only exist if the caller imported it already, so
+the check looks it up in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+__all__ = [
+    "is_tree",
+    "num_rows",
+    "slice_rows",
+    "take_rows",
+    "cat_rows",
+    "split_rows",
+    "stack_transitions",
+    "RowStream",
+]
+
+
+def is_tree(x: Any) -> bool:
+    """True for a treevalue / treetensor tree (without importing treetensor)."""
+    tv = sys.modules.get("treevalue")
+    return tv is not None and isinstance(x, tv.TreeValue)
+
+
+def _tree_leaves(tree: Any) -> list:
+    from treevalue import flatten  # only reached when a tree exists, so treevalue is imported
+
+    return [v for _, v in flatten(tree)]
+
+
+def _dict_leaves(d: Mapping, out: list) -> list:
+    for v in d.values():
+        if isinstance(v, Mapping):
+            _dict_leaves(v, out)
+        elif is_tree(v):
+            out.extend(_tree_leaves(v))
+        else:
+            out.append(v)
+    return out
+
+
+def num_rows(batch: Any, *, where: str = "batch") -> int:
+    """Size of the common first (batch) axis of every leaf; ValueError when leaves disagree.
+
+    ``where`` names the batch in error messages (e.g. ``"module 'default_policy' batch"``).
+    """
+    if isinstance(batch, torch.Tensor):
+        leaves = [batch]
+    elif isinstance(batch, Mapping):
+        leaves = _dict_leaves(batch, [])
+    elif is_tree(batch):
+        leaves = _tree_leaves(batch)
+    else:
+        raise TypeError(
+            f"{where} must be a dict of tensors or a treetensor tree, got {type(batch).__name__}"
+        )
+    if not leaves:
+        raise ValueError(f"{where} is empty (no tensors); pass at least one tensor with a batch axis")
+    n = None
+    for leaf in leaves:
+        shape = getattr(leaf, "shape", None)
+        if shape is None or len(shape) == 0:
+            raise ValueError(
+                f"{where} holds a leaf without a batch axis ({type(leaf).__name__} "
+                f"{'scalar' if shape is not None else ''}); every leaf needs shape [B, ...]"
+            )
+        if n is None:
+            n = shape[0]
+        elif shape[0] != n:
+            raise ValueError(
+                f"{where} leaves disagree on the batch axis: {n} vs {shape[0]} rows; "
+                "every leaf must share its first dimension"
+            )
+    return int(n)
+
+
+def slice_rows(batch: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` (views, no copy) of every leaf."""
+    if isinstance(batch, Mapping):
+        return {k: (slice_rows(v, start, stop) if isinstance(v, Mapping) else v[start:stop]) for k, v in batch.items()}
+    return batch[start:stop]  # tensors and trees
+
+
+def take_rows(batch: Any, index: torch.Tensor) -> Any:
+    """Rows at ``index`` (a 1-d LongTensor) of every leaf."""
+    if isinstance(batch, Mapping):
+        return {k: (take_rows(v, index) if isinstance(v, Mapping) else _take(v, index)) for k, v in batch.items()}
+    return _take(batch, index)
+
+
+def _take(x: Any, index: torch.Tensor) -> Any:
+    if isinstance(x, torch.Tensor) and x.device != index.device:
+        index = index.to(x.device)
+    if not isinstance(x, torch.Tensor) and not is_tree(x):
+        return x[index.numpy()]  # numpy arrays
+    return x[index]
+
+
+def cat_rows(parts: Sequence[Any]) -> Any:
+    """Concatenate batches of the same structure along the batch axis."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    if isinstance(first, Mapping):
+        return {k: cat_rows([p[k] for p in parts]) for k in first}
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(parts), dim=0)
+    if is_tree(first):
+        import treetensor.torch as ttorch
+
+        return ttorch.cat(list(parts), dim=0)
+    import numpy as np
+
+    return np.concatenate(list(parts), axis=0)
+
+
+def split_rows(batch: Any, n: int) -> List[Any]:
+    """Split into ``n`` contiguous shards whose sizes differ by at most one (for n learners).
+
+    Every shard has at least one row: ValueError when the batch has fewer than ``n`` rows.
+    """
+    rows = num_rows(batch)
+    if n < 1:
+        raise ValueError(f"split_rows needs n >= 1, got {n}")
+    if rows < n:
+        raise ValueError(f"cannot split {rows} rows into {n} non-empty shards")
+    base, extra = divmod(rows, n)
+    out, start = [], 0
+    for i in range(n):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(slice_rows(batch, start, stop))
+        start = stop
+    return out
+
+
+def _stack_leaves(values: list, where: str) -> Any:
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(values, dim=0)
+    import numpy as np
+
+    try:
+        return torch.as_tensor(np.stack([np.asarray(v) for v in values], axis=0))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot stack the values of {where} into a tensor: {exc}") from exc
+
+
+def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> Any:
+    """Stack a sequence of transitions (dicts of tensors/arrays/numbers, or trees) into a batch."""
+    if not transitions:
+        raise ValueError(f"{where} has no transitions")
+    first = transitions[0]
+    if is_tree(first):
+        import treetensor.torch as ttorch
+
+        return ttorch.stack(list(transitions), dim=0)
+    if not isinstance(first, Mapping):
+        raise TypeError(
+            f"{where}: a transition must be a dict (field -> value) or a treetensor tree, "
+            f"got {type(first).__name__}"
+        )
+    out = {}
+    for key, v in first.items():
+        try:
+            column = [t[key] for t in transitions]
+        except KeyError as exc:
+            raise ValueError(f"{where}: transitions do not all have field {key!r}") from exc
+        if isinstance(v, Mapping):
+            out[key] = stack_transitions(column, where=f"{where}[{key!r}]")
+        else:
+            out[key] = _stack_leaves(column, f"{where}[{key!r}]")
+    return out
+
+
+class RowStream:
+    """An endless stream of a batch's rows for minibatching.
+
+    Rows come in order; at every wrap-around to the start the stream optionally switches to a
+    fresh random permutation of the rows (``shuffle``), so the first pass is always in order.
+    Only the batch axis is permuted: ``[B, T, ...]`` sequences stay whole.
+    """
+
+    __slots__ = ("_orig", "_cur", "_n", "_pos", "_shuffle", "_gen", "passes_started")
+
+    def __init__(self, batch: Any, n: int, shuffle: bool = False, generator: Optional[torch.Generator] = None):
+        if n <= 0:
+            raise ValueError("RowStream needs a batch with at least one row")
+        self._orig = batch
+        self._cur = batch
+        self._n = n
+        self._pos = 0
+        self._shuffle = shuffle
+        self._gen = generator
+        self.passes_started = 1
+
+    def _wrap(self) -> None:
+        self.passes_started += 1
+        if self._shuffle:
+            perm = torch.randperm(self._n, generator=self._gen)
+            self._cur = take_rows(self._orig, perm)
+        self._pos = 0
+
+    def take(self, m: int) -> Any:
+        """The next ``m`` rows (wrapping around as often as needed)."""
+        pos, n = self._pos, self._n
+        if pos + m <= n:
+            self._pos = pos + m
+            return slice_rows(self._cur, pos, pos + m)
+        pieces = []
+        need = m
+        while need:
+            if self._pos == n:
+                self._wrap()
+            pos = self._pos
+            k = min(need, n - pos)
+            pieces.append(slice_rows(self._cur, pos, pos + k))
+            self._pos = pos + k
+            need -= k
+        return cat_rows(pieces)
