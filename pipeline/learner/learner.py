@@ -556,6 +556,8 @@ class Learner:
         modules = self.modules
         if isinstance(batch, Mapping) or is_tree(batch):
             keys = list(batch.keys())
+            if not keys and self._single_id is None:
+                return {}  # reported by _rows as "no module batches"
             if any(k in modules and _is_batch_like(batch[k]) for k in keys):
                 unknown = [k for k in keys if k not in modules]
                 if unknown:
