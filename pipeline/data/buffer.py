@@ -338,7 +338,7 @@ class _Storage:
             pool = self.ordered_slots()[sample_range]
             n = len(pool)
         k = size
-        if n == 0 or (not replace and k > n):
+        if k > 0 and (n == 0 or (not replace and k > n)):
             if not ignore_insufficient:
                 where = "" if sample_range is None else f" in sample_range {sample_range}"
                 raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
@@ -404,7 +404,7 @@ class _Storage:
             chosen = range(n)
         else:
             k = size
-            if n == 0 or (not replace and k > n):
+            if k > 0 and (n == 0 or (not replace and k > n)):
                 if not ignore_insufficient:
                     raise ValueError(f"cannot sample {k} groups by meta[{key!r}]"
                                      f"{'' if unroll_len is None else f' with at least {unroll_len} items'}: "
@@ -841,17 +841,15 @@ class DequeBuffer(Buffer):
         ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
         if not (len(ids) == len(datas) == len(metas)):
             raise ValueError(f"load_data({path!r}): corrupt file (lengths differ)")
+        if any(int(a) >= int(b) for a, b in zip(ids, ids[1:])):
+            raise ValueError(f"load_data({path!r}): corrupt file (indices not increasing)")
         with self._lock:
             s = self._s
             s.clear()
             start = max(0, len(ids) - s.size)
             for i in range(start, len(ids)):
-                item = s.push(decode(datas[i]), decode(metas[i]))
-                # restore the saved index
-                slot = s.id2slot.pop(item.index)
-                item.index = int(ids[i])
-                s.id2slot[item.index] = slot
-                s.slot_id[slot] = item.index
+                s.next_id = int(ids[i])  # push assigns exactly the saved index
+                s.push(decode(datas[i]), decode(metas[i]))
             s.next_id = max(int(payload["next_id"]), (int(ids[-1]) + 1) if ids else 0)
             s.groups = {}
             for listener in s.listeners:

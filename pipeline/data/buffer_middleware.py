@@ -324,7 +324,7 @@ class PriorityExperienceReplay:
         pool = None if sample_range is None else s.ordered_slots()[sample_range].copy()
         n = s.count if pool is None else len(pool)
         k = int(size)
-        if n == 0 or (not replace and k > n):
+        if k > 0 and (n == 0 or (not replace and k > n)):
             if not ignore_insufficient:
                 raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: the "
                                  f"buffer holds {n}{'' if pool is None else ' in sample_range'}; push more "

@@ -27,6 +27,9 @@ def collate(items: Sequence[Any]) -> Any:
         raise ValueError("collate() needs at least one item")
     first = items[0]
     if isinstance(first, Mapping):
+        n = len(first)
+        if any(len(d) != n for d in items):
+            raise ValueError("collate(): items do not share the same keys")
         try:
             return {k: collate([d[k] for d in items]) for k in first}
         except (KeyError, TypeError) as e:

@@ -1,0 +1,207 @@
+"""sample_batch / collate, save_data / load_data, and thread safety."""
+import os
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from easydict import EasyDict
+
+from pipeline.data import DequeBuffer, collate, to_treetensor, use_time_check
+
+
+def transition(i):
+    return {"obs": torch.full((4,), float(i)), "next_obs": torch.full((4,), float(i) + 0.5),
+            "action": torch.tensor(i % 2), "reward": torch.tensor(float(i)), "done": torch.tensor(i % 5 == 0)}
+
+
+def check_batch(b):
+    ids = torch.tensor(b.index, dtype=torch.float32)
+    assert torch.equal(b.data["obs"], ids[:, None].expand(-1, 4))
+    assert torch.equal(b.data["next_obs"], ids[:, None].expand(-1, 4) + 0.5)
+    assert b.data["action"].dtype == torch.int64 and b.data["action"].tolist() == [i % 2 for i in b.index]
+    assert b.data["reward"].dtype == torch.float32 and torch.equal(b.data["reward"], ids)
+    assert b.data["done"].dtype == torch.bool and b.data["done"].tolist() == [i % 5 == 0 for i in b.index]
+
+
+@pytest.mark.parametrize("columnar", [None, True, False])
+def test_sample_batch_cartpole_transitions(columnar):
+    buf = DequeBuffer(50, columnar=columnar, seed=0)
+    for i in range(80):  # wraps around
+        buf.push(transition(i))
+    for _ in range(5):
+        b = buf.sample_batch(16)
+        assert len(set(b.index)) == 16 and min(b.index) >= 30
+        check_batch(b)
+        assert b.weight is None and len(b.items) == 16
+    buf.update(b.index[0], data=transition(1000))
+    b2 = buf.sample(indices=[b.index[0]])
+    assert b2[0].data["obs"][0].item() == 1000.0
+    assert (buf._s.columns is not None) == (columnar is not False)
+
+
+def test_sample_batch_uses_columns_and_matches_collate():
+    buf = DequeBuffer(20, seed=0)
+    for i in range(20):
+        buf.push({"o": np.full(3, i, dtype=np.float32), "n": {"r": float(i), "k": i}, "f": np.int32(i)})
+    b = buf.sample_batch(10)
+    assert buf._s.columns is not None
+    ref = collate([it.data for it in b.items])
+    assert torch.equal(b.data["o"], ref["o"]) and torch.equal(b.data["n"]["r"], ref["n"]["r"])
+    assert torch.equal(b.data["n"]["k"], ref["n"]["k"]) and torch.equal(b.data["f"], ref["f"])
+    assert b.data["o"].dtype == torch.float32 and b.data["f"].dtype == torch.int32
+
+
+def test_sample_batch_falls_back_for_non_conforming_items():
+    buf = DequeBuffer(10, seed=0)
+    for i in range(5):
+        buf.push({"x": torch.tensor([float(i)])})
+    buf.sample_batch(2)  # builds columns
+    buf.push({"x": torch.tensor([1.0, 2.0])})  # different shape: flagged
+    buf.push({"x": torch.tensor([7.0]), "extra": 1})  # different keys
+    bad = buf.indices()[-2:]
+    assert not buf._s.columns.ok[[buf._s.id2slot[i] for i in bad]].any()
+    with pytest.raises((RuntimeError, ValueError)):
+        for _ in range(50):
+            buf.sample_batch(7)  # the odd item cannot be stacked: collate reports it
+    buf.delete(bad)
+    b = buf.sample_batch(5)
+    assert b.data["x"].shape == (5, 1)
+    assert sorted(b.data["x"].squeeze(1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_sample_batch_after_use_time_check_deletes():
+    buf = DequeBuffer(20, seed=0)
+    buf.use(use_time_check(buf, max_use=1))
+    for i in range(20):
+        buf.push(transition(i))
+    b = buf.sample_batch(10)
+    check_batch(b)
+    assert buf.count() == 10
+    with pytest.raises(ValueError):
+        DequeBuffer(3).sample_batch(1)
+
+
+def test_collate_variants():
+    out = collate([{"a": 1, "b": [np.zeros(2), 1.5], "c": "s", "d": (True,)},
+                   {"a": 2, "b": [np.ones(2), 2.5], "c": "t", "d": (False,)}])
+    assert out["a"].tolist() == [1, 2]
+    assert out["b"][0].shape == (2, 2) and out["b"][1].dtype == torch.float32
+    assert out["c"] == ["s", "t"] and out["d"][0].tolist() == [True, False]
+    with pytest.raises(ValueError):
+        collate([])
+    with pytest.raises(ValueError):
+        collate([{"a": 1}, {"b": 1}])
+    tt = to_treetensor({"a": torch.zeros(2, 3)})
+    assert tuple(tt.a.shape) == (2, 3)
+
+
+def test_save_load_round_trip(tmp_path):
+    buf = DequeBuffer(5)
+    payload = [
+        {"obs": torch.arange(3.0), "np": np.arange(4, dtype=np.int16), "s": np.float32(2.5)},
+        (1, "two", None),
+        EasyDict({"a": 1}),
+        {3: "int key"},
+        [1.0, {"nested": np.ones((2, 2))}],
+        "evicted later",
+    ]
+    for i, p in enumerate(payload):
+        buf.push(p, meta={"env": i, "priority": float(i)})
+    buf.delete(3)
+    path = str(tmp_path / "b.pt")
+    buf.save_data(path)
+    other = DequeBuffer(5)
+    other.push("stale")
+    other.load_data(path)
+    assert other.indices() == buf.indices() == [1, 2, 4, 5]
+    for i in buf.indices():
+        a, b = buf.get_by_index(i), other.get_by_index(i)
+        assert a.meta == b.meta
+        assert repr(a.data) == repr(b.data) and type(a.data) is type(b.data)
+    assert other.push("new").index == 6
+    small = DequeBuffer(2)
+    small.load_data(path)
+    assert small.indices() == [4, 5]
+
+
+def test_save_refuses_arbitrary_objects_and_load_refuses_pickles(tmp_path):
+    class Thing:
+        pass
+
+    buf = DequeBuffer(2)
+    buf.push(Thing())
+    with pytest.raises(TypeError, match="safely"):
+        buf.save_data(str(tmp_path / "x.pt"))
+
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    bad = tmp_path / "evil.pt"
+    torch.save({"format": "rlpipe.DequeBuffer", "version": 1, "size": 2, "next_id": 1, "ids": [0],
+                "data": [Evil()], "meta": [{}]}, bad)
+    with open(tmp_path / "evil.pkl", "wb") as f:
+        pickle.dump(Evil(), f)
+    for p in (bad, tmp_path / "evil.pkl"):
+        with pytest.raises(ValueError, match="not allowed|not a buffer"):
+            DequeBuffer(2).load_data(str(p))
+    assert not marker.exists()
+    torch.save({"something": "else"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a buffer"):
+        DequeBuffer(2).load_data(str(tmp_path / "other.pt"))
+
+
+def test_concurrent_push_sample_update_delete_from_threads():
+    buf = DequeBuffer(300, seed=0)
+    errors = []
+    stop = time.monotonic() + 2.0
+    counts = {"push": 0}
+
+    def pusher(k):
+        try:
+            i = 0
+            while time.monotonic() < stop and i < 4000:
+                buf.push(transition(k * 100000 + i), meta={"env": k})
+                i += 1
+            counts["push"] += i
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def sampler():
+        try:
+            n = 0
+            while time.monotonic() < stop and n < 2000:
+                n += 1
+                if buf.count() < 64:
+                    continue
+                b = buf.sample_batch(32)
+                assert len(set(b.index)) == 32
+                assert torch.equal(b.data["reward"], b.data["obs"][:, 0])
+                assert torch.equal(b.data["next_obs"], b.data["obs"] + 0.5)
+                buf.update_many(b.index[:4], meta={"seen": [True] * 4})
+                buf.delete(b.index[-1])
+                for it in buf.sample(8):
+                    assert float(it.data["reward"]) == float(it.data["obs"][0])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=pusher, args=(k,)) for k in range(2)] + \
+              [threading.Thread(target=sampler) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    s = buf._s
+    # invariants of the storage after the storm
+    assert s.count == len(s.id2slot) == len(buf.indices()) <= 300
+    idx = buf.indices()
+    assert idx == sorted(idx)
+    assert all(s.items[s.id2slot[i]].index == i for i in idx)
+    assert sorted(s.dense[: s.count].tolist()) == sorted(s.id2slot.values())

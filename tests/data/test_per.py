@@ -1,0 +1,218 @@
+"""Prioritized experience replay and its segment trees."""
+import numpy as np
+import pytest
+import torch
+
+from pipeline.data import DequeBuffer, PriorityExperienceReplay, use_time_check
+from pipeline.data.segment_tree import SumMinTree
+
+
+@pytest.mark.parametrize("cap", [1, 7, 32, 100, 5000, 140000])
+def test_tree_matches_numpy(cap):
+    rng = np.random.default_rng(cap)
+    tree = SumMinTree(cap)
+    ref = np.zeros(cap)
+    for _ in range(5):
+        idx = rng.integers(0, cap, size=min(cap, 50))
+        vals = rng.random(len(idx)) * (rng.random(len(idx)) > 0.2)
+        tree.set_many(idx, vals)
+        ref[idx] = vals
+        j = int(rng.integers(0, cap))
+        tree.set(j, 0.5)
+        ref[j] = 0.5
+        assert tree.total == pytest.approx(ref.sum())
+        assert tree.min == pytest.approx(ref[ref > 0].min())
+        cum = np.cumsum(ref)
+        u = rng.random(200) * cum[-1]
+        expect = np.searchsorted(cum, u, side="right")
+        got = tree.find_prefixsum(u)
+        # equal except where u sits within rounding of a boundary
+        assert (got == expect).mean() > 0.99
+        assert (ref[got] > 0).all()
+
+
+def test_tree_empty_and_clear():
+    tree = SumMinTree(10)
+    with pytest.raises(ValueError):
+        tree.sample(1, np.random.default_rng(0))
+    tree.set(3, 2.0)
+    assert tree.sample(5, np.random.default_rng(0)).tolist() == [3] * 5
+    tree.clear()
+    assert tree.total == 0 and tree.min == np.inf
+    with pytest.raises(ValueError):
+        SumMinTree(0)
+
+
+def make(n=4, size=None, **kw):
+    buf = DequeBuffer(size or n, seed=1)
+    per = PriorityExperienceReplay(buf, **kw)
+    buf.use(per)
+    return buf, per
+
+
+def test_per_sampling_frequencies_follow_priorities():
+    buf, per = make(4, priority_power_factor=1.0)
+    pri = [1.0, 2.0, 3.0, 4.0]
+    for i, p in enumerate(pri):
+        buf.push(i, meta={"priority": p})
+    counts = np.zeros(4)
+    n = 4000
+    for _ in range(n // 4):
+        for it in buf.sample(4, replace=True):
+            counts[it.data] += 1
+    freq = counts / counts.sum()
+    assert np.allclose(freq, np.array(pri) / 10, atol=0.025), freq
+
+
+def test_per_priority_power_factor_and_update():
+    buf, per = make(2, priority_power_factor=0.5)
+    a = buf.push("a", meta={"priority": 1.0})
+    b = buf.push("b", meta={"priority": 1.0})
+    assert buf.update(b.index, meta={"priority": 9.0})
+    assert buf.get_by_index(b.index).meta["priority"] == 9.0
+    hits = sum(it.data == "b" for _ in range(2000) for it in buf.sample(1))
+    assert abs(hits / 2000 - 0.75) < 0.04  # sqrt(9) : sqrt(1) = 3 : 1
+    with pytest.raises(ValueError, match="priority"):
+        buf.update(a.index, meta={"priority": float("nan")})
+    with pytest.raises(ValueError, match="priority"):
+        buf.update(a.index, meta={"priority": -1})
+    with pytest.raises(ValueError):
+        buf.push("c", meta={"priority": "high"})
+
+
+def test_per_is_weights():
+    buf, per = make(3, priority_power_factor=1.0, IS_weight_power_factor=0.5)
+    for p in (1.0, 2.0, 4.0):
+        buf.push(p, meta={"priority": p})
+    items = buf.sample(3)
+    for it in items:
+        assert it.meta["priority_IS"] == pytest.approx((it.data / 1.0) ** -0.5, rel=1e-5)
+    assert max(it.meta["priority_IS"] for it in items) == pytest.approx(1.0)
+    noweight, _ = make(3, IS_weight=False)
+    noweight.push(1)
+    assert "priority_IS" not in noweight.sample(1)[0].meta
+    assert noweight.sample_batch(1).weight is None
+
+
+def test_per_beta_anneals_to_one():
+    buf, per = make(2, IS_weight_power_factor=0.4, IS_weight_anneal_train_iter=10)
+    buf.push(1, meta={"priority": 1.0})
+    buf.push(2, meta={"priority": 2.0})
+    assert per.beta == pytest.approx(0.4)
+    for _ in range(5):
+        buf.sample(1)
+    assert per.beta == pytest.approx(0.7)
+    for _ in range(20):
+        buf.sample(1)
+    assert per.beta == 1.0
+
+
+def test_per_default_priority_is_max_seen():
+    buf, per = make(4)
+    buf.push(0, meta={"priority": 5.0})
+    it = buf.push(1)
+    assert it.meta["priority"] == 5.0
+    buf.update_many([0], meta={"priority": [7.0]})
+    assert buf.push(2).meta["priority"] == 7.0
+
+
+def test_per_without_replacement_is_unique_even_when_skewed():
+    buf, per = make(10)
+    for i in range(10):
+        buf.push(i, meta={"priority": 1e6 if i == 0 else 1e-3})
+    for _ in range(20):
+        got = [it.index for it in buf.sample(10)]
+        assert sorted(got) == list(range(10))
+        got = [it.index for it in buf.sample(5)]
+        assert len(set(got)) == 5 and 0 in got
+    with pytest.raises(ValueError):
+        buf.sample(11)
+    assert len(buf.sample(11, ignore_insufficient=True)) == 10
+
+
+def test_per_tracks_deletes_evictions_clear_and_views():
+    buf, per = make(3)
+    for i in range(3):
+        buf.push(i, meta={"priority": 1.0})
+    buf.push(3, meta={"priority": 100.0})  # evicts index 0
+    buf.delete(1)
+    buf.view().delete(2)  # deleted through a view without PER
+    for _ in range(20):
+        assert [it.index for it in buf.sample(1)] == [3]
+    assert per._tree.total == pytest.approx(100.0 ** 0.6)
+    buf.clear()
+    with pytest.raises(ValueError):
+        buf.sample(1)
+    buf.view().push("v")  # pushed through a view: gets the max priority
+    assert buf.sample(1)[0].data == "v"
+
+
+def test_per_sample_range_and_indices():
+    buf, per = make(10, priority_power_factor=1.0)
+    for i in range(10):
+        buf.push(i, meta={"priority": float(i + 1)})
+    for _ in range(10):
+        got = buf.sample(3, sample_range=slice(-3, None))
+        assert {it.index for it in got} == {7, 8, 9}
+        assert all(it.index >= 7 for it in buf.sample(5, replace=True, sample_range=slice(-3, None)))
+    got = buf.sample(indices=[0, 9])
+    assert got[0].meta["priority_IS"] > got[1].meta["priority_IS"]
+    with pytest.raises(ValueError, match="groupby"):
+        buf.sample(1, groupby="x")
+
+
+def test_per_sample_batch_weights_and_update_many():
+    buf, per = make(64, priority_power_factor=1.0)
+    for i in range(64):
+        buf.push({"x": torch.tensor([float(i)])}, meta={"priority": 1.0})
+    b = buf.sample_batch(16)
+    assert b.weight.dtype == torch.float32 and b.weight.shape == (16,)
+    assert torch.allclose(b.weight, torch.ones(16))
+    assert b.data["x"].squeeze(1).long().tolist() == b.index
+    ok = buf.update_many(b.index, meta={"priority": np.full(16, 3.0)})
+    assert ok == [True] * 16
+    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
+    assert per._tree.total == pytest.approx(16 * 3.0 + 48 * 1.0)
+    assert buf.update_many([b.index[0], 12345], meta=[{"priority": 2.0}, {"priority": 2.0}]) == [True, False]
+    with pytest.raises(ValueError):
+        buf.update_many(b.index[:2], meta={"priority": [1.0, -2.0]})
+
+
+def test_per_state_dict_round_trip_and_save_load(tmp_path):
+    buf, per = make(8)
+    for i in range(8):
+        buf.push({"x": i}, meta={"priority": float(i + 1)})
+    for _ in range(3):
+        buf.sample(2)
+    state = per.state_dict()
+    torch.save(state, tmp_path / "per.pt")
+    state = torch.load(tmp_path / "per.pt", weights_only=True)
+    buf.save_data(str(tmp_path / "buf.pt"))
+
+    buf2, per2 = make(8)
+    buf2.load_data(str(tmp_path / "buf.pt"))
+    per2.load_state_dict(state)
+    assert per2.sample_count == 3 and per2.max_priority == per.max_priority
+    assert per2._tree.total == pytest.approx(per._tree.total)
+    assert np.allclose(per2._tree.leaves, per._tree.leaves)
+    assert buf2.indices() == buf.indices()
+    with pytest.raises(ValueError):
+        per2.load_state_dict({"max_priority": 1.0})
+
+
+def test_per_with_use_time_check():
+    buf = DequeBuffer(10, seed=0)
+    per = PriorityExperienceReplay(buf)
+    buf.use(per).use(use_time_check(buf, max_use=1))
+    for i in range(10):
+        buf.push(i)
+    seen = [it.index for _ in range(5) for it in buf.sample(2)]
+    assert sorted(seen) == list(range(10)) and buf.count() == 0
+    assert per._tree.total == 0
+
+
+def test_per_needs_deque_buffer_and_valid_args():
+    with pytest.raises(TypeError):
+        PriorityExperienceReplay(object())
+    with pytest.raises(ValueError):
+        PriorityExperienceReplay(DequeBuffer(2), IS_weight_power_factor=2)
