@@ -1,0 +1,318 @@
+"""DQN: double-DQN targets, dueling head, n-step returns, hard/soft target updates, grad clipping.
+
+``DQNPolicy`` bundles one Q-network and three modes:
+
+- ``learn_mode``: a :class:`DQNLearner`, i.e. a ``pipeline.learner.Learner`` whose ``update``
+  trains on a batch (a treetensor tree or a dict of tensors with ``obs``, ``action``, ``reward``,
+  ``next_obs``, ``terminated`` and optionally ``truncated``, ``nstep``, ``weight``).
+- ``collect_mode``: ``forward(obs, eps) -> actions`` (eps-greedy, vectorised over envs).
+- ``eval_mode``: ``forward(obs) -> actions`` (greedy).
+
+``state_dict()`` / ``load_state_dict()`` hold only tensors and plain numbers, so checkpoints load
+with ``torch.load(..., weights_only=True)``.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .model import DQNModel
+
+__all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets']
+
+
+def _policy_cfg(cfg: Mapping) -> Mapping:
+    """Accept a full config (with a ``policy`` section) or the policy section itself."""
+    return cfg['policy'] if 'policy' in cfg else cfg
+
+
+def dqn_targets(reward: torch.Tensor, done: torch.Tensor, next_q_target: torch.Tensor,
+                next_q_online: Optional[torch.Tensor], gamma: Any) -> torch.Tensor:
+    """TD targets ``r + gamma * (1 - done) * Q_target(s', a*)``.
+
+    ``a*`` is the argmax of ``next_q_online`` (double DQN) or of ``next_q_target`` when it is None.
+    ``gamma`` is a float or a per-row tensor (``discount ** nstep`` for n-step returns).
+    """
+    sel = next_q_online if next_q_online is not None else next_q_target
+    a_star = sel.argmax(dim=-1, keepdim=True)
+    next_v = next_q_target.gather(1, a_star).squeeze(1)
+    return reward + gamma * (1.0 - done) * next_v
+
+
+def _make_learner_class():
+    from pipeline.learner import Learner
+
+    class _DQNLearner(Learner):
+        """DQN's learn mode: a ``Learner`` with the DQN TD loss and a target network.
+
+        Loss outputs per update: ``total_loss``, ``q_value`` (mean Q of the taken actions) and
+        ``priority`` (``|TD error|`` per row, in ``last_outputs[module_id]['priority']``).
+        The target net is updated in ``after_gradient_based_update``: hard (copy every
+        ``target_update_freq`` updates) or soft (``theta``-lerp after every update).
+        """
+
+        def __init__(self, model: nn.Module, cfg: Mapping) -> None:
+            p = _policy_cfg(cfg)
+            lc = p['learn']
+            kwargs = dict(lr=lc['learning_rate'], grad_clip=lc.get('grad_clip'))
+            opt_name = str(lc.get('optimizer', 'adam')).lower()
+            if opt_name not in ('adam', 'adamw', 'sgd', 'rmsprop'):
+                raise ValueError(f"policy.learn.optimizer: unknown {opt_name!r}; use adam, adamw, sgd or rmsprop")
+            opt_cls = {'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW, 'sgd': torch.optim.SGD,
+                       'rmsprop': torch.optim.RMSprop}[opt_name]
+            opt_kwargs = dict(lc.get('optimizer_kwargs') or {})
+            if opt_name != 'adam' or opt_kwargs:
+                kwargs['optimizer'] = lambda params, lr: opt_cls(params, lr=lr, **opt_kwargs)
+            super().__init__({Learner.DEFAULT_MODULE_ID: model}, **kwargs)
+            self.module_id = Learner.DEFAULT_MODULE_ID
+            self.model = model
+            self.target_model = copy.deepcopy(model)
+            self.target_model.requires_grad_(False)
+            self.gamma = float(p['discount_factor'])
+            self.nstep = int(p.get('nstep', 1))
+            self.double_dqn = bool(lc.get('double_dqn', True))
+            self.loss_type = lc.get('loss', 'mse')
+            self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
+            self.target_update_type = lc.get('target_update_type', 'hard')
+            self.target_update_freq = int(lc.get('target_update_freq', 100))
+            self.target_theta = lc.get('target_theta')
+            if self.target_update_type == 'soft' and not self.target_theta:
+                raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
+            self.train_iter = 0  # number of update() calls (learner iterations)
+            self._online_params = list(model.parameters())
+            self._target_params = list(self.target_model.parameters())
+
+        # -- Learner hooks -------------------------------------------------------------
+        def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
+            return self.model(batch['obs'])
+
+        def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: torch.Tensor) -> Dict[str, torch.Tensor]:
+            action = batch['action']
+            if action.dtype != torch.int64:
+                action = action.long()
+            if action.dim() == 1:
+                action = action.unsqueeze(1)
+            q_a = fwd_out.gather(1, action).squeeze(1)
+            keys = batch.keys() if hasattr(batch, 'keys') else ()
+            with torch.no_grad():
+                next_obs = batch['next_obs']
+                next_q_t = self.target_model(next_obs)
+                next_q_o = self.model(next_obs) if self.double_dqn else None
+                done = batch['terminated']
+                if self.truncation_as_terminal and 'truncated' in keys:
+                    done = done | batch['truncated']
+                done = done.to(q_a.dtype)
+                if 'nstep' in keys:
+                    gamma = torch.pow(self.gamma, batch['nstep'].to(q_a.dtype))
+                elif self.nstep > 1:
+                    raise ValueError(
+                        f'policy.nstep={self.nstep} but the batch has no "nstep" column: add '
+                        f'nstep_reward_enhancer(cfg) after the collector so transitions carry '
+                        f'n-step returns')
+                else:
+                    gamma = self.gamma
+                reward = batch['reward']
+                if reward.dtype != q_a.dtype:
+                    reward = reward.to(q_a.dtype)
+                target = dqn_targets(reward, done, next_q_t, next_q_o, gamma)
+            td = q_a - target
+            if self.loss_type == 'huber':
+                per_row = F.smooth_l1_loss(q_a, target, reduction='none')
+            else:
+                per_row = td.pow(2)
+            if 'weight' in keys:
+                loss = (per_row * batch['weight'].to(per_row.dtype)).mean()
+            else:
+                loss = per_row.mean()
+            return {'total_loss': loss, 'q_value': q_a.detach().mean(), 'priority': td.detach().abs()}
+
+        def after_gradient_based_update(self, timesteps: Any = None) -> None:
+            super().after_gradient_based_update(timesteps)
+            self.train_iter += 1
+            if self.target_update_type == 'soft':
+                with torch.no_grad():
+                    torch._foreach_lerp_(self._target_params, self._online_params, float(self.target_theta))
+            elif self.train_iter % self.target_update_freq == 0:
+                self.sync_target()
+
+        # -- DQN extras ------------------------------------------------------------------
+        def sync_target(self) -> None:
+            """Copy the online weights into the target network."""
+            with torch.no_grad():
+                torch._foreach_copy_(self._target_params, self._online_params)
+
+        @property
+        def optimizer(self) -> torch.optim.Optimizer:
+            """The Q-network's optimizer."""
+            return self.optimizers[self.module_id]
+
+        def get_extra_state(self) -> Dict[str, Any]:
+            """Target net and DQN iteration counter (tensors and plain values only)."""
+            return {'target_model': self.target_model.state_dict(), 'train_iter': int(self.train_iter)}
+
+        def set_extra_state(self, state: Dict[str, Any]) -> None:
+            if 'target_model' in state:
+                self.target_model.load_state_dict(state['target_model'])
+            if 'train_iter' in state:
+                self.train_iter = int(state['train_iter'])
+
+    _DQNLearner.__name__ = _DQNLearner.__qualname__ = 'DQNLearner'
+    return _DQNLearner
+
+
+_LEARNER_CLS = None
+
+
+def __getattr__(name: str):  # lazily build DQNLearner (it subclasses pipeline.learner.Learner)
+    if name == 'DQNLearner':
+        return get_learner_class()
+    raise AttributeError(name)
+
+
+def get_learner_class():
+    """The ``DQNLearner`` class (built on first use so that ``pipeline.learner`` loads lazily)."""
+    global _LEARNER_CLS
+    if _LEARNER_CLS is None:
+        _LEARNER_CLS = _make_learner_class()
+    return _LEARNER_CLS
+
+
+class DQNCollectMode:
+    """Eps-greedy acting for a batch of envs: ``forward(obs [N, ...], eps) -> actions [N] int64``.
+
+    Runs the online network under ``torch.no_grad`` with no tree conversions; random actions come
+    from a numpy generator seeded by ``seed``.
+    """
+
+    def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
+        self.model = model
+        self.action_shape = int(action_shape)
+        self.rng = np.random.default_rng(seed)
+
+    def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
+        x = torch.as_tensor(obs)
+        if x.dtype != torch.float32:
+            x = x.float()
+        with torch.no_grad():
+            act = self.model(x).argmax(dim=-1).numpy()
+        if eps > 0.0:
+            n = act.shape[0]
+            explore = self.rng.random(n) < eps
+            if explore.any():
+                act = np.where(explore, self.rng.integers(0, self.action_shape, n), act)
+        return act
+
+    __call__ = forward
+
+    def reset(self, env_ids: Any = None) -> None:
+        """No per-env state (kept for API symmetry with recurrent policies)."""
+
+
+class DQNEvalMode:
+    """Greedy acting: ``forward(obs [N, ...]) -> actions [N] int64``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def forward(self, obs: Any) -> np.ndarray:
+        x = torch.as_tensor(obs)
+        if x.dtype != torch.float32:
+            x = x.float()
+        with torch.no_grad():
+            return self.model(x).argmax(dim=-1).numpy()
+
+    __call__ = forward
+
+    def reset(self, env_ids: Any = None) -> None:
+        """No per-env state."""
+
+
+class DQNPolicy:
+    """DQN with its learn, collect and eval modes sharing one Q-network.
+
+    Args:
+        cfg: a full config from ``pipeline.config.compile_config`` or its ``policy`` section.
+        model: a Q-network mapping ``[B, obs]`` to ``[B, actions]``; default ``DQNModel`` built
+            from ``cfg.policy.model`` (``obs_shape`` and ``action_shape`` must then be set, or
+            passed here).
+        obs_shape, action_shape: override the model config's shapes.
+        seed: seeds torch (model init) and the collect mode's exploration generator.
+
+    The learner (and its optimizer) is built on first access to ``learn_mode``, so collector or
+    evaluator nodes never build one.
+    """
+
+    def __init__(self, cfg: Mapping, model: Optional[nn.Module] = None, obs_shape: Any = None,
+                 action_shape: Optional[int] = None, seed: Optional[int] = None) -> None:
+        self.cfg = _policy_cfg(cfg)
+        mc = self.cfg['model']
+        obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
+        action_shape = action_shape if action_shape is not None else mc.get('action_shape')
+        if seed is not None:
+            torch.manual_seed(seed)
+        if model is None:
+            if obs_shape is None or action_shape is None:
+                raise ValueError('DQNPolicy needs policy.model.obs_shape and policy.model.action_shape '
+                                 '(or obs_shape=/action_shape= arguments, or a model=)')
+            model = DQNModel(obs_shape, int(action_shape), mc.get('encoder_hidden_size_list', (128, 128, 64)),
+                             dueling=mc.get('dueling', True), head_hidden_size=mc.get('head_hidden_size'),
+                             head_layer_num=mc.get('head_layer_num', 1))
+        elif action_shape is None:
+            action_shape = getattr(model, 'action_shape', None)
+            if action_shape is None:
+                raise ValueError('pass action_shape= when giving a custom model')
+        self.model = model
+        self.action_shape = int(action_shape)
+        self._seed = seed
+        self._learn = None
+        self._collect = None
+        self._eval = None
+        self._pending_learn_state: Optional[Mapping[str, Any]] = None
+
+    @property
+    def learn_mode(self):
+        """The :class:`DQNLearner` (built on first access)."""
+        if self._learn is None:
+            self._learn = get_learner_class()(self.model, self.cfg)
+            if self._pending_learn_state is not None:
+                self._learn.set_state(self._pending_learn_state)
+                self._pending_learn_state = None
+        return self._learn
+
+    @property
+    def collect_mode(self) -> DQNCollectMode:
+        if self._collect is None:
+            self._collect = DQNCollectMode(self.model, self.action_shape, self._seed)
+        return self._collect
+
+    @property
+    def eval_mode(self) -> DQNEvalMode:
+        if self._eval is None:
+            self._eval = DQNEvalMode(self.model)
+        return self._eval
+
+    def state_dict(self) -> Dict[str, Any]:
+        """``{'model': ..., 'learn': {...}}`` with the learner's part only if it was built."""
+        sd: Dict[str, Any] = {'model': self.model.state_dict()}
+        if self._learn is not None:
+            sd['learn'] = self._learn.get_state()
+        elif self._pending_learn_state is not None:
+            sd['learn'] = self._pending_learn_state
+        return sd
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Load a ``state_dict()``; the learner part waits until the learner is built."""
+        if 'model' not in sd:
+            raise KeyError(f'not a DQNPolicy state dict: no "model" key (keys: {list(sd)})')
+        self.model.load_state_dict(sd['model'])
+        learn = sd.get('learn')
+        if learn is not None:
+            if self._learn is not None:
+                self._learn.set_state(learn)
+            else:
+                self._pending_learn_state = learn
