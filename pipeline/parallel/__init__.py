@@ -1,0 +1,28 @@
+"""Running a pipeline as several nodes: the ZeroMQ message bus, its safe codec and the launcher.
+
+``import pipeline.parallel`` is light: zmq is imported when a router starts. Main names:
+
+* ``ZmqRouter`` (alias ``Parallel``): the ``pipeline.router.Router`` that carries events between nodes.
+* ``configure(**router_kwargs)``: make ``task.start()`` in this process use a ``ZmqRouter``.
+* ``codec.encode/decode``: the pickle-free wire format.
+* ``rlpipe run ...`` (``pipeline.parallel.cli``): start nodes as local processes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ZmqRouter", "Parallel", "BackpressureTimeout", "configure", "MissingKeyError", "PEER_DEAD",
+           "PEER_LEFT", "PEER_JOINED"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ZmqRouter", "Parallel", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
+        from . import zmq_router
+        return zmq_router.ZmqRouter if name == "Parallel" else getattr(zmq_router, name)
+    if name == "MissingKeyError":
+        from .keys import MissingKeyError
+        return MissingKeyError
+    if name == "configure":
+        from .launch import configure
+        return configure
+    raise AttributeError(f"module 'pipeline.parallel' has no attribute {name!r}")

@@ -1,0 +1,102 @@
+"""The ``rlpipe`` console script.
+
+    rlpipe run --package . --main examples.dqn_cartpole.main --parallel-workers 4 --topology mesh
+
+starts 4 nodes of the pipeline as local processes (node 0 learner, nodes 1-2 collectors, node 3 evaluator
+unless ``--roles`` says otherwise). A node on another machine joins a running group with, e.g.::
+
+    # machine A (10.0.0.1)
+    export RLPIPE_KEY=...   # the same secret on every machine
+    rlpipe run --main examples.dqn_cartpole.main --roles learner --node-ids 0 --ports 50515 --address 10.0.0.1
+    # machine B (10.0.0.2)
+    rlpipe run --main examples.dqn_cartpole.main --roles collector --node-ids 1 --ports 50516 \\
+        --address 10.0.0.2 --attach-to tcp://10.0.0.1:50515
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rlpipe", description="rlpipe command line",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a pipeline as one or several nodes",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    run.add_argument("--package", default=".", help="directory to import --main from (put on sys.path)")
+    run.add_argument("--main", required=True, help="function to run in every node: package.module.function")
+    run.add_argument("--parallel-workers", type=int, default=1, help="number of local node processes")
+    run.add_argument("--topology", choices=["mesh", "star", "alone"], default="mesh",
+                     help="mesh: all to all; star: all to the smallest node id; alone: only --attach-to")
+    run.add_argument("--protocol", choices=["tcp", "ipc"], default="tcp")
+    run.add_argument("--address", default="127.0.0.1",
+                     help="interface to listen on (tcp); loopback by default, name another one on purpose")
+    run.add_argument("--advertise", default=None,
+                     help="address announced to peers if it differs from the listen address (NAT, 0.0.0.0)")
+    run.add_argument("--ports", default=None,
+                     help=f"tcp ports: one start port (nodes get consecutive ports) or a comma list "
+                          f"[default: 50515...]")
+    run.add_argument("--node-ids", default=None, help="node ids: a start id or a comma list [default: 0...]")
+    run.add_argument("--attach-to", default="",
+                     help="comma list of addresses of running nodes to join, e.g. tcp://10.0.0.1:50515")
+    run.add_argument("--labels", default=None,
+                     help="node labels: 'a,b' for every node, or per node separated by ':' ('a:b:b')")
+    run.add_argument("--roles", default=None,
+                     help="node roles (learner, collector, evaluator, fetcher): 'learner' for every node or "
+                          "per node separated by ':' ('learner:collector:collector:evaluator'; several roles of "
+                          "one node with ',' or '+'); 'none' for no roles. Default with N>1 workers: node 0 "
+                          "learner, the last evaluator, the others collectors")
+    run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
+    run.add_argument("--auto-recover", action="store_true", help="restart a node that fails")
+    run.add_argument("--max-retries", type=int, default=3, help="restarts per node with --auto-recover")
+    run.add_argument("--stop-on-failure", action="store_true",
+                     help="stop every node when one fails for good (and finish the task when a peer is "
+                          "declared dead); default: the others go on")
+    run.add_argument("--heartbeat-interval", type=float, default=0.5, help="seconds between heartbeats")
+    run.add_argument("--heartbeat-timeout", type=float, default=5.0,
+                     help="seconds of silence after which a peer is declared dead")
+    run.add_argument("--startup-timeout", type=float, default=30.0,
+                     help="longest wait in task.start() for the expected peers")
+    run.add_argument("--stop-grace", type=float, default=10.0,
+                     help="seconds nodes get to stop after SIGTERM before SIGKILL")
+    run.add_argument("--key-file", default=None,
+                     help="file with the shared key (default: $RLPIPE_KEY, $RLPIPE_KEY_FILE, or a random key "
+                          "for runs on this machine only)")
+    run.add_argument("--log-level", default="INFO")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the ``rlpipe`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="[launcher] %(asctime)s %(levelname)s %(message)s")
+    from .keys import MissingKeyError
+    from .launch import Launcher, plan_nodes
+    attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
+    try:
+        specs = plan_nodes(args.parallel_workers, topology=args.topology, protocol=args.protocol,
+                           address=args.address, ports=args.ports, node_ids=args.node_ids, attach_to=attach,
+                           labels=args.labels, roles=args.roles, heartbeat_interval=args.heartbeat_interval,
+                           heartbeat_timeout=args.heartbeat_timeout, startup_timeout=args.startup_timeout,
+                           stop_on_peer_failure=args.stop_on_failure, advertise=args.advertise)
+        launcher = Launcher(specs, args.main, package=args.package, startup_interval=args.startup_interval,
+                            auto_recover=args.auto_recover, max_retries=args.max_retries,
+                            stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,
+                            key_file=args.key_file,
+                            extra_env={"RLPIPE_LOG_LEVEL": args.log_level.upper()})
+    except (ValueError, MissingKeyError) as e:
+        print(f"rlpipe run: error: {e}", file=sys.stderr)
+        return 2
+    if not os.path.isdir(launcher.package):
+        print(f"rlpipe run: error: --package {args.package!r} is not a directory", file=sys.stderr)
+        return 2
+    return launcher.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

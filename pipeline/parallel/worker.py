@@ -1,0 +1,123 @@
+"""Entry point of one node started by ``rlpipe run``: ``python -m pipeline.parallel.worker --main M``.
+
+Ties the process to its launcher (it dies when the launcher dies), turns SIGTERM into KeyboardInterrupt
+so the task's context manager cleans up (the router says goodbye to its peers), configures the router
+from ``RLPIPE_NODE`` and calls the user's main.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from .launch import PARENT_ENV, configure_from_env
+
+log = logging.getLogger("rlpipe.worker")
+
+
+def die_with_parent() -> None:
+    """Make this process receive SIGTERM when its parent dies (Linux prctl), and watch the parent in a
+    thread as a fallback (other systems, or a parent that died before prctl)."""
+    expected = int(os.environ.get(PARENT_ENV, "0") or 0)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if not expected:
+        return
+    if os.getppid() != expected:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != expected:
+                log.error("the launcher (pid %d) is gone: stopping this node", expected)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10.0)
+                os._exit(1)
+
+    threading.Thread(target=watch, name="rlpipe-parent-watch", daemon=True).start()
+
+
+def _install_signal_handlers() -> None:
+    state = {"stopping": False}
+
+    def handler(signum: int, frame: Any) -> None:
+        if state["stopping"]:
+            return  # already shutting down; the launcher kills us if that takes too long
+        state["stopping"] = True
+        log.warning("received %s: stopping", signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def load_main(path: str) -> Callable[[], Any]:
+    """``"pkg.module.func"`` -> the function; ``"pkg.module"`` -> its ``main``."""
+    module_name, _, attr = path.rpartition(".")
+    errors = []
+    if module_name:
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+            if callable(fn):
+                return fn
+            errors.append(f"{module_name}.{attr} is not callable")
+        except ModuleNotFoundError as e:
+            if e.name and not module_name.startswith(e.name) and not (e.name or "").startswith(module_name):
+                raise  # the module exists but imports something missing: show that error
+            errors.append(str(e))
+        except AttributeError:
+            errors.append(f"module {module_name} has no attribute {attr!r}")
+    try:
+        mod = importlib.import_module(path)
+    except ModuleNotFoundError as e:
+        if e.name and not path.startswith(e.name):
+            raise
+        errors.append(str(e))
+    else:
+        fn = getattr(mod, "main", None)
+        if callable(fn):
+            return fn
+        errors.append(f"module {path} has no main()")
+    raise SystemExit(f"--main {path!r}: cannot find the function to run ({'; '.join(errors)}); give "
+                     "'package.module.function' importable from --package")
+
+
+def main(argv: Any = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.parallel.worker")
+    ap.add_argument("--main", required=True)
+    ap.add_argument("--package", default=".")
+    args = ap.parse_args(argv)
+    die_with_parent()
+    _install_signal_handlers()
+    package = os.path.abspath(args.package)
+    if package not in sys.path:
+        sys.path.insert(0, package)
+    spec = configure_from_env()
+    node = spec.node_id if spec is not None else "?"
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
+                            format=f"[node {node}] %(asctime)s %(levelname)s %(name)s: %(message)s")
+    fn = load_main(args.main)
+    try:
+        fn()
+    except KeyboardInterrupt:
+        log.warning("node %s interrupted", node)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,746 @@
+"""ZeroMQ message bus between rlpipe nodes: ``ZmqRouter``.
+
+Transport
+    Every node binds one PULL socket (its *address*, ``tcp://127.0.0.1:PORT`` or ``ipc:///path``) and keeps
+    one PUSH socket per peer, so each pair of nodes has exactly one path in each direction and an event
+    reaches each peer exactly once. A node learns its peers by a handshake: it sends HELLO to the addresses
+    it was given (the group's addresses, filtered by the topology, plus ``attach_to``); the receiver
+    connects back to the address announced in the HELLO and answers ACK. In a ``mesh`` the ACK also lists
+    the receiver's peers, so a late joiner that attached to one node connects to the whole group.
+
+Topologies
+    ``mesh``: connect to every node of the group. ``star``: every node connects to the centre (the
+    smallest node id of the group) only; the centre talks to everyone, the others only to the centre.
+    ``alone``: connect only to ``attach_to``. In all topologies a node accepts nodes that attach to it.
+
+Authentication and safety
+    Every message carries an HMAC-SHA256 under the shared key over its header and body (large binary
+    payloads travel as separate frames, covered through a SHA-256 digest). A message that fails the check
+    or is malformed is dropped and counted (``stats``) before anything in it is decoded. Payloads use the
+    safe codec in ``pipeline.parallel.codec`` (no pickle). Each message names the receiver's id and
+    incarnation and carries a per-pair sequence number, so duplicates and replays are dropped too.
+
+Backpressure
+    High-water marks bound every queue. A sender whose peer does not keep up blocks in ``emit`` (polling
+    in short slices, released by ``stop`` or by the peer being declared dead) for at most
+    ``send_timeout`` seconds, then gets ``BackpressureTimeout``. Nothing is dropped silently: a message
+    for a dead or unknown peer is counted in ``stats["undeliverable"]`` and logged.
+
+Liveness
+    Nodes send heartbeats every ``heartbeat_interval`` s; a peer silent for ``heartbeat_timeout`` s is
+    declared dead: ``"__peer_dead__", (node_id,), {}`` is delivered through ``on_message`` (and
+    ``"__finish__"`` too when ``stop_on_peer_failure``). A peer that stops cleanly sends BYE
+    (``"__peer_left__"``); a new peer produces ``"__peer_joined__"``. While a local listener runs for a
+    long time the silence of peers is not held against them.
+
+Threads
+    ``on_message`` is called from one receiver thread, in arrival order. ``emit`` may be called from any
+    thread.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import logging
+import os
+import secrets
+import socket as _socket
+import struct
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+from ..router import Router
+from . import codec
+from .keys import resolve_key
+
+log = logging.getLogger("rlpipe.parallel")
+
+__all__ = ["ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED", "FINISH"]
+
+PEER_DEAD = "__peer_dead__"
+PEER_LEFT = "__peer_left__"
+PEER_JOINED = "__peer_joined__"
+FINISH = "__finish__"
+
+TOPOLOGIES = ("mesh", "star", "alone")
+
+# Wire header (after the 32-byte MAC): magic, version, kind, sender id, sender session, dest id,
+# dest session, seq, number of extra frames.
+_HEADER = struct.Struct("<2sBBiQiQQI")
+_MAGIC = b"RP"
+_VERSION = 1
+_MAC_LEN = 32
+K_DATA, K_HELLO, K_ACK, K_HEARTBEAT, K_BYE = 1, 2, 3, 4, 5
+_KIND_NAMES = {K_DATA: "data", K_HELLO: "hello", K_ACK: "ack", K_HEARTBEAT: "heartbeat", K_BYE: "bye"}
+_LEN = struct.Struct("<Q")
+
+
+class BackpressureTimeout(TimeoutError):
+    """A peer did not accept a message within ``send_timeout`` seconds (it is alive but not reading)."""
+
+
+def _digest(buffers: Sequence[Any]) -> bytes:
+    """SHA-256 over the out-of-band frames (length-prefixed), bound into the MAC of the first frame."""
+    h = hashlib.sha256()
+    for b in buffers:
+        n = b.nbytes if isinstance(b, memoryview) else len(b)
+        h.update(_LEN.pack(n))
+        h.update(b)
+    return h.digest()
+
+
+def is_local_address(address: str) -> bool:
+    """True for ipc/inproc addresses and tcp addresses on the loopback interface."""
+    if address.startswith(("ipc://", "inproc://")):
+        return True
+    if not address.startswith("tcp://"):
+        return False
+    host = address[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+class _Peer:
+    __slots__ = ("node_id", "session", "address", "labels", "roles", "sock", "lock", "next_seq", "last_seen",
+                 "alive", "warned")
+
+    def __init__(self, node_id: int, session: int, address: str, labels: Iterable[str], roles: Iterable[str],
+                 sock: Any) -> None:
+        self.node_id = node_id
+        self.session = session
+        self.address = address
+        self.labels = set(labels)
+        self.roles = set(roles)
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.next_seq = 1
+        self.last_seen = time.monotonic()
+        self.alive = True
+        self.warned = False
+
+
+class _Probe:
+    __slots__ = ("address", "sock", "token", "last_sent")
+
+    def __init__(self, address: str, sock: Any, token: int) -> None:
+        self.address = address
+        self.sock = sock
+        self.token = token
+        self.last_sent = 0.0
+
+
+class ZmqRouter(Router):
+    """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
+
+    Args:
+        node_id: this node's id (unique in the group).
+        address: where to listen: ``tcp://HOST:PORT`` (``PORT`` may be ``*`` for a free port) or
+            ``ipc:///path``. Defaults to a free port on 127.0.0.1. Use a non-loopback host only on purpose.
+        peers: the group's nodes as ``{node_id: address}`` (this node may be included). Which of them this
+            node connects to depends on ``topology``.
+        topology: ``"mesh"``, ``"star"`` or ``"alone"``.
+        attach_to: extra addresses to connect to (nodes of a running group, possibly on other machines).
+        labels, roles: this node's labels and roles, announced to peers (``peer_info``); ``roles`` is also
+            read by the task runtime when ``task.start`` gets no roles.
+        key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
+        advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0).
+        heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
+        expected_peers: ``start`` waits (at most ``startup_timeout`` s) until this many peers are connected.
+            Default: the number of addresses this node connects to.
+        send_timeout: longest time ``emit`` blocks on one peer under backpressure.
+        hwm: high-water mark (messages) of each send and receive queue.
+        linger: seconds ``stop`` waits to flush messages still queued.
+        stop_on_peer_failure: also deliver ``"__finish__"`` when a peer is declared dead.
+        max_message_size: larger incoming frames make ZeroMQ drop the connection (bytes; -1: no limit).
+    """
+
+    is_active = True
+
+    def __init__(self, node_id: int = 0, address: Optional[str] = None,
+                 peers: Optional[Mapping[int, str]] = None, topology: str = "mesh",
+                 attach_to: Sequence[str] = (), labels: Optional[Iterable[str]] = None,
+                 roles: Optional[Iterable[str]] = None, key: Optional[Any] = None, advertise: Optional[str] = None,
+                 heartbeat_interval: float = 0.5, heartbeat_timeout: float = 5.0,
+                 expected_peers: Optional[int] = None, startup_timeout: float = 30.0,
+                 send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
+                 stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31) -> None:
+        super().__init__(node_id=int(node_id), labels=labels)
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
+        if heartbeat_timeout <= heartbeat_interval:
+            raise ValueError(f"heartbeat_timeout ({heartbeat_timeout}) must be larger than heartbeat_interval "
+                             f"({heartbeat_interval})")
+        self.roles: Set[str] = {str(r) for r in (roles or ())}
+        self.topology = topology
+        self.bind_address = address or "tcp://127.0.0.1:*"
+        self.group: Dict[int, str] = {int(k): v for k, v in (peers or {}).items()}
+        self.attach_to = list(attach_to)
+        self.advertise = advertise
+        self.heartbeat_interval = float(heartbeat_interval)
+        self.heartbeat_timeout = float(heartbeat_timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.send_timeout = float(send_timeout)
+        self.hwm = int(hwm)
+        self.linger = float(linger)
+        self.stop_on_peer_failure = bool(stop_on_peer_failure)
+        self.max_message_size = int(max_message_size)
+        all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
+        self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
+        self._hmac = hmac.new(self._key, digestmod=hashlib.sha256)  # keyed once; copied per message
+        self.session = secrets.randbits(63) | 1
+        self.address: Optional[str] = None  # the announced address, known after start()
+        self._seeds = self._seed_addresses()
+        self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
+        self.stats: Dict[str, int] = dict.fromkeys(
+            ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
+             "gaps", "control_sent", "control_received"), 0)
+        self._peers: Dict[int, _Peer] = {}
+        self._probes: Dict[int, _Probe] = {}
+        self._state_lock = threading.RLock()
+        self._rx_seq: Dict[tuple, int] = {}
+        self._notices: deque = deque()
+        self._stopping = threading.Event()
+        self._started = False
+        self._stopped = False
+        self._on_message: Optional[Callable[[str, tuple, dict], None]] = None
+        self._ctx: Any = None
+        self._pull: Any = None
+        self._threads: List[threading.Thread] = []
+        self._grace_from = 0.0
+        self._in_handler = False
+        self._peer_change = threading.Condition(self._state_lock)
+        self._tokens = itertools.count(secrets.randbits(32) << 20)
+
+    # ------------------------------------------------------------------ set-up
+    def _seed_addresses(self) -> List[str]:
+        others = {i: a for i, a in self.group.items() if i != self.node_id}
+        if self.topology == "mesh":
+            seeds = list(others.values())
+        elif self.topology == "star":
+            centre = min([self.node_id, *self.group])
+            seeds = [others[centre]] if centre != self.node_id else []
+        else:
+            seeds = []
+        for a in self.attach_to:
+            if a not in seeds:
+                seeds.append(a)
+        return seeds
+
+    def _new_push(self, address: str) -> Any:
+        import zmq
+        s = self._ctx.socket(zmq.PUSH)
+        s.setsockopt(zmq.SNDHWM, self.hwm)
+        s.setsockopt(zmq.IMMEDIATE, 1)  # queue only on a live connection: a dead peer pushes back
+        s.setsockopt(zmq.LINGER, int(self.linger * 1000))
+        s.setsockopt(zmq.RECONNECT_IVL, 100)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        s.connect(address)
+        return s
+
+    def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
+        """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
+        ``expected_peers`` peers."""
+        import zmq
+        if self._started:
+            raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
+        self._started = True
+        self._on_message = on_message
+        self._ctx = zmq.Context()
+        pull = self._ctx.socket(zmq.PULL)
+        pull.setsockopt(zmq.RCVHWM, self.hwm)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.setsockopt(zmq.MAXMSGSIZE, self.max_message_size)
+        try:
+            if self.bind_address.startswith("ipc://"):
+                os.makedirs(os.path.dirname(self.bind_address[len("ipc://"):]) or ".", exist_ok=True)
+            pull.bind(self.bind_address)
+        except zmq.ZMQError as e:
+            pull.close(0)
+            self._ctx.term()
+            raise OSError(f"node {self.node_id} cannot listen on {self.bind_address}: {e} (is another node or "
+                          "program using this port? choose other --ports)") from None
+        self._pull = pull
+        bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.address = self.advertise or self._announceable(bound)
+        for a in self._seeds:
+            if is_local_address(a) != is_local_address(self.address) and not self.advertise:
+                log.warning("node %d listens on %s but connects to %s: the peer cannot connect back unless "
+                            "this node listens on an interface it can reach (--address)", self.node_id,
+                            self.address, a)
+        with self._state_lock:
+            for a in self._seeds:
+                self._add_probe(a)
+        log.info("node %d listening on %s (topology %s, %d seed address(es))", self.node_id, self.address,
+                 self.topology, len(self._seeds))
+        for target, name in ((self._recv_loop, "recv"), (self._monitor_loop, "heartbeat")):
+            t = threading.Thread(target=target, name=f"rlpipe-{name}-{self.node_id}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.expected_peers:
+            self.wait_for_peers(self.expected_peers, self.startup_timeout)
+
+    def _announceable(self, bound: str) -> str:
+        if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
+            port = bound.rsplit(":", 1)[1]
+            try:
+                host = _socket.gethostbyname(_socket.gethostname())
+            except OSError:
+                host = _socket.gethostname()
+            return f"tcp://{host}:{port}"
+        return bound
+
+    def wait_for_peers(self, n: int, timeout: float) -> bool:
+        """Block until at least ``n`` peers are connected, at most ``timeout`` s (also released by stop).
+        Returns whether they are; logs the missing seeds otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._peer_change:
+            while self._n_alive() < n and not self._stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._peer_change.wait(min(left, 0.1))
+            ok = self._n_alive() >= n
+            missing = [p.address for p in self._probes.values()]
+        if not ok and not self._stopping.is_set():
+            log.warning("node %d: only %d of %d expected peers connected after %.1f s; still waiting in the "
+                        "background for %s", self.node_id, self._n_alive(), n, timeout, missing or "new nodes")
+        return ok
+
+    def _n_alive(self) -> int:
+        return sum(1 for p in self._peers.values() if p.alive)
+
+    @property
+    def peers(self) -> List[int]:
+        """Ids of the connected (alive) peers."""
+        with self._state_lock:
+            return sorted(i for i, p in self._peers.items() if p.alive)
+
+    def peer_info(self, node_id: int) -> Dict[str, Any]:
+        """What a peer announced: address, labels, roles, and whether it is alive."""
+        with self._state_lock:
+            p = self._peers[node_id]
+            return {"address": p.address, "labels": set(p.labels), "roles": set(p.roles), "alive": p.alive}
+
+    # ------------------------------------------------------------------ sending
+    def _frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
+                buffers: Sequence[Any], digest: bytes) -> List[Any]:
+        head = _HEADER.pack(_MAGIC, _VERSION, kind, self.node_id, self.session, peer_id, peer_session, seq,
+                            len(buffers))
+        body = head + meta
+        h = self._hmac.copy()
+        h.update(body + digest)
+        return [h.digest() + body, *buffers]
+
+    def _send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[_Peer]) -> bool:
+        """Send one message; under backpressure wait in short slices until ``block_until``.
+        Returns False if the peer died or the router stopped meanwhile."""
+        import zmq
+        big = len(frames) > 1
+        while True:
+            try:
+                if big:
+                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                else:
+                    sock.send(frames[0], zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                pass
+            if peer is not None and not peer.alive:
+                return False
+            now = time.monotonic()
+            if now >= block_until:
+                raise BackpressureTimeout(
+                    f"node {self.node_id}: node {peer.node_id if peer else '?'} accepted no message for "
+                    f"{self.send_timeout:.1f} s (its queue of {self.hwm} messages is full and it is alive but "
+                    "not reading, or it is not connected yet); raise send_timeout or make it consume faster")
+            if self._stopping.is_set() and peer is not None and not self._flushing:
+                return False
+            sock.poll(int(min(0.05, block_until - now) * 1000) + 1, zmq.POLLOUT)
+
+    _flushing = False
+
+    def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
+        """Send ``event`` to every connected peer (``to=None``) or to node ``to``, exactly once each.
+
+        Blocks under backpressure (bounded by ``send_timeout``). Raises ``codec.EncodeError`` for values
+        the safe codec cannot carry. A message for a dead or unknown peer is counted and logged."""
+        if not self._started or self._stopped:
+            raise RuntimeError(f"node {self.node_id}: emit({event!r}) on a router that is not running "
+                               "(call start() first; after stop() build a new router)")
+        meta, buffers = codec.encode((event, tuple(args), dict(kwargs or {})))
+        digest = _digest(buffers) if buffers else b""
+        with self._state_lock:
+            if to is None:
+                targets = [p for p in self._peers.values() if p.alive]
+            else:
+                p = self._peers.get(int(to))
+                if p is None or not p.alive:
+                    self.stats["undeliverable"] += 1
+                    log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
+                                "dead or gone" if p is not None else
+                                f"not connected (connected: {self.peers}; topology {self.topology})")
+                    return
+                targets = [p]
+        for p in targets:
+            self._send_to(p, K_DATA, meta, buffers, digest, event)
+
+    def _send_to(self, p: _Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
+                 what: str, timeout: Optional[float] = None) -> bool:
+        """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
+        ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout."""
+        patient = timeout is None
+        wait = self.send_timeout if patient else timeout
+        deadline = time.monotonic() + wait
+        got = p.lock.acquire(timeout=wait) if wait > 0 else p.lock.acquire(blocking=False)
+        if not got:
+            if patient:
+                self.stats["undeliverable"] += 1
+                raise BackpressureTimeout(f"node {self.node_id}: waited {wait:.1f} s for other threads sending "
+                                          f"to node {p.node_id}")
+            return False
+        try:
+            if not p.alive or p.sock is None:
+                ok = False
+            else:
+                frames = self._frames(kind, p.node_id, p.session, p.next_seq, meta, buffers, digest)
+                try:
+                    ok = self._send(p.sock, frames, deadline, p)
+                except BackpressureTimeout:
+                    if patient:
+                        self.stats["undeliverable"] += 1
+                        raise
+                    ok = False
+                if ok:
+                    p.next_seq += 1
+        finally:
+            p.lock.release()
+        if kind == K_DATA:
+            if ok:
+                self.stats["sent"] += 1
+            else:
+                self.stats["undeliverable"] += 1
+                log.warning("node %d: event %r for node %d not delivered: the peer died or the router stopped",
+                            self.node_id, what, p.node_id)
+        elif ok:
+            self.stats["control_sent"] += 1
+        return ok
+
+    @staticmethod
+    def _send_nowait(sock: Any, frames: List[Any]) -> bool:
+        import zmq
+        try:
+            sock.send(frames[0], zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def _announce(self) -> Dict[str, Any]:
+        return {"address": self.address, "labels": sorted(self.labels), "roles": sorted(self.roles),
+                "topology": self.topology}
+
+    def _add_probe(self, address: str) -> None:
+        token = next(self._tokens)
+        self._probes[token] = _Probe(address, self._new_push(address), token)
+
+    def _send_hello(self, probe: _Probe) -> None:
+        msg = self._announce()
+        msg["token"] = probe.token
+        frames = self._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")
+        if self._send_nowait(probe.sock, frames):
+            self.stats["control_sent"] += 1
+        probe.last_sent = time.monotonic()
+
+    # ------------------------------------------------------------------ receiving
+    def _recv_loop(self) -> None:
+        import zmq
+        pull = self._pull
+        pull.setsockopt(zmq.RCVTIMEO, 100)  # wake up regularly for notices and the stop flag
+        stopping = self._stopping
+        recv = pull.recv
+        handle = self._handle
+        try:
+            while not stopping.is_set():
+                if self._notices:
+                    self._deliver_notices()
+                try:
+                    first = recv()
+                except zmq.Again:
+                    continue
+                frames = [first]
+                while pull.rcvmore:
+                    frames.append(recv(copy=False).buffer)
+                handle(frames)
+        except zmq.ContextTerminated:
+            pass
+        except Exception:  # a bug here must not go unnoticed: peers would see this node as dead
+            log.exception("node %d: receiver thread crashed", self.node_id)
+            raise
+
+    def _drop(self, counter: str, why: str) -> None:
+        self.stats[counter] += 1
+        n = self.stats[counter]
+        if n <= 5 or n % 1000 == 0:
+            log.warning("node %d: dropped a message (%s): %s [%d so far]", self.node_id, counter, why, n)
+
+    def _handle(self, frames: List[Any]) -> None:
+        first = frames[0]
+        if len(first) < _MAC_LEN + _HEADER.size:
+            self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
+            return
+        body = first[_MAC_LEN:]
+        extra = frames[1:]
+        h = self._hmac.copy()
+        h.update(body + _digest(extra) if extra else body)
+        expected = h.digest()
+        if not hmac.compare_digest(expected, first[:_MAC_LEN]):
+            self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
+            return
+        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _HEADER.unpack_from(body)
+        if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
+            self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
+            return
+        if kind != K_HELLO:
+            if dest != self.node_id or dest_session != self.session:
+                self._drop("misrouted", f"{_KIND_NAMES[kind]} from node {sender} for node {dest} (session "
+                           f"{dest_session:x}), this is node {self.node_id} (session {self.session:x})")
+                return
+            rx_key = (sender, session)
+            last = self._rx_seq.get(rx_key, 0)
+            if seq <= last:
+                self._drop("duplicates", f"{_KIND_NAMES[kind]} #{seq} from node {sender} already seen (#{last})")
+                return
+            if seq != last + 1 and last:
+                self.stats["gaps"] += 1
+                log.warning("node %d: %d message(s) from node %d missing before #%d", self.node_id,
+                            seq - last - 1, sender, seq)
+            self._rx_seq[rx_key] = seq
+        try:
+            value = codec.decode(body[_HEADER.size:], extra)
+        except codec.DecodeError as e:
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
+            return
+        peer = self._peers.get(sender)
+        if peer is not None and peer.session == session:
+            peer.last_seen = time.monotonic()
+            if not peer.alive and kind in (K_DATA, K_HEARTBEAT):
+                self._revive(peer)
+        if kind == K_DATA:
+            if not (isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], str)
+                    and isinstance(value[1], tuple) and isinstance(value[2], dict)
+                    and all(isinstance(k, str) for k in value[2])):
+                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs)")
+                return
+            self.stats["received"] += 1
+            self._deliver(*value)
+            return
+        self.stats["control_received"] += 1
+        if kind == K_HEARTBEAT:
+            return
+        if kind == K_BYE:
+            if peer is not None and peer.session == session and peer.alive:
+                log.info("node %d: node %d left", self.node_id, sender)
+                self._lose(peer, PEER_LEFT)
+                self._deliver_notices()
+            return
+        if not isinstance(value, dict) or not isinstance(value.get("address"), str) \
+                or not isinstance(value.get("token"), int):
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
+            return
+        if kind == K_HELLO:
+            self._on_hello(sender, session, value)
+        else:
+            self._on_ack(sender, session, value)
+        self._deliver_notices()
+
+    def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
+        t0 = time.monotonic()
+        self._in_handler = True
+        try:
+            self._on_message(event, args, kwargs)  # type: ignore[misc]
+        except Exception:
+            log.exception("node %d: listener of remote event %r raised", self.node_id, event)
+        finally:
+            self._in_handler = False
+        if time.monotonic() - t0 > self.heartbeat_interval:
+            # We were not reading: do not hold the peers' silence during that time against them.
+            self._grace_from = time.monotonic()
+
+    def _deliver_notices(self) -> None:
+        while self._notices:
+            event, args = self._notices.popleft()
+            self._deliver(event, args, {})
+
+    # ------------------------------------------------------------------ membership
+    def _register(self, node_id: int, session: int, info: Dict[str, Any], sock: Any = None) -> _Peer:
+        """Create or refresh the peer entry for (node_id, session); caller holds the state lock."""
+        old = self._peers.get(node_id)
+        if old is not None and old.session == session and old.alive:
+            if sock is not None:
+                sock.close(0)
+            return old
+        if old is not None:
+            if old.alive:
+                log.warning("node %d: node %d restarted (new session); replacing its connection", self.node_id,
+                            node_id)
+            self._close_peer(old)
+        if sock is None:
+            sock = self._new_push(info["address"])
+        labels = [x for x in info.get("labels", ()) if isinstance(x, str)]
+        roles = [x for x in info.get("roles", ()) if isinstance(x, str)]
+        peer = _Peer(node_id, session, info["address"], labels, roles, sock)
+        self._peers[node_id] = peer
+        log.info("node %d: connected to node %d at %s (roles %s, labels %s)", self.node_id, node_id,
+                 info["address"], sorted(peer.roles) or "-", sorted(peer.labels) or "-")
+        self._notices.append((PEER_JOINED, (node_id,)))
+        self._peer_change.notify_all()
+        return peer
+
+    def _on_hello(self, sender: int, session: int, info: Dict[str, Any]) -> None:
+        if sender == self.node_id:
+            if session != self.session:
+                log.error("node %d: another node at %s uses the same node id %d; ignoring it (give every node "
+                          "a unique --node-ids)", self.node_id, info["address"], sender)
+            return
+        with self._state_lock:
+            if self._stopping.is_set():
+                return
+            peer = self._register(sender, session, info)
+        ack = self._announce()
+        ack["token"] = info["token"]
+        if self.topology == "mesh" and info.get("topology") == "mesh":
+            with self._state_lock:
+                ack["peers"] = [[i, p.address] for i, p in self._peers.items() if p.alive and i != sender]
+        self._send_to(peer, K_ACK, codec.encode(ack)[0], (), b"", "ack", timeout=0.5)
+
+    def _on_ack(self, sender: int, session: int, info: Dict[str, Any]) -> None:
+        with self._state_lock:
+            if self._stopping.is_set():
+                return
+            probe = self._probes.pop(info["token"], None)
+            if probe is None:
+                return  # a repeated ACK for a probe already settled
+            peer = self._peers.get(sender)
+            if peer is not None and peer.session == session and peer.alive:
+                probe.sock.close(0)  # we already have a connection to this node (it contacted us first)
+            else:
+                self._register(sender, session, info, sock=probe.sock)
+            known = {p.address for p in self._probes.values()}
+            for item in info.get("peers", ()):
+                if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                        and isinstance(item[1], str) and item[0] != self.node_id):
+                    other = self._peers.get(item[0])
+                    if (other is None or not other.alive) and item[1] not in known:
+                        self._add_probe(item[1])
+                        known.add(item[1])
+
+    def _close_peer(self, p: _Peer) -> None:
+        p.alive = False
+        if p.lock.acquire(timeout=1.0):  # a sender polls p.alive every 50 ms and lets go
+            try:
+                if p.sock is not None:
+                    p.sock.close(0)
+                    p.sock = None
+            finally:
+                p.lock.release()
+        else:
+            log.warning("node %d: could not close the connection to node %d (a sender holds it)", self.node_id,
+                        p.node_id)
+
+    def _lose(self, p: _Peer, event: str) -> None:
+        with self._state_lock:
+            if not p.alive:
+                return
+            self._close_peer(p)
+            self._peer_change.notify_all()
+        self._notices.append((event, (p.node_id,)))
+        if event == PEER_DEAD and self.stop_on_peer_failure:
+            self._notices.append((FINISH, ()))
+
+    def _revive(self, p: _Peer) -> None:
+        log.warning("node %d: node %d, declared dead, is sending again; reconnecting", self.node_id, p.node_id)
+        with self._state_lock:
+            self._peers.pop(p.node_id, None)
+            self._register(p.node_id, p.session, {"address": p.address, "labels": p.labels, "roles": p.roles})
+
+    # ------------------------------------------------------------------ heartbeats
+    def _monitor_loop(self) -> None:
+        hb = codec.encode(None)[0]
+        stopping = self._stopping
+        probe_every = min(0.2, self.heartbeat_interval)
+        next_beat = 0.0
+        while not stopping.is_set():
+            now = time.monotonic()
+            with self._state_lock:  # probe sockets are used only under this lock
+                for probe in list(self._probes.values()):
+                    if now - probe.last_sent >= probe_every:
+                        self._send_hello(probe)
+            if now >= next_beat:
+                next_beat = now + self.heartbeat_interval
+                with self._state_lock:
+                    peers = [p for p in self._peers.values() if p.alive]
+                for p in peers:
+                    self._send_to(p, K_HEARTBEAT, hb, (), b"", "heartbeat", timeout=0.0)
+                for p in peers:
+                    if self._in_handler:
+                        break  # our receiver is busy in a listener: peers' silence means nothing now
+                    silent = now - max(p.last_seen, self._grace_from)
+                    if silent > self.heartbeat_timeout and p.alive:
+                        log.error("node %d: node %d is dead (no message for %.1f s, heartbeat_timeout %.1f s)",
+                                  self.node_id, p.node_id, silent, self.heartbeat_timeout)
+                        self._lose(p, PEER_DEAD)
+            stopping.wait(0.05)
+
+    # ------------------------------------------------------------------ shutdown
+    def stop(self) -> None:
+        """Say goodbye to the peers, flush queued messages (at most ``linger`` s) and close. Idempotent."""
+        if not self._started or self._stopped:
+            self._stopped = True
+            return
+        self._stopped = True
+        self._flushing = True
+        bye = codec.encode(None)[0]
+        with self._state_lock:
+            peers = [p for p in self._peers.values() if p.alive]
+        deadline = time.monotonic() + self.linger
+        for p in peers:
+            try:
+                if p.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    try:
+                        if p.sock is not None:
+                            frames = self._frames(K_BYE, p.node_id, p.session, p.next_seq, bye, (), b"")
+                            self._send(p.sock, frames, max(deadline, time.monotonic() + 0.05), p)
+                            p.next_seq += 1
+                    finally:
+                        p.lock.release()
+            except BackpressureTimeout:
+                pass
+        self._stopping.set()
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join(timeout=2.0)
+        with self._state_lock:
+            for probe in self._probes.values():
+                probe.sock.close(0)
+            self._probes.clear()
+            socks = [p.sock for p in self._peers.values() if p.sock is not None]
+            for p in self._peers.values():
+                p.alive = False
+                p.sock = None
+        for s in socks:
+            s.close()  # with LINGER: queued messages get up to `linger` s to go out
+        self._pull.close(0)
+        self._ctx.term()
+        self._peer_change_notify()
+        log.info("node %d stopped (%s)", self.node_id,
+                 ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
+
+    def _peer_change_notify(self) -> None:
+        with self._peer_change:
+            self._peer_change.notify_all()
+
+    def __repr__(self) -> str:
+        return (f"ZmqRouter(node_id={self.node_id}, address={self.address or self.bind_address!r}, "
+                f"topology={self.topology!r}, peers={self.peers})")

@@ -1,0 +1,146 @@
+"""Authentication and malformed input: forged, garbage, truncated, replayed and misrouted messages are
+dropped and counted, never delivered; a good message after them still arrives."""
+import hashlib
+import hmac
+import struct
+import threading
+import time
+
+import pytest
+import zmq
+
+from pipeline.parallel import codec
+from pipeline.parallel.keys import MissingKeyError
+from pipeline.parallel.zmq_router import _HEADER, K_DATA, ZmqRouter
+
+KEY = b"k" * 32
+
+
+def _wait(pred, timeout=5.0):
+    end = time.monotonic() + timeout
+    while not pred() and time.monotonic() < end:
+        time.sleep(0.01)
+    return pred()
+
+
+@pytest.fixture
+def node():
+    got = []
+    r = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, heartbeat_timeout=2.0)
+    r.start(lambda e, a, k: got.append((e, a, k)))
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(r.address)
+    yield r, push, got
+    push.close(0)
+    ctx.term()
+    r.stop()
+
+
+def _message(key, node, event="ev", args=(1,), sender=9, seq=1, dest=None, dest_session=None, payload=None):
+    meta = payload if payload is not None else codec.encode((event, args, {}))[0]
+    head = _HEADER.pack(b"RP", 1, K_DATA, sender, 12345, node.node_id if dest is None else dest,
+                        node.session if dest_session is None else dest_session, seq, 0)
+    mac = hmac.new(key, head + meta, hashlib.sha256).digest()
+    return mac + head + meta
+
+
+def test_forged_garbage_and_malformed_are_dropped_and_counted(node):
+    r, push, got = node
+    push.send(_message(b"x" * 32, r, "forged"))                      # wrong key
+    push.send(b"")                                                    # empty
+    push.send(b"\x00" * 10)                                           # too short
+    push.send(b"\xff" * 500)                                          # garbage of plausible length
+    good = _message(KEY, r, "tampered")
+    push.send(good[:-1] + bytes([good[-1] ^ 1]))                      # one bit flipped
+    push.send_multipart([_message(KEY, r, "extra"), b"frame"])        # an unauthenticated extra frame
+    push.send(_message(KEY, r, payload=b"\x07garbage", seq=2))       # right key, undecodable body
+    push.send(_message(KEY, r, payload=codec.encode([1, 2])[0], seq=3))  # right key, not (event, args, kw)
+    push.send(_message(KEY, r, "misrouted", dest=5, seq=4))          # for another node
+    push.send(_message(KEY, r, "old-session", dest_session=1, seq=5))  # for an earlier incarnation
+    push.send(_message(KEY, r, "ok", seq=6))
+    push.send(_message(KEY, r, "ok", seq=6))                          # replay
+    push.send(_message(KEY, r, "ok2", seq=7))
+    assert _wait(lambda: len(got) >= 2 and r.stats["duplicates"] >= 1)
+    time.sleep(0.2)
+    assert [e for e, a, k in got] == ["ok", "ok2"]
+    assert r.stats["auth_failed"] == 4  # forged, garbage, bit flip, extra frame
+    assert r.stats["malformed"] == 4    # empty, short, bad body, wrong shape
+    assert r.stats["misrouted"] == 2
+    assert r.stats["duplicates"] == 1
+
+
+def test_the_codec_is_not_reached_before_the_mac_check(node, monkeypatch):
+    r, push, got = node
+    calls = []
+    real = codec.decode
+    monkeypatch.setattr(codec, "decode", lambda *a: calls.append(1) or real(*a))
+    push.send(_message(b"y" * 32, r, "forged"))
+    assert _wait(lambda: r.stats["auth_failed"] == 1)
+    assert calls == [] and got == []
+
+
+def test_missing_or_short_key_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("RLPIPE_KEY", raising=False)
+    monkeypatch.delenv("RLPIPE_KEY_FILE", raising=False)
+    with pytest.raises(MissingKeyError, match="RLPIPE_KEY"):
+        ZmqRouter(0, attach_to=["tcp://10.1.2.3:50515"])
+    with pytest.raises(MissingKeyError, match="at least 16"):
+        ZmqRouter(0, key="short")
+
+
+def test_key_from_file(monkeypatch, tmp_path):
+    f = tmp_path / "key"
+    f.write_text("ab" * 32 + "\n")
+    monkeypatch.delenv("RLPIPE_KEY", raising=False)
+    monkeypatch.setenv("RLPIPE_KEY_FILE", str(f))
+    assert ZmqRouter(0)._key == bytes.fromhex("ab" * 32)
+
+
+def test_two_routers_with_different_keys_do_not_talk():
+    got = []
+    a = ZmqRouter(0, "tcp://127.0.0.1:*", key=b"a" * 32, startup_timeout=0.5, heartbeat_interval=0.1)
+    a.start(lambda *m: got.append(m))
+    b = ZmqRouter(1, "tcp://127.0.0.1:*", key=b"b" * 32, attach_to=[a.address], startup_timeout=0.5,
+                  heartbeat_interval=0.1)
+    b.start(lambda *m: got.append(m))
+    try:
+        assert a.peers == [] and b.peers == []
+        assert _wait(lambda: a.stats["auth_failed"] > 0)
+        assert got == []
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_backpressure_blocks_instead_of_dropping_and_is_bounded():
+    """A receiver that does not read: the sender fills the queues, then blocks and finally gets a
+    BackpressureTimeout naming the peer; nothing was counted as sent that was dropped."""
+    from pipeline.parallel import BackpressureTimeout
+    release = threading.Event()
+    got = []
+
+    def slow(e, a, k):
+        if e == "x":
+            release.wait(20)
+        got.append(e)
+
+    a = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, hwm=4, heartbeat_interval=0.1)
+    a.start(slow)
+    b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], hwm=4, send_timeout=0.5,
+                  heartbeat_interval=0.1)
+    b.start(lambda *m: None)
+    try:
+        payload = b"p" * (1 << 20)  # big messages fill the kernel buffers quickly too
+        with pytest.raises(BackpressureTimeout, match="node 0"):
+            for _ in range(10000):
+                b.emit("x", (payload,), {}, to=0)
+        n_sent = b.stats["sent"]
+        assert 0 < n_sent < 10000
+        release.set()
+        assert _wait(lambda: len(got) == n_sent, 20)  # everything accepted was delivered
+    finally:
+        release.set()
+        b.stop()
+        a.stop()

@@ -1,0 +1,107 @@
+"""The pickle-free codec: round trips, refusals, and malformed input raising DecodeError only."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.parallel.codec import OOB_THRESHOLD, DecodeError, EncodeError, decode, dumps, encode, loads
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(),
+                    st.binary(max_size=64))
+values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=5), st.tuples(c, c),
+                                                   st.dictionaries(st.text(max_size=5), c, max_size=5)),
+                      max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_round_trip_plain_values(v):
+    assert loads(dumps(v)) == v
+
+
+@pytest.mark.parametrize("arr", [np.arange(12, dtype=np.int64).reshape(3, 4), np.zeros((2, 0), np.float32),
+                                 np.array(2.5), np.arange(10)[::3], np.arange(5, dtype=">f4"),
+                                 np.array([True, False]), np.ones(OOB_THRESHOLD, np.uint8)])
+def test_numpy_arrays(arr):
+    out = loads(dumps(arr))
+    assert out.shape == arr.shape and out.dtype == arr.dtype.newbyteorder("=") and (out == arr).all()
+    assert out.flags.writeable
+
+
+@pytest.mark.parametrize("t", [torch.randn(3, 4), torch.arange(6).reshape(2, 3), torch.zeros(0, 2),
+                               torch.ones(4, dtype=torch.bfloat16), torch.tensor([True, False]),
+                               torch.randn(300, 300, dtype=torch.float64), torch.randn(4, 4).t()])
+def test_torch_tensors(t):
+    out = loads(dumps(t))
+    assert out.dtype == t.dtype and out.shape == t.shape and torch.equal(out, t)
+
+
+def test_large_payloads_travel_out_of_band_without_a_copy_in_meta():
+    big = np.ones(1 << 20, np.uint8)
+    meta, buffers = encode({"w": big, "b": b"x" * (1 << 20)})
+    assert len(meta) < 200 and len(buffers) == 2
+    out = decode(meta, buffers)
+    assert (out["w"] == big).all() and out["b"] == b"x" * (1 << 20)
+
+
+def test_numpy_scalars_and_subclasses():
+    import collections
+    P = collections.namedtuple("P", "x y")
+    assert loads(dumps(np.float32(1.5))) == np.float32(1.5)
+    assert type(loads(dumps(np.int64(3)))) is np.int64
+    assert loads(dumps(P(1, 2))) == (1, 2)
+    assert loads(dumps({1: complex(1, 2), 2 ** 80: -2 ** 70})) == {1: 1 + 2j, 2 ** 80: -2 ** 70}
+
+
+@pytest.mark.parametrize("bad", [object(), {1, 2}, np.array(["a"]), np.array([object()]), lambda: 0,
+                                 torch.randn(2).to_sparse()])
+def test_refuses_what_it_cannot_carry_safely(bad):
+    with pytest.raises(EncodeError):
+        encode(bad)
+
+
+def test_refuses_too_deep_nesting():
+    v = []
+    for _ in range(200):
+        v = [v]
+    with pytest.raises(EncodeError):
+        encode(v)
+
+
+@pytest.mark.parametrize("data", [b"", b"Q", b"s\xff\xff\xff\xff", b"l\x05\x00\x00\x00N", b"a\x03|O8\x00b\x00\x00\x00\x00",
+                                  b"NN", b"B\x00\x00\x00\x00", b"x\x05floop\x00b\x00\x00\x00\x00",
+                                  b"d\x01\x00\x00\x00l\x00\x00\x00\x00N", b"s\x02\x00\x00\x00\xff\xfe"])
+def test_malformed_meta_raises_decode_error(data):
+    with pytest.raises(DecodeError):
+        decode(data, [])
+
+
+def test_deep_nesting_bomb_is_refused():
+    with pytest.raises(DecodeError):
+        decode(b"l\x01\x00\x00\x00" * 10000 + b"N")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_only_ever_raise_decode_error(data):
+    try:
+        decode(data, [b"x" * 8])
+    except DecodeError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(values, st.data())
+def test_truncations_and_bit_flips_raise_decode_error_or_decode(v, data):
+    meta, _ = encode(v)
+    cut = data.draw(st.integers(0, max(0, len(meta) - 1)))
+    with pytest.raises(DecodeError):
+        decode(meta[:cut])
+    if meta:
+        i = data.draw(st.integers(0, len(meta) - 1))
+        flipped = meta[:i] + bytes([meta[i] ^ 0x5A]) + meta[i + 1:]
+        try:
+            decode(flipped)
+        except DecodeError:
+            pass

@@ -1,0 +1,134 @@
+"""`rlpipe run`: nodes as local processes with roles, clean stop on SIGTERM, children die with the
+launcher, clear errors for bad options, auto-recover."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parallel_helpers import ROOT, free_ports
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _run_cmd(n, *extra):
+    port = free_ports(1)[0]  # the nodes take port, port + 1, ...
+    return [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+            "parallel_launch_main.main", "--parallel-workers", str(n), "--ports", str(port),
+            "--startup-interval", "0.05", "--heartbeat-timeout", "2", "--stop-grace", "5", *extra]
+
+
+def _env(tmp_path, **extra):
+    env = dict(os.environ)
+    env.pop("RLPIPE_KEY", None)  # the launcher makes its own
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["RLPIPE_TEST_OUT"] = str(tmp_path)
+    env.update(extra)
+    return env
+
+
+def _results(tmp_path):
+    return {r["node"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("node-*.json"))}
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_files(tmp_path, pattern, n, timeout=30):
+    end = time.monotonic() + timeout
+    while len(list(tmp_path.glob(pattern))) < n and time.monotonic() < end:
+        time.sleep(0.05)
+    return len(list(tmp_path.glob(pattern))) >= n
+
+
+def test_run_three_workers_with_default_roles(tmp_path):
+    p = subprocess.run(_run_cmd(3), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    res = _results(tmp_path)
+    assert sorted(res) == [0, 1, 2]
+    assert [res[i]["roles"] for i in range(3)] == [["learner"], ["collector"], ["evaluator"]]
+    for i in range(3):
+        assert res[i]["active"] and res[i]["seen"] == [j for j in range(3) if j != i]
+
+
+def test_star_ipc_with_explicit_roles_and_labels(tmp_path):
+    cmd = _run_cmd(2, "--protocol", "ipc", "--topology", "star", "--roles", "learner,evaluator:collector",
+                   "--node-ids", "3,4")
+    p = subprocess.run(cmd, env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    res = _results(tmp_path)
+    assert res[3]["roles"] == ["evaluator", "learner"] and res[4]["roles"] == ["collector"]
+    assert res[3]["seen"] == [4] and res[4]["seen"] == [3]
+
+
+def test_sigterm_stops_every_node(tmp_path):
+    proc = subprocess.Popen(_run_cmd(2), env=_env(tmp_path, RLPIPE_TEST_HANG="1"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_files(tmp_path, "hanging-*", 2)
+        pids = [r["pid"] for r in _results(tmp_path).values()]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0  # the nodes were interrupted
+        assert "stopping all nodes" in err
+        end = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_children_die_when_the_launcher_is_killed(tmp_path):
+    proc = subprocess.Popen(_run_cmd(2), env=_env(tmp_path, RLPIPE_TEST_HANG="1"), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        assert _wait_files(tmp_path, "hanging-*", 2)
+        pids = [r["pid"] for r in _results(tmp_path).values()]
+        proc.kill()  # SIGKILL: the launcher cannot clean up
+        proc.wait(5)
+        end = time.monotonic() + 15
+        while any(_alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_auto_recover_restarts_a_failing_node(tmp_path):
+    marker = tmp_path / "failed-once"
+    env = _env(tmp_path, RLPIPE_TEST_FAIL_ONCE=str(marker))
+    p = subprocess.run(_run_cmd(2, "--auto-recover", "--max-retries", "2"), env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert marker.exists() and "restarting it (attempt 1 of 2)" in p.stderr
+    res = _results(tmp_path)
+    assert res[0]["seen"] == [1] and res[1]["seen"] == [0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--roles", "learner:collector:evaluator"], "--roles lists 3 node groups"),
+    (["--node-ids", "1,1"], "--node-ids must be unique"),
+    (["--address", "10.11.12.13"], "no shared key for a run across machines"),
+])
+def test_bad_options_are_clear_errors(tmp_path, args, message):
+    p = subprocess.run(_run_cmd(2, *args), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
