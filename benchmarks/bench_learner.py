@@ -185,7 +185,6 @@ def case_mlp(args) -> None:
         print(f"  Learner.update {name} {t * 1e3:8.2f} ms/call   ratio {ratio:.3f}   (median of per-round ratios)")
 
 
-
 def case_dqn(args) -> None:
     """The DQN hot path: 64 rows, minibatch_size=None, one update per call."""
     import treetensor.torch as ttorch
@@ -224,7 +223,6 @@ def case_dqn(args) -> None:
         t /= args.calls
         print(f"  raw torch step ({name}) {r2 * 1e6:8.1f} us/call | Learner.update {t * 1e6:8.1f} us/call"
               f"   ratio {ratio:.3f}   (+{(t - r2) * 1e6:.1f} us/call)")
-
 
 
 def case_tiny(args) -> None:

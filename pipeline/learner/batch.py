@@ -148,9 +148,15 @@ def _stack_leaves(values: list, where: str) -> Any:
     import numpy as np
 
     try:
-        return torch.as_tensor(np.stack([np.asarray(v) for v in values], axis=0))
+        arr = np.stack([np.asarray(v) for v in values], axis=0)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot stack the values of {where} into a tensor: {exc}") from exc
+    try:
+        if arr.dtype == np.float64:  # python floats: use torch's default float dtype (float32)
+            return torch.as_tensor(arr, dtype=torch.get_default_dtype())
+        return torch.as_tensor(arr)
+    except TypeError as exc:
+        raise ValueError(f"the values of {where} ({arr.dtype}) cannot become a tensor: {exc}") from exc
 
 
 def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> Any:

@@ -116,9 +116,9 @@ class LearnerGroup:
         return [fn(self._learner)]
 
     # ------------------------------------------------------------------ weights / state
-    def get_weights(self, module_ids: Optional[Iterable[str]] = None) -> Dict[str, dict]:
-        """module id -> state_dict (copies)."""
-        return self._learner.get_weights(module_ids)
+    def get_weights(self, module_ids: Optional[Iterable[str]] = None, *, copy_tensors: bool = True) -> Dict[str, dict]:
+        """module id -> state_dict (copies unless ``copy_tensors=False``)."""
+        return self._learner.get_weights(module_ids, copy_tensors=copy_tensors)
 
     def set_weights(self, weights: Mapping, *, weights_seq_no: Optional[int] = None) -> bool:
         """Load weights on every learner; weights older than the group's ``weights_seq_no`` are ignored."""

@@ -101,6 +101,11 @@ def test_episodes_become_a_batch():
     res = lrn.update(episodes=[ep1, ep2])
     assert lrn.seen["default_policy"] == [[0, 1, 2, 10, 11]]
     assert peek(res)["default_policy"]["num_module_steps_trained"] == 5
+    as_batch = lrn.episodes_to_batch([ep1, ep2])["default_policy"]
+    assert as_batch["y"].dtype == torch.float32 and as_batch["y"].tolist() == [1, 1, 1, 2, 2]
+    assert as_batch["x"].shape == (5, 3)
+    with pytest.raises(ValueError, match="cannot become a tensor"):
+        lrn.episodes_to_batch([[{"idx": "a"}]])
     multi = RecordingLearner(two_modules())
     multi.update(episodes=[{"p": ep1, "q": ep2}])
     assert multi.seen == {"p": [[0, 1, 2]], "q": [[10, 11]]}

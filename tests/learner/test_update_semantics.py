@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from learner_helpers import RecordingLearner, index_batch, two_modules
 from pipeline.learner import MetricsLogger
