@@ -71,6 +71,9 @@ class HerRewardModel:
         goal_layout: for flat observations, an object with ``achieved`` and ``desired`` slices
             (:class:`~pipeline.envs.goal_envs.GoalLayout`); ``None`` for dict observations.
         keep_original: also return the original transitions (default True).
+        episode_size: episodes :func:`middleware.her.her_data_enhancer` samples per train batch.
+        sample_per_episode: keep only this many of each episode's output transitions (drawn
+            uniformly without replacement; only those are built). ``None`` keeps all of them.
         seed: seed of the relabelling random generator.
     """
 
@@ -82,6 +85,8 @@ class HerRewardModel:
         compute_terminated: Optional[Callable[..., Any]] = None,
         goal_layout: Any = None,
         keep_original: bool = True,
+        episode_size: int = 16,
+        sample_per_episode: Optional[int] = None,
         seed: Optional[int] = None,
     ):
         if not callable(compute_reward):
@@ -99,7 +104,15 @@ class HerRewardModel:
         self.strategy = strategy
         self.k = int(k)
         self.goal_layout = goal_layout
+        if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
+            raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
+        if sample_per_episode is not None and (
+            not isinstance(sample_per_episode, (int, np.integer)) or sample_per_episode < 1
+        ):
+            raise ValueError(f"sample_per_episode must be a positive integer or None, got {sample_per_episode!r}")
         self.keep_original = bool(keep_original)
+        self.episode_size = int(episode_size)
+        self.sample_per_episode = None if sample_per_episode is None else int(sample_per_episode)
         self._rng = np.random.default_rng(seed)
 
     @classmethod
@@ -122,7 +135,8 @@ class HerRewardModel:
 
     def output_size(self, episode_len: int) -> int:
         """Transitions :meth:`estimate` returns for one episode of ``episode_len`` transitions."""
-        return episode_len * (self.relabels_per_transition + int(self.keep_original))
+        full = episode_len * (self.relabels_per_transition + int(self.keep_original))
+        return full if self.sample_per_episode is None else min(full, self.sample_per_episode)
 
     # ---------------------------------------------------------------- goal access
     def _achieved(self, obs_rows: Sequence[Any]) -> np.ndarray:
@@ -184,7 +198,9 @@ class HerRewardModel:
         """Relabel ``episodes`` (a list of episodes, or one episode) and flatten them.
 
         Returns a new list of transition dicts (the input is never modified): per episode, the
-        originals (if ``keep_original``) followed by the relabelled copies, ``output_size(T)`` in all.
+        originals (if ``keep_original``) followed by the relabelled copies (``k`` per transition,
+        in transition order), ``output_size(T)`` in all; with ``sample_per_episode`` a uniform
+        subset of these, kept in the same order.
         """
         if len(episodes) == 0:
             return []
@@ -199,6 +215,10 @@ class HerRewardModel:
         T = len(episode)
         if T == 0:
             return []
+        if not isinstance(episode[0], Mapping):
+            raise TypeError(
+                f"an episode must be a list of transition dicts, got a list of {type(episode[0]).__name__}"
+            )
         first = episode[0]
         for key in ("obs", "next_obs", "reward"):
             if key not in first:
@@ -206,6 +226,13 @@ class HerRewardModel:
         next_obs = [tr["next_obs"] for tr in episode]
         ag_next = self._achieved(next_obs)  # (T, G)
         t_idx, j_idx = self.goal_indices(T)
+        n_orig = T if self.keep_original else 0
+        keep_orig = list(range(n_orig))
+        if self.sample_per_episode is not None and self.sample_per_episode < n_orig + t_idx.shape[0]:
+            pos = np.sort(self._rng.choice(n_orig + t_idx.shape[0], self.sample_per_episode, replace=False))
+            keep_orig = [int(p) for p in pos if p < n_orig]
+            rel = pos[pos >= n_orig] - n_orig
+            t_idx, j_idx = t_idx[rel], j_idx[rel]
         goals = ag_next[j_idx]
         achieved = ag_next[t_idx]
         rewards = np.asarray(self.compute_reward(achieved, goals, None), dtype=np.float32).reshape(-1)
@@ -217,7 +244,7 @@ class HerRewardModel:
         if self.compute_terminated is not None:
             dones = np.asarray(self.compute_terminated(achieved, goals, None), dtype=bool).reshape(-1)
 
-        out: List[Dict[str, Any]] = [dict(tr) for tr in episode] if self.keep_original else []
+        out: List[Dict[str, Any]] = [dict(episode[i]) for i in keep_orig]
         for i in range(t_idx.shape[0]):
             src = episode[t_idx[i]]
             new = dict(src)

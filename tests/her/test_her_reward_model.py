@@ -143,3 +143,30 @@ def test_bad_arguments_are_explained():
         env = point_env()
         HerRewardModel(lambda a, d, i: 0.0, k=2).estimate(rollout(env, 0, 5))
     assert HerRewardModel(f).estimate([]) == []
+
+
+def test_sample_per_episode_builds_a_uniform_subset():
+    env = point_env()
+    ep = rollout(env, 2, 30)
+    ag_next = np.stack([tr["next_obs"]["achieved_goal"] for tr in ep])
+    her = HerRewardModel.from_env(env, strategy="future", k=4, sample_per_episode=8, seed=3)
+    assert her.output_size(30) == 8
+    n_orig = 0
+    for _ in range(20):
+        out = her.estimate([ep, ep])
+        assert len(out) == 16
+        for tr in out:
+            goal = tr["obs"]["desired_goal"]
+            t = next(i for i, src in enumerate(ep) if np.array_equal(src["obs"]["observation"], tr["obs"]["observation"]))
+            if np.array_equal(goal, ep[t]["obs"]["desired_goal"]):
+                n_orig += 1
+                assert tr["reward"] == ep[t]["reward"]
+                continue
+            assert t <= goal_source(goal, ag_next) < 30
+            assert tr["reward"] == float(env.compute_reward(ep[t]["next_obs"]["achieved_goal"], goal, None))
+    # originals are 1/5 of the output positions: about 64 of 320 drawn rows
+    assert 30 < n_orig < 110
+    with pytest.raises(ValueError, match="sample_per_episode"):
+        HerRewardModel.from_env(env, sample_per_episode=0)
+    with pytest.raises(TypeError, match="list of transition dicts"):
+        her.estimate([[np.zeros(3)]])

@@ -1,0 +1,179 @@
+"""Hindsight experience replay in a pipeline: ``her_data_enhancer`` and ``HERLearner``.
+
+The buffer holds whole episodes (``EpisodeCollector`` -> ``data_pusher`` pushes each episode of
+``ctx.episodes`` as one item). Each training round samples ``her_reward_model.episode_size``
+episodes, relabels them with the reward model (see :class:`pipeline.reward_model.HerRewardModel`)
+and trains on the flattened, collated transitions.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Mapping, Optional
+
+import numpy as np
+
+from pipeline.roles import Role, for_roles
+
+__all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator"]
+
+log = logging.getLogger(__name__)
+
+
+def _check_model(her_reward_model: Any) -> None:
+    if not hasattr(her_reward_model, "estimate"):
+        raise TypeError(
+            f"her_reward_model needs an estimate(episodes) method (e.g. pipeline.reward_model.HerRewardModel); "
+            f"got {type(her_reward_model).__name__}"
+        )
+
+
+@for_roles(Role.LEARNER)
+def her_data_enhancer(
+    cfg: Mapping,
+    buffer_: Any,
+    her_reward_model: Any,
+    episode_size: Optional[int] = None,
+    seed: Optional[int] = None,
+) -> Callable[[Any], None]:
+    """Sample whole episodes from ``buffer_``, relabel them and collate a training batch.
+
+    Reads the buffer only. Writes ``ctx.train_data``: a ``treetensor.torch.Tensor`` batch of the
+    relabelled transitions (``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ...; one
+    row per transition ``her_reward_model.estimate`` returned), or ``None`` when the buffer holds
+    fewer than ``episode_size`` episodes (default ``her_reward_model.episode_size``).
+
+    When ``her_reward_model`` has no ``sample_per_episode`` limit and the relabelled data has more
+    than ``cfg.policy.learn.batch_size`` rows, a uniform subset of ``batch_size`` rows is kept.
+    Role: LEARNER.
+    """
+    _check_model(her_reward_model)
+    n_ep = int(episode_size if episode_size is not None else getattr(her_reward_model, "episode_size", 16))
+    if n_ep < 1:
+        raise ValueError(f"episode_size must be >= 1, got {n_ep}")
+    batch_size = None
+    if getattr(her_reward_model, "sample_per_episode", None) is None:
+        batch_size = cfg["policy"]["learn"].get("batch_size")
+    rng = np.random.default_rng(seed)
+
+    def _enhance(ctx: Any) -> None:
+        from pipeline.policy.common import collate_transitions, to_tree
+
+        if buffer_.count() < n_ep:
+            ctx.train_data = None
+            return
+        episodes = [item.data for item in buffer_.sample(n_ep)]
+        for i, ep in enumerate(episodes):
+            if not isinstance(ep, (list, tuple)):
+                raise TypeError(
+                    f"her_data_enhancer expects buffer items to be whole episodes (lists of transitions), got "
+                    f"{type(ep).__name__}; collect with EpisodeCollector so data_pusher pushes ctx.episodes"
+                )
+        data = her_reward_model.estimate(episodes)
+        if not data:
+            ctx.train_data = None
+            return
+        if batch_size and len(data) > batch_size:
+            pick = rng.choice(len(data), int(batch_size), replace=False)
+            data = [data[i] for i in pick]
+        ctx.train_data = to_tree(collate_transitions(data))
+
+    return _enhance
+
+
+@for_roles(Role.LEARNER)
+class HERLearner:
+    """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
+
+    Each round runs :func:`her_data_enhancer` (a fresh relabelled batch) then the trainer
+    (``policy.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
+    episodes. Reads ``ctx.env_step``, ``ctx.train_iter``. Writes ``ctx.train_data`` (the last
+    batch), ``ctx.train_output`` (the list of every round's output dict, empty when nothing was
+    trained) and advances ``ctx.train_iter`` by the rounds run. Role: LEARNER (on a node without
+    that role the runtime skips it, so a collector never trains).
+
+    Args:
+        cfg: the full config.
+        policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
+        buffer_: a buffer of whole episodes.
+        her_reward_model: e.g. :class:`pipeline.reward_model.HerRewardModel`.
+        reward_model: optional extra reward model applied after relabelling (``estimate(batch)``).
+        log_freq: log the loss every this many train iterations (INFO).
+    """
+
+    def __init__(
+        self,
+        cfg: Mapping,
+        policy: Any,
+        buffer_: Any,
+        her_reward_model: Any,
+        reward_model: Optional[Any] = None,
+        log_freq: int = 100,
+    ) -> None:
+        from .functional.trainer import trainer
+
+        self.update_per_collect = int(cfg["policy"]["learn"]["update_per_collect"])
+        if self.update_per_collect < 1:
+            raise ValueError(f"policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}")
+        self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
+        self._trainer = trainer(cfg, policy, log_freq=log_freq)
+        if reward_model is not None and not hasattr(reward_model, "estimate"):
+            raise TypeError(f"reward_model needs an estimate(batch) method; got {type(reward_model).__name__}")
+        self.reward_model = reward_model
+
+    def __call__(self, ctx: Any) -> None:
+        outputs: List[Any] = []
+        enhance, train, rm = self._enhancer, self._trainer, self.reward_model
+        for _ in range(self.update_per_collect):
+            enhance(ctx)
+            if ctx.train_data is None:
+                break
+            if rm is not None:
+                est = rm.estimate(ctx.train_data)
+                if est is not None:
+                    ctx.train_data = est
+            train(ctx)
+            outputs.append(ctx.train_output)
+        ctx.train_output = outputs
+
+
+@for_roles(Role.EVALUATOR)
+def goal_success_evaluator(
+    policy: Any,
+    env: Any,
+    n_episode: int = 50,
+    eval_freq: int = 100,
+    stop_success: Optional[float] = None,
+) -> Callable[[Any], None]:
+    """Evaluate a goal-reaching policy's success rate every ``eval_freq`` train iterations.
+
+    For goal envs with rewards ``0`` (goal reached) / ``-1`` (not yet), like those in
+    :mod:`pipeline.envs.goal_envs`: an episode counts as a success when some step reached the goal,
+    i.e. its return is above ``-length``. Runs on the first call and then whenever
+    ``ctx.train_iter - ctx.last_eval_iter >= eval_freq``.
+
+    Reads ``ctx.train_iter``, ``ctx.last_eval_iter``. Writes ``ctx.eval_value`` and
+    ``ctx.last_eval_value`` (the success rate in ``[0, 1]``), ``ctx.last_eval_iter``,
+    ``ctx.eval_output`` (``episode_return``, ``episode_length`` arrays and ``success_rate``) and
+    sets ``task.finish`` once the rate reaches ``stop_success`` after some training. Role: EVALUATOR.
+    """
+    from pipeline import task
+
+    from .functional.evaluator import evaluate_episodes
+
+    if n_episode < 1 or eval_freq < 1:
+        raise ValueError(f"n_episode and eval_freq must be >= 1, got {n_episode}, {eval_freq}")
+
+    def _evaluate(ctx: Any) -> None:
+        if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
+            return
+        returns, lengths = evaluate_episodes(policy, env, n_episode)
+        rate = float(np.mean(returns > -lengths + 0.5))
+        ctx.eval_value = rate
+        ctx.last_eval_value = rate
+        ctx.last_eval_iter = ctx.train_iter
+        ctx.eval_output = {"episode_return": returns, "episode_length": lengths, "success_rate": rate}
+        log.info("train iter %d: eval success rate %.3f", ctx.train_iter, rate)
+        if stop_success is not None and ctx.train_iter > 0 and rate >= stop_success:
+            task.finish = True
+
+    return _evaluate
