@@ -210,6 +210,11 @@ class Learner:
             (total,) = losses.values()
         else:
             total = sum(losses.values())
+        if not total.requires_grad:
+            raise ValueError(
+                f"the loss of module(s) {list(losses)} does not depend on any trainable parameter "
+                "(requires_grad=False): was it computed under torch.no_grad() or from detached tensors?"
+            )
         total.backward()
         return {mid: params[mid] for mid in losses}
 
@@ -706,10 +711,12 @@ class Learner:
         containers/numbers/strings are stored (subclass extra state must follow that too).
         """
         path = os.fspath(path)
+        state = self.get_state()
+        _check_safe(state, "state")
         os.makedirs(path, exist_ok=True)
         target = os.path.join(path, _STATE_FILE)
         tmp = target + ".tmp"
-        torch.save(self.get_state(), tmp)
+        torch.save(state, tmp)
         os.replace(tmp, target)
         meta = {"format_version": _FORMAT_VERSION, "class": type(self).__qualname__, "module_ids": list(self.modules)}
         with open(os.path.join(path, _META_FILE), "w", encoding="utf-8") as f:
@@ -728,6 +735,30 @@ class Learner:
                 f"{target!r} is not a safe learner checkpoint (only tensors and plain data are loaded): {exc}"
             ) from exc
         self.set_state(state)
+
+
+_SAFE_SCALARS = (str, int, float, bool, bytes, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def _check_safe(obj: Any, where: str) -> None:
+    """Raise TypeError unless ``obj`` only holds what torch.load(weights_only=True) accepts."""
+    if isinstance(obj, (_Tensor,) + _SAFE_SCALARS):
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, _SAFE_SCALARS):
+                raise TypeError(f"{where} has a key of type {type(k).__name__}; checkpoints hold plain keys only")
+            _check_safe(v, f"{where}[{k!r}]")
+        return
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        for i, v in enumerate(obj):
+            _check_safe(v, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(obj).__name__}: checkpoints hold only tensors, numbers, strings and "
+        "lists/tuples/dicts of them (so they load with torch.load(weights_only=True)); "
+        "convert it in get_extra_state"
+    )
 
 
 def _is_batch_like(x: Any) -> bool:

@@ -106,6 +106,16 @@ def test_restore_refuses_arbitrary_pickles(tmp_path):
         RecordingLearner().restore_from_path(tmp_path / "missing")
 
 
+def test_unsafe_extra_state_fails_at_save_time(tmp_path):
+    class Unsafe(RecordingLearner):
+        def get_extra_state(self):
+            return {"fn": Evil()}
+
+    with pytest.raises(TypeError, match=r"state\['extra'\]\['fn'\] is a Evil"):
+        Unsafe().save_to_path(tmp_path / "u")
+    assert not (tmp_path / "u").exists()
+
+
 def test_checkpoint_of_other_modules_is_rejected(tmp_path):
     path = RecordingLearner(two_modules()).save_to_path(tmp_path / "two")
     with pytest.raises(ValueError, match="unknown module ids"):

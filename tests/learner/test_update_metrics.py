@@ -173,6 +173,15 @@ def test_base_learner_needs_a_loss_and_default_forward_calls_the_module():
     assert out.shape == (2, 1)
 
 
+def test_detached_loss_gives_a_clear_error():
+    class Detached(RecordingLearner):
+        def compute_loss_for_module(self, module_id, batch, fwd_out):
+            return super().compute_loss_for_module(module_id, batch, fwd_out).detach()
+
+    with pytest.raises(ValueError, match="does not depend on any trainable parameter"):
+        Detached().update(index_batch(4))
+
+
 def test_module_without_parameters_is_rejected():
     with pytest.raises(ValueError, match="no trainable parameters"):
         Learner({"a": nn.Linear(2, 2), "target": nn.Linear(2, 2).requires_grad_(False)})
