@@ -124,7 +124,7 @@ def test_backpressure_blocks_instead_of_dropping_and_is_bounded():
     def slow(e, a, k):
         if e == "x":
             release.wait(20)
-        got.append(e)
+            got.append(e)
 
     a = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, hwm=4, heartbeat_interval=0.1)
     a.start(slow)
