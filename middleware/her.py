@@ -75,9 +75,24 @@ def her_data_enhancer(
         if batch_size and len(data) > batch_size:
             pick = rng.choice(len(data), int(batch_size), replace=False)
             data = [data[i] for i in pick]
-        ctx.train_data = to_tree(collate_transitions(data))
+        ctx.train_data = to_tree(collate_transitions(_arrays_for_lists(data)))
 
     return _enhance
+
+
+def _arrays_for_lists(rows: List[Any]) -> List[Any]:
+    """Turn list-valued entries (e.g. continuous actions recorded as lists) into arrays so they collate."""
+    first = rows[0]
+    list_keys = [k for k, v in first.items() if isinstance(v, (list, tuple))]
+    if not list_keys:
+        return rows
+    out = []
+    for r in rows:
+        r = dict(r)
+        for k in list_keys:
+            r[k] = np.asarray(r[k], dtype=np.float32 if isinstance(r[k][0], float) else None)
+        out.append(r)
+    return out
 
 
 @for_roles(Role.LEARNER)

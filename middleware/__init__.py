@@ -1,0 +1,23 @@
+"""Middleware for RL pipelines: ``from middleware import StepCollector, OffPolicyLearner, ...``.
+
+Every middleware documents what it reads from and writes to the context, and the role it is
+gated to (``pipeline.roles.for_roles``). Roles: collectors, ``eps_greedy_handler`` and
+``nstep_reward_enhancer`` run on COLLECTOR nodes; ``interaction_evaluator`` on EVALUATOR nodes;
+``data_pusher``, ``offpolicy_data_fetcher``, ``trainer``, ``OffPolicyLearner`` and ``CkptSaver`` on
+LEARNER nodes (the replay buffer lives with the learner); ``termination_checker`` and
+``online_logger`` everywhere. A node with no roles runs everything.
+
+Importing this package loads neither gymnasium, treetensor nor tensorboard.
+"""
+from .ckpt_handler import CkptSaver, load_checkpoint, save_checkpoint
+from .collector import EpisodeCollector, StepCollector
+from .functional import (NStepAccumulator, data_pusher, eps_greedy_handler, evaluate_episodes,
+                         interaction_evaluator, nstep_reward_enhancer, offpolicy_data_fetcher, online_logger,
+                         termination_checker, trainer)
+from .learner import OffPolicyLearner
+
+__all__ = [
+    'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'save_checkpoint', 'load_checkpoint',
+    'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
+    'interaction_evaluator', 'evaluate_episodes', 'trainer', 'termination_checker', 'online_logger',
+]

@@ -1,0 +1,115 @@
+"""Collectors: step or episode collection from an ``EnvManager`` with a policy's collect mode."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+from pipeline.roles import Role, for_roles
+
+__all__ = ['StepCollector', 'EpisodeCollector']
+
+
+def _transitions(step: Any) -> List[Dict[str, Any]]:
+    """One dict per env from an ``EnvStep`` (numpy rows for observations, Python scalars else)."""
+    obs, next_obs = step.obs, step.next_obs
+    act = step.action.tolist() if hasattr(step.action, 'tolist') else list(step.action)
+    rew = step.reward.tolist()
+    te = step.terminated.tolist()
+    tr = step.truncated.tolist()
+    ids = step.env_ids.tolist()
+    return [{'obs': obs[j], 'action': act[j], 'reward': rew[j], 'next_obs': next_obs[j],
+             'terminated': te[j], 'truncated': tr[j], 'env_id': ids[j]} for j in range(len(ids))]
+
+
+def _log_finished(ctx: Any, finished: List[Any]) -> None:
+    if finished:
+        info = ctx.info_for_logging
+        info.setdefault('collect_episode_return', []).extend(e.episode_return for e in finished)
+        info.setdefault('collect_episode_length', []).extend(e.length for e in finished)
+
+
+@for_roles(Role.COLLECTOR)
+class StepCollector:
+    """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
+
+    Reads ``ctx.collect_kwargs`` (passed to ``policy.forward(obs, **collect_kwargs)``, e.g.
+    ``eps``), ``ctx.env_step``, ``ctx.env_episode``. Writes ``ctx.trajectories`` (a list of
+    transition dicts ``obs, action, reward, next_obs, terminated, truncated, env_id``, in time
+    order), advances ``ctx.env_step`` (by the transitions collected) and ``ctx.env_episode`` (by the
+    episodes finished), and appends finished episodes' returns/lengths to
+    ``ctx.info_for_logging['collect_episode_return' / 'collect_episode_length']``.
+
+    ``policy`` is a collect mode (``forward(obs [N, ...], **kwargs) -> actions [N]``); ``env`` an
+    ``EnvManager`` (reset on the first call; episodes continue across calls). Role: COLLECTOR.
+    """
+
+    def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
+        self.n_sample = int(cfg['policy']['collect']['n_sample'])
+        if self.n_sample < 1:
+            raise ValueError(f'policy.collect.n_sample must be >= 1, got {self.n_sample}')
+        self.policy = policy
+        self.env = env
+        self._forward = policy.forward if hasattr(policy, 'forward') else policy
+
+    def __call__(self, ctx: Any) -> None:
+        env = self.env
+        if env.needs_reset:
+            env.reset()
+            if hasattr(self.policy, 'reset'):
+                self.policy.reset()
+        kwargs = ctx.collect_kwargs
+        out: List[Dict[str, Any]] = []
+        while len(out) < self.n_sample:
+            step = env.step(self._forward(env.obs, **kwargs))
+            out.extend(_transitions(step))
+            ctx.env_step += len(step.env_ids)
+            if step.finished:
+                ctx.env_episode += len(step.finished)
+                _log_finished(ctx, step.finished)
+                if hasattr(self.policy, 'reset'):
+                    self.policy.reset([e.env_id for e in step.finished])
+        ctx.trajectories = out
+
+
+@for_roles(Role.COLLECTOR)
+class EpisodeCollector:
+    """Collect at least ``cfg.policy.collect.n_episode`` complete episodes.
+
+    Episodes in progress when a call returns are continued by the next call (no data is thrown
+    away). Reads ``ctx.collect_kwargs``, ``ctx.env_step``, ``ctx.env_episode``. Writes
+    ``ctx.episodes`` (a list of episodes, each a list of transition dicts as in
+    :class:`StepCollector`), advances ``ctx.env_step`` and ``ctx.env_episode``, and logs returns in
+    ``ctx.info_for_logging``. Role: COLLECTOR.
+    """
+
+    def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
+        self.n_episode = int(cfg['policy']['collect']['n_episode'])
+        if self.n_episode < 1:
+            raise ValueError(f'policy.collect.n_episode must be >= 1, got {self.n_episode}')
+        self.policy = policy
+        self.env = env
+        self._forward = policy.forward if hasattr(policy, 'forward') else policy
+        self._partial: Dict[int, List[Dict[str, Any]]] = {}
+
+    def __call__(self, ctx: Any) -> None:
+        env = self.env
+        if env.needs_reset:
+            env.reset()
+            self._partial.clear()
+            if hasattr(self.policy, 'reset'):
+                self.policy.reset()
+        kwargs = ctx.collect_kwargs
+        done_eps: List[List[Dict[str, Any]]] = []
+        partial = self._partial
+        while len(done_eps) < self.n_episode:
+            step = env.step(self._forward(env.obs, **kwargs))
+            for t in _transitions(step):
+                partial.setdefault(t['env_id'], []).append(t)
+                if t['terminated'] or t['truncated']:
+                    done_eps.append(partial.pop(t['env_id']))
+            ctx.env_step += len(step.env_ids)
+            if step.finished:
+                ctx.env_episode += len(step.finished)
+                _log_finished(ctx, step.finished)
+                if hasattr(self.policy, 'reset'):
+                    self.policy.reset([e.env_id for e in step.finished])
+        ctx.episodes = done_eps

@@ -1,0 +1,115 @@
+"""Collector-side functional middleware: exploration schedule and n-step returns."""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+
+from pipeline.roles import Role, for_roles
+
+__all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
+
+
+def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
+    from pipeline.policy.common import eps_schedule
+
+    e = cfg['policy']['other']['eps']
+    return eps_schedule(e['type'], float(e['start']), float(e['end']), int(e['decay']))
+
+
+@for_roles(Role.COLLECTOR)
+def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
+    """Set the exploration rate from the env-step count.
+
+    Reads ``ctx.env_step``; writes ``ctx.collect_kwargs['eps']``.
+    Schedule from ``cfg.policy.other.eps`` (``type`` exp/linear, ``start``, ``end``, ``decay``).
+    Role: COLLECTOR.
+    """
+    eps_at = _eps_fn(cfg)
+
+    def _eps_greedy(ctx: Any) -> None:
+        ctx.collect_kwargs['eps'] = eps_at(ctx.env_step)
+
+    return _eps_greedy
+
+
+class NStepAccumulator:
+    """Turns per-env streams of 1-step transitions into n-step transitions.
+
+    A transition is emitted once its ``n`` following rewards are known, or when its episode ends
+    (then with fewer steps). The emitted transition keeps ``obs``/``action`` of the first step and
+    gets ``reward = sum_j gamma**j * r_j`` over the ``k`` steps summed, ``next_obs``,
+    ``terminated`` and ``truncated`` of the last summed step, and ``nstep = k`` (so the learner
+    bootstraps with ``gamma**k``, and never across a terminal; a truncated end still bootstraps).
+    """
+
+    def __init__(self, nstep: int, gamma: float) -> None:
+        if nstep < 1:
+            raise ValueError(f'nstep must be >= 1, got {nstep}')
+        self.nstep = int(nstep)
+        self.gamma = float(gamma)
+        self._pending: Dict[Any, Deque[Mapping[str, Any]]] = {}
+
+    def _emit(self, q: Deque[Mapping[str, Any]], k: int) -> Dict[str, Any]:
+        first = q[0]
+        last = q[k - 1]
+        ret = 0.0
+        g = 1.0
+        for j in range(k):
+            ret += g * float(q[j]['reward'])
+            g *= self.gamma
+        out = dict(first)
+        out['reward'] = ret
+        out['next_obs'] = last['next_obs']
+        out['terminated'] = bool(last['terminated'])
+        out['truncated'] = bool(last.get('truncated', False))
+        out['nstep'] = k
+        return out
+
+    def add(self, transition: Mapping[str, Any]) -> List[Dict[str, Any]]:
+        """Feed one transition (with ``env_id``); returns the n-step transitions now complete."""
+        key = transition.get('env_id', 0)
+        q = self._pending.get(key)
+        if q is None:
+            q = self._pending[key] = deque()
+        q.append(transition)
+        out = []
+        if transition['terminated'] or transition.get('truncated', False):
+            while q:
+                out.append(self._emit(q, len(q) if len(q) < self.nstep else self.nstep))
+                q.popleft()
+        elif len(q) >= self.nstep:
+            out.append(self._emit(q, self.nstep))
+            q.popleft()
+        return out
+
+    def pending(self) -> int:
+        """Transitions waiting for future rewards."""
+        return sum(len(q) for q in self._pending.values())
+
+    def clear(self) -> None:
+        self._pending.clear()
+
+
+@for_roles(Role.COLLECTOR)
+def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
+    """Replace ``ctx.trajectories`` by n-step transitions (``cfg.policy.nstep``, discount
+    ``cfg.policy.discount_factor``).
+
+    Reads ``ctx.trajectories`` (1-step transitions in time order, each with ``env_id``; partial
+    episodes continue across calls). Writes ``ctx.trajectories`` (the n-step transitions that
+    became complete: see :class:`NStepAccumulator`; transitions whose n future rewards are not yet
+    known are held back until a later call). Role: COLLECTOR (it must see every transition of an
+    env in order).
+    """
+    acc = NStepAccumulator(int(cfg['policy']['nstep']), float(cfg['policy']['discount_factor']))
+
+    def _nstep(ctx: Any) -> None:
+        if not ctx.trajectories:
+            return
+        out: List[Dict[str, Any]] = []
+        for t in ctx.trajectories:
+            out.extend(acc.add(t))
+        ctx.trajectories = out
+
+    _nstep.accumulator = acc  # type: ignore[attr-defined]
+    return _nstep

@@ -1,0 +1,151 @@
+"""Online logging: TensorBoard scalars and a progress line. Never changes the context."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping as MappingABC
+from typing import Any, Callable, Dict, List, Optional
+
+from pipeline.roles import Role  # noqa: F401  (documented: not gated)
+
+__all__ = ['online_logger', 'scalar_means']
+
+log = logging.getLogger(__name__)
+
+
+def _scalar(v: Any) -> Optional[float]:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    numel = getattr(v, 'numel', None)
+    if numel is not None and numel() == 1 and not isinstance(v, (str, bytes)):
+        return float(v.item())  # 0-d tensor / 1-element array
+    return None
+
+
+def scalar_means(train_output: Any) -> Dict[str, float]:
+    """Mean of every scalar entry of a train output (a dict or a list of dicts); non-scalar
+    entries (e.g. per-row ``priority``) are skipped. The input is not modified."""
+    outs = train_output if isinstance(train_output, list) else [train_output]
+    sums: Dict[str, float] = {}
+    counts: Dict[str, int] = {}
+    for o in outs:
+        if not isinstance(o, MappingABC):
+            continue
+        for k, v in o.items():
+            if isinstance(v, MappingABC):  # several modules: module/metric
+                for k2, v2 in v.items():
+                    s = _scalar(v2)
+                    if s is not None:
+                        key = f'{k}/{k2}'
+                        sums[key] = sums.get(key, 0.0) + s
+                        counts[key] = counts.get(key, 0) + 1
+                continue
+            s = _scalar(v)
+            if s is not None:
+                sums[k] = sums.get(k, 0.0) + s
+                counts[k] = counts.get(k, 0) + 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None, record_train_iter: bool = False,
+                  train_show_freq: int = 100, progress: bool = True, progress_interval: float = 2.0,
+                  tensorboard: bool = True, stream: Any = None) -> Callable[[Any], None]:
+    """Log training and evaluation scalars to TensorBoard and show a progress line.
+
+    Reads ``ctx.train_output`` (a dict or list of dicts; only read, never modified),
+    ``ctx.eval_value``, ``ctx.eval_output``, ``ctx.info_for_logging``, ``ctx.env_step``,
+    ``ctx.train_iter``, ``ctx.env_episode``. Writes nothing to the context.
+
+    Scalars go to ``log_dir`` (default ``<exp_name>/log``; ``exp_name`` defaults to ``'exp'``)
+    with the env step as x-axis (the train iteration with ``record_train_iter``): train scalars
+    ``train/<name>`` at most once per ``train_show_freq`` train iterations (means since the
+    last write), eval scalars ``eval/episode_return_mean|std|max|min`` whenever an evaluation ran,
+    and collect episode returns. TensorBoard is imported on the first write; when it is not
+    installed scalars are skipped with one warning. The progress line (env steps, train iters,
+    last eval, loss) is rewritten in place on a terminal, or printed every ``progress_interval``
+    seconds otherwise. Not role-gated: every node logs what it has.
+    """
+    exp_name = exp_name or 'exp'
+    log_dir = log_dir or os.path.join(exp_name, 'log')
+    stream = stream if stream is not None else sys.stderr
+    state: Dict[str, Any] = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
+                             'acc': {}, 'acc_n': {}, 'last_print': 0.0, 'last_loss': None, 'last_eval': None,
+                             't0': None}
+
+    def writer() -> Any:
+        if state['writer'] is None and not state['tb_failed']:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # lazy: imports tensorboard
+                state['writer'] = SummaryWriter(log_dir)
+            except Exception as e:  # ImportError without tensorboard
+                state['tb_failed'] = True
+                log.warning('online_logger: TensorBoard unavailable (%s); scalars are not written', e)
+        return state['writer']
+
+    def _log(ctx: Any) -> None:
+        now = time.monotonic()
+        if state['t0'] is None:
+            state['t0'] = now
+        x = ctx.train_iter if record_train_iter else ctx.env_step
+        to = ctx.train_output
+        if to:
+            for k, v in scalar_means(to).items():
+                state['acc'][k] = state['acc'].get(k, 0.0) + v
+                state['acc_n'][k] = state['acc_n'].get(k, 0) + 1
+            if 'total_loss' in state['acc']:
+                state['last_loss'] = state['acc']['total_loss'] / state['acc_n']['total_loss']
+            last = state['last_train_write']
+            if last is None or ctx.train_iter - last >= train_show_freq:
+                w = writer()
+                if w is not None:
+                    for k, s in state['acc'].items():
+                        w.add_scalar(f'train/{k}', s / state['acc_n'][k], x)
+                state['acc'], state['acc_n'] = {}, {}
+                state['last_train_write'] = ctx.train_iter
+        info = ctx.info_for_logging
+        if info and info.get('collect_episode_return'):
+            rets = info['collect_episode_return']
+            w = writer()
+            if w is not None:
+                w.add_scalar('collect/episode_return_mean', sum(rets) / len(rets), x)
+        ev = getattr(ctx, 'eval_value', -math.inf)
+        if ev is not None and ev > -math.inf:
+            state['last_eval'] = ev
+            w = writer()
+            if w is not None:
+                w.add_scalar('eval/episode_return_mean', ev, x)
+                eo = getattr(ctx, 'eval_output', None)
+                if isinstance(eo, MappingABC) and eo.get('episode_return') is not None:
+                    r = eo['episode_return']
+                    w.add_scalar('eval/episode_return_std', float(r.std()), x)
+                    w.add_scalar('eval/episode_return_max', float(r.max()), x)
+                    w.add_scalar('eval/episode_return_min', float(r.min()), x)
+                w.flush()
+        if progress and now - state['last_print'] >= progress_interval:
+            state['last_print'] = now
+            parts = [f'env_step {ctx.env_step}', f'train_iter {ctx.train_iter}',
+                     f'episodes {getattr(ctx, "env_episode", 0)}', f'{now - state["t0"]:.0f}s']
+            if state['last_eval'] is not None:
+                parts.append(f'last eval {state["last_eval"]:.1f}')
+            if state['last_loss'] is not None:
+                parts.append(f'loss {state["last_loss"]:.4f}')
+            line = ' | '.join(parts)
+            if getattr(stream, 'isatty', lambda: False)():
+                stream.write('\r' + line + '   ')
+            else:
+                stream.write(line + '\n')
+            stream.flush()
+
+    def close() -> None:
+        if state['writer'] is not None:
+            state['writer'].close()
+            state['writer'] = None
+
+    _log.close = close  # type: ignore[attr-defined]
+    _log.log_dir = log_dir  # type: ignore[attr-defined]
+    return _log

@@ -1,0 +1,83 @@
+"""The training step: run a learner's ``update`` on ``ctx.train_data``."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping as MappingABC
+from typing import Any, Callable, Dict, Mapping
+
+from pipeline.roles import Role, for_roles
+
+__all__ = ['trainer', 'flatten_update_result']
+
+log = logging.getLogger(__name__)
+
+_ALL = '__all_modules__'
+
+
+def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
+    """A plain dict from ``Learner.update``'s result: Stats leaves become floats.
+
+    Single-module learners give ``{metric: value}`` (plus per-row outputs such as ``priority``
+    from ``learner.last_outputs``); several modules give ``{module_id: {metric: value}}``.
+    ``__all_modules__`` metrics are added under their own names when they do not clash.
+    """
+    if not isinstance(result, MappingABC):
+        return {'result': result}
+    modules = [k for k in result if k != _ALL]
+    last = getattr(learner, 'last_outputs', None) or {}
+
+    def peek_all(d: Mapping) -> Dict[str, Any]:
+        out = {}
+        for k, v in d.items():
+            out[k] = v.peek() if hasattr(v, 'peek') else v
+        return out
+
+    if len(modules) == 1:
+        mid = modules[0]
+        out = peek_all(result[mid])
+        extra = last.get(mid)
+        if extra:
+            out.update(extra)
+    else:
+        out = {}
+        for mid in modules:
+            o = peek_all(result[mid])
+            if last.get(mid):
+                o.update(last[mid])
+            out[mid] = o
+    if _ALL in result:
+        for k, v in peek_all(result[_ALL]).items():
+            out.setdefault(k, v)
+    return out
+
+
+@for_roles(Role.LEARNER)
+def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
+    """One training iteration on ``ctx.train_data``.
+
+    Reads ``ctx.train_data`` (does nothing when it is None), ``ctx.env_step``.
+    Writes ``ctx.train_output`` (a fresh plain dict: metric -> float, e.g. ``total_loss``,
+    ``q_value``, plus per-row tensors such as ``priority``; see :func:`flatten_update_result`)
+    and advances ``ctx.train_iter`` by one.
+
+    ``learner`` is a ``pipeline.learner.Learner`` (e.g. ``policy.learn_mode``); it is called as
+    ``learner.update(batch=ctx.train_data, timesteps={'num_env_steps_sampled_lifetime':
+    ctx.env_step})``. Every ``log_freq`` iterations the loss is logged at INFO level.
+    Role: LEARNER.
+    """
+    if not hasattr(learner, 'update'):
+        raise TypeError(f'trainer needs a learner with update(batch=..., timesteps=...) (e.g. '
+                        f'policy.learn_mode); got {type(learner).__name__}')
+
+    def _train(ctx: Any) -> None:
+        if ctx.train_data is None:
+            return
+        result = learner.update(batch=ctx.train_data,
+                                timesteps={'num_env_steps_sampled_lifetime': ctx.env_step})
+        out = flatten_update_result(result, learner)
+        ctx.train_output = out
+        ctx.train_iter += 1
+        if log_freq and ctx.train_iter % log_freq == 0 and 'total_loss' in out:
+            log.info('train iter %d: total_loss %.5f', ctx.train_iter, out['total_loss'])
+
+    return _train

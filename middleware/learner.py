@@ -1,0 +1,70 @@
+"""``OffPolicyLearner``: fetch -> (reward estimate) -> train rounds, priorities written per round."""
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Mapping, Optional
+
+from pipeline.roles import Role, for_roles
+
+from .functional.data_processor import offpolicy_data_fetcher
+from .functional.trainer import trainer
+
+__all__ = ['OffPolicyLearner']
+
+log = logging.getLogger(__name__)
+
+
+@for_roles(Role.LEARNER)
+class OffPolicyLearner:
+    """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
+
+    Each round: fetch a batch from ``buffer_`` (:func:`offpolicy_data_fetcher`), let
+    ``reward_model`` relabel it (``reward_model.estimate(batch)``; its return value, when not
+    None, replaces the batch), train once (:func:`trainer`), then at once run the fetcher's
+    backward part, so prioritized-replay priorities are written back after every round (the next
+    round samples with them). Rounds stop early when the buffer has too little data.
+
+    Reads ``ctx.env_step``, ``ctx.train_iter`` and what the fetcher and trainer read. Writes
+    ``ctx.train_data`` (the last batch), ``ctx.train_output`` (the list of every round's output
+    dict, empty when nothing was trained) and advances ``ctx.train_iter`` by the rounds run.
+
+    Args:
+        cfg: the full config.
+        policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
+        buffer_: a buffer, a list of ``(buffer, weight)`` pairs or a dict of buffers.
+        reward_model: optional, with ``estimate(batch)``.
+        log_freq: log the loss every this many train iterations (INFO).
+
+    Role: LEARNER.
+    """
+
+    def __init__(self, cfg: Mapping, policy: Any, buffer_: Any, reward_model: Optional[Any] = None,
+                 log_freq: int = 100) -> None:
+        from pipeline import task
+
+        self.cfg = cfg
+        self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
+        if self.update_per_collect < 1:
+            raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
+        self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
+        self._trainer = trainer(cfg, policy, log_freq=log_freq)
+        self.reward_model = reward_model
+        if reward_model is not None and not hasattr(reward_model, 'estimate'):
+            raise TypeError(f'reward_model needs an estimate(batch) method; got {type(reward_model).__name__}')
+
+    def __call__(self, ctx: Any) -> None:
+        outputs: List[Any] = []
+        fetch, train, rm = self._fetcher, self._trainer, self.reward_model
+        for _ in range(self.update_per_collect):
+            backward = fetch(ctx)
+            if ctx.train_data is None:
+                backward()
+                break
+            if rm is not None:
+                est = rm.estimate(ctx.train_data)
+                if est is not None:
+                    ctx.train_data = est
+            train(ctx)
+            outputs.append(ctx.train_output)
+            backward()  # e.g. write PER priorities from this round's ctx.train_output
+        ctx.train_output = outputs

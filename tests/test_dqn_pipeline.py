@@ -1,0 +1,94 @@
+"""The whole DQN pipeline on CartPole for a few hundred env steps (fast CI check)."""
+import math
+import os
+
+import pytest
+import torch
+
+from contexts import OnlineRLContext
+from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,
+                        interaction_evaluator, nstep_reward_enhancer, online_logger, termination_checker)
+from pipeline import task
+from pipeline.config import compile_config
+from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.envs import EnvManager
+from pipeline.policy import DQNPolicy
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def build(tmp_path, per=False, nstep=1):
+    cfg = compile_config({
+        'exp_name': str(tmp_path / 'exp'),
+        'env': {'env_id': 'CartPole-v1', 'collector_env_num': 4, 'evaluator_env_num': 2, 'n_evaluator_episode': 2,
+                'stop_value': 10_000},
+        'policy': {'nstep': nstep, 'model': {'obs_shape': 4, 'action_shape': 2, 'encoder_hidden_size_list': [32, 32]},
+                   'learn': {'update_per_collect': 3, 'batch_size': 16, 'learning_starts': 32},
+                   'eval': {'evaluator': {'eval_freq': 30}},
+                   'other': {'replay_buffer': {'replay_buffer_size': 500}}},
+    })
+    policy = DQNPolicy(cfg, seed=0)
+    buf = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=0)
+    if per:
+        buf.use(PriorityExperienceReplay(buf))
+    return cfg, policy, buf
+
+
+def run(cfg, policy, buf, max_env_step=240):
+    cenv = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=0)
+    eenv = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=100)
+    saver = CkptSaver(policy, cfg.exp_name, train_freq=50)
+    import io
+    logger = online_logger(cfg.exp_name, stream=io.StringIO())
+    with task.start(ctx=OnlineRLContext()):
+        task.use(interaction_evaluator(cfg, policy.eval_mode, eenv))
+        task.use(eps_greedy_handler(cfg))
+        task.use(StepCollector(cfg, policy.collect_mode, cenv))
+        if cfg.policy.nstep > 1:
+            task.use(nstep_reward_enhancer(cfg))
+        task.use(data_pusher(cfg, buf))
+        task.use(OffPolicyLearner(cfg, policy.learn_mode, buf))
+        task.use(saver)
+        task.use(logger)
+        task.use(termination_checker(max_env_step=max_env_step))
+        last = []
+        task.use(last.append)  # the last step's context (task.ctx is renewed after each step)
+        task.run(max_step=1000)
+        ctx = last[-1]
+    logger.close()
+    return ctx, saver
+
+
+def test_pipeline_counters_buffer_and_train_output(tmp_path):
+    cfg, policy, buf = build(tmp_path)
+    ctx, saver = run(cfg, policy, buf)
+    # 4 envs x 2 rounds = 8 transitions per step; 30 steps reach 240 env steps.
+    assert ctx.env_step == 240 and ctx.total_step == 29  # the 30th step (0-based)
+    assert buf.count() == 240
+    # training starts once 32 transitions are stored (after step 4): 27 steps x 3 updates
+    assert ctx.train_iter == 27 * 3 == policy.learn_mode.train_iter
+    out = ctx.train_output
+    assert isinstance(out, list) and len(out) == 3
+    assert all(math.isfinite(o['total_loss']) and o['priority'].shape == (16,) for o in out)
+    assert ctx.last_eval_iter == 60 and ctx.env_episode > 0
+    assert {'final.pth.tar', 'eval.pth.tar', 'iteration_51.pth.tar'} <= set(os.listdir(saver.dir))
+    final = torch.load(saver.paths['final.pth.tar'], weights_only=True)
+    assert final['counters']['train_iter'] == 81 and final['counters']['env_step'] == 240
+    assert any(f.startswith('events') for f in os.listdir(os.path.join(cfg.exp_name, 'log')))
+
+
+def test_pipeline_with_per_and_nstep(tmp_path):
+    cfg, policy, buf = build(tmp_path, per=True, nstep=3)
+    ctx, _ = run(cfg, policy, buf, max_env_step=160)
+    assert ctx.env_step == 160
+    # n-step holds back the last (up to 2) transitions of every env's running episode
+    assert 160 - 2 * 4 <= buf.count() < 160
+    assert ctx.train_iter > 0 and len(ctx.train_output) == 3
+    pri = [buf.get(k).meta['priority'] for k in range(buf.count())]
+    assert len(set(pri)) > 10  # priorities were written back from TD errors
