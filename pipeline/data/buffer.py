@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,7 +78,13 @@ class SampledBatch:
 class _Sampled(list):
     """List of sampled items that remembers where they came from (for the fast batch path)."""
 
-    __slots__ = ("slots", "ids", "pushes", "columns")
+    __slots__ = ("slots", "ref", "pushes", "columns")
+
+
+class _SlotIds(list):
+    """A list of indices that also carries their slots (a shortcut for middleware such as PER)."""
+
+    __slots__ = ("slots",)
 
 
 class _Group:
@@ -189,6 +196,9 @@ class _Storage:
         self.groups: Dict[str, _GroupIndex] = {}
         self.columns: Optional[Columns] = None
         self.columns_unsupported = False
+        self.pending: List[int] = []  # slots whose column rows are stale
+        self._rbuf = np.zeros(0)
+        self._rpos = 0
 
     # ------------------------------------------------------------------ core mutations
     def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
@@ -220,7 +230,10 @@ class _Storage:
         self.opos[slot] = h
         self.ohead = h + 1
         if self.columns is not None:
-            self.columns.write(slot, data)
+            self.columns.ok[slot] = False
+            self.pending.append(slot)  # copied into the columns at the next sample_batch
+            if len(self.pending) >= self.size:
+                self.ensure_columns()
         elif self.columnar and not self.columns_unsupported:
             self.ensure_columns()
         if self.groups:
@@ -297,17 +310,39 @@ class _Storage:
 
     # ------------------------------------------------------------------ columns / groups
     def ensure_columns(self) -> Optional[Columns]:
-        if self.columns is None and not self.columns_unsupported and self.count:
+        """Create the columns if needed and bring every live row up to date."""
+        if self.columns is None:
+            if self.columns_unsupported or not self.count:
+                return None
             example = self.items[int(self.dense[0])].data
             try:
                 cols = Columns(self.size, example)
             except Unsupported:
                 self.columns_unsupported = True
                 return None
-            for s in self.dense[: self.count].tolist():
-                cols.write(s, self.items[s].data)
             self.columns = cols
+            self.pending = self.dense[: self.count].tolist()
+        if self.pending:
+            items = self.items
+            slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
+            self.pending = []
+            self.columns.write_many(slots, [items[s].data for s in slots])
         return self.columns
+
+    def draw(self, n: int, k: int, replace: bool) -> np.ndarray:
+        """``k`` uniform offsets in ``[0, n)`` (distinct unless ``replace``)."""
+        if not replace and k * 4 > n:
+            return self.rng.choice(n, k, replace=False)
+        p = self._rpos
+        if p + k > len(self._rbuf):
+            self._rbuf = self.rng.random(max(8192, k))
+            p = 0
+        self._rpos = p + k
+        offs = (self._rbuf[p:p + k] * n).astype(np.int64)
+        np.minimum(offs, n - 1, out=offs)
+        if replace or len(set(offs.tolist())) == k:
+            return offs
+        return self.rng.choice(n, k, replace=False)  # a duplicate: redraw the whole sample
 
     def group_index(self, key: str) -> _GroupIndex:
         gi = self.groups.get(key)
@@ -321,10 +356,9 @@ class _Storage:
 
     # ------------------------------------------------------------------ sampling
     def _result(self, slots: np.ndarray) -> _Sampled:
-        sl = slots.tolist()
-        res = _Sampled(map(self.items.__getitem__, sl))
+        res = _Sampled(map(self.items.__getitem__, slots.tolist()))
         res.slots = slots
-        res.ids = [it.index for it in res]
+        res.ref = tuple(res)
         res.pushes = self.pushes
         res.columns = None
         return res
@@ -347,13 +381,13 @@ class _Storage:
             k = 0 if n == 0 else (k if replace else n)
         if k == 0:
             return self._result(np.zeros(0, dtype=np.int64))
-        if replace:
-            offs = self.rng.integers(0, n, k)
-        else:
-            offs = self.rng.choice(n, k, replace=False)
-        return self._result(pool[offs])
+        return self._result(pool[self.draw(n, k, replace)])
 
     def take_ids(self, indices: Iterable[int], ignore_missing: bool) -> _Sampled:
+        if type(indices) is _SlotIds:
+            slots = indices.slots
+            if self.slot_id[slots].tolist() == indices:
+                return self._result(slots)
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
@@ -719,7 +753,8 @@ class DequeBuffer(Buffer):
         if data is not None:
             item.data = data
             if s.columns is not None:
-                s.columns.write(slot, data)
+                s.columns.ok[slot] = False
+                s.pending.append(slot)
         if meta:
             item.meta.update(meta)
             if s.groups:
@@ -779,21 +814,22 @@ class DequeBuffer(Buffer):
         ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to sample.
         """
         with self._lock:
+            s = self._s
+            cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
                                    unroll_len=None, **kwargs)
             if not items:
                 raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-            s = self._s
             index = [it.index for it in items]
             data = None
             extra = None
             if type(items) is _Sampled:
                 extra = items.columns
-                if s.columnar is not False and index == items.ids and (
+                ref = items.ref
+                if cols is not None and len(ref) == len(items) and all(map(operator.is_, items, ref)) and (
                         items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
-                    cols = s.columns if s.columns is not None else s.ensure_columns()
-                    if cols is not None and cols.ok[items.slots].all():
+                    if cols.ok[items.slots].all():
                         data = cols.gather(items.slots)
             if data is None:
                 data = collate([it.data for it in items])

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from .buffer import Buffer, BufferedData, DequeBuffer, _Sampled
+from .buffer import Buffer, BufferedData, DequeBuffer, _Sampled, _SlotIds
 from .segment_tree import SumMinTree
 
 __all__ = [
@@ -260,21 +260,21 @@ class PriorityExperienceReplay:
             ok = chain(indices, data, meta)
             if pri is not None:
                 ids = indices.tolist() if hasattr(indices, "tolist") else indices
-                id2slot = self._s.id2slot
-                sl, ps = [], []
-                for i, good, p in zip(ids, ok, pri):
-                    if good and p is not None:
-                        slot = id2slot.get(i)
-                        if slot is not None:
-                            sl.append(slot)
-                            ps.append(p)
-                if sl:
-                    arr = np.asarray(ps, dtype=np.float64)
+                get = self._s.id2slot.get
+                slots = np.fromiter((get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
+                if isinstance(pri, np.ndarray):
+                    arr = pri
+                    keep = slots >= 0
+                else:
+                    arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64)
+                    keep = (slots >= 0) & ~np.isnan(arr)
+                if not keep.all():
+                    slots, arr = slots[keep], arr[keep]
+                if len(slots):
                     m = float(arr.max())
                     if m > self.max_priority:
                         self.max_priority = m
-                    self._tree.set_many(np.asarray(sl, dtype=np.int64),
-                                        np.maximum(arr, self._FLOOR) ** self.alpha)
+                    self._tree.set_many(slots, np.maximum(arr, self._FLOOR) ** self.alpha)
             return ok
         return chain(*args, **kwargs)
 
@@ -290,7 +290,7 @@ class PriorityExperienceReplay:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
             if not (np.isfinite(arr).all() and (arr >= 0).all()):
                 raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
-            return arr.tolist()
+            return arr
         out = []
         for m in meta:
             if m and "priority" in m:
@@ -334,7 +334,8 @@ class PriorityExperienceReplay:
             return chain(None, indices=[], replace=replace, sample_range=None, ignore_insufficient=False,
                          groupby=None, unroll_len=None, **kw)
         slots = self._draw(k, replace) if pool is None else self._draw_pool(pool, k, replace)
-        ids = s.slot_id[slots].tolist()
+        ids = _SlotIds(s.slot_id[slots].tolist())
+        ids.slots = slots
         weights = self._weights(slots) if self.IS_weight else None
         self.sample_count += 1
         res = chain(None, indices=ids, replace=replace, sample_range=None, ignore_insufficient=False,
@@ -345,7 +346,8 @@ class PriorityExperienceReplay:
 
     def _attach(self, res: Any, ids: List[int], weights: np.ndarray) -> None:
         wl = weights.tolist()
-        if type(res) is _Sampled and res.ids == ids:
+        if type(res) is _Sampled and (res.slots is getattr(ids, "slots", None)
+                                      or [it.index for it in res] == list(ids)):
             for it, w in zip(res, wl):
                 it.meta["priority_IS"] = w
             res.columns = {"priority_IS": weights}

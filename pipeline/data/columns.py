@@ -158,6 +158,48 @@ class Columns:
             return
         self.ok[slot] = True
 
+    def write_many(self, slots: List[int], datas: List[Any]) -> None:
+        """Copy many items at once (vectorised per field); falls back to :meth:`write` per item
+        when the batch does not stack cleanly."""
+        if len(slots) < 4 or not self._flat or not self._dicts:
+            for s, d in zip(slots, datas):
+                self.write(s, d)
+            return
+        n0 = self._dicts[0][1]
+        try:
+            for d in datas:
+                if len(d) != n0:
+                    raise KeyError
+            staged = []
+            for path, kind, col, shape, dtype in self._leaves:
+                k = path[0]
+                vals = [d[k] for d in datas]
+                if kind == _TT:
+                    st = torch.stack(vals)
+                    if st.dtype is not dtype or st.shape[1:] != shape:
+                        raise KeyError
+                    if st.requires_grad:
+                        st = st.detach()
+                    staged.append((col, st.numpy()))
+                elif kind == _PY:
+                    for v in vals:
+                        if type(v) is not dtype:
+                            raise KeyError
+                    staged.append((col, vals))
+                else:
+                    st = np.stack(vals)
+                    if st.dtype != dtype or st.shape[1:] != shape:
+                        raise KeyError
+                    staged.append((col, st))
+        except (KeyError, TypeError, IndexError, RuntimeError, AttributeError, ValueError):
+            for s, d in zip(slots, datas):
+                self.write(s, d)
+            return
+        idx = np.asarray(slots, dtype=np.int64)
+        for col, v in staged:
+            col[idx] = v
+        self.ok[idx] = True
+
     def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
         out: Dict[Any, Any] = {}

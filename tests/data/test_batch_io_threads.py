@@ -205,3 +205,30 @@ def test_concurrent_push_sample_update_delete_from_threads():
     assert idx == sorted(idx)
     assert all(s.items[s.id2slot[i]].index == i for i in idx)
     assert sorted(s.dense[: s.count].tolist()) == sorted(s.id2slot.values())
+
+
+def test_sample_batch_fresh_pushes_deleted_during_the_sample_are_correct():
+    buf = DequeBuffer(8, seed=0)
+    buf.use(use_time_check(buf, max_use=1))
+    for i in range(8):
+        buf.push(transition(i))
+    check_batch(buf.sample_batch(4))  # builds columns; 4 items deleted
+    n = 8
+    for rnd in range(20):
+        for i in range(4):
+            assert buf.push(transition(n)).index == n  # reuses freed slots; rows pending
+            n += 1
+        b = buf.sample_batch(4)
+        check_batch(b)
+        assert buf.count() == 4
+
+
+def test_columnar_pending_rows_stay_bounded():
+    buf = DequeBuffer(16, seed=0)
+    for i in range(16):
+        buf.push(transition(i))
+    buf.sample_batch(2)
+    for i in range(16, 216):
+        buf.push(transition(i))
+        assert len(buf._s.pending) <= 16
+    check_batch(buf.sample_batch(16))
