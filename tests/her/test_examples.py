@@ -36,3 +36,38 @@ def test_her_bitflip_tiny_budget(no_her):
     assert 16 <= n <= 128 and b.obs.shape == b.next_obs.shape == (n, 15)  # 16 episodes x <= 8 rows
     assert b.reward.shape == b.terminated.shape == b.action.shape == (n,)
     assert 0.0 <= r["success_rate"] <= 1.0
+
+
+def test_her_point_tiny_budget():
+    ex = load("her_point")
+    r = ex.main(["--max-env-step", "800", "--eval-episodes", "3", "--stop-success", "2", "--quiet"])
+    assert r["her"] and r["env_step"] >= 800 and r["train_iter"] >= 32
+    assert r["buffer_count"] == r["env_episode"] >= 8
+    # learning starts once the buffer holds 16 episodes; then every step trains 32 rounds
+    assert r["train_iter"] % 32 == 0
+    b = r["train_data"]
+    if r["train_iter"]:
+        n = b.obs.shape[0]
+        assert n == 128 and b.obs.shape == (n, 6) and b.action.shape == (n, 2) and b.reward.shape == (n,)
+        out = r["train_output"]
+        assert len(out) == 32 and all({"actor", "critic", "alpha"} <= set(o) for o in out)
+    assert 0.0 <= r["success_rate"] <= 1.0
+
+
+@pytest.mark.parametrize("no_rnd", [False, True])
+def test_dqn_rnd_tiny_budget(no_rnd):
+    ex = load("dqn_rnd")
+    r = ex.main(["--size", "6", "--max-episodes", "12", "--quiet"] + (["--no-rnd"] if no_rnd else []))
+    assert r["rnd"] == (not no_rnd)
+    # one env, n_sample = size: each pipeline step collects exactly one episode of 6 steps
+    steps = r["env_step"] // 6
+    assert r["env_step"] == 6 * steps and r["env_episode"] == steps and r["buffer_count"] == r["env_step"]
+    assert steps <= 12 and (r["found"] or steps == 12)
+    # training starts once 64 transitions are stored (after 11 episodes), 8 rounds per step
+    trained_steps = max(0, steps - 10)
+    assert r["train_iter"] == 8 * trained_steps
+    assert r["rnd_train_iter"] == (0 if no_rnd else r["train_iter"])
+    if r["train_iter"]:
+        assert r["train_data"].obs.shape == (64, 36) and r["train_data"].reward.shape == (64,)
+        if not no_rnd:
+            assert (r["train_data"].reward > 0.001).any()  # env rewards are 0 or -0.0005: the bonus shows

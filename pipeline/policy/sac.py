@@ -1,0 +1,367 @@
+"""SAC (soft actor-critic) for continuous actions, on ``pipeline.learner.Learner``.
+
+``SACPolicy`` bundles a squashed-Gaussian actor, a twin Q critic (with a soft-updated target copy)
+and a learned temperature, with three modes:
+
+- ``learn_mode``: a :class:`SACLearner` (a ``Learner`` with modules ``actor``, ``critic`` and
+  ``alpha``); ``update(batch=...)`` takes one batch (tree or dict of tensors with ``obs``,
+  ``action``, ``reward``, ``next_obs``, ``terminated``, optional ``truncated``/``weight``) and
+  trains all three modules on it. Each module only receives gradients from its own loss.
+- ``collect_mode``: ``forward(obs [N, ...], **ignored) -> actions [N, act_dim]`` sampled from the
+  policy (uniform random for the first ``random_collect_size`` actions).
+- ``eval_mode``: ``forward(obs) -> actions``, deterministic (``tanh`` of the mean).
+
+Actions live in ``[-1, 1]^act_dim`` (scale them in the env if needed).
+Config: :func:`sac_default_config`, merged with ``pipeline.config.merge_config``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "sac_default_config", "get_sac_learner_class"]
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def sac_default_config():
+    """Default SAC config (an ``EasyDict``); override with ``pipeline.config.merge_config``."""
+    from easydict import EasyDict
+
+    return EasyDict(
+        {
+            "exp_name": "sac",
+            "seed": 0,
+            "env": {
+                "env_id": None,
+                "collector_env_num": 4,
+                "evaluator_env_num": 4,
+                "n_evaluator_episode": 20,
+                "stop_value": None,
+                "max_episode_steps": None,
+                "env_kwargs": {},
+            },
+            "policy": {
+                "type": "sac",
+                "cuda": False,
+                "discount_factor": 0.98,
+                "model": {
+                    "obs_shape": None,
+                    "action_shape": None,
+                    "actor_hidden_size_list": [128, 128],
+                    "critic_hidden_size_list": [128, 128],
+                },
+                "learn": {
+                    "update_per_collect": 16,
+                    "batch_size": 128,
+                    "learning_rate_actor": 1e-3,
+                    "learning_rate_critic": 1e-3,
+                    "learning_rate_alpha": 1e-3,
+                    "target_theta": 0.05,
+                    "init_alpha": 0.2,
+                    "auto_alpha": True,
+                    "target_entropy": None,  # default: -action_dim
+                    "grad_clip": None,
+                    "truncation_as_terminal": False,
+                    "learning_starts": 256,
+                },
+                "collect": {"n_sample": 64, "n_episode": 8, "random_collect_size": 1000},
+                "eval": {"evaluator": {"eval_freq": 200}},
+                "other": {"replay_buffer": {"replay_buffer_size": 100000}},
+            },
+        }
+    )
+
+
+def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+class SACActor(nn.Module):
+    """Squashed Gaussian policy: ``obs -> (mean, log_std)``; actions ``tanh(N(mean, std))``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
+        super().__init__()
+        self.body = _mlp([obs_dim, *hidden])
+        self.mu = nn.Linear(hidden[-1], act_dim)
+        self.log_std = nn.Linear(hidden[-1], act_dim)
+        self.act_dim = act_dim
+
+    def forward(self, obs: torch.Tensor):
+        h = self.body(obs)
+        return self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor):
+        """Reparameterised ``(action, log_prob)`` with the tanh change of variables."""
+        mu, log_std = self(obs)
+        std = log_std.exp()
+        u = mu + std * torch.randn_like(mu)
+        a = torch.tanh(u)
+        logp = (-0.5 * ((u - mu) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log(1 - tanh(u)^2) computed stably
+        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return a, logp
+
+    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class TwinQCritic(nn.Module):
+    """Two Q networks ``(obs, action) -> Q``; ``forward`` returns both, ``[B]`` each."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
+        super().__init__()
+        self.q1 = nn.Sequential(_mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
+        self.q2 = nn.Sequential(_mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor):
+        x = torch.cat([obs, action], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+
+class _LogAlpha(nn.Module):
+    def __init__(self, init_alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha), dtype=torch.float32))
+
+
+def _policy_cfg(cfg: Mapping) -> Mapping:
+    return cfg["policy"] if "policy" in cfg else cfg
+
+
+def _make_learner_class():
+    from pipeline.learner import Learner
+
+    class _SACLearner(Learner):
+        """SAC's learn mode: modules ``actor``, ``critic``, ``alpha``, one optimizer each.
+
+        Per update: critic loss (MSE to ``r + gamma (1 - terminated) (min Q_targ(s', a') - alpha
+        log pi(a'|s'))``), actor loss (``alpha log pi - min Q`` with the critic's weights held
+        fixed), temperature loss (``-log_alpha (log pi + target_entropy)``) when ``auto_alpha``;
+        then a soft target update with ``target_theta``. Outputs ``total_loss`` per module plus
+        ``q_value``, ``entropy`` (``-log pi``) and ``alpha``.
+        """
+
+        def __init__(self, actor: SACActor, critic: TwinQCritic, cfg: Mapping) -> None:
+            p = _policy_cfg(cfg)
+            lc = p["learn"]
+            self.auto_alpha = bool(lc.get("auto_alpha", True))
+            alpha_mod = _LogAlpha(float(lc.get("init_alpha", 0.2)))
+            modules = {"actor": actor, "critic": critic}
+            lrs = {"actor": lc["learning_rate_actor"], "critic": lc["learning_rate_critic"]}
+            if self.auto_alpha:
+                modules["alpha"] = alpha_mod
+                lrs["alpha"] = lc["learning_rate_alpha"]
+            super().__init__(modules, lr=lrs, grad_clip=lc.get("grad_clip"))
+            self.actor, self.critic, self.alpha_mod = actor, critic, alpha_mod
+            self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+            self.gamma = float(p["discount_factor"])
+            self.theta = float(lc.get("target_theta", 0.005))
+            if not 0.0 < self.theta <= 1.0:
+                raise ValueError(f"policy.learn.target_theta must be in (0, 1], got {self.theta}")
+            te = lc.get("target_entropy")
+            self.target_entropy = float(-actor.act_dim if te is None else te)
+            self.truncation_as_terminal = bool(lc.get("truncation_as_terminal", False))
+            self.train_iter = 0
+            self._critic_params = list(critic.parameters())
+            self._target_params = list(self.target_critic.parameters())
+
+        @property
+        def alpha(self) -> torch.Tensor:
+            return self.alpha_mod.log_alpha.detach().exp()
+
+        def update(self, batch: Any = None, **kwargs: Any) -> Any:
+            """``Learner.update``; a single batch is given to all three modules."""
+            if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
+                batch = {mid: batch for mid in self.modules}
+            return super().update(batch=batch, **kwargs)
+
+        def forward_train(self, module_id: str, batch: Any) -> Any:
+            return None  # everything happens in compute_losses (the losses share forward passes)
+
+        def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+            b = batch["critic"]
+            keys = b.keys() if hasattr(b, "keys") else ()
+            obs, next_obs = b["obs"].float(), b["next_obs"].float()
+            action = b["action"].float()
+            if action.dim() == 1:
+                action = action.unsqueeze(-1)
+            reward = b["reward"].float()
+            done = b["terminated"]
+            if self.truncation_as_terminal and "truncated" in keys:
+                done = done | b["truncated"]
+            done = done.float()
+            alpha = self.alpha
+            with torch.no_grad():
+                na, nlogp = self.actor.sample(next_obs)
+                tq1, tq2 = self.target_critic(next_obs, na)
+                target = reward + self.gamma * (1.0 - done) * (torch.min(tq1, tq2) - alpha * nlogp)
+            q1, q2 = self.critic(obs, action)
+            per_row = (q1 - target).pow(2) + (q2 - target).pow(2)
+            if "weight" in keys:
+                per_row = per_row * b["weight"].float()
+            critic_loss = per_row.mean()
+
+            a, logp = self.actor.sample(obs)
+            frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
+            pq1, pq2 = torch.func.functional_call(self.critic, frozen, (obs, a))
+            actor_loss = (alpha * logp - torch.min(pq1, pq2)).mean()
+            out: Dict[str, Any] = {
+                "critic": {"total_loss": critic_loss, "q_value": q1.detach().mean()},
+                "actor": {"total_loss": actor_loss, "entropy": -logp.detach().mean(), "alpha": alpha},
+            }
+            if self.auto_alpha:
+                alpha_loss = -(self.alpha_mod.log_alpha * (logp.detach() + self.target_entropy)).mean()
+                out["alpha"] = {"total_loss": alpha_loss}
+            return out
+
+        def after_gradient_based_update(self, timesteps: Any = None) -> None:
+            super().after_gradient_based_update(timesteps)
+            self.train_iter += 1
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
+
+        def get_extra_state(self) -> Dict[str, Any]:
+            return {"target_critic": self.target_critic.state_dict(), "train_iter": int(self.train_iter),
+                    "log_alpha": self.alpha_mod.log_alpha.detach().clone()}
+
+        def set_extra_state(self, state: Dict[str, Any]) -> None:
+            if "target_critic" in state:
+                self.target_critic.load_state_dict(state["target_critic"])
+            if "train_iter" in state:
+                self.train_iter = int(state["train_iter"])
+            if "log_alpha" in state:
+                with torch.no_grad():
+                    self.alpha_mod.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
+
+    _SACLearner.__name__ = _SACLearner.__qualname__ = "SACLearner"
+    return _SACLearner
+
+
+_LEARNER_CLS = None
+
+
+def get_sac_learner_class():
+    """The ``SACLearner`` class (built on first use so ``pipeline.learner`` loads lazily)."""
+    global _LEARNER_CLS
+    if _LEARNER_CLS is None:
+        _LEARNER_CLS = _make_learner_class()
+    return _LEARNER_CLS
+
+
+def __getattr__(name: str):
+    if name == "SACLearner":
+        return get_sac_learner_class()
+    raise AttributeError(name)
+
+
+class SACCollectMode:
+    """Stochastic actions ``[N, act_dim]`` (float32 numpy); uniform random for the first
+    ``random_collect_size`` actions. Extra keyword arguments (e.g. ``eps``) are ignored."""
+
+    def __init__(self, actor: SACActor, random_collect_size: int = 0, seed: Optional[int] = None) -> None:
+        self.actor = actor
+        self.random_left = int(random_collect_size)
+        self.rng = np.random.default_rng(seed)
+
+    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+        x = torch.as_tensor(obs, dtype=torch.float32)
+        n = x.shape[0]
+        if self.random_left > 0:
+            self.random_left -= n
+            return self.rng.uniform(-1.0, 1.0, size=(n, self.actor.act_dim)).astype(np.float32)
+        with torch.no_grad():
+            return self.actor.sample(x)[0].numpy()
+
+    __call__ = forward
+
+    def reset(self, env_ids: Any = None) -> None:
+        """No per-env state."""
+
+
+class SACEvalMode:
+    """Deterministic actions ``tanh(mean)``."""
+
+    def __init__(self, actor: SACActor) -> None:
+        self.actor = actor
+
+    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+        with torch.no_grad():
+            return self.actor.deterministic(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+
+    __call__ = forward
+
+    def reset(self, env_ids: Any = None) -> None:
+        """No per-env state."""
+
+
+class SACPolicy:
+    """SAC with learn, collect and eval modes sharing one actor.
+
+    Args:
+        cfg: a config from :func:`sac_default_config` (merged) or its ``policy`` section.
+        obs_shape, action_shape: override ``policy.model`` (flat sizes).
+        seed: seeds torch (network init) and the collect mode's random actions.
+    """
+
+    def __init__(self, cfg: Mapping, obs_shape: Optional[int] = None, action_shape: Optional[int] = None,
+                 seed: Optional[int] = None) -> None:
+        self.cfg = _policy_cfg(cfg)
+        mc = self.cfg["model"]
+        obs_shape = obs_shape if obs_shape is not None else mc.get("obs_shape")
+        action_shape = action_shape if action_shape is not None else mc.get("action_shape")
+        if obs_shape is None or action_shape is None:
+            raise ValueError("SACPolicy needs policy.model.obs_shape and action_shape (or obs_shape=/action_shape=)")
+        obs_dim = int(np.prod(obs_shape))
+        act_dim = int(np.prod(action_shape))
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.actor = SACActor(obs_dim, act_dim, mc.get("actor_hidden_size_list", (128, 128)))
+        self.critic = TwinQCritic(obs_dim, act_dim, mc.get("critic_hidden_size_list", (128, 128)))
+        self._seed = seed
+        self._learn = None
+        self._collect = None
+        self._eval = None
+
+    @property
+    def learn_mode(self):
+        """The :class:`SACLearner` (built on first access)."""
+        if self._learn is None:
+            self._learn = get_sac_learner_class()(self.actor, self.critic, self.cfg)
+        return self._learn
+
+    @property
+    def collect_mode(self) -> SACCollectMode:
+        if self._collect is None:
+            n = int(self.cfg["collect"].get("random_collect_size", 0) or 0)
+            self._collect = SACCollectMode(self.actor, n, self._seed)
+        return self._collect
+
+    @property
+    def eval_mode(self) -> SACEvalMode:
+        if self._eval is None:
+            self._eval = SACEvalMode(self.actor)
+        return self._eval
+
+    def state_dict(self) -> Dict[str, Any]:
+        sd: Dict[str, Any] = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict()}
+        if self._learn is not None:
+            sd["learn"] = self._learn.get_state()
+        return sd
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        if "actor" not in sd or "critic" not in sd:
+            raise KeyError(f"not a SACPolicy state dict (keys: {list(sd)})")
+        self.actor.load_state_dict(sd["actor"])
+        self.critic.load_state_dict(sd["critic"])
+        if "learn" in sd:
+            self.learn_mode.set_state(sd["learn"])
