@@ -257,24 +257,32 @@ class PriorityExperienceReplay:
         if action == "update_many":
             indices, data, meta = _args3(args, kwargs, "indices", "data", "meta")
             pri = self._priorities(meta, len(indices))
-            ok = chain(indices, data, meta)
-            if pri is not None:
-                ids = indices.tolist() if hasattr(indices, "tolist") else indices
-                get = self._s.id2slot.get
-                slots = np.fromiter((get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
-                if isinstance(pri, np.ndarray):
-                    arr = pri
-                    keep = slots >= 0
-                else:
-                    arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64)
-                    keep = (slots >= 0) & ~np.isnan(arr)
-                if not keep.all():
-                    slots, arr = slots[keep], arr[keep]
-                if len(slots):
-                    m = float(arr.max())
-                    if m > self.max_priority:
-                        self.max_priority = m
-                    self._tree.set_many(slots, np.maximum(arr, self._FLOOR) ** self.alpha)
+            if pri is None:
+                return chain(indices, data, meta)
+            if isinstance(meta, Mapping):  # the priorities are written here, in one pass
+                rest = {k: v for k, v in meta.items() if k != "priority"}
+                ok = chain(indices, data, rest or None)
+            else:
+                ok = chain(indices, data, meta)
+            ids = indices.tolist() if hasattr(indices, "tolist") else indices
+            id2slot, items = self._s.id2slot, self._s.items
+            sl, ps = [], []
+            for i, p in zip(ids, pri):
+                if p is not None:
+                    slot = id2slot.get(i)
+                    if slot is not None:
+                        items[slot].meta["priority"] = p
+                        sl.append(slot)
+                        ps.append(p)
+            if sl:
+                arr = np.array(ps, dtype=np.float64)
+                m = float(arr.max())
+                if m > self.max_priority:
+                    self.max_priority = m
+                np.maximum(arr, self._FLOOR, out=arr)
+                if self.alpha != 1.0:
+                    arr **= self.alpha
+                self._tree.set_many(np.array(sl, dtype=np.int64), arr, positive=True)
             return ok
         return chain(*args, **kwargs)
 
@@ -288,9 +296,9 @@ class PriorityExperienceReplay:
             arr = np.asarray(meta["priority"], dtype=np.float64).reshape(-1)
             if len(arr) != n:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
-            if not (np.isfinite(arr).all() and (arr >= 0).all()):
+            if n and not (arr.min() >= 0 and math.isfinite(arr.sum())):
                 raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
-            return arr
+            return arr.tolist()
         out = []
         for m in meta:
             if m and "priority" in m:

@@ -52,9 +52,13 @@ class SumMinTree:
             padded = -(-n // B) * B
             self._vals.append(np.zeros(padded))
             self._mins.append(np.full(padded, np.inf))
-            self._pref.append(np.zeros((padded // B, B)))
+            pref = np.zeros((padded // B, B + 1))
+            pref[:, B] = np.inf  # sentinel column: ``c > u`` always has a hit
+            self._pref.append(pref)
             n = padded // B
         self._top_cum = np.zeros(len(self._vals[-1]))
+        self._top_prev = np.zeros(len(self._vals[-1]))  # exclusive prefix sums of the top level
+        self._arange_cache: dict = {}
         self._top_min = np.inf
         self._dirty: List[np.ndarray] = []
         self._dirty_scalar: List[int] = []
@@ -73,12 +77,12 @@ class SumMinTree:
         self._dirty_scalar.append(index)
         self._is_dirty = True
 
-    def set_many(self, indices: np.ndarray, values: np.ndarray) -> None:
-        """Set many leaves at once (vectorised)."""
+    def set_many(self, indices: np.ndarray, values: np.ndarray, positive: bool = False) -> None:
+        """Set many leaves at once (vectorised); ``positive`` promises every value is > 0."""
         indices = np.asarray(indices, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
         self._vals[0][indices] = values
-        self._mins[0][indices] = np.where(values > 0, values, np.inf)
+        self._mins[0][indices] = values if positive else np.where(values > 0, values, np.inf)
         self._dirty.append(indices)
         self._is_dirty = True
 
@@ -89,8 +93,9 @@ class SumMinTree:
         for m in self._mins:
             m[:] = np.inf
         for p in self._pref:
-            p[:] = 0.0
+            p[:, :-1] = 0.0
         self._top_cum[:] = 0.0
+        self._top_prev[:] = 0.0
         self._top_min = np.inf
         self._dirty.clear()
         self._dirty_scalar.clear()
@@ -114,14 +119,14 @@ class SumMinTree:
             full = len(d) * 2 >= nblocks
             if full:
                 blocks = vals.reshape(nblocks, B)
-                pref[:] = blocks @ self._tri
-                self._vals[lvl + 1][:nblocks] = pref[:, -1]
+                pref[:, :B] = blocks @ self._tri
+                self._vals[lvl + 1][:nblocks] = pref[:, B - 1]
                 self._mins[lvl + 1][:nblocks] = mins.reshape(nblocks, B).min(1)
                 d = None
             else:
                 p = d // B
-                pref[p] = vals.reshape(nblocks, B)[p] @ self._tri
-                self._vals[lvl + 1][p] = pref[p, -1]
+                pref[p, :B] = vals.reshape(nblocks, B)[p] @ self._tri
+                self._vals[lvl + 1][p] = pref[p, B - 1]
                 self._mins[lvl + 1][p] = mins.reshape(nblocks, B)[p].min(1)
                 d = p
             if d is None:
@@ -129,11 +134,12 @@ class SumMinTree:
                 for lvl2 in range(lvl + 1, len(self._pref)):
                     v2, m2, p2 = self._vals[lvl2], self._mins[lvl2], self._pref[lvl2]
                     nb2 = p2.shape[0]
-                    p2[:] = v2.reshape(nb2, B) @ self._tri
-                    self._vals[lvl2 + 1][:nb2] = p2[:, -1]
+                    p2[:, :B] = v2.reshape(nb2, B) @ self._tri
+                    self._vals[lvl2 + 1][:nb2] = p2[:, B - 1]
                     self._mins[lvl2 + 1][:nb2] = m2.reshape(nb2, B).min(1)
                 break
         np.cumsum(self._vals[-1], out=self._top_cum)
+        self._top_prev[1:] = self._top_cum[:-1]
         self._top_min = float(self._mins[-1].min())
 
     # ------------------------------------------------------------------ queries
@@ -153,25 +159,22 @@ class SumMinTree:
         """For each ``u`` in ``[0, total)``, return the leaf ``i`` with
         ``sum(leaves[:i]) <= u < sum(leaves[:i+1])`` (vectorised)."""
         self.flush()
-        u = np.array(u, dtype=np.float64, copy=True)
         top = self._vals[-1]
-        cum = self._top_cum
-        j = np.searchsorted(cum, u, side="right")
+        j = np.searchsorted(self._top_cum, u, side="right")
         np.minimum(j, len(top) - 1, out=j)
-        u -= cum[j] - top[j]
-        np.maximum(u, 0.0, out=u)
-        rows = None
-        for lvl in range(len(self._pref) - 1, -1, -1):
+        nlev = len(self._pref)
+        if nlev == 0:
+            return j
+        u = u - self._top_prev[j]
+        B = self.B
+        for lvl in range(nlev - 1, -1, -1):
             c = self._pref[lvl].take(j, axis=0)
-            if rows is None:
-                rows = np.arange(len(u))
-            last = c[:, -1]
-            # guard against rounding pushing u past this block's total
-            np.minimum(u, last * (1.0 - 1e-12), out=u)
-            k = (c > u[:, None]).argmax(1)
-            u -= c[rows, k] - self._vals[lvl][j * self.B + k]
-            np.maximum(u, 0.0, out=u)
-            j = j * self.B + k
+            k = (c > u[:, None]).argmax(1)  # first child whose inclusive prefix exceeds u
+            np.minimum(k, B - 1, out=k)  # the sentinel hit only on rounding: take the last child
+            if lvl:
+                u -= c[np.arange(len(u)), k] - self._vals[lvl][j * B + k]
+            j *= B
+            j += k
         return j
 
     def sample(self, n: int, rng: np.random.Generator, stratified: bool = True) -> np.ndarray:
@@ -185,7 +188,10 @@ class SumMinTree:
         if not total > 0:
             raise ValueError("cannot sample from an empty priority tree")
         if stratified:
-            u = (np.arange(n) + rng.random(n)) * (total / n)
+            ar = self._arange_cache.get(n)
+            if ar is None:
+                ar = self._arange_cache[n] = np.arange(n, dtype=np.float64)
+            u = (ar + rng.random(n)) * (total / n)
         else:
             u = rng.random(n) * total
         np.minimum(u, np.nextafter(total, 0), out=u)
