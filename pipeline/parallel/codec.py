@@ -44,6 +44,9 @@ _q = struct.Struct("<q")
 _d = struct.Struct("<d")
 _dd = struct.Struct("<dd")
 _I = struct.Struct("<I")
+_cI = struct.Struct("<cI")
+_cq = struct.Struct("<cq")
+_cd = struct.Struct("<cd")
 
 # numpy dtype strings accepted on decode (byte order is normalized to little endian on encode).
 _NP_DTYPES = frozenset(
@@ -75,47 +78,47 @@ class _Encoder:
         """A bytes payload: ``b`` + length + bytes inline if small, else ``B`` + index of a buffer."""
         n = data.nbytes if isinstance(data, memoryview) else len(data)
         if n >= OOB_THRESHOLD:
-            self.out.append(_OOB_BYTES)
-            self.out.append(_I.pack(len(self.buffers)))
+            self.out.append(_cI.pack(_OOB_BYTES, len(self.buffers)))
             self.buffers.append(data)
         else:
-            self.out.append(_BYTES)
-            self.out.append(_I.pack(n))
-            self.out.append(bytes(data))
+            self.out.append(_cI.pack(_BYTES, n))
+            self.out.append(data if type(data) is bytes else bytes(data))
 
     def enc(self, obj: Any, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            raise EncodeError(f"value nested deeper than {MAX_DEPTH} levels")
         out = self.out
         t = type(obj)
-        if obj is None:
+        if t is str:
+            data = obj.encode("utf-8", "surrogatepass")
+            out.append(_cI.pack(_STR, len(data)))
+            out.append(data)
+        elif t is int:
+            if -(1 << 63) <= obj < (1 << 63):
+                out.append(_cq.pack(_INT, obj))
+            else:
+                _len_prefixed(out, _BIGINT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True))
+        elif t is tuple or t is list:
+            if depth >= MAX_DEPTH:
+                raise EncodeError(f"value nested deeper than {MAX_DEPTH} levels")
+            out.append(_cI.pack(_TUPLE if t is tuple else _LIST, len(obj)))
+            enc = self.enc
+            for item in obj:
+                enc(item, depth + 1)
+        elif t is dict:
+            if depth >= MAX_DEPTH:
+                raise EncodeError(f"value nested deeper than {MAX_DEPTH} levels")
+            out.append(_cI.pack(_DICT, len(obj)))
+            enc = self.enc
+            for k, v in obj.items():
+                enc(k, depth + 1)
+                enc(v, depth + 1)
+        elif t is float:
+            out.append(_cd.pack(_FLOAT, obj))
+        elif obj is None:
             out.append(_NONE)
         elif t is bool:
             out.append(_TRUE if obj else _FALSE)
-        elif t is int:
-            if -(1 << 63) <= obj < (1 << 63):
-                out.append(_INT)
-                out.append(_q.pack(obj))
-            else:
-                _len_prefixed(out, _BIGINT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True))
-        elif t is float:
-            out.append(_FLOAT)
-            out.append(_d.pack(obj))
-        elif t is str:
-            _len_prefixed(out, _STR, obj.encode("utf-8", "surrogatepass"))
         elif t is bytes or t is bytearray or t is memoryview:
             self.raw(obj if t is not memoryview else obj.cast("B") if obj.c_contiguous else obj.tobytes())
-        elif t is list or t is tuple:
-            out.append(_LIST if t is list else _TUPLE)
-            out.append(_I.pack(len(obj)))
-            for item in obj:
-                self.enc(item, depth + 1)
-        elif t is dict:
-            out.append(_DICT)
-            out.append(_I.pack(len(obj)))
-            for k, v in obj.items():
-                self.enc(k, depth + 1)
-                self.enc(v, depth + 1)
         elif t is complex:
             out.append(_COMPLEX)
             out.append(_dd.pack(obj.real, obj.imag))
@@ -296,10 +299,13 @@ class _Decoder:
             return False
         if tag == _T_FLOAT:
             return _unpack_d(data, self.need(8))[0]
-        if tag == _T_LIST or tag == _T_TUPLE or tag == _T_DICT:
+        if tag == _T_TUPLE or tag == _T_LIST or tag == _T_DICT:
             if depth >= MAX_DEPTH:
                 raise DecodeError(f"value nested deeper than {MAX_DEPTH} levels")
-            n = self.u32()
+            if p + 4 > end:
+                raise DecodeError(f"truncated length at offset {p}")
+            n = _unpack_I(data, p)[0]
+            self.pos = p + 4
             if tag == _T_DICT:
                 if 2 * n > self.end - self.pos:  # every value takes at least one byte
                     raise DecodeError(f"dict claims {n} items but only {self.end - self.pos} bytes remain")
@@ -313,7 +319,9 @@ class _Decoder:
                 return d
             if n > self.end - self.pos:
                 raise DecodeError(f"sequence claims {n} items but only {self.end - self.pos} bytes remain")
-            items = [self.dec(depth + 1) for _ in range(n)]
+            dec = self.dec
+            depth += 1
+            items = [dec(depth) for _ in range(n)]
             return items if tag == _T_LIST else tuple(items)
         if tag == _T_OOB:
             return bytes(self.oob())

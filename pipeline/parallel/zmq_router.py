@@ -76,6 +76,7 @@ _MAC_LEN = 32
 K_DATA, K_HELLO, K_ACK, K_HEARTBEAT, K_BYE = 1, 2, 3, 4, 5
 _KIND_NAMES = {K_DATA: "data", K_HELLO: "hello", K_ACK: "ack", K_HEARTBEAT: "heartbeat", K_BYE: "bye"}
 _LEN = struct.Struct("<Q")
+_zmq: Any = None  # the zmq module, imported when the first router starts (keeps `import pipeline` light)
 
 
 class BackpressureTimeout(TimeoutError):
@@ -188,7 +189,9 @@ class ZmqRouter(Router):
         self.max_message_size = int(max_message_size)
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
-        self._hmac = hmac.new(self._key, digestmod=hashlib.sha256)  # keyed once; copied per message
+        # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
+        base = hmac.new(self._key, digestmod="sha256")
+        self._hmac = getattr(base, "_hmac", None) or base
         self.session = secrets.randbits(63) | 1
         self.address: Optional[str] = None  # the announced address, known after start()
         self._seeds = self._seed_addresses()
@@ -242,7 +245,9 @@ class ZmqRouter(Router):
     def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
         """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
         ``expected_peers`` peers."""
+        global _zmq
         import zmq
+        _zmq = zmq
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True
@@ -333,11 +338,18 @@ class ZmqRouter(Router):
         h.update(body + digest)
         return [h.digest() + body, *buffers]
 
-    def _send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[_Peer]) -> bool:
+    def _send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[_Peer],
+              flushing: bool = False) -> bool:
         """Send one message; under backpressure wait in short slices until ``block_until``.
         Returns False if the peer died or the router stopped meanwhile."""
-        import zmq
+        zmq = _zmq
         big = len(frames) > 1
+        if not big:  # the common case: one frame that fits
+            try:
+                sock.send(frames[0], zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                pass
         while True:
             try:
                 if big:
@@ -355,11 +367,9 @@ class ZmqRouter(Router):
                     f"node {self.node_id}: node {peer.node_id if peer else '?'} accepted no message for "
                     f"{self.send_timeout:.1f} s (its queue of {self.hwm} messages is full and it is alive but "
                     "not reading, or it is not connected yet); raise send_timeout or make it consume faster")
-            if self._stopping.is_set() and peer is not None and not self._flushing:
-                return False
+            if self._stopped and not flushing:
+                return False  # stop() is running: let go of the peer's lock
             sock.poll(int(min(0.05, block_until - now) * 1000) + 1, zmq.POLLOUT)
-
-    _flushing = False
 
     def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
         """Send ``event`` to every connected peer (``to=None``) or to node ``to``, exactly once each.
@@ -369,20 +379,27 @@ class ZmqRouter(Router):
         if not self._started or self._stopped:
             raise RuntimeError(f"node {self.node_id}: emit({event!r}) on a router that is not running "
                                "(call start() first; after stop() build a new router)")
-        meta, buffers = codec.encode((event, tuple(args), dict(kwargs or {})))
-        digest = _digest(buffers) if buffers else b""
-        with self._state_lock:
-            if to is None:
-                targets = [p for p in self._peers.values() if p.alive]
-            else:
-                p = self._peers.get(int(to))
-                if p is None or not p.alive:
-                    self.stats["undeliverable"] += 1
-                    log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
-                                "dead or gone" if p is not None else
-                                f"not connected (connected: {self.peers}; topology {self.topology})")
-                    return
-                targets = [p]
+        meta, buffers = codec.encode((event, args if type(args) is tuple else tuple(args),
+                                      kwargs if type(kwargs) is dict else dict(kwargs or {})))
+        if buffers:
+            # Snapshot large payloads (e.g. weights an optimizer updates in place right after emit), so that
+            # what is sent to every peer is what the MAC covers; frames then go out without another copy.
+            buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
+            digest = _digest(buffers)
+        else:
+            digest = b""
+        if to is None:
+            targets = [p for p in list(self._peers.values()) if p.alive]  # list(): atomic snapshot
+        else:
+            with self._state_lock:
+                p = self._peers.get(to if type(to) is int else int(to))
+            if p is None or not p.alive:
+                self.stats["undeliverable"] += 1
+                log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
+                            "dead or gone" if p is not None else
+                            f"not connected (connected: {self.peers}; topology {self.topology})")
+                return
+            targets = [p]
         for p in targets:
             self._send_to(p, K_DATA, meta, buffers, digest, event)
 
@@ -393,7 +410,7 @@ class ZmqRouter(Router):
         patient = timeout is None
         wait = self.send_timeout if patient else timeout
         deadline = time.monotonic() + wait
-        got = p.lock.acquire(timeout=wait) if wait > 0 else p.lock.acquire(blocking=False)
+        got = p.lock.acquire(False) or (wait > 0 and p.lock.acquire(timeout=wait))
         if not got:
             if patient:
                 self.stats["undeliverable"] += 1
@@ -429,7 +446,7 @@ class ZmqRouter(Router):
 
     @staticmethod
     def _send_nowait(sock: Any, frames: List[Any]) -> bool:
-        import zmq
+        zmq = _zmq
         try:
             sock.send(frames[0], zmq.NOBLOCK)
             return True
@@ -548,10 +565,13 @@ class ZmqRouter(Router):
                 or not isinstance(value.get("token"), int):
             self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
             return
-        if kind == K_HELLO:
-            self._on_hello(sender, session, value)
-        else:
-            self._on_ack(sender, session, value)
+        try:
+            if kind == K_HELLO:
+                self._on_hello(sender, session, value)
+            else:
+                self._on_ack(sender, session, value)
+        except Exception as e:  # e.g. an announced address ZeroMQ cannot connect to
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
         self._deliver_notices()
 
     def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
@@ -698,8 +718,7 @@ class ZmqRouter(Router):
         if not self._started or self._stopped:
             self._stopped = True
             return
-        self._stopped = True
-        self._flushing = True
+        self._stopped = True  # senders blocked under backpressure give up within 50 ms
         bye = codec.encode(None)[0]
         with self._state_lock:
             peers = [p for p in self._peers.values() if p.alive]
@@ -710,7 +729,8 @@ class ZmqRouter(Router):
                     try:
                         if p.sock is not None:
                             frames = self._frames(K_BYE, p.node_id, p.session, p.next_seq, bye, (), b"")
-                            self._send(p.sock, frames, max(deadline, time.monotonic() + 0.05), p)
+                            self._send(p.sock, frames, max(deadline, time.monotonic() + 0.05), p,
+                                       flushing=True)
                             p.next_seq += 1
                     finally:
                         p.lock.release()
@@ -725,14 +745,25 @@ class ZmqRouter(Router):
             for probe in self._probes.values():
                 probe.sock.close(0)
             self._probes.clear()
-            socks = [p.sock for p in self._peers.values() if p.sock is not None]
-            for p in self._peers.values():
-                p.alive = False
-                p.sock = None
-        for s in socks:
-            s.close()  # with LINGER: queued messages get up to `linger` s to go out
+            peers = list(self._peers.values())
+        for p in peers:
+            p.alive = False
+            got = p.lock.acquire(timeout=1.0)
+            try:
+                if p.sock is not None:
+                    p.sock.close()  # with LINGER: queued messages get up to `linger` s to go out
+                    p.sock = None
+            finally:
+                if got:
+                    p.lock.release()
         self._pull.close(0)
-        self._ctx.term()
+        # term() waits for the lingering messages; bound it in case a socket escaped closing.
+        closer = threading.Thread(target=self._ctx.term, name=f"rlpipe-term-{self.node_id}", daemon=True)
+        closer.start()
+        closer.join(self.linger + 2.0)
+        if closer.is_alive():
+            log.warning("node %d: ZeroMQ context did not close within %.1f s; leaving it", self.node_id,
+                        self.linger + 2.0)
         self._peer_change_notify()
         log.info("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
