@@ -52,7 +52,20 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
 
     ``where`` names the batch in error messages (e.g. ``"module 'default_policy' batch"``).
     """
-    if isinstance(batch, torch.Tensor):
+    if type(batch) is dict:  # hot path: a flat dict of tensors
+        n = -1
+        for v in batch.values():
+            if type(v) is not torch.Tensor or v.dim() == 0:
+                break
+            if n < 0:
+                n = v.shape[0]
+            elif v.shape[0] != n:
+                break
+        else:
+            if n >= 0:
+                return n
+        leaves = _dict_leaves(batch, [])  # slow path: nested values or an error to explain
+    elif isinstance(batch, torch.Tensor):
         leaves = [batch]
     elif isinstance(batch, Mapping):
         leaves = _dict_leaves(batch, [])

@@ -441,7 +441,7 @@ class Learner:
         if _no_metrics_reduce:
             self.metrics.aggregate([results])
             return None
-        if self.metrics:
+        if self.metrics.stats:  # something logged before: merge and reduce through the logger
             self.metrics.aggregate([results])
             return self.metrics.reduce()
         return results
@@ -559,6 +559,8 @@ class Learner:
     def _as_module_batches(self, batch: Any) -> Dict[str, Any]:
         """Normalize a batch to a dict module_id -> per-module batch."""
         modules = self.modules
+        if type(batch) is dict and self._single_id is not None and self._single_id not in batch:
+            return {self._single_id: batch}  # hot path: a plain single-module batch
         if isinstance(batch, Mapping) or is_tree(batch):
             keys = list(batch.keys())
             if not keys and self._single_id is None:

@@ -88,7 +88,8 @@ class Stats:
         self.ema_coeff = ema_coeff
         self.clear_on_reduce = clear_on_reduce
         self.throughput = throughput
-        self._values: Optional[deque] = deque(maxlen=window) if window is not None else None
+        # window 1 keeps its single value in _value (no deque: cheap to create on the hot path)
+        self._values: Optional[deque] = deque(maxlen=window) if window is not None and window > 1 else None
         self._value: Optional[float] = None
         if throughput:
             self._tp_time = _now()
@@ -120,7 +121,7 @@ class Stats:
         s.ema_coeff = _DEFAULT_EMA if (reduce == "mean" and window is None) else None
         s.clear_on_reduce = clear_on_reduce
         s.throughput = False
-        if window is None:
+        if window is None or window == 1:
             s._values = None
             s._value = value
         else:
@@ -142,7 +143,7 @@ class Stats:
             self._values.append(v)
             return
         cur = self._value
-        if cur is None:
+        if cur is None or self.window == 1:
             self._value = v
             return
         method = self.reduce_method

@@ -20,6 +20,12 @@ def test_window_mean_min_max_sum():
     for v in (3, 1, 2):
         mn.push(v), mx.push(v), sm.push(v)
     assert (mn.peek(), mx.peek(), sm.peek()) == (1.0, 2.0, 3.0)
+    for reduce in ("mean", "min", "max", "sum"):  # window 1: the latest value
+        one = Stats(5.0, reduce=reduce, window=1)
+        one.push(2.0)
+        one.push(3.0)
+        assert one.peek() == 3.0 and len(one) == 1
+        assert one.reduce().peek() == 3.0 and Stats.from_state(one.get_state()).peek() == 3.0
 
 
 def test_ema_mean_and_tensor_values():
