@@ -92,3 +92,23 @@ def test_pipeline_with_per_and_nstep(tmp_path):
     assert ctx.train_iter > 0 and len(ctx.train_output) == 3
     pri = [buf.get(k).meta['priority'] for k in range(buf.count())]
     assert len(set(pri)) > 10  # priorities were written back from TD errors
+
+
+def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys):
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location('dqn_cartpole_example', os.path.join(root, 'examples', 'dqn_cartpole.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    exp = str(tmp_path / 'ex')
+    threads = torch.get_num_threads()
+    rc = mod.main(['--max-env-step', '160', '--exp-name', exp, '--threads', str(threads)])
+    out = capsys.readouterr().out
+    assert rc == 1 and 'NOT solved' in out and 'after 160 env steps' in out  # far too short to solve
+    final = os.path.join(exp, 'ckpt', 'final.pth.tar')
+    assert os.path.abspath(final) in out and 'tensorboard --logdir ' + os.path.abspath(os.path.join(exp, 'log')) in out
+    rc = mod.main(['--max-env-step', '240', '--exp-name', exp, '--resume', final, '--threads', str(threads)])
+    out = capsys.readouterr().out
+    assert 'after 240 env steps' in out  # counters continued from 160
+    assert torch.load(final, weights_only=True)['counters']['env_step'] == 240
