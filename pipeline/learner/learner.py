@@ -261,7 +261,10 @@ class Learner:
         """Runs once per ``update`` call before the first minibatch (after the lr schedule)."""
 
     def after_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
-        """Runs once per ``update`` call after the last minibatch (e.g. target-network sync)."""
+        """Runs once per ``update`` call after the last minibatch (e.g. target-network sync).
+
+        ``weights_seq_no`` and ``num_minibatch_updates_lifetime`` already include this call.
+        """
 
     def episodes_to_batch(self, episodes: List[Any]) -> Any:
         """Turn a list of episodes into a batch (override for returns, advantages, ...).
@@ -433,9 +436,10 @@ class Learner:
             for _ in range(n_updates):
                 step({mid: s.take(m) for mid, s in streams.items()}, mb_rows, m)
 
-        self.after_gradient_based_update(ts)
+        # counters first, so the after-hook sees this call's updates (e.g. target-network sync)
         self.weights_seq_no += 1
         self.num_minibatch_updates_lifetime += n_updates
+        self.after_gradient_based_update(ts)
 
         results = self._build_results(n_updates)
         if _no_metrics_reduce:

@@ -111,6 +111,11 @@ def test_lr_schedule_advances_once_per_call_from_timesteps():
     assert peek(res)["default_policy"]["learning_rate"] == pytest.approx(0.75)
     spy.update(index_batch(4), timesteps=250)
     assert seen_lr[-1] == 0.0
+    calls = []
+    counting = RecordingLearner(lr_schedule=lambda t: calls.append(t) or 0.1)
+    calls.clear()
+    counting.update(index_batch(10), minibatch_size=2, num_epochs=3, timesteps=9)
+    assert calls == [9]  # evaluated once per call, not per minibatch
     # without timesteps the learner's own env-steps-trained count drives it
     own = RecordingLearner(lr_schedule=lambda t: 1.0 / (1 + t))
     own.update(index_batch(4))
