@@ -439,6 +439,11 @@ class Learner:
         # counters first, so the after-hook sees this call's updates (e.g. target-network sync)
         self.weights_seq_no += 1
         self.num_minibatch_updates_lifetime += n_updates
+        self.num_env_steps_trained_lifetime += self._call_env_rows
+        for mid, rows_trained in self._call_rows.items():
+            self.num_module_steps_trained_lifetime[mid] += rows_trained
+        for mid, skipped in self._call_skipped.items():
+            self.num_skipped_steps_lifetime[mid] += skipped
         self.after_gradient_based_update(ts)
 
         results = self._build_results(n_updates)
@@ -523,14 +528,11 @@ class Learner:
         results: dict = {}
         total_loss_sum = 0.0
         env_rows = self._call_env_rows
-        self.num_env_steps_trained_lifetime += env_rows
         for mid, loss in self._call_last_loss.items():
             rows = self._call_rows.get(mid, 0)
             skipped = self._call_skipped.get(mid, 0)
-            lifetime = self.num_module_steps_trained_lifetime[mid] + rows
-            self.num_module_steps_trained_lifetime[mid] = lifetime
-            sk_life = self.num_skipped_steps_lifetime[mid] + skipped
-            self.num_skipped_steps_lifetime[mid] = sk_life
+            lifetime = self.num_module_steps_trained_lifetime[mid]
+            sk_life = self.num_skipped_steps_lifetime[mid]
             loss_f = loss.item()
             total_loss_sum += loss_f
             cnt = self._call_norm_cnt.get(mid, 0)

@@ -26,7 +26,7 @@ class TargetLearner(RecordingLearner):
 
     def after_gradient_based_update(self, timesteps):
         self.syncs += 1
-        self.seq_in_hook = (self.weights_seq_no, self.num_minibatch_updates_lifetime)
+        self.seq_in_hook = (self.weights_seq_no, self.num_minibatch_updates_lifetime, self.num_env_steps_trained_lifetime)
         self.target.load_state_dict(self.modules["default_policy"].state_dict())
 
     def get_extra_state(self):
@@ -63,7 +63,7 @@ def test_state_roundtrip_restores_training_exactly():
     state = a.get_state()
     b = TargetLearner()
     b.set_state(state)
-    assert a.seq_in_hook == (1, 5)  # the after-hook sees this call's counters
+    assert a.seq_in_hook == (1, 5, 20)  # the after-hook sees this call's counters
     assert b.weights_seq_no == 1 and b.num_env_steps_trained_lifetime == 20 and b.syncs == 1
     assert _params_equal(a.target, b.target)
     ra = peek(a.update(index_batch(10, seed=5), minibatch_size=4, num_epochs=2))
