@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                           "per node separated by ':' ('learner:collector:collector:evaluator'; several roles of "
                           "one node with ',' or '+'); 'none' for no roles. Default with N>1 workers: node 0 "
                           "learner, the last evaluator, the others collectors")
+    run.add_argument("--platform", choices=["local", "slurm", "k8s"], default="local",
+                     help="slurm/k8s: start this cluster task's node, with its id and the peers' addresses read "
+                          "from the environment (SLURM_*; or RLPIPE_NODES=host:port,... and RLPIPE_RANK)")
     run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
     run.add_argument("--auto-recover", action="store_true", help="restart a node that fails")
     run.add_argument("--max-retries", type=int, default=3, help="restarts per node with --auto-recover")
@@ -76,14 +79,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="[launcher] %(asctime)s %(levelname)s %(message)s")
     from .keys import MissingKeyError
-    from .launch import Launcher, plan_nodes
+    from .launch import Launcher, plan_cluster_node, plan_nodes
     attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
+    options = dict(heartbeat_interval=args.heartbeat_interval, heartbeat_timeout=args.heartbeat_timeout,
+                   startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure)
     try:
-        specs = plan_nodes(args.parallel_workers, topology=args.topology, protocol=args.protocol,
-                           address=args.address, ports=args.ports, node_ids=args.node_ids, attach_to=attach,
-                           labels=args.labels, roles=args.roles, heartbeat_interval=args.heartbeat_interval,
-                           heartbeat_timeout=args.heartbeat_timeout, startup_timeout=args.startup_timeout,
-                           stop_on_peer_failure=args.stop_on_failure, advertise=args.advertise)
+        if args.platform != "local":
+            specs = plan_cluster_node(args.platform, ports=args.ports, topology=args.topology, attach_to=attach,
+                                      labels=args.labels, roles=args.roles, **options)
+        else:
+            specs = plan_nodes(args.parallel_workers, topology=args.topology, protocol=args.protocol,
+                               address=args.address, ports=args.ports, node_ids=args.node_ids, attach_to=attach,
+                               labels=args.labels, roles=args.roles, advertise=args.advertise, **options)
         launcher = Launcher(specs, args.main, package=args.package, startup_interval=args.startup_interval,
                             auto_recover=args.auto_recover, max_retries=args.max_retries,
                             stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,

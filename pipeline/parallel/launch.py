@@ -166,6 +166,28 @@ def plan_nodes(n: int, topology: str = "mesh", protocol: str = "tcp", address: s
     return specs
 
 
+def plan_cluster_node(platform: str, env: Optional[Dict[str, str]] = None, ports: Optional[str] = None,
+                      topology: str = "mesh", attach_to: Sequence[str] = (), labels: Optional[str] = None,
+                      roles: Optional[str] = None, **router_options: Any) -> List[NodeSpec]:
+    """The spec of this cluster task's node (``--platform slurm|k8s``; see ``pipeline.parallel.cluster``)."""
+    from .cluster import layout
+    base_port = int(ports.split(",")[0]) if ports else DEFAULT_PORT
+    rank, peers, listen = layout(platform, os.environ if env is None else env, base_port)
+    n = len(peers)
+    if roles is None:
+        role_groups = default_roles(n)
+    elif roles.strip().lower() == "none":
+        role_groups = [[] for _ in range(n)]
+    else:
+        role_groups = _split_groups(roles, n, "roles")
+    order = sorted(peers)
+    k = order.index(rank)
+    expected = n - 1 + len(attach_to) if topology == "star" and rank == min(order) else None
+    return [NodeSpec(node_id=rank, address=listen, peers=peers, topology=topology, attach_to=list(attach_to),
+                     labels=_split_groups(labels, n, "labels")[k], roles=role_groups[k], expected_peers=expected,
+                     advertise=peers[rank], **router_options)]
+
+
 def _is_multi_machine(specs: Sequence[NodeSpec]) -> bool:
     from .zmq_router import is_local_address
     return not all(is_local_address(a) for s in specs for a in [s.address, *s.attach_to])
@@ -200,10 +222,13 @@ class Launcher:
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
-        elif self.multi_machine:
+        elif self.multi_machine or any(s.attach_to for s in self.specs):
             resolve_key(None, True)  # raises MissingKeyError with instructions
         else:
             self.env[KEY_ENV] = generate_key()  # a local run: a fresh key known only to our children
+            if len(self.specs) == 1:
+                log.warning("generated a random key for this run: nodes started by another `rlpipe run` can "
+                            "join only if you set the same RLPIPE_KEY (or --key-file) for both")
         self.env[PARENT_ENV] = str(os.getpid())
         pp = self.env.get("PYTHONPATH")
         self.env["PYTHONPATH"] = os.pathsep.join([self.package] + ([pp] if pp else []))

@@ -123,10 +123,37 @@ def test_auto_recover_restarts_a_failing_node(tmp_path):
     assert res[0]["seen"] == [1] and res[1]["seen"] == [0]
 
 
+def test_per_role_entry_scripts_join_with_attach_to(tmp_path):
+    """One `rlpipe run` per role, as on two machines: the learner listens, the collector attaches."""
+    p0, p1 = free_ports(2)
+    base = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+            "parallel_launch_main.main", "--heartbeat-timeout", "2", "--stop-grace", "5"]
+    env = _env(tmp_path, RLPIPE_KEY="ab" * 32, RLPIPE_TEST_PEERS="1")
+    learner = subprocess.Popen(base + ["--roles", "learner", "--node-ids", "0", "--ports", str(p0),
+                                       "--startup-timeout", "0"], env=env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    collector = subprocess.Popen(base + ["--roles", "collector", "--node-ids", "1", "--ports", str(p1),
+                                         "--attach-to", f"tcp://127.0.0.1:{p0}"], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for p in (learner, collector):
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+    finally:
+        for p in (learner, collector):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    res = _results(tmp_path)
+    assert res[0]["roles"] == ["learner"] and res[0]["seen"] == [1]
+    assert res[1]["roles"] == ["collector"] and res[1]["seen"] == [0]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--roles", "learner:collector:evaluator"], "--roles lists 3 node groups"),
     (["--node-ids", "1,1"], "--node-ids must be unique"),
     (["--address", "10.11.12.13"], "no shared key for a run across machines"),
+    (["--attach-to", "tcp://127.0.0.1:1"], "no shared key"),
 ])
 def test_bad_options_are_clear_errors(tmp_path, args, message):
     p = subprocess.run(_run_cmd(2, *args), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
