@@ -25,10 +25,10 @@ def main() -> None:
         end = time.monotonic() + 15
         while len(set(seen)) < n_peers and time.monotonic() < end:
             task.emit("hello", me, only_remote=True)
-            time.sleep(0.1)
-        for _ in range(10):
+            time.sleep(0.05)
+        for _ in range(8):
             task.emit("hello", me, only_remote=True)
-            time.sleep(0.1)
+            time.sleep(0.05)
         result = {"node": me, "seen": sorted(set(seen)), "roles": sorted(task.router.roles),
                   "active": task.router.is_active, "pid": os.getpid()}
         with open(os.path.join(out_dir, f"node-{me}.json"), "w") as f:

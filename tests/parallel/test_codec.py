@@ -14,7 +14,7 @@ values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=5), st.t
                       max_leaves=20)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values)
 def test_round_trip_plain_values(v):
     assert loads(dumps(v)) == v
@@ -91,7 +91,7 @@ def test_random_bytes_only_ever_raise_decode_error(data):
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values, st.data())
 def test_truncations_and_bit_flips_raise_decode_error_or_decode(v, data):
     meta, _ = encode(v)
