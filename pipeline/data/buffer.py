@@ -84,7 +84,7 @@ class _Sampled(list):
 class _SlotIds(list):
     """A list of indices that also carries their slots (a shortcut for middleware such as PER)."""
 
-    __slots__ = ("slots",)
+    __slots__ = ("slots", "version")
 
 
 class _Group:
@@ -193,12 +193,14 @@ class _Storage:
         self.otomb = 0
         self.next_id = 0
         self.pushes = 0
+        self.version = 0  # bumped by every push and removal: equal versions mean unchanged slots
         self.groups: Dict[str, _GroupIndex] = {}
         self.columns: Optional[Columns] = None
         self.columns_unsupported = False
         self.pending: List[int] = []  # slots whose column rows are stale
-        self._rbuf = np.zeros(0)
+        self._rbuf = np.zeros(0, dtype=np.int64)
         self._rpos = 0
+        self._rn = self._rn_prev = -1
 
     # ------------------------------------------------------------------ core mutations
     def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
@@ -214,6 +216,7 @@ class _Storage:
         idx = self.next_id
         self.next_id = idx + 1
         self.pushes += 1
+        self.version += 1
         item = BufferedData(data, idx, m)
         self.items[slot] = item
         self.id2slot[idx] = slot
@@ -250,6 +253,7 @@ class _Storage:
     def remove_slot(self, slot: int) -> None:
         item = self.items[slot]
         self.items[slot] = None
+        self.version += 1
         del self.id2slot[item.index]
         self.slot_id[slot] = -1
         p = self.dense_pos[slot]
@@ -282,9 +286,9 @@ class _Storage:
             listener.on_remove(slot)
 
     def clear(self) -> None:
-        cols, next_id, pushes = self.columns, self.next_id, self.pushes
+        cols, next_id, pushes, version = self.columns, self.next_id, self.pushes, self.version
         self._alloc()
-        self.next_id, self.pushes = next_id, pushes + 1
+        self.next_id, self.pushes, self.version = next_id, pushes + 1, version + 1
         if cols is not None:
             cols.ok[:] = False
             self.columns = cols
@@ -334,12 +338,14 @@ class _Storage:
         if not replace and k * 4 > n:
             return self.rng.choice(n, k, replace=False)
         p = self._rpos
-        if p + k > len(self._rbuf):
-            self._rbuf = self.rng.random(max(8192, k))
+        if n != self._rn or p + k > len(self._rbuf):
+            # a block of random offsets for this n (a full buffer keeps n fixed, so blocks are reused)
+            self._rbuf = self.rng.integers(0, n, max(8192, k)) if n == self._rn_prev else \
+                self.rng.integers(0, n, k)
+            self._rn_prev = self._rn = n
             p = 0
         self._rpos = p + k
-        offs = (self._rbuf[p:p + k] * n).astype(np.int64)
-        np.minimum(offs, n - 1, out=offs)
+        offs = self._rbuf[p:p + k]
         if replace or len(set(offs.tolist())) == k:
             return offs
         return self.rng.choice(n, k, replace=False)  # a duplicate: redraw the whole sample
@@ -546,6 +552,9 @@ class Buffer:
         - extra keyword arguments are for middleware (e.g. ``train_iter_sample_data``).
         """
         with self._lock:
+            if (not self._middleware and indices is None and groupby is None and sample_range is None
+                    and unroll_len is None and not kwargs and type(size) is int and size >= 0):
+                return self._s.sample_uniform(size, replace, None, ignore_insufficient)  # fast path
             return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
                                   ignore_insufficient=ignore_insufficient, groupby=groupby,
                                   unroll_len=unroll_len, **kwargs)
@@ -773,6 +782,11 @@ class DequeBuffer(Buffer):
         if data is not None and len(data) != n:
             raise ValueError(f"update_many got {len(data)} data values for {n} indices")
         s = self._s
+        if data is None and meta is None:
+            if type(indices) is _SlotIds and getattr(indices, "version", None) == s.version:
+                return [True] * n  # a middleware vouches that these items are all still stored
+            id2slot = s.id2slot
+            return [i in id2slot for i in indices]
         if data is None and not s.groups and isinstance(meta, Mapping):
             cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
             id2slot, items, out = s.id2slot, s.items, []

@@ -196,6 +196,7 @@ class PriorityExperienceReplay:
         self._tree = SumMinTree(self._s.size)
         self.max_priority = 1.0
         self.sample_count = 0
+        self._last: Optional[tuple] = None  # (ids, slots, storage version) of the last sample
         with buffer._lock:
             self._s.listeners.append(self)
             self.on_load()
@@ -259,30 +260,38 @@ class PriorityExperienceReplay:
             pri = self._priorities(meta, len(indices))
             if pri is None:
                 return chain(indices, data, meta)
+            s = self._s
+            ids = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+            last = self._last
+            if last is not None and last[2] == s.version and ids == last[0]:
+                # the indices of the last sample, nothing pushed or removed since: slots are known
+                slots = last[1]
+                ids = _SlotIds(ids)
+                ids.slots, ids.version = slots, s.version
+            else:
+                get = s.id2slot.get
+                slots = np.array([get(i, -1) for i in ids], dtype=np.int64)
             if isinstance(meta, Mapping):  # the priorities are written here, in one pass
                 rest = {k: v for k, v in meta.items() if k != "priority"}
-                ok = chain(indices, data, rest or None)
+                ok = chain(ids, data, rest or None)
             else:
-                ok = chain(indices, data, meta)
-            ids = indices.tolist() if hasattr(indices, "tolist") else indices
-            id2slot, items = self._s.id2slot, self._s.items
-            sl, ps = [], []
-            for i, p in zip(ids, pri):
-                if p is not None:
-                    slot = id2slot.get(i)
-                    if slot is not None:
-                        items[slot].meta["priority"] = p
-                        sl.append(slot)
-                        ps.append(p)
-            if sl:
-                arr = np.array(ps, dtype=np.float64)
+                ok = chain(ids, data, meta)
+            arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64) \
+                if isinstance(pri, list) else pri
+            keep = (slots >= 0) & ~np.isnan(arr)
+            if not keep.all():
+                slots, arr = slots[keep], arr[keep]
+            if len(slots):
+                items = s.items
+                for slot, p in zip(slots.tolist(), arr.tolist()):
+                    items[slot].meta["priority"] = p
                 m = float(arr.max())
                 if m > self.max_priority:
                     self.max_priority = m
-                np.maximum(arr, self._FLOOR, out=arr)
+                arr = np.maximum(arr, self._FLOOR)
                 if self.alpha != 1.0:
                     arr **= self.alpha
-                self._tree.set_many(np.array(sl, dtype=np.int64), arr, positive=True)
+                self._tree.set_many(slots, arr, positive=True)
             return ok
         return chain(*args, **kwargs)
 
@@ -298,7 +307,7 @@ class PriorityExperienceReplay:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
             if n and not (arr.min() >= 0 and math.isfinite(arr.sum())):
                 raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
-            return arr.tolist()
+            return arr
         out = []
         for m in meta:
             if m and "priority" in m:
@@ -350,6 +359,7 @@ class PriorityExperienceReplay:
                     groupby=None, unroll_len=None, **kw)
         if weights is not None:
             self._attach(res, ids, weights)
+        self._last = (list(ids), slots, s.version)
         return res
 
     def _attach(self, res: Any, ids: List[int], weights: np.ndarray) -> None:

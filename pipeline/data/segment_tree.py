@@ -194,7 +194,6 @@ class SumMinTree:
             u = (ar + rng.random(n)) * (total / n)
         else:
             u = rng.random(n) * total
-        np.minimum(u, np.nextafter(total, 0), out=u)
         idx = self.find_prefixsum(u)
         leaves = self._vals[0]
         bad = leaves[idx] <= 0
