@@ -335,6 +335,15 @@ class Learner:
         * ``data_iterators`` (with ``num_iters``): ``num_iters`` updates, each on the next batch
           of every iterator; stops early when an iterator is exhausted.
 
+        Metrics per module: ``total_loss`` (last minibatch), ``num_module_steps_trained`` (sum
+        of minibatch rows) and ``..._lifetime``, ``learning_rate``, ``gradients_norm`` (mean
+        pre-clip global norm of the applied steps), ``num_skipped_steps`` (non-finite gradients,
+        step skipped) and ``..._lifetime``, plus scalar loss-dict extras (mean over minibatches).
+        ``__all_modules__``: ``total_loss`` (sum over modules), ``num_env_steps_trained`` (per
+        minibatch the largest module's rows) and ``..._lifetime``, ``num_minibatch_updates``,
+        ``weights_seq_no`` (+1 per call). Lifetime counters are committed before
+        ``after_gradient_based_update`` runs.
+
         Returns a nested dict ``{module_id: {...}, "__all_modules__": {...}}`` whose leaves are
         :class:`Stats` (use ``MetricsLogger.peek_results`` for floats), or None with
         ``_no_metrics_reduce=True`` (the metrics then accumulate in :attr:`metrics`).
