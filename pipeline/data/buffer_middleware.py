@@ -302,7 +302,10 @@ class PriorityExperienceReplay:
         if isinstance(meta, Mapping):
             if "priority" not in meta:
                 return None
-            arr = np.asarray(meta["priority"], dtype=np.float64).reshape(-1)
+            v = meta["priority"]
+            if hasattr(v, "detach"):  # torch tensor (possibly requiring grad / on another device)
+                v = v.detach().cpu().numpy()
+            arr = np.asarray(v, dtype=np.float64).reshape(-1)
             if len(arr) != n:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
             if n and not (arr.min() >= 0 and math.isfinite(arr.sum())):

@@ -267,3 +267,18 @@ def test_seeded_buffers_sample_identically():
         for i in range(10):
             buf.push(i)
     assert [i.index for i in c.sample(5)] == [i.index for i in d.sample(5)]
+
+
+def test_uniform_sampling_is_uniform():
+    buf = DequeBuffer(20, seed=5)
+    for i in range(20):
+        buf.push(i)
+    counts = np.zeros(20)
+    for _ in range(2000):
+        for it in buf.sample(5):
+            counts[it.data] += 1
+    expect = 2000 * 5 / 20
+    # each count is binomial(2000, 0.25): sd ~ 19.4; 6 sd is a loose, stable bound
+    assert np.abs(counts - expect).max() < 6 * np.sqrt(2000 * 0.25 * 0.75), counts
+    pairs = {tuple(sorted(it.index for it in buf.sample(2))) for _ in range(3000)}
+    assert len(pairs) == 190  # every pair shows up: draws are not stuck in a cached block

@@ -174,6 +174,9 @@ def test_per_sample_batch_weights_and_update_many():
     assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
     assert per._tree.total == pytest.approx(16 * 3.0 + 48 * 1.0)
     assert buf.update_many([b.index[0], 12345], meta=[{"priority": 2.0}, {"priority": 2.0}]) == [True, False]
+    td = torch.full((16,), 0.5, requires_grad=True) * 2
+    assert buf.update_many(b.index, meta={"priority": td}) == [True] * 16
+    assert buf.get_by_index(b.index[3]).meta["priority"] == 1.0
     with pytest.raises(ValueError):
         buf.update_many(b.index[:2], meta={"priority": [1.0, -2.0]})
 
@@ -216,3 +219,20 @@ def test_per_needs_deque_buffer_and_valid_args():
         PriorityExperienceReplay(object())
     with pytest.raises(ValueError):
         PriorityExperienceReplay(DequeBuffer(2), IS_weight_power_factor=2)
+
+
+def test_per_update_many_after_eviction_does_not_touch_the_new_item():
+    buf, per = make(4, priority_power_factor=1.0)
+    for i in range(4):
+        buf.push(i, meta={"priority": 1.0})
+    b = buf.sample_batch(4)  # every item, including index 0
+    newcomer = buf.push(99, meta={"priority": 5.0})  # evicts index 0, reusing its slot
+    ok = buf.update_many(b.index, meta={"priority": np.full(4, 2.0)})
+    assert ok == [i != 0 for i in b.index]
+    assert buf.get_by_index(newcomer.index).meta["priority"] == 5.0
+    assert per._tree.total == pytest.approx(5.0 + 3 * 2.0)
+    # and the fast path (nothing changed since the sample) writes every priority
+    b = buf.sample_batch(4)
+    assert buf.update_many(b.index, meta={"priority": np.full(4, 3.0)}) == [True] * 4
+    assert per._tree.total == pytest.approx(12.0)
+    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
