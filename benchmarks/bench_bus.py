@@ -143,8 +143,9 @@ def main() -> None:
                     raise SystemExit("ping-pong stalled (30 s without reply)")
             rate = n / (time.perf_counter() - t)
             base = dict(results)[f"bare pyzmq PAIR ping-pong, {size // 1024} KiB"]
+            vs_di = f"; {rate / 3000:.1f}x DI-engine's ~3k (1 KiB)" if size == 1024 else ""
             print(f"{'rlpipe ZmqRouter ping-pong, ' + str(size // 1024) + ' KiB':45s} {rate:10.0f} round trips/s"
-                  f"   ({rate / base:.2f}x bare pyzmq; {rate / 3000:.1f}x DI-engine's ~3k)")
+                  f"   ({rate / base:.2f}x bare pyzmq{vs_di})")
         for size, n in burst.items():
             payload = b"x" * size
             got_reply.clear()

@@ -27,6 +27,8 @@ Backpressure
     for a dead or unknown peer is counted in ``stats["undeliverable"]`` and logged.
 
 Liveness
+    Once ``"__finish__"`` was sent or received, a send no longer waits under backpressure (the message
+    is counted as undeliverable and logged), so finishing never hangs on a stalled peer.
     Nodes send heartbeats every ``heartbeat_interval`` s; a peer silent for ``heartbeat_timeout`` s is
     declared dead: ``"__peer_dead__", (node_id,), {}`` is delivered through ``on_message`` (and
     ``"__finish__"`` too when ``stop_on_peer_failure``). A peer that stops cleanly sends BYE
@@ -213,6 +215,7 @@ class ZmqRouter(Router):
         self._threads: List[threading.Thread] = []
         self._grace_from = 0.0
         self._in_handler = False
+        self._finish_seen = False  # after "__finish__" no send waits for backpressure
         self._peer_change = threading.Condition(self._state_lock)
         self._tokens = itertools.count(secrets.randbits(32) << 20)
 
@@ -234,6 +237,8 @@ class ZmqRouter(Router):
     def _new_push(self, address: str) -> Any:
         import zmq
         s = self._ctx.socket(zmq.PUSH)
+        if "[" in address:
+            s.setsockopt(zmq.IPV6, 1)
         s.setsockopt(zmq.SNDHWM, self.hwm)
         s.setsockopt(zmq.IMMEDIATE, 1)  # queue only on a live connection: a dead peer pushes back
         s.setsockopt(zmq.LINGER, int(self.linger * 1000))
@@ -254,6 +259,8 @@ class ZmqRouter(Router):
         self._on_message = on_message
         self._ctx = zmq.Context()
         pull = self._ctx.socket(zmq.PULL)
+        if "[" in self.bind_address:
+            pull.setsockopt(zmq.IPV6, 1)
         pull.setsockopt(zmq.RCVHWM, self.hwm)
         pull.setsockopt(zmq.LINGER, 0)
         pull.setsockopt(zmq.MAXMSGSIZE, self.max_message_size)
@@ -367,8 +374,11 @@ class ZmqRouter(Router):
                     f"node {self.node_id}: node {peer.node_id if peer else '?'} accepted no message for "
                     f"{self.send_timeout:.1f} s (its queue of {self.hwm} messages is full and it is alive but "
                     "not reading, or it is not connected yet); raise send_timeout or make it consume faster")
-            if self._stopped and not flushing:
-                return False  # stop() is running: let go of the peer's lock
+            if (self._stopped or self._finish_seen) and not flushing:
+                if self._finish_seen and not self._stopped:
+                    log.warning("node %d: the run is finishing; not waiting for node %s to accept more",
+                                self.node_id, peer.node_id if peer else "?")
+                return False  # stop() is running or the run finished: let go of the peer's lock
             sock.poll(int(min(0.05, block_until - now) * 1000) + 1, zmq.POLLOUT)
 
     def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
@@ -402,6 +412,8 @@ class ZmqRouter(Router):
             targets = [p]
         for p in targets:
             self._send_to(p, K_DATA, meta, buffers, digest, event)
+        if event == FINISH:
+            self._finish_seen = True
 
     def _send_to(self, p: _Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
                  what: str, timeout: Optional[float] = None) -> bool:
@@ -550,6 +562,8 @@ class ZmqRouter(Router):
                 self._drop("malformed", f"data from node {sender} is not (event, args, kwargs)")
                 return
             self.stats["received"] += 1
+            if value[0] == FINISH:
+                self._finish_seen = True
             self._deliver(*value)
             return
         self.stats["control_received"] += 1

@@ -106,3 +106,38 @@ def test_emit_before_start_and_bad_topology_are_clear_errors():
         r.emit("x", (), {})
     with pytest.raises(ValueError, match="unknown topology"):
         ZmqRouter(0, key=KEY, topology="ring")
+
+
+def test_finish_releases_a_sender_blocked_by_backpressure():
+    """After "__finish__" arrived, a send stuck behind a stalled peer gives up instead of waiting."""
+    release = threading.Event()
+    a = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, hwm=2, heartbeat_interval=0.1, linger=0.3)
+    a.start(lambda e, ar, kw: release.wait(10) if e == "x" else None)
+    got = []
+    b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], hwm=2, send_timeout=30,
+                  heartbeat_interval=0.1, linger=0.3)
+    b.start(lambda e, ar, kw: got.append(e))
+    c = ZmqRouter(2, "tcp://127.0.0.1:*", key=KEY, attach_to=[b.address], heartbeat_interval=0.1, linger=0.3)
+    c.start(lambda *m: None)
+    done = threading.Event()
+
+    def flood():
+        for _ in range(10000):
+            b.emit("x", (b"z" * (1 << 20),), {}, to=0)
+            if "__finish__" in got:
+                break
+        done.set()
+
+    t = threading.Thread(target=flood)
+    t.start()
+    try:
+        assert _wait(lambda: b.stats["sent"] > 0)
+        time.sleep(0.3)  # b is now blocked on a
+        c.emit("__finish__", (), {}, to=1)
+        assert done.wait(5)  # released long before send_timeout (30 s)
+        assert b.stats["undeliverable"] >= 1
+    finally:
+        release.set()
+        t.join(10)
+        for r in (c, b, a):
+            r.stop()
