@@ -78,7 +78,7 @@ class SampledBatch:
 class _Sampled(list):
     """List of sampled items that remembers where they came from (for the fast batch path)."""
 
-    __slots__ = ("slots", "ref", "pushes", "columns")
+    __slots__ = ("slots", "ref", "pushes", "version", "columns")
 
 
 class _SlotIds(list):
@@ -174,6 +174,7 @@ class _Storage:
         self.rng = np.random.default_rng(seed)
         self.columnar = columnar
         self.listeners: List[Any] = []
+        self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
 
     def _alloc(self) -> None:
@@ -360,17 +361,25 @@ class _Storage:
             self.groups[key] = gi
         return gi
 
+    def sync(self, slots: Any) -> None:
+        """Let middleware that writes meta lazily (PER priorities) bring these slots' meta up to date."""
+        for syncer in self.syncers:
+            syncer.sync_meta(slots)
+
     # ------------------------------------------------------------------ sampling
-    def _result(self, slots: np.ndarray) -> _Sampled:
+    def _result(self, slots: np.ndarray, sync: bool = True) -> _Sampled:
+        if sync and self.syncers:
+            self.sync(slots)
         res = _Sampled(map(self.items.__getitem__, slots.tolist()))
         res.slots = slots
         res.ref = tuple(res)
         res.pushes = self.pushes
+        res.version = self.version
         res.columns = None
         return res
 
     def sample_uniform(self, size: int, replace: bool, sample_range: Optional[slice],
-                       ignore_insufficient: bool) -> _Sampled:
+                       ignore_insufficient: bool, sync: bool = True) -> _Sampled:
         if sample_range is None:
             pool = self.dense
             n = self.count
@@ -387,13 +396,13 @@ class _Storage:
             k = 0 if n == 0 else (k if replace else n)
         if k == 0:
             return self._result(np.zeros(0, dtype=np.int64))
-        return self._result(pool[self.draw(n, k, replace)])
+        return self._result(pool[self.draw(n, k, replace)], sync)
 
-    def take_ids(self, indices: Iterable[int], ignore_missing: bool) -> _Sampled:
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True) -> _Sampled:
         if type(indices) is _SlotIds:
             slots = indices.slots
-            if self.slot_id[slots].tolist() == indices:
-                return self._result(slots)
+            if getattr(indices, "version", None) == self.version or self.slot_id[slots].tolist() == indices:
+                return self._result(slots, sync)
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
@@ -408,7 +417,7 @@ class _Storage:
                 raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
                                "evicted); pass ignore_insufficient=True to skip missing indices") from None
             slots = [id2slot[i] for i in indices if i in id2slot]
-        return self._result(np.array(slots, dtype=np.int64))
+        return self._result(np.array(slots, dtype=np.int64), sync)
 
     def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                       sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
@@ -468,6 +477,8 @@ class _Storage:
                 start = head + int(self.rng.integers(0, length - unroll_len + 1))
                 window = ids[start:start + unroll_len]
             out.append([items[id2slot[i]] for i in window])
+        if self.syncers and out:
+            self.sync(np.array([id2slot[it.index] for g in out for it in g], dtype=np.int64))
         return out
 
 
@@ -699,13 +710,21 @@ class DequeBuffer(Buffer):
                 raise TypeError(f"get() takes an integer offset, got {type(offset).__name__}")
             if not -n <= offset < n:
                 raise IndexError(f"offset {offset} out of range for a buffer holding {n} items")
-            return s.items[int(s.ordered_slots()[offset])]
+            slot = int(s.ordered_slots()[offset])
+            if s.syncers:
+                s.sync(np.array([slot]))
+            return s.items[slot]
 
     def get_by_index(self, index: int) -> Optional[BufferedData]:
         """The item with this ``index``, or None."""
         with self._lock:
-            slot = self._s.id2slot.get(index)
-            return None if slot is None else self._s.items[slot]
+            s = self._s
+            slot = s.id2slot.get(index)
+            if slot is None:
+                return None
+            if s.syncers:
+                s.sync(np.array([slot]))
+            return s.items[slot]
 
     def __contains__(self, index: object) -> bool:
         with self._lock:
@@ -728,7 +747,7 @@ class DequeBuffer(Buffer):
     def _sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
                 replace: bool = False, sample_range: Optional[slice] = None,
                 ignore_insufficient: bool = False, groupby: Optional[str] = None,
-                unroll_len: Optional[int] = None, **unknown: Any) -> Any:
+                unroll_len: Optional[int] = None, _columns_only: bool = False, **unknown: Any) -> Any:
         if unknown:
             raise TypeError(f"sample() got unexpected keyword arguments {sorted(unknown)} (extra arguments "
                             "are only accepted when a middleware that consumes them is in use)")
@@ -738,7 +757,7 @@ class DequeBuffer(Buffer):
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            return s.take_ids(indices, ignore_insufficient)
+            return s.take_ids(indices, ignore_insufficient, not _columns_only)
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
             if groupby is None:
@@ -749,7 +768,8 @@ class DequeBuffer(Buffer):
             return s.sample_groups(size, groupby, unroll_len, replace, sample_range, ignore_insufficient)
         if size is None:
             raise ValueError("sample() needs a size (or indices=[...])")
-        return s.sample_uniform(_check_size("sample size", size), replace, sample_range, ignore_insufficient)
+        return s.sample_uniform(_check_size("sample size", size), replace, sample_range, ignore_insufficient,
+                                not _columns_only)
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
         s = self._s
@@ -826,32 +846,40 @@ class DequeBuffer(Buffer):
         gathered from preallocated numpy columns (a few microseconds per field); otherwise it falls
         back to :func:`collate`. Returns a :class:`SampledBatch` (``.data``, ``.index``,
         ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to sample.
+
+        The chain sees ``_columns_only=True``: a hint that per-item meta written only for the
+        caller (PER's ``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
         """
         with self._lock:
             s = self._s
             cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
-                                   unroll_len=None, **kwargs)
+                                   unroll_len=None, _columns_only=True, **kwargs)
             if not items:
                 raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-            index = [it.index for it in items]
             data = None
-            extra = None
+            weight = None
             if type(items) is _Sampled:
-                extra = items.columns
                 ref = items.ref
-                if cols is not None and len(ref) == len(items) and all(map(operator.is_, items, ref)) and (
+                same = len(ref) == len(items) and all(map(operator.is_, items, ref))
+                if same and items.version == s.version:  # nothing pushed/removed since: ids by slot
+                    index = s.slot_id[items.slots].tolist()
+                else:
+                    index = [it.index for it in items]
+                if cols is not None and same and (
                         items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
                     if cols.ok[items.slots].all():
                         data = cols.gather(items.slots)
+                extra = items.columns
+                if extra and "priority_IS" in extra:
+                    weight = torch.from_numpy(extra["priority_IS"])
+            else:  # a middleware built a new list (e.g. clone_object): its meta is this call's
+                index = [it.index for it in items]
+                if "priority_IS" in items[0].meta:
+                    weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
             if data is None:
                 data = collate([it.data for it in items])
-            weight = None
-            if extra and "priority_IS" in extra:
-                weight = torch.from_numpy(extra["priority_IS"])
-            elif "priority_IS" in items[0].meta:
-                weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
             return SampledBatch(data, index, weight, items)
 
     # ------------------------------------------------------------------ persistence
@@ -863,6 +891,8 @@ class DequeBuffer(Buffer):
 
         with self._lock:
             s = self._s
+            if s.syncers:
+                s.sync(s.ordered_slots().copy())
             order = s.ordered_slots().tolist()
             payload = {
                 "format": "rlpipe.DequeBuffer",

@@ -169,6 +169,9 @@ class PriorityExperienceReplay:
       ``beta`` goes linearly from ``IS_weight_power_factor`` to 1 over
       ``IS_weight_anneal_train_iter`` sample calls. Without replacement duplicates are redrawn.
     - update / update_many: a ``"priority"`` in meta (finite, ``>= 0``) becomes the new priority.
+      ``update_many`` writes ``meta["priority"]`` lazily: items get it when next read through the
+      buffer (``sample``, ``get``, ``get_by_index``, ``save_data``); :meth:`priority` reads it
+      directly. Items in ``sample_batch(...).items`` may carry the previous value.
     - deletes, evictions, ``clear`` and ``load_data`` are tracked through the storage, also when
       they happen through a view. ``groupby`` sampling is not supported.
 
@@ -197,8 +200,11 @@ class PriorityExperienceReplay:
         self.max_priority = 1.0
         self.sample_count = 0
         self._last: Optional[tuple] = None  # (ids, slots, storage version) of the last sample
+        self._raw = np.zeros(self._s.size)  # raw priority per slot
+        self._stale = np.zeros(self._s.size, dtype=bool)  # meta["priority"] not yet written
         with buffer._lock:
             self._s.listeners.append(self)
+            self._s.syncers.append(self)
             self.on_load()
 
     # ------------------------------------------------------------------ storage listener
@@ -214,13 +220,33 @@ class PriorityExperienceReplay:
             p = float(p)
             if p > self.max_priority:
                 self.max_priority = p
+        self._raw[slot] = p
+        self._stale[slot] = False
         self._tree.set(slot, self._leaf(p))
 
     def on_remove(self, slot: int) -> None:
+        self._stale[slot] = False
         self._tree.set(slot, 0.0)
 
     def on_clear(self) -> None:
+        self._stale[:] = False
         self._tree.clear()
+
+    def sync_meta(self, slots: np.ndarray) -> None:
+        """Write priorities set by ``update_many`` into the items' ``meta["priority"]``."""
+        st = self._stale[slots]
+        if st.any():
+            todo = slots[st]
+            items = self._s.items
+            for slot, p in zip(todo.tolist(), self._raw[todo].tolist()):
+                items[slot].meta["priority"] = p
+            self._stale[todo] = False
+
+    def priority(self, index: int) -> Optional[float]:
+        """The current priority of item ``index`` (None if it is not stored)."""
+        with self.buffer._lock:
+            slot = self._s.id2slot.get(index)
+            return None if slot is None else float(self._raw[slot])
 
     def on_load(self) -> None:
         self._tree.clear()
@@ -252,6 +278,8 @@ class PriorityExperienceReplay:
                     if slot is not None:
                         if p > self.max_priority:
                             self.max_priority = p
+                        self._raw[slot] = p
+                        self._stale[slot] = False
                         self._tree.set(slot, self._leaf(p))
                 return ok
             return chain(index, data, meta)
@@ -263,7 +291,8 @@ class PriorityExperienceReplay:
             s = self._s
             ids = indices.tolist() if hasattr(indices, "tolist") else list(indices)
             last = self._last
-            if last is not None and last[2] == s.version and ids == last[0]:
+            known = last is not None and last[2] == s.version and ids == last[0]
+            if known:
                 # the indices of the last sample, nothing pushed or removed since: slots are known
                 slots = last[1]
                 ids = _SlotIds(ids)
@@ -278,13 +307,14 @@ class PriorityExperienceReplay:
                 ok = chain(ids, data, meta)
             arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64) \
                 if isinstance(pri, list) else pri
-            keep = (slots >= 0) & ~np.isnan(arr)
-            if not keep.all():
-                slots, arr = slots[keep], arr[keep]
+            if not (known and isinstance(pri, np.ndarray)):
+                keep = (slots >= 0) & ~np.isnan(arr)
+                if not keep.all():
+                    slots, arr = slots[keep], arr[keep]
             if len(slots):
-                items = s.items
-                for slot, p in zip(slots.tolist(), arr.tolist()):
-                    items[slot].meta["priority"] = p
+                # meta["priority"] is written lazily (sync_meta) when the items are next read
+                self._raw[slots] = arr
+                self._stale[slots] = True
                 m = float(arr.max())
                 if m > self.max_priority:
                     self.max_priority = m
@@ -355,13 +385,16 @@ class PriorityExperienceReplay:
                          groupby=None, unroll_len=None, **kw)
         slots = self._draw(k, replace) if pool is None else self._draw_pool(pool, k, replace)
         ids = _SlotIds(s.slot_id[slots].tolist())
-        ids.slots = slots
+        ids.slots, ids.version = slots, s.version
         weights = self._weights(slots) if self.IS_weight else None
         self.sample_count += 1
         res = chain(None, indices=ids, replace=replace, sample_range=None, ignore_insufficient=False,
                     groupby=None, unroll_len=None, **kw)
         if weights is not None:
-            self._attach(res, ids, weights)
+            if kw.get("_columns_only") and type(res) is _Sampled and res.slots is slots:
+                res.columns = {"priority_IS": weights}  # sample_batch: weights go to .weight only
+            else:
+                self._attach(res, ids, weights)
         self._last = (list(ids), slots, s.version)
         return res
 
@@ -429,7 +462,7 @@ class PriorityExperienceReplay:
                 "max_priority": float(self.max_priority),
                 "sample_count": int(self.sample_count),
                 "indices": [s.items[k].index for k in slots],
-                "priorities": [float(s.items[k].meta.get("priority", self.max_priority)) for k in slots],
+                "priorities": self._raw[np.asarray(slots, dtype=np.int64)].tolist(),
             }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -446,6 +479,8 @@ class PriorityExperienceReplay:
                 if slot is not None:
                     p = _check_priority(p)
                     s.items[slot].meta["priority"] = p
+                    self._raw[slot] = p
+                    self._stale[slot] = False
                     self._tree.set(slot, self._leaf(p))
 
 

@@ -236,3 +236,27 @@ def test_per_update_many_after_eviction_does_not_touch_the_new_item():
     assert buf.update_many(b.index, meta={"priority": np.full(4, 3.0)}) == [True] * 4
     assert per._tree.total == pytest.approx(12.0)
     assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
+
+
+def test_update_many_priorities_reach_meta_on_every_read_path(tmp_path):
+    buf, per = make(6, priority_power_factor=1.0)
+    for i in range(6):
+        buf.push(i, meta={"priority": 1.0, "g": i % 2})
+    b = buf.sample_batch(6)
+    buf.update_many(b.index, meta={"priority": np.arange(6, dtype=np.float64) + 10})
+    want = {i: 10.0 + k for k, i in enumerate(b.index)}
+    assert all(per.priority(i) == want[i] for i in want)
+    assert per.priority(12345) is None
+    i0, i1, i2, i3 = b.index[:4]
+    assert buf.get_by_index(i0).meta["priority"] == want[i0]
+    assert buf.get(buf.indices().index(i1)).meta["priority"] == want[i1]
+    assert buf.sample(indices=[i2])[0].meta["priority"] == want[i2]
+    groups = buf.view().sample(groupby="g")
+    assert all(it.meta["priority"] == want[it.index] for g in groups for it in g)
+    buf.update_many(b.index, meta={"priority": np.full(6, 7.0)})
+    buf.save_data(str(tmp_path / "b.pt"))
+    other, per2 = make(6)
+    other.load_data(str(tmp_path / "b.pt"))
+    assert all(other.get_by_index(i).meta["priority"] == 7.0 for i in b.index)
+    assert all(per2.priority(i) == 7.0 for i in b.index)
+    assert per.state_dict()["priorities"] == [7.0] * 6
