@@ -1,6 +1,6 @@
 """The ``rlpipe`` console script.
 
-    rlpipe run --package . --main examples.dqn_cartpole.main --parallel-workers 4 --topology mesh
+    rlpipe run --package . --main examples.dqn_cartpole.main --parallel-workers 4 --topology mesh -- --seed 3
 
 starts 4 nodes of the pipeline as local processes (node 0 learner, nodes 1-2 collectors, node 3 evaluator
 unless ``--roles`` says otherwise). A node on another machine joins a running group with, e.g.::
@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="slurm/k8s: start this cluster task's node, with its id and the peers' addresses read "
                           "from the environment (SLURM_*; or RLPIPE_NODES=host:port,... and RLPIPE_RANK)")
     run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
-    run.add_argument("--auto-recover", action="store_true", help="restart a node that fails")
+    run.add_argument("--auto-recover", action="store_true",
+                     help="restart a node that crashes (its main raises, or a signal kills it); a node whose "
+                          "main returns an exit code is not restarted")
     run.add_argument("--max-retries", type=int, default=3, help="restarts per node with --auto-recover")
     run.add_argument("--stop-on-failure", action="store_true",
                      help="stop every node when one fails for good (and finish the task when a peer is "
@@ -70,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="file with the shared key (default: $RLPIPE_KEY, $RLPIPE_KEY_FILE, or a random key "
                           "for runs on this machine only)")
     run.add_argument("--log-level", default="INFO")
+    run.add_argument("main_args", nargs=argparse.REMAINDER,
+                     help="arguments for the main function's own parser, after '--' (e.g. -- --seed 3)")
     return ap
 
 
@@ -95,7 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                             auto_recover=args.auto_recover, max_retries=args.max_retries,
                             stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,
                             key_file=args.key_file,
-                            extra_env={"RLPIPE_LOG_LEVEL": args.log_level.upper()})
+                            extra_env={"RLPIPE_LOG_LEVEL": args.log_level.upper()},
+                            main_args=args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args)
     except (ValueError, MissingKeyError) as e:
         print(f"rlpipe run: error: {e}", file=sys.stderr)
         return 2

@@ -4,8 +4,8 @@
 ``python -m pipeline.parallel.worker`` for each, passing the spec as JSON in ``RLPIPE_NODE`` and the shared
 key in ``RLPIPE_KEY``. The worker installs a ``ZmqRouter`` factory (``configure``) and calls the user's
 main. The launcher stops every node on Ctrl-C/SIGTERM (SIGTERM, then SIGKILL after a grace period),
-restarts failed nodes with ``auto_recover``, and its children die with it (``PR_SET_PDEATHSIG`` on Linux
-plus a parent-watch thread).
+restarts crashed nodes (main raised, or killed by a signal) with ``auto_recover``, and its children die
+with it (``PR_SET_PDEATHSIG`` on Linux plus a parent-watch thread).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ log = logging.getLogger("rlpipe.launcher")
 NODE_ENV = "RLPIPE_NODE"
 PARENT_ENV = "RLPIPE_PARENT_PID"
 DEFAULT_PORT = 50515
+CRASH_EXIT_CODE = 70  # a node whose main raised; with a signal death, what auto_recover restarts
 
 
 def configure(**router_kwargs: Any) -> None:
@@ -199,8 +200,9 @@ class Launcher:
     def __init__(self, specs: Sequence[NodeSpec], main: str, package: str = ".", startup_interval: float = 0.5,
                  auto_recover: bool = False, max_retries: int = 3, stop_grace: float = 10.0,
                  stop_on_failure: bool = False, key_file: Optional[str] = None,
-                 extra_env: Optional[Dict[str, str]] = None) -> None:
+                 extra_env: Optional[Dict[str, str]] = None, main_args: Sequence[str] = ()) -> None:
         self.specs = list(specs)
+        self.main_args = list(main_args)
         self.main = main
         self.package = os.path.abspath(package)
         self.startup_interval = startup_interval
@@ -240,7 +242,8 @@ class Launcher:
     def _spawn(self, spec: NodeSpec) -> subprocess.Popen:
         env = dict(self.env)
         env[NODE_ENV] = spec.to_json()
-        cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package]
+        cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package,
+               "--", *self.main_args]
         log.info("starting node %d (%s, roles %s) at %s", spec.node_id, spec.topology,
                  ",".join(spec.roles) or "all", spec.address)
         return subprocess.Popen(cmd, env=env, cwd=self.package)
@@ -286,13 +289,17 @@ class Launcher:
                 log.info("node %d finished", node_id)
                 continue
             spec = next(s for s in self.specs if s.node_id == node_id)
+            crashed = rc < 0 or rc == CRASH_EXIT_CODE  # killed by a signal, or main raised
+            if not crashed:
+                log.warning("node %d exited with code %d (returned by its main)", node_id, rc)
+                continue
             if self.auto_recover and self.retries[node_id] < self.max_retries:
                 self.retries[node_id] += 1
                 log.warning("node %d exited with code %d; restarting it (attempt %d of %d)", node_id, rc,
                             self.retries[node_id], self.max_retries)
                 self.procs[node_id] = self._spawn(spec)
                 continue
-            log.error("node %d exited with code %d%s", node_id, rc,
+            log.error("node %d crashed (exit code %d)%s", node_id, rc,
                       "; stopping the others (--stop-on-failure)" if self.stop_on_failure else
                       "; the other nodes go on")
             if self.stop_on_failure:

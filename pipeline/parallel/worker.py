@@ -14,9 +14,10 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
-from .launch import PARENT_ENV, configure_from_env
+from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env
 
 log = logging.getLogger("rlpipe.worker")
 
@@ -99,7 +100,10 @@ def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline.parallel.worker")
     ap.add_argument("--main", required=True)
     ap.add_argument("--package", default=".")
+    ap.add_argument("main_args", nargs=argparse.REMAINDER, help="arguments for the user's main, after --")
     args = ap.parse_args(argv)
+    main_args = args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args
+    sys.argv = [args.main] + main_args  # the user's main may parse sys.argv: show it only its own arguments
     die_with_parent()
     _install_signal_handlers()
     package = os.path.abspath(args.package)
@@ -112,11 +116,15 @@ def main(argv: Any = None) -> int:
                             format=f"[node {node}] %(asctime)s %(levelname)s %(name)s: %(message)s")
     fn = load_main(args.main)
     try:
-        fn()
+        rc = fn()
     except KeyboardInterrupt:
         log.warning("node %s interrupted", node)
         return 130
-    return 0
+    except Exception:
+        traceback.print_exc()
+        log.error("node %s crashed (exit code %d)", node, CRASH_EXIT_CODE)
+        return CRASH_EXIT_CODE
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

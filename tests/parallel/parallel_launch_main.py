@@ -2,6 +2,7 @@
 writes what it saw to $RLPIPE_TEST_OUT/node-<id>.json."""
 import json
 import os
+import sys
 import time
 
 from pipeline import task
@@ -15,7 +16,7 @@ def main() -> None:
     fail_marker = os.environ.get("RLPIPE_TEST_FAIL_ONCE")
     if fail_marker and spec["node_id"] == 1 and not os.path.exists(fail_marker):
         open(fail_marker, "w").close()
-        raise SystemExit(3)  # fail once; the launcher restarts us
+        raise RuntimeError("simulated crash")  # crash once; the launcher restarts us
     with task.start():
         me = task.router.node_id
         n_peers = int(os.environ.get("RLPIPE_TEST_PEERS", len(spec["peers"]) - 1))
@@ -29,7 +30,7 @@ def main() -> None:
         for _ in range(8):
             task.emit("hello", me, only_remote=True)
             time.sleep(0.05)
-        result = {"node": me, "seen": sorted(set(seen)), "roles": sorted(task.router.roles),
+        result = {"node": me, "seen": sorted(set(seen)), "roles": sorted(task.router.roles), "argv": sys.argv[1:],
                   "active": task.router.is_active, "pid": os.getpid()}
         with open(os.path.join(out_dir, f"node-{me}.json"), "w") as f:
             json.dump(result, f)

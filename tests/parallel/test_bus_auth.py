@@ -2,7 +2,6 @@
 dropped and counted, never delivered; a good message after them still arrives."""
 import hashlib
 import hmac
-import struct
 import threading
 import time
 

@@ -3,7 +3,6 @@ dead-peer detection, a 20,000-message burst arriving complete. Every wait is bou
 import json
 import os
 import signal
-import time
 
 from parallel_helpers import events, finish, start_node, tcp_group
 

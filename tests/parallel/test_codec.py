@@ -69,7 +69,8 @@ def test_refuses_too_deep_nesting():
         encode(v)
 
 
-@pytest.mark.parametrize("data", [b"", b"Q", b"s\xff\xff\xff\xff", b"l\x05\x00\x00\x00N", b"a\x03|O8\x00b\x00\x00\x00\x00",
+@pytest.mark.parametrize("data", [b"", b"Q", b"s\xff\xff\xff\xff", b"l\x05\x00\x00\x00N",
+                                  b"a\x03|O8\x00b\x00\x00\x00\x00",
                                   b"NN", b"B\x00\x00\x00\x00", b"x\x05floop\x00b\x00\x00\x00\x00",
                                   b"d\x01\x00\x00\x00l\x00\x00\x00\x00N", b"s\x02\x00\x00\x00\xff\xfe"])
 def test_malformed_meta_raises_decode_error(data):

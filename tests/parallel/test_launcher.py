@@ -15,9 +15,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run_cmd(n, *extra):
-    port = free_ports(1)[0]  # the nodes take port, port + 1, ...
+    ports = ",".join(map(str, free_ports(n)))
     return [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
-            "parallel_launch_main.main", "--parallel-workers", str(n), "--ports", str(port),
+            "parallel_launch_main.main", "--parallel-workers", str(n), "--ports", ports,
             "--startup-interval", "0.05", "--heartbeat-timeout", "2", "--stop-grace", "5", *extra]
 
 
@@ -54,13 +54,15 @@ def _wait_files(tmp_path, pattern, n, timeout=30):
 
 
 def test_run_three_workers_with_default_roles(tmp_path):
-    p = subprocess.run(_run_cmd(3), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=90)
+    p = subprocess.run(_run_cmd(3, "--", "--seed", "3"), env=_env(tmp_path), cwd=ROOT, capture_output=True,
+                       text=True, timeout=90)
     assert p.returncode == 0, p.stderr
     res = _results(tmp_path)
     assert sorted(res) == [0, 1, 2]
     assert [res[i]["roles"] for i in range(3)] == [["learner"], ["collector"], ["evaluator"]]
     for i in range(3):
         assert res[i]["active"] and res[i]["seen"] == [j for j in range(3) if j != i]
+        assert res[i]["argv"] == ["--seed", "3"]  # main sees only its own arguments
 
 
 def test_star_ipc_with_explicit_roles_and_labels(tmp_path):
@@ -154,6 +156,7 @@ def test_per_role_entry_scripts_join_with_attach_to(tmp_path):
     (["--node-ids", "1,1"], "--node-ids must be unique"),
     (["--address", "10.11.12.13"], "no shared key for a run across machines"),
     (["--attach-to", "tcp://127.0.0.1:1"], "no shared key"),
+    (["--package", "/nonexistent-dir"], "is not a directory"),
 ])
 def test_bad_options_are_clear_errors(tmp_path, args, message):
     p = subprocess.run(_run_cmd(2, *args), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
