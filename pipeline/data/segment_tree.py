@@ -1,19 +1,20 @@
 """Vectorised sum/min segment trees for prioritized replay.
 
-The tree has a fan-out of ``B`` (32) instead of 2: each internal level stores, for every block of
-``B`` children, their in-block prefix sums (and the block minimum). The top level (at most a few
-thousand nodes) is searched with a cumulative sum and ``np.searchsorted``. A buffer of 20,000 items
-therefore needs one block level plus the top, and every operation works on whole batches of leaves
-with a handful of numpy calls, which is what makes prioritized ``sample(64)`` fast in Python.
+The tree has a fan-out of ``B`` (32) instead of 2: every internal node holds the sum (and the
+minimum) of a block of ``B`` children. The top level (at most a few thousand nodes) is searched with
+a cumulative sum and ``np.searchsorted``; below it, the in-block prefix sums of the visited blocks
+are computed on the fly with one small matrix product. A buffer of 20,000 items therefore needs
+one block level plus the top, and every operation works on whole batches of leaves with a handful
+of numpy calls, which is what makes prioritized ``sample(64)`` affordable in Python.
 
-Leaf updates are lazy: :meth:`SumMinTree.set` only writes the leaf and remembers it; the internal
-nodes of all dirty leaves are recomputed together by :meth:`SumMinTree.flush` (called by
-:meth:`sample`, :attr:`total` and :attr:`min`). Sums are always recomputed from the children, never
-updated by deltas, so they do not drift.
+Leaf updates are lazy: :meth:`SumMinTree.set` / :meth:`set_many` only write the leaves and remember
+them; the internal nodes above all dirty leaves are recomputed together by :meth:`flush` (called
+by :meth:`sample`, :attr:`total` and :attr:`min`). Sums are always recomputed from the children,
+never updated by deltas, so they do not drift.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List
 
 import numpy as np
 
@@ -34,32 +35,25 @@ class SumMinTree:
         self.capacity = int(capacity)
         self.B = B = int(fanout)
         self._tri = np.triu(np.ones((B, B)))  # x @ tri == cumsum(x, axis=1)
-        # level values: level 0 are the leaves; each non-top level is padded to a multiple of B
+        self._ones = np.ones(B)
+        # level 0 holds the leaves; every level but the top is padded to a multiple of B
         self._vals: List[np.ndarray] = []
         self._mins: List[np.ndarray] = []
-        self._pref: List[np.ndarray] = []  # in-block prefix sums for non-top levels
         n = self.capacity
-        while True:
-            if n <= _TOP and self._vals:
-                self._vals.append(np.zeros(n))
-                self._mins.append(np.full(n, np.inf))
-                break
-            if n <= _TOP and not self._vals and n <= B:
-                # tiny tree: the leaves are the top level
-                self._vals.append(np.zeros(n))
-                self._mins.append(np.full(n, np.inf))
-                break
+        while n > _TOP or (not self._vals and n > B):
             padded = -(-n // B) * B
             self._vals.append(np.zeros(padded))
             self._mins.append(np.full(padded, np.inf))
-            pref = np.zeros((padded // B, B + 1))
-            pref[:, B] = np.inf  # sentinel column: ``c > u`` always has a hit
-            self._pref.append(pref)
             n = padded // B
-        self._top_cum = np.zeros(len(self._vals[-1]))
-        self._top_prev = np.zeros(len(self._vals[-1]))  # exclusive prefix sums of the top level
-        self._arange_cache: dict = {}
+        self._vals.append(np.zeros(n))
+        self._mins.append(np.full(n, np.inf))
+        self._nblocks = [len(v) // B for v in self._vals[:-1]]
+        top = len(self._vals[-1])
+        self._top_cum = np.zeros(top)
+        self._top_prev = np.zeros(top)  # exclusive prefix sums of the top level
         self._top_min = np.inf
+        self._offsets: Dict[int, np.ndarray] = {}
+        self._arange_cache: Dict[int, np.ndarray] = {}
         self._dirty: List[np.ndarray] = []
         self._dirty_scalar: List[int] = []
         self._is_dirty = False
@@ -92,14 +86,18 @@ class SumMinTree:
             v[:] = 0.0
         for m in self._mins:
             m[:] = np.inf
-        for p in self._pref:
-            p[:, :-1] = 0.0
         self._top_cum[:] = 0.0
         self._top_prev[:] = 0.0
         self._top_min = np.inf
         self._dirty.clear()
         self._dirty_scalar.clear()
         self._is_dirty = False
+
+    def _block_offsets(self, n: int) -> np.ndarray:
+        off = self._offsets.get(n)
+        if off is None:
+            off = self._offsets[n] = np.arange(0, n * self.B, self.B)
+        return off
 
     def flush(self) -> None:
         """Recompute the internal nodes above all leaves changed since the last flush."""
@@ -113,32 +111,21 @@ class SumMinTree:
         self._dirty_scalar = []
         self._is_dirty = False
         B = self.B
-        for lvl in range(len(self._pref)):
-            vals, mins, pref = self._vals[lvl], self._mins[lvl], self._pref[lvl]
-            nblocks = pref.shape[0]
-            full = len(d) * 2 >= nblocks
+        full = False
+        for lvl, nblocks in enumerate(self._nblocks):
+            vals, mins = self._vals[lvl], self._mins[lvl]
+            if not full and len(d) * 4 >= nblocks:
+                full = True
             if full:
-                blocks = vals.reshape(nblocks, B)
-                pref[:, :B] = blocks @ self._tri
-                self._vals[lvl + 1][:nblocks] = pref[:, B - 1]
+                self._vals[lvl + 1][:nblocks] = vals.reshape(nblocks, B) @ self._ones
                 self._mins[lvl + 1][:nblocks] = mins.reshape(nblocks, B).min(1)
-                d = None
             else:
                 p = d // B
-                pref[p, :B] = vals.reshape(nblocks, B)[p] @ self._tri
-                self._vals[lvl + 1][p] = pref[p, B - 1]
-                self._mins[lvl + 1][p] = mins.reshape(nblocks, B)[p].min(1)
+                self._vals[lvl + 1][p] = vals.reshape(nblocks, B).take(p, axis=0) @ self._ones
+                m = mins.reshape(nblocks, B).take(p, axis=0).ravel()
+                self._mins[lvl + 1][p] = np.minimum.reduceat(m, self._block_offsets(len(p)))
                 d = p
-            if d is None:
-                # everything above is recomputed in full as well
-                for lvl2 in range(lvl + 1, len(self._pref)):
-                    v2, m2, p2 = self._vals[lvl2], self._mins[lvl2], self._pref[lvl2]
-                    nb2 = p2.shape[0]
-                    p2[:, :B] = v2.reshape(nb2, B) @ self._tri
-                    self._vals[lvl2 + 1][:nb2] = p2[:, B - 1]
-                    self._mins[lvl2 + 1][:nb2] = m2.reshape(nb2, B).min(1)
-                break
-        np.cumsum(self._vals[-1], out=self._top_cum)
+        np.add.accumulate(self._vals[-1], out=self._top_cum)
         self._top_prev[1:] = self._top_cum[:-1]
         self._top_min = float(self._mins[-1].min())
 
@@ -159,20 +146,23 @@ class SumMinTree:
         """For each ``u`` in ``[0, total)``, return the leaf ``i`` with
         ``sum(leaves[:i]) <= u < sum(leaves[:i+1])`` (vectorised)."""
         self.flush()
+        u = np.asarray(u, dtype=np.float64)
         top = self._vals[-1]
         j = np.searchsorted(self._top_cum, u, side="right")
         np.minimum(j, len(top) - 1, out=j)
-        nlev = len(self._pref)
-        if nlev == 0:
+        if not self._nblocks:
             return j
         u = u - self._top_prev[j]
         B = self.B
-        for lvl in range(nlev - 1, -1, -1):
-            c = self._pref[lvl].take(j, axis=0)
-            k = (c > u[:, None]).argmax(1)  # first child whose inclusive prefix exceeds u
-            np.minimum(k, B - 1, out=k)  # the sentinel hit only on rounding: take the last child
+        for lvl in range(len(self._nblocks) - 1, -1, -1):
+            x = self._vals[lvl].reshape(self._nblocks[lvl], B).take(j, axis=0)
+            c = x @ self._tri  # inclusive in-block prefix sums of the visited blocks
             if lvl:
-                u -= c[np.arange(len(u)), k] - self._vals[lvl][j * B + k]
+                excl = c - x
+            c[:, -1] = np.inf  # rounding can leave u at a block's total: then take the last child
+            k = (c > u[:, None]).argmax(1)
+            if lvl:
+                u = u - excl[np.arange(len(u)), k]
             j *= B
             j += k
         return j
