@@ -291,7 +291,11 @@ class ZmqRouter(Router):
             t.start()
             self._threads.append(t)
         if self.expected_peers:
-            self.wait_for_peers(self.expected_peers, self.startup_timeout)
+            try:
+                self.wait_for_peers(self.expected_peers, self.startup_timeout)
+            except BaseException:  # e.g. Ctrl-C while waiting: do not leave threads and sockets behind
+                self.stop()
+                raise
 
     def _announceable(self, bound: str) -> str:
         if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
