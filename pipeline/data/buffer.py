@@ -26,7 +26,7 @@ import functools
 import operator
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
@@ -59,20 +59,50 @@ class BufferedData:
     meta: Dict[str, Any]
 
 
-@dataclass
 class SampledBatch:
     """Result of :meth:`DequeBuffer.sample_batch`.
 
     ``data``: the sampled data collated into (nested dicts of) torch tensors with a leading batch
     dimension; ``index``: the items' indices (for ``update``/``update_many``); ``weight``: float32
     tensor ``[B]`` of importance-sampling weights when prioritized replay is in use, else ``None``;
-    ``items``: the sampled :class:`BufferedData` objects.
+    ``items``: the sampled :class:`BufferedData` objects (built on first access when the buffer has
+    no middleware; an item evicted or deleted before that access shows up as ``None``).
     """
 
-    data: Any
-    index: List[int]
-    weight: Optional[torch.Tensor]
-    items: List[BufferedData] = field(repr=False)
+    __slots__ = ("data", "index", "weight", "_items", "_storage", "_slots")
+
+    def __init__(self, data: Any, index: List[int], weight: Optional[torch.Tensor],
+                 items: Optional[List[BufferedData]] = None, *, _storage: Optional["_Storage"] = None,
+                 _slots: Optional[np.ndarray] = None) -> None:
+        self.data = data
+        self.index = index
+        self.weight = weight
+        self._items = items
+        self._storage = _storage
+        self._slots = _slots
+
+    @property
+    def items(self) -> List[Optional[BufferedData]]:
+        if self._items is None:
+            s = self._storage
+            with s.lock:
+                out: List[Optional[BufferedData]] = []
+                for slot, idx in zip(self._slots.tolist(), self.index):
+                    it = s.items[slot]
+                    if it is None or it.index != idx:
+                        sl = s.id2slot.get(idx)
+                        it = None if sl is None else s.items[sl]
+                    out.append(it)
+                if s.syncers:
+                    live = [s.id2slot[it.index] for it in out if it is not None]
+                    if live:
+                        s.sync(np.array(live, dtype=np.int64))
+            self._items = out
+            self._storage = self._slots = None
+        return self._items
+
+    def __repr__(self) -> str:
+        return f"SampledBatch(index={self.index!r}, weight={self.weight!r}, data={self.data!r})"
 
 
 class _Sampled(list):
@@ -853,6 +883,15 @@ class DequeBuffer(Buffer):
         with self._lock:
             s = self._s
             cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
+            if (cols is not None and not self._middleware and not kwargs and sample_range is None
+                    and type(size) is int and 0 < size and (replace or size <= s.count)):
+                # fast path: no middleware, so no item objects are needed to build the batch
+                slots = s.dense[s.draw(s.count, size, replace)]
+                if cols.ok[slots].all():
+                    return SampledBatch(cols.gather(slots), s.slot_id[slots].tolist(), None,
+                                        _storage=s, _slots=slots)
+                items = s._result(slots)
+                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], None, items)
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
                                    unroll_len=None, _columns_only=True, **kwargs)

@@ -232,3 +232,24 @@ def test_columnar_pending_rows_stay_bounded():
         buf.push(transition(i))
         assert len(buf._s.pending) <= 16
     check_batch(buf.sample_batch(16))
+
+
+def test_sample_batch_fast_path_items_are_built_on_access():
+    buf = DequeBuffer(8, seed=0)
+    for i in range(8):
+        buf.push(transition(i))
+    b = buf.sample_batch(8)
+    check_batch(b)
+    assert [it.index for it in b.items] == b.index
+    assert all(it is buf.get_by_index(i) for it, i in zip(b.items, b.index))
+    b2 = buf.sample_batch(8)
+    oldest = min(b2.index)
+    buf.push(transition(8))  # evicts the oldest, reusing its slot
+    items = b2.items
+    assert [it is None for it in items] == [i == oldest for i in b2.index]
+    assert [it.index for it in items if it is not None] == [i for i in b2.index if i != oldest]
+    assert "SampledBatch(index=" in repr(b2)
+    with pytest.raises(ValueError):
+        buf.sample_batch(9)
+    assert len(buf.sample_batch(9, ignore_insufficient=True).index) == 8
+    assert len(buf.sample_batch(20, replace=True).index) == 20
