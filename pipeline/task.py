@@ -7,10 +7,11 @@ forward parts of the step, last in first out. A step is: forward parts, backward
 from __future__ import annotations
 
 import fnmatch
+import logging
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import GeneratorType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
@@ -22,6 +23,8 @@ from .router import LocalRouter, Router, default_router
 
 Middleware = Callable[[Context], Any]
 FINISH_EVENT = "__finish__"
+UNCLAIMED_LIMIT = 1024  # remote events kept per event name until a listener appears
+log = logging.getLogger(__name__)
 
 
 class _Void:
@@ -98,6 +101,9 @@ class Task:
         self._backward_stack: List[GeneratorType] = []
         self._finish = False
         self._listeners: Dict[str, List[Tuple[Callable, bool]]] = defaultdict(list)
+        # Remote events that arrived before anyone listened (a peer may send as soon as it is connected,
+        # before this node's middleware registered their listeners): replayed to the first listener.
+        self._unclaimed: Dict[str, deque] = {}
         self._listeners_lock = threading.RLock()
         self._errors: List[BaseException] = []
         self._pending: List[Future] = []
@@ -122,10 +128,16 @@ class Task:
         """
         if self._running:
             self.stop()
-        self._reset(async_mode, n_async_workers, ctx, labels, roles,
-                    router if router is not None else default_router())
+        router = router if router is not None else default_router()
+        if roles is None:  # a launcher gives the node's roles to its router
+            roles = getattr(router, "roles", None) or None
+        self._reset(async_mode, n_async_workers, ctx, labels, roles, router)
         self._running = True
-        self.router.start(self._on_remote)
+        try:
+            self.router.start(self._on_remote)
+        except BaseException:
+            self._running = False
+            raise
         return self
 
     def stop(self) -> None:
@@ -386,14 +398,32 @@ class Task:
 
     # ------------------------------------------------------------------ events
     def on(self, event: str, fn: Callable) -> None:
-        """Call ``fn(*args, **kwargs)`` every time ``event`` is emitted (locally or by a peer)."""
-        with self._listeners_lock:
-            self._listeners[event].append((fn, False))
+        """Call ``fn(*args, **kwargs)`` every time ``event`` is emitted (locally or by a peer).
+
+        Remote events that arrived before the first listener of ``event`` are replayed to it at once.
+        """
+        self._listen(event, fn, False)
 
     def once(self, event: str, fn: Callable) -> None:
         """Like ``on``, for the next emission only."""
+        self._listen(event, fn, True)
+
+    def _listen(self, event: str, fn: Callable, once: bool) -> None:
         with self._listeners_lock:
-            self._listeners[event].append((fn, True))
+            backlog = self._unclaimed.pop(event, None)
+            if not backlog:
+                self._listeners[event].append((fn, once))
+                return
+            if once:
+                args, kwargs = backlog.popleft()
+                if backlog:
+                    self._unclaimed[event] = backlog
+                replay = [(args, kwargs)]
+            else:
+                self._listeners[event].append((fn, once))
+                replay = list(backlog)
+        for args, kwargs in replay:
+            fn(*args, **kwargs)
 
     def off(self, event: str, fn: Optional[Callable] = None) -> None:
         """Remove ``fn`` (or every listener) from ``event``."""
@@ -416,6 +446,12 @@ class Task:
         if not only_remote:
             self._dispatch(event, args, kwargs)
 
+    def emit_to(self, node_id: int, event: str, *args: Any, **kwargs: Any) -> None:
+        """Send ``event`` to the node ``node_id`` only (not to local listeners)."""
+        if not self.router.is_active:
+            raise RuntimeError(f"emit_to({node_id}, {event!r}): this task has no peers (single process)")
+        self.router.emit(event, args, kwargs, to=node_id)
+
     def _dispatch(self, event: str, args: tuple, kwargs: dict) -> None:
         with self._listeners_lock:
             listeners = self._listeners.get(event)
@@ -431,6 +467,17 @@ class Task:
         """Entry point for the router: deliver a peer's event once to each local listener."""
         if event == FINISH_EVENT:
             self._finish = True
+        if not event.startswith("__"):
+            with self._listeners_lock:
+                if not self._listeners.get(event):
+                    backlog = self._unclaimed.get(event)
+                    if backlog is None:
+                        backlog = self._unclaimed[event] = deque(maxlen=UNCLAIMED_LIMIT)
+                    if len(backlog) == UNCLAIMED_LIMIT:
+                        log.warning("remote event %r: %d arrived with no listener; dropping the oldest",
+                                    event, UNCLAIMED_LIMIT)
+                    backlog.append((args, kwargs))
+                    return
         try:
             self._dispatch(event, args, kwargs)
         except BaseException as e:  # surfaces in the pipeline at the end of the current step

@@ -493,3 +493,31 @@ def test_forward_backward_renew_by_hand():
         ctx = task.renew()
         assert ctx.total_step == 1 and task.ctx is ctx
     assert log == ["a>", "b", "<a"]
+
+
+def test_remote_events_before_any_listener_are_replayed_to_the_first():
+    got = []
+    with task.start():
+        task._on_remote("traj", (1,), {})
+        task._on_remote("traj", (2,), {"k": 3})
+        task.once("traj", lambda *a, **k: got.append(("once", a, k)))
+        task.on("traj", lambda *a, **k: got.append(("on", a, k)))
+        task._on_remote("traj", (4,), {})
+    assert got == [("once", (1,), {}), ("on", (2,), {"k": 3}), ("on", (4,), {})]
+
+
+def test_roles_come_from_the_router_when_start_gets_none():
+    from pipeline.router import LocalRouter
+
+    router = LocalRouter()
+    router.roles = {"collector"}
+    with task.start(router=router):
+        assert task.roles == {Role.COLLECTOR}
+    with task.start(router=router, roles=["learner"]):
+        assert task.roles == {Role.LEARNER}
+
+
+def test_emit_to_in_a_single_process_is_a_clear_error():
+    with task.start():
+        with pytest.raises(RuntimeError, match="no peers"):
+            task.emit_to(1, "x")
