@@ -9,8 +9,9 @@ eps-greedy exploration finds it with probability about 2**-20 per episode; the R
 the agent to novel cells until it does. The run stops at the first episode that reaches the
 treasure, or when the budget is spent, and prints which.
 
-The learner step is composed by hand to show the pieces: fetch a batch -> ``reward_estimator``
-(adds the normalised intrinsic reward to a new batch and trains the RND predictor) -> ``trainer``.
+The learner is the standard ``OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd)``:
+each round fetches a batch, adds RND's normalised intrinsic reward to a new batch (the buffer keeps
+the env reward), trains the RND predictor on that batch, then trains DQN.
 """
 from __future__ import annotations
 
@@ -28,9 +29,8 @@ import torch
 from torch import nn
 
 from contexts import OnlineRLContext
-from middleware import StepCollector, data_pusher, eps_greedy_handler, offpolicy_data_fetcher, termination_checker, trainer
-from middleware.reward import reward_estimator
-from pipeline import Role, for_roles, task
+from middleware import OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, termination_checker
+from pipeline import task
 from pipeline.config import compile_config
 from pipeline.data import DequeBuffer
 from pipeline.envs import EnvManager
@@ -56,31 +56,6 @@ def make_config(size: int, seed: int) -> Any:
         },
         policy="dqn",
     )
-
-
-def rnd_learner(cfg: Any, learner: Any, buffer_: Any, reward_model: Optional[Any]):
-    """``update_per_collect`` rounds of fetch -> (reward_estimator) -> trainer. Role: LEARNER."""
-    fetch = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
-    estimate = reward_estimator(cfg, reward_model) if reward_model is not None else None
-    train = trainer(cfg, learner)
-    rounds = int(cfg.policy.learn.update_per_collect)
-
-    @for_roles(Role.LEARNER)
-    def _learn(ctx: Any) -> None:
-        outputs = []
-        for _ in range(rounds):
-            backward = fetch(ctx)
-            if ctx.train_data is None:
-                backward()
-                break
-            if estimate is not None:
-                estimate(ctx)
-            train(ctx)
-            outputs.append(ctx.train_output)
-            backward()
-        ctx.train_output = outputs
-
-    return _learn
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -124,7 +99,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         task.use(StepCollector(cfg, policy.collect_mode, env))
         task.use(treasure_watch)
         task.use(data_pusher(cfg, buffer_))
-        task.use(rnd_learner(cfg, policy.learn_mode, buffer_, rnd))
+        task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd))
         task.use(termination_checker(max_env_step=args.max_episodes * n))
         task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
         task.run()

@@ -9,9 +9,13 @@ __all__ = ['StepCollector', 'EpisodeCollector']
 
 
 def _transitions(step: Any) -> List[Dict[str, Any]]:
-    """One dict per env from an ``EnvStep`` (numpy rows for observations, Python scalars else)."""
+    """One dict per env from an ``EnvStep`` (numpy rows for observations and vector actions, Python
+    scalars else)."""
     obs, next_obs = step.obs, step.next_obs
-    act = step.action.tolist() if hasattr(step.action, 'tolist') else list(step.action)
+    action = step.action
+    # Discrete actions become Python ints; vector (continuous) actions stay numpy rows so they
+    # collate into an [N, act_dim] tensor like observations do.
+    act = action.tolist() if getattr(action, 'ndim', 2) <= 1 else list(action)
     rew = step.reward.tolist()
     te = step.terminated.tolist()
     tr = step.truncated.tolist()

@@ -75,24 +75,9 @@ def her_data_enhancer(
         if batch_size and len(data) > batch_size:
             pick = rng.choice(len(data), int(batch_size), replace=False)
             data = [data[i] for i in pick]
-        ctx.train_data = to_tree(collate_transitions(_arrays_for_lists(data)))
+        ctx.train_data = to_tree(collate_transitions(data))
 
     return _enhance
-
-
-def _arrays_for_lists(rows: List[Any]) -> List[Any]:
-    """Turn list-valued entries (e.g. continuous actions recorded as lists) into arrays so they collate."""
-    first = rows[0]
-    list_keys = [k for k, v in first.items() if isinstance(v, (list, tuple))]
-    if not list_keys:
-        return rows
-    out = []
-    for r in rows:
-        r = dict(r)
-        for k in list_keys:
-            r[k] = np.asarray(r[k], dtype=np.float32 if isinstance(r[k][0], float) else None)
-        out.append(r)
-    return out
 
 
 @for_roles(Role.LEARNER)
@@ -111,7 +96,9 @@ class HERLearner:
         policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
         buffer_: a buffer of whole episodes.
         her_reward_model: e.g. :class:`pipeline.reward_model.HerRewardModel`.
-        reward_model: optional extra reward model applied after relabelling (``estimate(batch)``).
+        reward_model: optional extra reward model applied after relabelling (``estimate(batch)``,
+            then ``train(batch)`` when it has one and ``train_reward_model`` is True).
+        train_reward_model: train ``reward_model`` on each relabelled batch (default True).
         log_freq: log the loss every this many train iterations (INFO).
     """
 
@@ -123,6 +110,7 @@ class HERLearner:
         her_reward_model: Any,
         reward_model: Optional[Any] = None,
         log_freq: int = 100,
+        train_reward_model: bool = True,
     ) -> None:
         from .functional.trainer import trainer
 
@@ -134,6 +122,7 @@ class HERLearner:
         if reward_model is not None and not hasattr(reward_model, "estimate"):
             raise TypeError(f"reward_model needs an estimate(batch) method; got {type(reward_model).__name__}")
         self.reward_model = reward_model
+        self._rm_train = getattr(reward_model, "train", None) if train_reward_model else None
 
     def __call__(self, ctx: Any) -> None:
         outputs: List[Any] = []
@@ -143,7 +132,10 @@ class HERLearner:
             if ctx.train_data is None:
                 break
             if rm is not None:
-                est = rm.estimate(ctx.train_data)
+                batch = ctx.train_data
+                est = rm.estimate(batch)
+                if self._rm_train is not None:
+                    self._rm_train(batch)
                 if est is not None:
                     ctx.train_data = est
             train(ctx)

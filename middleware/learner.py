@@ -14,13 +14,27 @@ __all__ = ['OffPolicyLearner']
 log = logging.getLogger(__name__)
 
 
+def _reward_model_train(reward_model: Any) -> Optional[Any]:
+    """``reward_model.train`` if it is a training step (not ``nn.Module.train``, the mode switch)."""
+    fn = getattr(reward_model, 'train', None)
+    if fn is None:
+        return None
+    import torch.nn as nn  # already imported by pipeline
+
+    if isinstance(reward_model, nn.Module) and getattr(type(reward_model), 'train', None) is nn.Module.train:
+        return None
+    return fn
+
+
 @for_roles(Role.LEARNER)
 class OffPolicyLearner:
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 
     Each round: fetch a batch from ``buffer_`` (:func:`offpolicy_data_fetcher`), let
     ``reward_model`` relabel it (``reward_model.estimate(batch)``; its return value, when not
-    None, replaces the batch), train once (:func:`trainer`), then at once run the fetcher's
+    None, replaces the batch; then ``reward_model.train(batch)`` on the fetched batch when the
+    model has ``train`` and ``train_reward_model`` is True, so a batch's reward is estimated
+    before the model has seen it), train once (:func:`trainer`), then at once run the fetcher's
     backward part, so prioritized-replay priorities are written back after every round (the next
     round samples with them). Rounds stop early when the buffer has too little data.
 
@@ -32,14 +46,17 @@ class OffPolicyLearner:
         cfg: the full config.
         policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
         buffer_: a buffer, a list of ``(buffer, weight)`` pairs or a dict of buffers.
-        reward_model: optional, with ``estimate(batch)``.
+        reward_model: optional, with ``estimate(batch)`` and (optionally) ``train(batch)``, e.g.
+            :class:`pipeline.reward_model.RndRewardModel`; like ``middleware.reward.reward_estimator``.
+        train_reward_model: call ``reward_model.train`` each round after ``estimate`` (default True;
+            a model without ``train`` is only used for estimates).
         log_freq: log the loss every this many train iterations (INFO).
 
     Role: LEARNER.
     """
 
     def __init__(self, cfg: Mapping, policy: Any, buffer_: Any, reward_model: Optional[Any] = None,
-                 log_freq: int = 100) -> None:
+                 log_freq: int = 100, train_reward_model: bool = True) -> None:
         from pipeline import task
 
         self.cfg = cfg
@@ -51,6 +68,7 @@ class OffPolicyLearner:
         self.reward_model = reward_model
         if reward_model is not None and not hasattr(reward_model, 'estimate'):
             raise TypeError(f'reward_model needs an estimate(batch) method; got {type(reward_model).__name__}')
+        self._rm_train = _reward_model_train(reward_model) if train_reward_model else None
 
     def __call__(self, ctx: Any) -> None:
         outputs: List[Any] = []
@@ -61,7 +79,10 @@ class OffPolicyLearner:
                 backward()
                 break
             if rm is not None:
-                est = rm.estimate(ctx.train_data)
+                batch = ctx.train_data
+                est = rm.estimate(batch)
+                if self._rm_train is not None:
+                    self._rm_train(batch)
                 if est is not None:
                     ctx.train_data = est
             train(ctx)

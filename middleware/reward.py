@@ -21,8 +21,8 @@ def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Cal
     seen it. Role: LEARNER.
 
     Use it inside a chain (``fetcher -> reward_estimator -> trainer``) or pass the model to
-    ``OffPolicyLearner(..., reward_model=...)``, which calls ``estimate`` the same way (training the
-    model is then up to you).
+    ``OffPolicyLearner(..., reward_model=...)``, which calls ``estimate`` then ``train`` the same way
+    each round.
     """
     if not hasattr(reward_model, "estimate"):
         raise TypeError(
