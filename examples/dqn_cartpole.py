@@ -22,8 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from contexts import OnlineRLContext  # noqa: E402
-from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,  # noqa: E402
-                        interaction_evaluator, nstep_reward_enhancer, online_logger, termination_checker)
+from middleware import (CkptSaver, ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector,  # noqa: E402
+                        data_pusher, eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer,
+                        online_logger, termination_checker)
 from pipeline import task  # noqa: E402
 from pipeline.config import compile_config  # noqa: E402
 from pipeline.data import DequeBuffer, PriorityExperienceReplay  # noqa: E402
@@ -120,6 +121,8 @@ def main(argv=None) -> int:
     logger = online_logger(cfg.exp_name, train_show_freq=100)
     t0 = time.perf_counter()
     with task.start(ctx=OnlineRLContext()):
+        task.use(ContextExchanger())  # under `rlpipe run --parallel-workers N`; no-ops in one process
+        task.use(ModelExchanger(policy.model))
         task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
         task.use(eps_greedy_handler(cfg))
         task.use(StepCollector(cfg, policy.collect_mode, collector_env))

@@ -20,4 +20,12 @@ __all__ = [
     'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'save_checkpoint', 'load_checkpoint',
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
     'interaction_evaluator', 'evaluate_episodes', 'trainer', 'termination_checker', 'online_logger',
+    'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',
 ]
+
+
+def __getattr__(name: str):
+    if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger'):  # lazy: only parallel runs use them
+        from . import distributor
+        return getattr(distributor, name)
+    raise AttributeError(f"module 'middleware' has no attribute {name!r}")

@@ -1,0 +1,154 @@
+"""Node mains for the distributed tests, started by ``rlpipe run --package tests/distributed --main dist_nodes.X``.
+
+Each node writes ``<out>/node-<id>.json`` with its counters and the exchangers' stats when its run ends.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from contexts import OnlineRLContext  # noqa: E402
+from pipeline import Role, task  # noqa: E402
+from pipeline.roles import for_roles  # noqa: E402
+
+
+def _write(out: str, record: dict) -> None:
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f'node-{task.router.node_id}.json')
+    with open(path + '.tmp', 'w') as f:
+        json.dump(record, f)
+    os.replace(path + '.tmp', path)
+
+
+def _record(ctx, cx, mx, t0: float) -> dict:
+    return {'node': task.router.node_id, 'roles': sorted(str(r) for r in task.roles),
+            'env_step': ctx.env_step, 'env_episode': ctx.env_episode, 'train_iter': ctx.train_iter,
+            'last_eval_value': ctx.last_eval_value, 'last_eval_iter': ctx.last_eval_iter,
+            'finish': task.finish, 'wall': time.monotonic() - t0,
+            'cx_stats': getattr(cx, 'stats', None),
+            'received_from': {str(k): v for k, v in getattr(cx, 'received_from', {}).items()},
+            'model_version': getattr(mx, 'version', None), 'mx_stats': getattr(mx, 'stats', None)}
+
+
+def dqn_main() -> int:
+    """A short DQN CartPole pipeline (the example's middleware, small settings)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--max-env-step', type=int, default=100_000)
+    ap.add_argument('--stop-value', type=int, default=-1)
+    ap.add_argument('--eval-freq', type=int, default=40)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from middleware import (ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector, data_pusher,
+                            eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer, termination_checker)
+    from pipeline.config import compile_config
+    from pipeline.data import DequeBuffer
+    from pipeline.envs import EnvManager
+    from pipeline.policy import DQNPolicy
+
+    cfg = compile_config({
+        'exp_name': 'dist_test', 'seed': 0,
+        'env': {'env_id': 'CartPole-v1', 'collector_env_num': 4, 'evaluator_env_num': 2, 'n_evaluator_episode': 2,
+                'stop_value': args.stop_value},
+        'policy': {'nstep': 3, 'discount_factor': 0.99,
+                   'learn': {'update_per_collect': 2, 'batch_size': 32, 'learning_starts': 100},
+                   'collect': {'n_sample': 8}, 'eval': {'evaluator': {'eval_freq': args.eval_freq}},
+                   'other': {'eps': {'type': 'exp', 'start': 1.0, 'end': 0.05, 'decay': 2000},
+                             'replay_buffer': {'replay_buffer_size': 5000}}},
+    }, policy='dqn')
+    node = int(json.loads(os.environ.get('RLPIPE_NODE', '{}')).get('node_id', 0))  # collectors differ by seed
+    cenv = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=100 * node)
+    eenv = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=10_000)
+    cfg.policy.model.obs_shape = 4
+    cfg.policy.model.action_shape = 2
+    cfg.policy.model.encoder_hidden_size_list = [32, 32]
+    policy = DQNPolicy(cfg, seed=node)
+    buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=0)
+    t0 = time.monotonic()
+    with task.start(ctx=OnlineRLContext()):
+        cx = ContextExchanger(wait_timeout=5.0)
+        mx = ModelExchanger(policy.model)
+        task.use(cx)
+        task.use(mx)
+        task.use(interaction_evaluator(cfg, policy.eval_mode, eenv))
+        task.use(eps_greedy_handler(cfg))
+        task.use(StepCollector(cfg, policy.collect_mode, cenv))
+        task.use(nstep_reward_enhancer(cfg))
+        task.use(data_pusher(cfg, buffer_))
+        task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
+        task.use(termination_checker(max_env_step=args.max_env_step))
+        task.run()
+        record = _record(task.ctx, cx, mx, t0)
+        record['buffer_count'] = buffer_.count()
+        record['weight_sum'] = float(sum(p.detach().double().sum() for p in policy.model.parameters()))
+    cenv.close()
+    eenv.close()
+    _write(args.out, record)
+    return 0
+
+
+def toy_main() -> int:
+    """A light pipeline: fake 3-step collections, a 'learner' that writes train_iter into a linear layer."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--kill-node', type=int, default=-1, help='this node SIGKILLs itself after --kill-after steps')
+    ap.add_argument('--kill-after', type=int, default=20)
+    ap.add_argument('--on-lost', default='continue')
+    ap.add_argument('--max-train-iter', type=int, default=150)
+    ap.add_argument('--step-sleep', type=float, default=0.02)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from middleware import ContextExchanger, ModelExchanger, termination_checker
+
+    model = torch.nn.Linear(3, 2)
+    seen_versions = []
+
+    @for_roles(Role.COLLECTOR)
+    def collect(ctx):
+        if task.router.node_id == args.kill_node and ctx.total_step >= args.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        # the model must be the learner's: its weights hold the version it was sent with
+        seen_versions.append(float(model.weight[0, 0].detach()))
+        ctx.trajectories = [{'obs': np.full(3, ctx.env_step + j, np.float32), 'action': j, 'reward': 1.0}
+                            for j in range(3)]
+        ctx.env_step += 3
+        time.sleep(args.step_sleep)
+
+    received = []
+
+    @for_roles(Role.LEARNER)
+    def learn(ctx):
+        if ctx.trajectories:
+            received.extend(int(t['obs'][0]) for t in ctx.trajectories)
+            ctx.train_iter += 1
+            with torch.no_grad():
+                model.weight.fill_(ctx.train_iter)
+        time.sleep(args.step_sleep)
+
+    t0 = time.monotonic()
+    with task.start(ctx=OnlineRLContext()):
+        cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost)
+        mx = ModelExchanger(model)
+        task.use(cx)
+        task.use(mx)
+        task.use(collect)
+        task.use(learn)
+        task.use(termination_checker(max_train_iter=args.max_train_iter))
+        task.run()
+        record = _record(task.ctx, cx, mx, t0)
+    record['n_received'] = len(received)
+    record['seen_versions'] = seen_versions[-5:]
+    record['versions_monotonic'] = all(a <= b for a, b in zip(seen_versions, seen_versions[1:]))
+    _write(args.out, record)
+    return 0

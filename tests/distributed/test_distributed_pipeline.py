@@ -1,0 +1,140 @@
+"""The distributed middleware with real processes on loopback, started by the ``rlpipe run`` launcher.
+
+- the 4-node DQN pipeline (1 learner, 2 collectors, 1 evaluator) for a short budget: every env step reaches
+  the learner once, both collectors deliver, train_iter and weights go back, the evaluator's finish stops
+  every node and every node knows the final evaluation;
+- a collector killed with SIGKILL: the learner goes on with the other one, or finishes when configured so;
+  nothing hangs (bounded timeouts everywhere).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TIMEOUT = 90
+
+
+def _free_port_base(n: int) -> int:
+    import socket
+    for _ in range(50):
+        socks = []
+        try:
+            s = socket.socket()
+            s.bind(('127.0.0.1', 0))
+            base = s.getsockname()[1]
+            socks.append(s)
+            for i in range(1, n):
+                t = socket.socket()
+                t.bind(('127.0.0.1', base + i))
+                socks.append(t)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError('no block of free ports')
+
+
+def launch(main: str, n: int, out: str, main_args, extra=()) -> subprocess.Popen:
+    env = dict(os.environ)
+    env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
+    env.pop('RLPIPE_KEY', None)
+    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', HERE, '--main', f'dist_nodes.{main}',
+           '--parallel-workers', str(n), '--topology', 'mesh', '--ports', str(_free_port_base(n)),
+           '--startup-interval', '0', '--heartbeat-interval', '0.2', '--heartbeat-timeout', '1.5',
+           '--stop-grace', '5', *extra, '--', '--out', out, *main_args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+
+
+def wait(proc: subprocess.Popen, timeout: float = TIMEOUT) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate(timeout=10)
+        pytest.fail(f'the run did not end within {timeout} s:\n{out[-5000:]}')
+    return out
+
+
+def results(out_dir: str):
+    res = {}
+    for name in os.listdir(out_dir):
+        if name.endswith('.json'):
+            with open(os.path.join(out_dir, name)) as f:
+                r = json.load(f)
+            res[r['node']] = r
+    return res
+
+
+def test_dqn_four_nodes_learner_gets_everything_once_and_evaluator_finish_stops_all(tmp_path):
+    out_dir = str(tmp_path / 'dqn')
+    t0 = time.monotonic()
+    # stop value -1: the evaluator finishes at its first evaluation after >= 40 train iterations; the
+    # termination checker's budget (100k env steps) is far away, so only that finish can stop the nodes.
+    proc = launch('dqn_main', 4, out_dir, ['--stop-value', '-1', '--eval-freq', '40'])
+    log = wait(proc)
+    assert proc.returncode == 0, log[-5000:]
+    res = results(out_dir)
+    assert sorted(res) == [0, 1, 2, 3], log[-5000:]
+    learner, c1, c2, ev = res[0], res[1], res[2], res[3]
+    assert learner['roles'] == ['learner'] and c1['roles'] == c2['roles'] == ['collector']
+    assert ev['roles'] == ['evaluator']
+    # every node stopped by the evaluator's finish, long before the env-step budget
+    assert all(r['finish'] for r in res.values())
+    assert learner['env_step'] < 100_000
+    assert ev['last_eval_iter'] >= 40
+    # env steps reached the learner exactly once: its count is the sum of what the collectors collected
+    sent = c1['cx_stats']['env_steps_sent'] + c2['cx_stats']['env_steps_sent']
+    assert learner['cx_stats']['env_steps_received'] == learner['env_step']
+    assert learner['cx_stats']['duplicates'] == 0
+    # each collector's batches: all it sent were received (the last ones may be in flight at finish)
+    for cid, c in ((1, c1), (2, c2)):
+        got = learner['received_from'].get(str(cid), 0)
+        assert got > 0, f'nothing from collector {cid}'
+        assert c['cx_stats']['batches_sent'] - 2 <= got <= c['cx_stats']['batches_sent']
+    assert sent - 2 * 2 * 3 * 4 <= learner['env_step'] <= sent  # at most 2 batches of 12 steps in flight each
+    assert learner['buffer_count'] > 100
+    # train_iter and weights went back: collectors saw the learner's train_iter and loaded new versions
+    for c in (c1, c2, ev):
+        assert 0 < c['train_iter'] <= learner['train_iter']
+        assert c['model_version'] > 0 and c['mx_stats']['loaded'] >= 1
+    assert learner['mx_stats']['sent'] >= 2
+    # the evaluator evaluated the learner's weights of its version; at the end everybody knows its result
+    for r in res.values():
+        assert r['last_eval_value'] == ev['last_eval_value'] and r['last_eval_iter'] == ev['last_eval_iter']
+    # collectors follow the global env-step count (exploration schedule of the whole run)
+    assert c1['env_step'] >= learner['env_step'] * 0.6 and c2['env_step'] >= learner['env_step'] * 0.6
+    assert time.monotonic() - t0 < TIMEOUT
+
+
+@pytest.mark.parametrize('on_lost', ['continue', 'finish'])
+def test_killed_collector(tmp_path, on_lost):
+    out_dir = str(tmp_path / on_lost)
+    proc = launch('toy_main', 3, out_dir, ['--kill-node', '1', '--kill-after', '15', '--on-lost', on_lost,
+                                           '--max-train-iter', '120'],
+                  extra=['--roles', 'learner:collector:collector'])
+    log = wait(proc)
+    res = results(out_dir)
+    assert sorted(res) == [0, 2], log[-5000:]  # node 1 died before writing anything
+    learner, c2 = res[0], res[2]
+    assert 'collector node 1 is lost' in log
+    assert learner['received_from'].get('1', 0) >= 10  # it delivered before dying
+    assert learner['cx_stats']['duplicates'] == 0
+    assert learner['cx_stats']['env_steps_received'] == learner['env_step'] == learner['n_received']  # 1 transition per env step
+    # the model reached the surviving collector in order, with the learner's weights
+    assert c2['model_version'] > 0 and c2['versions_monotonic']
+    assert c2['seen_versions'][-1] >= 1
+    if on_lost == 'continue':
+        assert learner['train_iter'] >= 120  # it went on to its own end with collector 2
+        assert learner['received_from']['2'] > learner['received_from']['1']
+        assert 'the learner goes on with collectors [2]' in log
+    else:
+        assert learner['train_iter'] < 120  # it stopped when collector 1 was declared dead
+        assert 'finishing the task' in log
+        assert learner['finish'] and c2['finish']  # the finish reached the other collector too
