@@ -32,7 +32,9 @@ _Tensor = torch.Tensor
 
 
 def _default_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=lr)
+    # foreach: one fused kernel per op over all parameters; on CPU with small nets (DQN-sized) this halves
+    # the cost of the optimizer step against torch's per-tensor default.
+    return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
 def _make_schedule(spec: LRSchedule, where: str) -> Callable[[int], float]:

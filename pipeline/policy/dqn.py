@@ -66,8 +66,8 @@ def _make_learner_class():
             opt_cls = {'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW, 'sgd': torch.optim.SGD,
                        'rmsprop': torch.optim.RMSprop}[opt_name]
             opt_kwargs = dict(lc.get('optimizer_kwargs') or {})
-            if opt_name != 'adam' or opt_kwargs:
-                kwargs['optimizer'] = lambda params, lr: opt_cls(params, lr=lr, **opt_kwargs)
+            opt_kwargs.setdefault('foreach', True)  # multi-tensor kernels: ~2x faster steps for small nets on CPU
+            kwargs['optimizer'] = lambda params, lr: opt_cls(params, lr=lr, **opt_kwargs)
             super().__init__({Learner.DEFAULT_MODULE_ID: model}, **kwargs)
             self.module_id = Learner.DEFAULT_MODULE_ID
             self.model = model
