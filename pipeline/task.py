@@ -99,6 +99,7 @@ class Task:
         self._middleware: List[Middleware] = []
         self._wrappers: List[Callable[[Middleware], Middleware]] = []
         self._backward_stack: List[GeneratorType] = []
+        self._inner: List[GeneratorType] = []  # backward parts from task.wrap during a forward part
         self._finish = False
         self._listeners: Dict[str, List[Tuple[Callable, bool]]] = defaultdict(list)
         # Remote events that arrived before anyone listened (a peer may send as soon as it is connected,
@@ -142,6 +143,7 @@ class Task:
 
     def stop(self) -> None:
         """Stop: close pending generators, shut the thread pool and the router. Idempotent."""
+        self._flush_inner()
         for g in reversed(self._backward_stack):
             g.close()
         self._backward_stack.clear()
@@ -206,6 +208,7 @@ class Task:
         if not chain:
             raise RuntimeError("task.run() with no middleware: register some with task.use(fn) first")
         stack = self._backward_stack
+        inner = self._inner
         errors = self._errors
         has_pool = self._executor is not None
         try:
@@ -217,17 +220,16 @@ class Task:
                     try:
                         g = fn(ctx)
                         if g is not None and type(g) is GeneratorType:
-                            n = len(stack)
                             next(g)
-                            if len(stack) == n:
-                                stack.append(g)
-                            else:  # backward parts it pushed (task.wrap) are inside it: they run first
-                                stack.insert(n, g)
+                            stack.append(g)
                     except StopIteration:
-                        continue  # a generator that returned before yielding has no backward part
+                        pass  # a generator that returned before yielding has no backward part
                     except BaseException as e:
                         _note(e, f"raised in middleware {_name_of(fn)!r}")
                         raise
+                    if inner:  # backward parts of middleware it called through task.wrap: they run first
+                        stack.extend(inner)
+                        inner.clear()
                 if has_pool and self._pending:
                     self._wait_pending()
                 while stack:  # the backward phase, last in first out
@@ -255,18 +257,25 @@ class Task:
         """Run ``fn``'s forward part; its backward part joins the step's backward stack."""
         g = fn(self.ctx if ctx is None else ctx)
         if g is not None and type(g) is GeneratorType:
-            stack = self._backward_stack
-            n = len(stack)
             try:
                 next(g)
             except StopIteration:
-                return None
-            stack.insert(n, g)
-            return g
-        return None
+                g = None
+            else:
+                self._backward_stack.append(g)
+        else:
+            g = None
+        self._flush_inner()
+        return g
+
+    def _flush_inner(self) -> None:
+        if self._inner:
+            self._backward_stack.extend(self._inner)
+            self._inner.clear()
 
     def backward(self) -> None:
         """Run every pending backward part, last in first out."""
+        self._flush_inner()
         stack = self._backward_stack
         while stack:
             g = stack.pop()
@@ -291,14 +300,25 @@ class Task:
             fn = _Locked(fn, self._lock if lock is True else lock)
 
         def forward_part(ctx: Context) -> Callable[[], None]:
-            g = self.forward(fn, ctx)
-            if g is None:
+            g = fn(ctx)
+            if g is None or type(g) is not GeneratorType:
                 return _noop
+            try:
+                next(g)
+            except StopIteration:
+                return _noop
+            # Held aside until the calling middleware's forward part ends, then stacked above it, so
+            # that (if never called by hand) it runs in the backward phase before its caller's.
+            self._inner.append(g)
 
             def backward_part() -> None:
-                try:
-                    self._backward_stack.remove(g)
-                except ValueError:  # already run in the step's backward phase
+                for pending in (self._inner, self._backward_stack):
+                    try:
+                        pending.remove(g)
+                        break
+                    except ValueError:
+                        continue
+                else:  # already run in the step's backward phase
                     return
                 _finish_generator(g)
 

@@ -521,3 +521,35 @@ def test_emit_to_in_a_single_process_is_a_clear_error():
     with task.start():
         with pytest.raises(RuntimeError, match="no peers"):
             task.emit_to(1, "x")
+
+
+def test_wrap_called_from_plain_middleware_and_from_serial():
+    log = []
+
+    def inner(ctx):
+        log.append("inner>")
+        yield
+        log.append("<inner")
+
+    def plain_caller(ctx):
+        wrapped(ctx)
+        log.append("plain")
+
+    def gen_last(ctx):
+        log.append("last>")
+        yield
+        log.append("<last")
+
+    with task.start():
+        wrapped = task.wrap(inner)
+        task.use(plain_caller)
+        task.use(gen_last)
+        task.run(1)
+    assert log == ["inner>", "plain", "last>", "<last", "<inner"]
+
+    log.clear()
+    with task.start():
+        wrapped = task.wrap(inner)
+        task.use(task.serial(plain_caller, gen_last))
+        task.run(1)
+    assert log == ["inner>", "plain", "last>", "<inner", "<last"]
