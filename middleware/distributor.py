@@ -594,7 +594,10 @@ class PeriodicalModelExchanger:
     ``mode='receive'``: keeps the newest version that arrived; the forward part loads it into ``model``
     before the node acts (when it is newer than the loaded one). With ``stale_toleration=N``, one version is
     used for at most N steps: then the node waits (at most ``wait_timeout`` s, released by finish and by
-    the loss of every sender) for a newer one. ``None``: never wait.
+    the loss of every sender) for a newer one. ``None``: never wait. A collector that waits sends no data
+    meanwhile: if the learner needs that data to reach its next send (one collector, ``period`` larger than
+    the batches the collector has in flight), the wait only ends by its timeout; keep ``stale_toleration``
+    at least ``period + skip_n_iter + 1`` in that case.
 
     Reads ``ctx.train_iter`` (sender). Writes nothing to the context; ``self.version`` is the loaded (or
     sent) version, ``self.stats`` counts sends, loads and waits. In a single process it is

@@ -5,6 +5,7 @@ Each node writes ``<out>/node-<id>.json`` with its counters and the exchangers' 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -107,9 +108,11 @@ def toy_main() -> int:
     ap.add_argument('--on-lost', default='continue')
     ap.add_argument('--max-train-iter', type=int, default=150)
     ap.add_argument('--step-sleep', type=float, default=0.02)
+    ap.add_argument('--period', type=int, default=0, help='>0: PeriodicalModelExchanger with this period')
+    ap.add_argument('--stale', type=int, default=None, help='its stale_toleration')
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from middleware import ContextExchanger, ModelExchanger, termination_checker
+    from middleware import ContextExchanger, ModelExchanger, PeriodicalModelExchanger, termination_checker
 
     model = torch.nn.Linear(3, 2)
     seen_versions = []
@@ -139,7 +142,11 @@ def toy_main() -> int:
     t0 = time.monotonic()
     with task.start(ctx=OnlineRLContext()):
         cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost)
-        mx = ModelExchanger(model)
+        if args.period:
+            mode = 'send' if task.has_role(Role.LEARNER) else 'receive'
+            mx = PeriodicalModelExchanger(model, mode=mode, period=args.period, stale_toleration=args.stale)
+        else:
+            mx = ModelExchanger(model)
         task.use(cx)
         task.use(mx)
         task.use(collect)
@@ -149,6 +156,9 @@ def toy_main() -> int:
         record = _record(task.ctx, cx, mx, t0)
     record['n_received'] = len(received)
     record['seen_versions'] = seen_versions[-5:]
+    record['all_seen_versions'] = sorted(set(seen_versions))
+    runs = [len(list(g)) for _, g in itertools.groupby(seen_versions)]
+    record['longest_use_of_one_version'] = max(runs, default=0)
     record['versions_monotonic'] = all(a <= b for a, b in zip(seen_versions, seen_versions[1:]))
     _write(args.out, record)
     return 0

@@ -116,8 +116,11 @@ def test_dqn_four_nodes_learner_gets_everything_once_and_evaluator_finish_stops_
 @pytest.mark.parametrize('on_lost', ['continue', 'finish'])
 def test_killed_collector(tmp_path, on_lost):
     out_dir = str(tmp_path / on_lost)
+    # with 'finish', the weights travel with PeriodicalModelExchanger: every 3 train iterations, and a
+    # collector uses one version for at most 2 steps before it waits for a newer one
+    periodical = ['--period', '3', '--stale', '2'] if on_lost == 'finish' else []
     proc = launch('toy_main', 3, out_dir, ['--kill-node', '1', '--kill-after', '15', '--on-lost', on_lost,
-                                           '--max-train-iter', '120'],
+                                           '--max-train-iter', '120', *periodical],
                   extra=['--roles', 'learner:collector:collector'])
     log = wait(proc)
     res = results(out_dir)
@@ -138,3 +141,9 @@ def test_killed_collector(tmp_path, on_lost):
         assert learner['train_iter'] < 120  # it stopped when collector 1 was declared dead
         assert 'finishing the task' in log
         assert learner['finish'] and c2['finish']  # the finish reached the other collector too
+        # only versions sent every 3 iterations reached the collector, and it waited for fresh ones
+        versions = [v for v in c2['all_seen_versions'] if v >= 1]  # below 1: the initial random weights
+        assert len(versions) >= 2 and all((v - versions[0]) % 3 == 0 for v in versions), versions
+        assert learner['mx_stats']['sent'] <= learner['train_iter'] // 3 + 2
+        # no version was used for more than 2 steps (unless a wait for a newer one timed out)
+        assert c2['longest_use_of_one_version'] <= 2 or c2['mx_stats']['wait_timeouts'] > 0
