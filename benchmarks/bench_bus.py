@@ -1,18 +1,22 @@
 """Message-bus throughput between two local processes (ZmqRouter over tcp and ipc).
 
 Prints, for 1 KiB and 1 MiB payloads: ping-pong round trips/s, and one-way messages/s and MB/s for an
-unpaced burst (20,000 messages of 1 KiB, 1,000 of 1 MiB), with the number delivered. The baseline line is
-a bare pyzmq PAIR ping-pong run in the same processes (no auth, no codec), so the ratio shows the cost of
-rlpipe's layer on this machine. DI-engine's figure on a similar 2-core machine: ~3k round trips/s,
-burst delivery 3-25 % (see /work/shared/anchors.md).
+unpaced burst (20,000 messages of 1 KiB, 1,000 of 1 MiB), with the number delivered. The baseline is a bare
+pyzmq PAIR ping-pong (no auth, no codec) served by the same two processes; its segments alternate with the
+router's, so both see the same machine load. Per size the table shows the best and the median segment rate,
+the median ratio router/bare over adjacent segment pairs, and the CPU time per round trip of both processes
+together (the most load-independent figure on a shared machine). DI-engine's figure on a similar 2-core
+machine: ~3k round trips/s, burst delivery 3-25 % (see /work/shared/anchors.md).
 
-    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick]
+    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import secrets
+import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,6 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+_CPU = struct.Struct("<d")
 
 
 def _addresses(protocol: str, tmp: str):
@@ -37,12 +42,12 @@ def _addresses(protocol: str, tmp: str):
 
 
 def child(peers: dict, raw_address: str) -> None:
-    """Node 1: echo 'ping' back as 'pong'; count 'burst' messages and report the count on 'burst_end'."""
+    """Node 1: echo 'ping' back as 'pong'; count 'burst' messages and report the count on 'burst_end'.
+    Its main thread echoes the bare PAIR baseline at the same time (b"cpu" answers this process's CPU time)."""
     import zmq
     from pipeline.parallel import ZmqRouter
     count = [0, 0]
     router = ZmqRouter(1, peers[1], peers=peers, heartbeat_timeout=30.0, send_timeout=120.0)
-    done = threading.Event()
 
     def on_message(event, args, kwargs):
         if event == "ping":
@@ -53,10 +58,8 @@ def child(peers: dict, raw_address: str) -> None:
         elif event == "burst_end":
             router.emit("burst_count", (count[0], count[1]), {}, to=0)
             count[0] = count[1] = 0
-        elif event == "quit":
-            done.set()
 
-    # Bare pyzmq baseline: a PAIR echo.
+    router.start(on_message)
     ctx = zmq.Context()
     pair = ctx.socket(zmq.PAIR)
     pair.connect(raw_address)
@@ -64,11 +67,9 @@ def child(peers: dict, raw_address: str) -> None:
         msg = pair.recv()
         if msg == b"end":
             break
-        pair.send(msg)
+        pair.send(_CPU.pack(time.process_time()) if msg == b"cpu" else msg)
     pair.close(0)
     ctx.term()
-    router.start(on_message)
-    done.wait(600)
     router.stop()
 
 
@@ -76,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocol", choices=["tcp", "ipc"], default="tcp")
     ap.add_argument("--quick", action="store_true", help="fewer messages (smoke run)")
+    ap.add_argument("--segments", type=int, default=5, help="alternating bare/router segments per size")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -86,6 +88,7 @@ def main() -> None:
 
     import json
     import zmq
+    from pipeline.parallel import ZmqRouter
     os.environ.setdefault("RLPIPE_KEY", secrets.token_hex(32))
     tmp = tempfile.mkdtemp(prefix="rlpipe-bench-")
     peers = _addresses(args.protocol, tmp)
@@ -98,54 +101,66 @@ def main() -> None:
                              json.dumps({"peers": peers, "raw": raw})], cwd=ROOT)
     n_pp = 2000 if args.quick else 20000
     burst = {1024: 2000 if args.quick else 20000, 1 << 20: 100 if args.quick else 1000}
-    try:
-        results = []
-        for _ in range(200):  # warm up (and wait for the child to connect)
-            pair.send(b"w")
+    pongs = threading.Semaphore(0)
+    burst_reply: list = []
+    got_reply = threading.Event()
+
+    def on_message(event, a, kw):
+        if event == "pong":
+            pongs.release()
+        elif event == "burst_count":
+            burst_reply.append(a)
+            got_reply.set()
+
+    def child_cpu() -> float:
+        pair.send(b"cpu")
+        return _CPU.unpack(pair.recv())[0]
+
+    def bare(payload: bytes, n: int) -> None:
+        for _ in range(n):
+            pair.send(payload)
             pair.recv()
-        for size in (1024, 1 << 20):
-            payload = b"x" * size
-            n = max(50, n_pp // (1 if size == 1024 else 50))
-            t = time.perf_counter()
-            for _ in range(n):
-                pair.send(payload)
-                pair.recv()
-            results.append((f"bare pyzmq PAIR ping-pong, {size // 1024} KiB", n / (time.perf_counter() - t)))
-        pair.send(b"end")
 
-        from pipeline.parallel import ZmqRouter
-        pongs = threading.Semaphore(0)
-        burst_reply: list = []
-        got_reply = threading.Event()
+    def routed(payload: bytes, n: int) -> None:
+        for _ in range(n):
+            router.emit("ping", (payload,), {}, to=1)
+            if not pongs.acquire(timeout=30):
+                raise SystemExit("ping-pong stalled (30 s without reply)")
 
-        def on_message(event, a, kw):
-            if event == "pong":
-                pongs.release()
-            elif event == "burst_count":
-                burst_reply.append(a)
-                got_reply.set()
+    def segment(fn, payload: bytes, n: int):
+        c0, t0 = time.process_time() + child_cpu(), time.perf_counter()
+        fn(payload, n)
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() + child_cpu() - c0
+        return n / dt, cpu / n * 1e6
 
-        router = ZmqRouter(0, peers[0], peers=peers, heartbeat_timeout=30.0, send_timeout=120.0)
+    router = ZmqRouter(0, peers[0], peers=peers, heartbeat_timeout=30.0, send_timeout=120.0)
+    try:
         router.start(on_message)
-        print(f"# protocol {args.protocol}; 2 processes on this machine; {os.cpu_count()} CPUs")
-        for name, rate in results:
-            print(f"{name:45s} {rate:10.0f} round trips/s")
-        for _ in range(200):  # warm up
-            router.emit("ping", (b"w",), {}, to=1)
-            pongs.acquire(timeout=30)
+        bare(b"w", 300)  # warm up (and wait for the child to connect)
+        routed(b"w", 300)
+        print(f"# protocol {args.protocol}; 2 processes on this machine; {os.cpu_count()} CPUs; "
+              f"{args.segments} alternating segments per size")
+        print(f"{'ping-pong':34s} {'best':>8s} {'median':>8s}  round trips/s   {'CPU us/rt':>9s}")
         for size in (1024, 1 << 20):
             payload = b"x" * size
-            n = max(50, n_pp // (1 if size == 1024 else 50))
-            t = time.perf_counter()
-            for _ in range(n):
-                router.emit("ping", (payload,), {}, to=1)
-                if not pongs.acquire(timeout=30):
-                    raise SystemExit("ping-pong stalled (30 s without reply)")
-            rate = n / (time.perf_counter() - t)
-            base = dict(results)[f"bare pyzmq PAIR ping-pong, {size // 1024} KiB"]
-            vs_di = f"; {rate / 3000:.1f}x DI-engine's ~3k (1 KiB)" if size == 1024 else ""
-            print(f"{'rlpipe ZmqRouter ping-pong, ' + str(size // 1024) + ' KiB':45s} {rate:10.0f} round trips/s"
-                  f"   ({rate / base:.2f}x bare pyzmq{vs_di})")
+            n = max(50, n_pp // (1 if size == 1024 else 50)) // args.segments
+            rows: dict = {"bare": [], "router": []}
+            for _ in range(args.segments):
+                rows["bare"].append(segment(bare, payload, n))
+                rows["router"].append(segment(routed, payload, n))
+            ratio = statistics.median(r[0] / b[0] for r, b in zip(rows["router"], rows["bare"]))
+            for name, label in (("bare", "bare pyzmq PAIR"), ("router", "rlpipe ZmqRouter")):
+                rates = [r for r, _ in rows[name]]
+                cpu = statistics.median(c for _, c in rows[name])
+                extra = ""
+                if name == "router":
+                    extra = f"   {ratio:.2f}x bare pyzmq (median of pairs)"
+                    if size == 1024:
+                        extra += f"; {max(rates) / 3000:.1f}x (best) / {statistics.median(rates) / 3000:.1f}x " \
+                                 "(median) DI-engine's ~3k"
+                print(f"{label + ', ' + str(size // 1024) + ' KiB':34s} {max(rates):8.0f} "
+                      f"{statistics.median(rates):8.0f}                  {cpu:9.1f}{extra}")
         for size, n in burst.items():
             payload = b"x" * size
             got_reply.clear()
@@ -158,12 +173,13 @@ def main() -> None:
                 raise SystemExit("burst count never came back")
             dt = time.perf_counter() - t
             count, nbytes = burst_reply[0]
-            print(f"{'one-way burst, ' + str(size // 1024) + ' KiB x ' + str(n):45s} {count / dt:10.0f} msg/s "
+            print(f"{'one-way burst, ' + str(size // 1024) + ' KiB x ' + str(n):34s} {count / dt:8.0f} msg/s "
                   f"{nbytes / dt / 1e6:8.1f} MB/s   delivered {count}/{n} ({100 * count / n:.1f} %)")
-        router.emit("quit", (), {}, to=1)
+        pair.send(b"end")
         router.stop()
         proc.wait(30)
     finally:
+        router.stop()
         if proc.poll() is None:
             proc.kill()
         pair.close(0)

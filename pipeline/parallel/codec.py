@@ -17,7 +17,7 @@ import struct
 import sys
 from typing import Any, List, Sequence, Tuple, Union
 
-__all__ = ["encode", "decode", "dumps", "loads", "DecodeError", "EncodeError", "OOB_THRESHOLD"]
+__all__ = ["encode", "decode", "encode_event", "decode_event", "dumps", "loads", "DecodeError", "EncodeError", "OOB_THRESHOLD"]
 
 OOB_THRESHOLD = 16 * 1024
 MAX_DEPTH = 100
@@ -47,6 +47,7 @@ _I = struct.Struct("<I")
 _cI = struct.Struct("<cI")
 _cq = struct.Struct("<cq")
 _cd = struct.Struct("<cd")
+_pack_cI, _pack_cq, _pack_cd = _cI.pack, _cq.pack, _cd.pack
 
 # numpy dtype strings accepted on decode (byte order is normalized to little endian on encode).
 _NP_DTYPES = frozenset(
@@ -89,30 +90,25 @@ class _Encoder:
         t = type(obj)
         if t is str:
             data = obj.encode("utf-8", "surrogatepass")
-            out.append(_cI.pack(_STR, len(data)))
+            out.append(_pack_cI(_STR, len(data)))
             out.append(data)
         elif t is int:
             if -(1 << 63) <= obj < (1 << 63):
-                out.append(_cq.pack(_INT, obj))
+                out.append(_pack_cq(_INT, obj))
             else:
                 _len_prefixed(out, _BIGINT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True))
         elif t is tuple or t is list:
             if depth >= MAX_DEPTH:
                 raise EncodeError(f"value nested deeper than {MAX_DEPTH} levels")
-            out.append(_cI.pack(_TUPLE if t is tuple else _LIST, len(obj)))
-            enc = self.enc
-            for item in obj:
-                enc(item, depth + 1)
+            out.append(_pack_cI(_TUPLE if t is tuple else _LIST, len(obj)))
+            self.items(obj, depth + 1)
         elif t is dict:
             if depth >= MAX_DEPTH:
                 raise EncodeError(f"value nested deeper than {MAX_DEPTH} levels")
-            out.append(_cI.pack(_DICT, len(obj)))
-            enc = self.enc
-            for k, v in obj.items():
-                enc(k, depth + 1)
-                enc(v, depth + 1)
+            out.append(_pack_cI(_DICT, len(obj)))
+            self.pairs(obj, depth + 1)
         elif t is float:
-            out.append(_cd.pack(_FLOAT, obj))
+            out.append(_pack_cd(_FLOAT, obj))
         elif obj is None:
             out.append(_NONE)
         elif t is bool:
@@ -124,6 +120,41 @@ class _Encoder:
             out.append(_dd.pack(obj.real, obj.imag))
         else:
             self.enc_other(obj, depth)
+
+    def items(self, seq: Any, depth: int) -> None:
+        """The items of a list or tuple; the common leaves inline (same bytes as ``enc`` writes)."""
+        out = self.out
+        append = out.append
+        for x in seq:
+            t = type(x)
+            if t is str:
+                data = x.encode("utf-8", "surrogatepass")
+                append(_pack_cI(_STR, len(data)))
+                append(data)
+            elif t is int and -(1 << 63) <= x < (1 << 63):
+                append(_pack_cq(_INT, x))
+            elif t is float:
+                append(_pack_cd(_FLOAT, x))
+            elif t is bytes and len(x) < OOB_THRESHOLD:
+                append(_pack_cI(_BYTES, len(x)))
+                append(x)
+            elif x is None:
+                append(_NONE)
+            else:
+                self.enc(x, depth)
+
+    def pairs(self, d: dict, depth: int) -> None:
+        """The items of a dict; string keys inline."""
+        out = self.out
+        enc = self.enc
+        for k, v in d.items():
+            if type(k) is str:
+                data = k.encode("utf-8", "surrogatepass")
+                out.append(_pack_cI(_STR, len(data)))
+                out.append(data)
+            else:
+                enc(k, depth)
+            enc(v, depth)
 
     def enc_other(self, obj: Any, depth: int) -> None:
         np, torch = self.np, self.torch
@@ -200,6 +231,24 @@ def encode(obj: Any) -> Tuple[bytes, List[Buffer]]:
     return b"".join(e.out), e.buffers
 
 
+def encode_event(event: str, args: tuple, kwargs: dict) -> Tuple[bytes, List[Buffer]]:
+    """``encode((event, args, kwargs))`` for a str, a tuple and a dict, without the generic dispatch."""
+    e = _Encoder()
+    data = event.encode("utf-8", "surrogatepass")
+    out = e.out
+    out.append(_EVENT_HEAD)
+    out.append(_pack_cI(_STR, len(data)))
+    out.append(data)
+    out.append(_pack_cI(_TUPLE, len(args)))
+    e.items(args, 2)
+    out.append(_pack_cI(_DICT, len(kwargs)))
+    if kwargs:
+        e.pairs(kwargs, 2)
+    return b"".join(out), e.buffers
+
+
+_EVENT_HEAD = _cI.pack(_TUPLE, 3)
+_EVENT_STR_HEAD = _EVENT_HEAD + _STR
 _unpack_q = _q.unpack_from
 _unpack_d = _d.unpack_from
 _unpack_I = _I.unpack_from
@@ -319,9 +368,7 @@ class _Decoder:
                 return d
             if n > self.end - self.pos:
                 raise DecodeError(f"sequence claims {n} items but only {self.end - self.pos} bytes remain")
-            dec = self.dec
-            depth += 1
-            items = [dec(depth) for _ in range(n)]
+            items = self.seq(n, depth + 1)
             return items if tag == _T_LIST else tuple(items)
         if tag == _T_OOB:
             return bytes(self.oob())
@@ -345,6 +392,45 @@ class _Decoder:
             dt = np.dtype(name)
             return np.frombuffer(bytes(self.take(dt.itemsize)), dtype=dt)[0]
         raise DecodeError(f"unknown tag {bytes([tag])!r} at offset {p}")
+
+    def seq(self, n: int, depth: int) -> List[Any]:
+        """``n`` values at ``depth``; ints, strings, small bytes and None inline (same checks as ``dec``)."""
+        data = self.data
+        end = self.end
+        dec = self.dec
+        items: List[Any] = []
+        append = items.append
+        for _ in range(n):
+            p = self.pos
+            if p >= end:
+                raise DecodeError(f"truncated message: value expected at offset {p}")
+            tag = data[p]
+            if tag == _T_BYTES or tag == _T_STR:
+                if p + 5 > end:
+                    raise DecodeError(f"truncated length at offset {p + 1}")
+                q = p + 5 + _unpack_I(data, p + 1)[0]
+                if q > end:
+                    raise DecodeError(f"truncated message: wanted {q - p - 5} bytes at offset {p + 5}, only "
+                                      f"{end - p - 5} left")
+                self.pos = q
+                if tag == _T_BYTES:
+                    append(bytes(data[p + 5:q]))
+                else:
+                    try:
+                        append(str(data[p + 5:q], "utf-8", "surrogatepass"))
+                    except UnicodeDecodeError as e:
+                        raise DecodeError(f"bad utf-8 in string: {e}") from None
+            elif tag == _T_INT:
+                if p + 9 > end:
+                    raise DecodeError(f"truncated integer at offset {p + 1}")
+                self.pos = p + 9
+                append(_unpack_q(data, p + 1)[0])
+            elif tag == _T_NONE:
+                self.pos = p + 1
+                append(None)
+            else:
+                append(dec(depth))
+        return items
 
     def ndarray(self) -> Any:
         import numpy as np
@@ -390,11 +476,58 @@ def decode(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
         raise
     except (struct.error, ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
         raise DecodeError(f"malformed message: {type(e).__name__}: {e}") from None
+    _check_consumed(d)
+    return obj
+
+
+def decode_event(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Tuple[str, tuple, dict]:
+    """Decode what ``encode_event`` (or ``encode((event, args, kwargs))``) produced: a str, a tuple and a
+    dict with str keys. Raises ``DecodeError`` for malformed input and for any other value."""
+    d = _Decoder(meta, buffers)
+    data = d.data
+    end = d.end
+    try:
+        if end < 20 or data[:6] != _EVENT_STR_HEAD:
+            raise DecodeError("not an (event, args, kwargs) message")
+        p = 10 + _unpack_I(data, 6)[0]
+        if p + 10 > end:
+            raise DecodeError("truncated (event, args, kwargs) message")
+        try:
+            event = str(data[10:p], "utf-8", "surrogatepass")
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"bad utf-8 in event name: {e}") from None
+        if data[p] != _T_TUPLE:
+            raise DecodeError("not an (event, args, kwargs) message: args is not a tuple")
+        n = _unpack_I(data, p + 1)[0]
+        d.pos = p + 5
+        if n > end - d.pos:
+            raise DecodeError(f"sequence claims {n} items but only {end - d.pos} bytes remain")
+        args = tuple(d.seq(n, 2))
+        p = d.pos
+        if p + 5 > end or data[p] != _T_DICT:
+            raise DecodeError("not an (event, args, kwargs) message: kwargs is not a dict")
+        if _unpack_I(data, p + 1)[0] == 0:
+            d.pos = p + 5
+            kwargs: dict = {}
+        else:
+            kwargs = d.dec(1)
+    except (DecodeError, RecursionError):
+        raise
+    except (struct.error, ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
+        raise DecodeError(f"malformed message: {type(e).__name__}: {e}") from None
+    _check_consumed(d)
+    if kwargs:
+        for k in kwargs:
+            if type(k) is not str:
+                raise DecodeError(f"not an (event, args, kwargs) message: keyword of type {type(k).__name__}")
+    return event, args, kwargs
+
+
+def _check_consumed(d: _Decoder) -> None:
     if d.pos != d.end:
         raise DecodeError(f"{d.end - d.pos} trailing bytes after the value")
-    if d.used != len(buffers):
-        raise DecodeError(f"message has {len(buffers)} out-of-band buffers but uses {d.used}")
-    return obj
+    if d.used != len(d.buffers):
+        raise DecodeError(f"message has {len(d.buffers)} out-of-band buffers but uses {d.used}")
 
 
 def dumps(obj: Any) -> bytes:

@@ -78,6 +78,8 @@ _MAC_LEN = 32
 K_DATA, K_HELLO, K_ACK, K_HEARTBEAT, K_BYE = 1, 2, 3, 4, 5
 _KIND_NAMES = {K_DATA: "data", K_HELLO: "hello", K_ACK: "ack", K_HEARTBEAT: "heartbeat", K_BYE: "bye"}
 _LEN = struct.Struct("<Q")
+_compare_digest = hmac.compare_digest
+_NOBLOCK = 1  # zmq.NOBLOCK, set when the first router starts
 _zmq: Any = None  # the zmq module, imported when the first router starts (keeps `import pipeline` light)
 
 
@@ -250,9 +252,10 @@ class ZmqRouter(Router):
     def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
         """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
         ``expected_peers`` peers."""
-        global _zmq
+        global _zmq, _NOBLOCK
         import zmq
         _zmq = zmq
+        _NOBLOCK = zmq.NOBLOCK
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True
@@ -346,8 +349,10 @@ class ZmqRouter(Router):
                             len(buffers))
         body = head + meta
         h = self._hmac.copy()
-        h.update(body + digest)
-        return [h.digest() + body, *buffers]
+        h.update(body)
+        if digest:
+            h.update(digest)
+        return [h.digest() + body, *buffers] if buffers else [h.digest() + body]
 
     def _send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[_Peer],
               flushing: bool = False) -> bool:
@@ -393,8 +398,12 @@ class ZmqRouter(Router):
         if not self._started or self._stopped:
             raise RuntimeError(f"node {self.node_id}: emit({event!r}) on a router that is not running "
                                "(call start() first; after stop() build a new router)")
-        meta, buffers = codec.encode((event, args if type(args) is tuple else tuple(args),
-                                      kwargs if type(kwargs) is dict else dict(kwargs or {})))
+        if type(event) is not str:
+            if not isinstance(event, str):
+                raise TypeError(f"event names are str, got {type(event).__name__} {event!r}")
+            event = str.__str__(event)
+        meta, buffers = codec.encode_event(event, args if type(args) is tuple else tuple(args),
+                                           kwargs if type(kwargs) is dict else dict(kwargs or {}))
         if buffers:
             # Snapshot large payloads (e.g. weights an optimizer updates in place right after emit), so that
             # what is sent to every peer is what the MAC covers; frames then go out without another copy.
@@ -405,8 +414,7 @@ class ZmqRouter(Router):
         if to is None:
             targets = [p for p in list(self._peers.values()) if p.alive]  # list(): atomic snapshot
         else:
-            with self._state_lock:
-                p = self._peers.get(to if type(to) is int else int(to))
+            p = self._peers.get(to if type(to) is int else int(to))  # one dict lookup: atomic
             if p is None or not p.alive:
                 self.stats["undeliverable"] += 1
                 log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
@@ -423,10 +431,27 @@ class ZmqRouter(Router):
                  what: str, timeout: Optional[float] = None) -> bool:
         """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
         ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout."""
+        lock = p.lock
+        if kind == K_DATA and not buffers and lock.acquire(False):
+            # The common case: nobody else is sending to this peer and its queue has room.
+            try:
+                sock = p.sock
+                if p.alive and sock is not None:
+                    frame = self._frames(kind, p.node_id, p.session, p.next_seq, meta, (), b"")[0]
+                    try:
+                        sock.send(frame, _NOBLOCK)
+                    except _zmq.Again:
+                        pass  # queue full: the bounded wait below
+                    else:
+                        p.next_seq += 1
+                        self.stats["sent"] += 1
+                        return True
+            finally:
+                lock.release()
         patient = timeout is None
         wait = self.send_timeout if patient else timeout
         deadline = time.monotonic() + wait
-        got = p.lock.acquire(False) or (wait > 0 and p.lock.acquire(timeout=wait))
+        got = lock.acquire(False) or (wait > 0 and lock.acquire(timeout=wait))
         if not got:
             if patient:
                 self.stats["undeliverable"] += 1
@@ -498,12 +523,13 @@ class ZmqRouter(Router):
                 if self._notices:
                     self._deliver_notices()
                 try:
-                    first = recv()
+                    frame = recv(copy=False)
                 except zmq.Again:
                     continue
-                frames = [first]
-                while pull.rcvmore:
-                    frames.append(recv(copy=False).buffer)
+                frames = [frame.bytes]
+                while frame.more:
+                    frame = recv(copy=False)
+                    frames.append(frame.buffer)
                 handle(frames)
         except zmq.ContextTerminated:
             pass
@@ -523,13 +549,17 @@ class ZmqRouter(Router):
             self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
             return
         body = first[_MAC_LEN:]
-        extra = frames[1:]
         h = self._hmac.copy()
-        h.update(body + _digest(extra) if extra else body)
-        expected = h.digest()
-        if not hmac.compare_digest(expected, first[:_MAC_LEN]):
+        h.update(body)
+        if len(frames) > 1:
+            extra = frames[1:]
+            h.update(_digest(extra))
+        else:
+            extra = ()
+        if not _compare_digest(h.digest(), first[:_MAC_LEN]):
             self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
             return
+        # Authenticated: only now is anything in the message parsed.
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _HEADER.unpack_from(body)
         if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
             self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
@@ -541,14 +571,32 @@ class ZmqRouter(Router):
                 return
             rx_key = (sender, session)
             last = self._rx_seq.get(rx_key, 0)
-            if seq <= last:
-                self._drop("duplicates", f"{_KIND_NAMES[kind]} #{seq} from node {sender} already seen (#{last})")
-                return
-            if seq != last + 1 and last:
-                self.stats["gaps"] += 1
-                log.warning("node %d: %d message(s) from node %d missing before #%d", self.node_id,
-                            seq - last - 1, sender, seq)
+            if seq != last + 1:
+                if seq <= last:
+                    self._drop("duplicates",
+                               f"{_KIND_NAMES[kind]} #{seq} from node {sender} already seen (#{last})")
+                    return
+                if last:
+                    self.stats["gaps"] += 1
+                    log.warning("node %d: %d message(s) from node %d missing before #%d", self.node_id,
+                                seq - last - 1, sender, seq)
             self._rx_seq[rx_key] = seq
+        if kind == K_DATA:
+            try:
+                event, args, kwargs = codec.decode_event(body[_HEADER.size:], extra)
+            except codec.DecodeError as e:
+                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
+                return
+            peer = self._peers.get(sender)
+            if peer is not None and peer.session == session:
+                peer.last_seen = time.monotonic()
+                if not peer.alive:
+                    self._revive(peer)
+            self.stats["received"] += 1
+            if event == FINISH:
+                self._finish_seen = True
+            self._deliver(event, args, kwargs)
+            return
         try:
             value = codec.decode(body[_HEADER.size:], extra)
         except codec.DecodeError as e:
@@ -557,19 +605,8 @@ class ZmqRouter(Router):
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
             peer.last_seen = time.monotonic()
-            if not peer.alive and kind in (K_DATA, K_HEARTBEAT):
+            if not peer.alive and kind == K_HEARTBEAT:
                 self._revive(peer)
-        if kind == K_DATA:
-            if not (isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], str)
-                    and isinstance(value[1], tuple) and isinstance(value[2], dict)
-                    and all(isinstance(k, str) for k in value[2])):
-                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs)")
-                return
-            self.stats["received"] += 1
-            if value[0] == FINISH:
-                self._finish_seen = True
-            self._deliver(*value)
-            return
         self.stats["control_received"] += 1
         if kind == K_HEARTBEAT:
             return

@@ -73,11 +73,15 @@ def test_forged_garbage_and_malformed_are_dropped_and_counted(node):
 def test_the_codec_is_not_reached_before_the_mac_check(node, monkeypatch):
     r, push, got = node
     calls = []
-    real = codec.decode
-    monkeypatch.setattr(codec, "decode", lambda *a: calls.append(1) or real(*a))
+    for name in ("decode", "decode_event"):
+        real = getattr(codec, name)
+        monkeypatch.setattr(codec, name, lambda *a, _real=real: calls.append(1) or _real(*a))
     push.send(_message(b"y" * 32, r, "forged"))
     assert _wait(lambda: r.stats["auth_failed"] == 1)
     assert calls == [] and got == []
+    push.send(_message(KEY, r, "genuine"))  # the same path with the right key does reach the codec
+    assert _wait(lambda: len(got) == 1)
+    assert calls and got[0][0] == "genuine"
 
 
 def test_missing_or_short_key_is_a_clear_error(monkeypatch):

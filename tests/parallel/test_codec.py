@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.parallel.codec import OOB_THRESHOLD, DecodeError, EncodeError, decode, dumps, encode, loads
+from pipeline.parallel.codec import (OOB_THRESHOLD, DecodeError, EncodeError, decode, decode_event, dumps, encode,
+                                     encode_event, loads)
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(),
                     st.binary(max_size=64))
@@ -106,3 +107,47 @@ def test_truncations_and_bit_flips_raise_decode_error_or_decode(v, data):
             decode(flipped)
         except DecodeError:
             pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=10), st.lists(values, max_size=4).map(tuple),
+       st.dictionaries(st.text(max_size=5), values, max_size=3))
+def test_event_fast_path_writes_the_generic_bytes_and_reads_them_back(event, args, kwargs):
+    meta, buffers = encode_event(event, args, kwargs)
+    assert (meta, buffers) == encode((event, args, kwargs))
+    assert decode_event(meta, buffers) == (event, args, kwargs) == decode(meta, buffers)
+
+
+def test_event_fast_path_with_out_of_band_buffers_and_leaves():
+    big = b"y" * OOB_THRESHOLD
+    v = ("e", (big, 1, -2 ** 63, 2 ** 63, 2.5, None, True, "s\u00e9", b"", [1, (2,)], {"k": 1}),
+         {"a": np.arange(3), "b": big})
+    meta, buffers = encode_event(*v)
+    assert len(buffers) == 2 and (meta, buffers) == encode(v)
+    event, args, kwargs = decode_event(meta, buffers)
+    assert (event, args) == v[:2] and kwargs["b"] == big and (kwargs["a"] == np.arange(3)).all()
+
+
+@pytest.mark.parametrize("value", [[1, 2], ("e", [1], {}), ("e", (), {1: 2}), (1, (), {}), ("e", (), {}, 1),
+                                   ("e", (), []), ("e", ()), "e", None])
+def test_decode_event_refuses_other_shapes(value):
+    with pytest.raises(DecodeError):
+        decode_event(*encode(value))
+
+
+def test_decode_event_refuses_trailing_bytes_and_unused_buffers():
+    meta, _ = encode(("e", (1,), {}))
+    with pytest.raises(DecodeError):
+        decode_event(meta + b"N")
+    with pytest.raises(DecodeError):
+        decode_event(meta, [b"x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60), st.data())
+def test_decode_event_on_random_input_only_ever_raises_decode_error(tail, data):
+    prefix = data.draw(st.sampled_from([b"", b"t\x03\x00\x00\x00", b"t\x03\x00\x00\x00s\x01\x00\x00\x00e"]))
+    try:
+        decode_event(prefix + tail, [b"x" * 8])
+    except DecodeError:
+        pass
