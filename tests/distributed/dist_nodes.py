@@ -122,7 +122,8 @@ def toy_main() -> int:
         if task.router.node_id == args.kill_node and ctx.total_step >= args.kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
         # the model must be the learner's: its weights hold the version it was sent with
-        seen_versions.append(float(model.weight[0, 0].detach()))
+        if not task.finish:  # (a finishing step does not wait for a fresh model)
+            seen_versions.append(float(model.weight[0, 0].detach()))
         ctx.trajectories = [{'obs': np.full(3, ctx.env_step + j, np.float32), 'action': j, 'reward': 1.0}
                             for j in range(3)]
         ctx.env_step += 3
