@@ -159,9 +159,10 @@ def main() -> None:
     print(f"vs the anchors' absolute DI-engine figures (other run, same kind of machine): push "
           f"{rows[0][1] / 66e3:.1f}x of 66k/s, sample(64) {ours_sample / 8.4e3:.1f}x of 8.4k/s, "
           f"sample_batch(64) {ours_batch / 8.4e3:.1f}x, PER sample+update_many {ours_per / 8.4e3:.2f}x")
-    print(f"PER sample+update_many / our plain sample: {ours_per / ours_sample:.2f}; "
+    print(f"PER sample+update_many / our plain sample: {ours_per / ours_sample:.2f} (issue target >= 0.50); "
           f"/ deque sample: {ours_per / base_sample:.2f}")
     print(f"PER sample_batch+update_many / our plain sample_batch: {ours_per_batch / ours_batch:.2f}")
+    print("PER sampling without replacement is exact successive sampling (see pipeline/data/segment_tree.py)")
 
 
 if __name__ == "__main__":

@@ -301,26 +301,32 @@ class PriorityExperienceReplay:
                 get = s.id2slot.get
                 slots = np.array([get(i, -1) for i in ids], dtype=np.int64)
             if isinstance(meta, Mapping):  # the priorities are written here, in one pass
-                rest = {k: v for k, v in meta.items() if k != "priority"}
+                rest = None if len(meta) == 1 else {k: v for k, v in meta.items() if k != "priority"}
                 ok = chain(ids, data, rest or None)
             else:
                 ok = chain(ids, data, meta)
-            arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64) \
-                if isinstance(pri, list) else pri
-            if not (known and isinstance(pri, np.ndarray)):
+            if isinstance(pri, list):
+                arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64)
                 keep = (slots >= 0) & ~np.isnan(arr)
-                if not keep.all():
-                    slots, arr = slots[keep], arr[keep]
+            elif not known:
+                arr = pri
+                keep = slots >= 0
+            else:
+                arr = pri
+                keep = None
+            if keep is not None and not keep.all():
+                slots, arr = slots[keep], arr[keep]
             if len(slots):
                 # meta["priority"] is written lazily (sync_meta) when the items are next read
                 self._raw[slots] = arr
                 self._stale[slots] = True
-                m = float(arr.max())
+                m = float(np.maximum.reduce(arr))
                 if m > self.max_priority:
                     self.max_priority = m
-                arr = np.maximum(arr, self._FLOOR)
+                if float(np.minimum.reduce(arr)) < self._FLOOR:
+                    arr = np.maximum(arr, self._FLOOR)
                 if self.alpha != 1.0:
-                    arr **= self.alpha
+                    arr = np.power(arr, self.alpha)
                 self._tree.set_many(slots, arr, positive=True)
             return ok
         return chain(*args, **kwargs)
@@ -338,7 +344,7 @@ class PriorityExperienceReplay:
             arr = np.asarray(v, dtype=np.float64).reshape(-1)
             if len(arr) != n:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
-            if n and not (arr.min() >= 0 and math.isfinite(arr.sum())):
+            if n and not (np.minimum.reduce(arr) >= 0 and np.maximum.reduce(arr) < math.inf):
                 raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
             return arr
         out = []
@@ -384,19 +390,55 @@ class PriorityExperienceReplay:
             return chain(None, indices=[], replace=replace, sample_range=None, ignore_insufficient=False,
                          groupby=None, unroll_len=None, **kw)
         slots = self._draw(k, replace) if pool is None else self._draw_pool(pool, k, replace)
-        ids = _SlotIds(s.slot_id[slots].tolist())
+        ids = _SlotIds(s.slot_id.take(slots).tolist())
         ids.slots, ids.version = slots, s.version
         weights = self._weights(slots) if self.IS_weight else None
         self.sample_count += 1
+        # innermost middleware: nothing between us and the storage can read meta, so the storage
+        # skips its lazy priority sync and we write priority and priority_IS in one pass below
+        fused = (getattr(chain, "__func__", None) is DequeBuffer._sample and not kw.get("_columns_only")
+                 and len(s.syncers) == 1)
+        if fused:
+            kw["_columns_only"] = True
         res = chain(None, indices=ids, replace=replace, sample_range=None, ignore_insufficient=False,
                     groupby=None, unroll_len=None, **kw)
-        if weights is not None:
+        if fused:
+            if type(res) is _Sampled and res.slots is slots:
+                self._write_meta(res, slots, weights)
+            else:  # pragma: no cover - the storage always returns the slots it was given
+                s.sync(slots)
+                if weights is not None:
+                    self._attach(res, ids, weights)
+        elif weights is not None:
             if kw.get("_columns_only") and type(res) is _Sampled and res.slots is slots:
                 res.columns = {"priority_IS": weights}  # sample_batch: weights go to .weight only
             else:
                 self._attach(res, ids, weights)
         self._last = (list(ids), slots, s.version)
         return res
+
+    def _write_meta(self, res: "_Sampled", slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
+        """One pass over the sampled items: ``meta["priority_IS"]`` and any priority that
+        ``update_many`` left to be written lazily (``meta["priority"]``)."""
+        stale = self._stale.take(slots)
+        if stale.any():
+            pl = self._raw.take(slots).tolist()
+            if weights is not None:
+                for it, w, st, p in zip(res, weights.tolist(), stale.tolist(), pl):
+                    m = it.meta
+                    m["priority_IS"] = w
+                    if st:
+                        m["priority"] = p
+            else:
+                for it, st, p in zip(res, stale.tolist(), pl):
+                    if st:
+                        it.meta["priority"] = p
+            self._stale[slots] = False
+        elif weights is not None:
+            for it, w in zip(res, weights.tolist()):
+                it.meta["priority_IS"] = w
+        if weights is not None:
+            res.columns = {"priority_IS": weights}
 
     def _attach(self, res: Any, ids: List[int], weights: np.ndarray) -> None:
         wl = weights.tolist()
@@ -412,30 +454,17 @@ class PriorityExperienceReplay:
                     it.meta["priority_IS"] = by[it.index]
 
     def _weights(self, slots: np.ndarray) -> np.ndarray:
+        """``(leaf / min leaf) ** -beta`` as float32 (``leaf`` = priority ** alpha)."""
         tree = self._tree
         mn = tree.min
-        leaves = tree.leaves[slots]
-        w = (leaves / mn) ** (-self.beta)
-        return w.astype(np.float32)
+        b = self.beta
+        return np.multiply(np.power(tree._leaf.take(slots), -b), mn ** b, dtype=np.float32)
 
     def _draw(self, k: int, replace: bool) -> np.ndarray:
         tree, rng = self._tree, self._s.rng
-        idx = tree.sample(k, rng)
-        if replace or k == 1:
-            return idx
-        for _ in range(8):
-            if len(set(idx.tolist())) == k:
-                return idx
-            _, first = np.unique(idx, return_index=True)
-            dup = np.ones(k, dtype=bool)
-            dup[first] = False
-            idx[dup] = tree.sample(int(dup.sum()), rng, stratified=False)
-        if len(set(idx.tolist())) == k:
-            return idx
-        # exact weighted sampling without replacement (Gumbel top-k) as the fallback
-        leaves = tree.leaves
-        pos = np.flatnonzero(leaves > 0)
-        return self._gumbel_topk(pos, leaves[pos], k)
+        if replace:
+            return tree.sample(k, rng)  # stratified, as in the PER paper
+        return tree.sample_distinct(k, rng)  # exact successive sampling
 
     def _draw_pool(self, pool: np.ndarray, k: int, replace: bool) -> np.ndarray:
         p = self._tree.leaves[pool]

@@ -1,94 +1,130 @@
-"""Vectorised sum/min segment trees for prioritized replay.
+"""Blocked sum/min trees for prioritized replay, built for few numpy calls per batch.
 
-The tree has a fan-out of ``B`` (32) instead of 2: every internal node holds the sum (and the
-minimum) of a block of ``B`` children. The top level (at most a few thousand nodes) is searched with
-a cumulative sum and ``np.searchsorted``; below it, the in-block prefix sums of the visited blocks
-are computed on the fly with one small matrix product. A buffer of 20,000 items therefore needs
-one block level plus the top, and every operation works on whole batches of leaves with a handful
-of numpy calls, which is what makes prioritized ``sample(64)`` affordable in Python.
+Layout: the leaves are cut into blocks of ``B = 32``; level ``l + 1`` holds the sums (and the
+minima) of the blocks of level ``l``; levels are added until the top has at most ``_TOP`` nodes
+(one block level for up to 65,536 leaves). Every block level also keeps ``C``, the inclusive
+prefix sums inside each block (``C[b, -1]`` is block ``b``'s sum).
 
-Leaf updates are lazy: :meth:`SumMinTree.set` / :meth:`set_many` only write the leaves and remember
-them; the internal nodes above all dirty leaves are recomputed together by :meth:`flush` (called
-by :meth:`sample`, :attr:`total` and :attr:`min`). Sums are always recomputed from the children,
-never updated by deltas, so they do not drift.
+Sampling ``k`` leaves proportionally to their values (:meth:`SumMinTree.sample_iid`) draws one
+uniform number per level: the top node by ``searchsorted`` over the top level's cumulative sums,
+then at every level below a child with probability ``child / block sum``, found branch-free by
+comparing a uniform share of the block's sum against the block's row of ``C`` (one gather, one
+comparison, one ``argmax`` for the whole batch). The product of these conditional probabilities
+is exactly ``leaf / total``. Exact sampling *without* replacement
+(:meth:`SumMinTree.sample_distinct`) keeps the first ``k`` distinct leaves of an i.i.d. stream,
+which is successive sampling (each next distinct leaf is drawn proportionally to the values of
+the leaves not drawn yet).
+
+Updates are lazy: :meth:`SumMinTree.set` / :meth:`SumMinTree.set_many` write the leaves and
+remember them; :meth:`SumMinTree.flush` (run by every query) recomputes only the blocks above the
+changed leaves (a gather, a small matrix product for the prefix sums and a scatter per level)
+plus the top level's cumulative sum. Sums are recomputed from the children, never updated by
+deltas, so they do not drift. Cost per flushed batch of ``m`` leaves: ``O(m * B * levels + _TOP)``.
+
+Empty leaves (0) have zero width and are never returned; a draw that rounding puts on one (a
+``u`` within one ulp of a block's end) is redrawn exactly.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
 __all__ = ["SumMinTree"]
 
-_TOP = 4096
+_TOP = 2048
+_SHIFT = 5
+_B = 1 << _SHIFT
+
+
+class _Level:
+    """One block level: ``vals``/``mins`` of its nodes (padded to whole blocks) and ``C``, the
+    inclusive prefix sums inside every block (``C[b, -1]`` is block ``b``'s sum)."""
+
+    __slots__ = ("n", "nb", "vals", "mins", "v2", "m2", "C")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.nb = nb = -(-n // _B)
+        self.vals = np.zeros(nb * _B)
+        self.mins = np.full(nb * _B, np.inf)
+        self.v2 = self.vals.reshape(nb, _B)
+        self.m2 = self.mins.reshape(nb, _B)
+        self.C = np.zeros((nb, _B))
 
 
 class SumMinTree:
     """A sum tree and a min tree over ``capacity`` non-negative leaves.
 
-    Empty leaves hold 0 (they are never sampled and are ignored by :attr:`min`).
+    Empty leaves hold 0 (they are never sampled and are ignored by :attr:`min`). Not thread-safe
+    by itself: the owner (the PER middleware) calls it under the buffer's lock.
     """
 
-    def __init__(self, capacity: int, fanout: int = 32) -> None:
+    def __init__(self, capacity: int, fanout: int = _B) -> None:
         if capacity < 1:
             raise ValueError(f"SumMinTree capacity must be >= 1, got {capacity}")
+        if fanout != _B:
+            raise ValueError(f"SumMinTree fanout is fixed at {_B}, got {fanout}")
         self.capacity = int(capacity)
-        self.B = B = int(fanout)
-        self._tri = np.triu(np.ones((B, B)))  # x @ tri == cumsum(x, axis=1)
-        self._ones = np.ones(B)
-        # level 0 holds the leaves; every level but the top is padded to a multiple of B
-        self._vals: List[np.ndarray] = []
-        self._mins: List[np.ndarray] = []
+        self.B = _B
+        self._tri = np.triu(np.ones((_B, _B)))  # x @ tri == inclusive prefix sums of x's rows
+        self._levels: List[_Level] = []
         n = self.capacity
-        while n > _TOP or (not self._vals and n > B):
-            padded = -(-n // B) * B
-            self._vals.append(np.zeros(padded))
-            self._mins.append(np.full(padded, np.inf))
-            n = padded // B
-        self._vals.append(np.zeros(n))
-        self._mins.append(np.full(n, np.inf))
-        self._nblocks = [len(v) // B for v in self._vals[:-1]]
-        top = len(self._vals[-1])
-        self._top_cum = np.zeros(top)
-        self._top_prev = np.zeros(top)  # exclusive prefix sums of the top level
-        self._top_min = np.inf
-        self._offsets: Dict[int, np.ndarray] = {}
-        self._arange_cache: Dict[int, np.ndarray] = {}
+        while True:
+            lvl = _Level(n)
+            self._levels.append(lvl)
+            n = lvl.nb
+            if n <= _TOP:
+                break
+        self._top = np.zeros(n)  # block sums of the last level
+        self._top_min = np.full(n, np.inf)
+        self._top_cum = np.zeros(n)
+        self._top_inner = self._top_cum[:-1]  # searching these boundaries never leaves [0, n)
+        self._leaf = self._levels[0].vals
+        self._leafmin = self._levels[0].mins
+        self._total = 0.0
+        self._min = np.inf
         self._dirty: List[np.ndarray] = []
         self._dirty_scalar: List[int] = []
         self._is_dirty = False
+        self._offsets: Dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ updates
     @property
     def leaves(self) -> np.ndarray:
         """The leaf values (read-only by convention; write through :meth:`set`)."""
-        return self._vals[0][: self.capacity]
+        return self._leaf[: self.capacity]
 
     def set(self, index: int, value: float) -> None:
         """Set one leaf (``value >= 0``; 0 means empty)."""
-        self._vals[0][index] = value
-        self._mins[0][index] = value if value > 0 else np.inf
+        if not 0 <= index < self.capacity:
+            raise IndexError(f"leaf {index} out of range for a tree of capacity {self.capacity}")
+        self._leaf[index] = value
+        self._leafmin[index] = value if value > 0 else np.inf
         self._dirty_scalar.append(index)
         self._is_dirty = True
 
     def set_many(self, indices: np.ndarray, values: np.ndarray, positive: bool = False) -> None:
-        """Set many leaves at once (vectorised); ``positive`` promises every value is > 0."""
+        """Set many leaves at once (vectorised); ``positive`` promises every value is > 0.
+        ``indices`` must be in ``[0, capacity)``."""
         indices = np.asarray(indices, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
-        self._vals[0][indices] = values
-        self._mins[0][indices] = values if positive else np.where(values > 0, values, np.inf)
+        self._leaf[indices] = values
+        self._leafmin[indices] = values if positive else np.where(values > 0, values, np.inf)
         self._dirty.append(indices)
         self._is_dirty = True
 
     def clear(self) -> None:
         """Empty every leaf."""
-        for v in self._vals:
-            v[:] = 0.0
-        for m in self._mins:
-            m[:] = np.inf
+        for lvl in self._levels:
+            lvl.vals[:] = 0.0
+            lvl.mins[:] = np.inf
+            lvl.C[:] = 0.0
+        self._top[:] = 0.0
+        self._top_min[:] = np.inf
         self._top_cum[:] = 0.0
-        self._top_prev[:] = 0.0
-        self._top_min = np.inf
+        self._total = 0.0
+        self._min = np.inf
         self._dirty.clear()
         self._dirty_scalar.clear()
         self._is_dirty = False
@@ -96,104 +132,174 @@ class SumMinTree:
     def _block_offsets(self, n: int) -> np.ndarray:
         off = self._offsets.get(n)
         if off is None:
-            off = self._offsets[n] = np.arange(0, n * self.B, self.B)
+            off = self._offsets[n] = np.arange(0, n * _B, _B)
         return off
 
     def flush(self) -> None:
-        """Recompute the internal nodes above all leaves changed since the last flush."""
+        """Recompute the blocks above all leaves changed since the last flush."""
         if not self._is_dirty:
             return
         parts = self._dirty
         if self._dirty_scalar:
             parts.append(np.array(self._dirty_scalar, dtype=np.int64))
-        d = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        d: Optional[np.ndarray] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self._dirty = []
         self._dirty_scalar = []
         self._is_dirty = False
-        B = self.B
-        full = False
-        for lvl, nblocks in enumerate(self._nblocks):
-            vals, mins = self._vals[lvl], self._mins[lvl]
-            if not full and len(d) * 4 >= nblocks:
-                full = True
-            if full:
-                self._vals[lvl + 1][:nblocks] = vals.reshape(nblocks, B) @ self._ones
-                self._mins[lvl + 1][:nblocks] = mins.reshape(nblocks, B).min(1)
-            else:
-                p = d // B
-                self._vals[lvl + 1][p] = vals.reshape(nblocks, B).take(p, axis=0) @ self._ones
-                m = mins.reshape(nblocks, B).take(p, axis=0).ravel()
-                self._mins[lvl + 1][p] = np.minimum.reduceat(m, self._block_offsets(len(p)))
-                d = p
-        np.add.accumulate(self._vals[-1], out=self._top_cum)
-        self._top_prev[1:] = self._top_cum[:-1]
-        self._top_min = float(self._mins[-1].min())
+        levels = self._levels
+        tri = self._tri
+        for li, lvl in enumerate(levels):
+            up_vals = levels[li + 1].vals if li + 1 < len(levels) else self._top
+            up_mins = levels[li + 1].mins if li + 1 < len(levels) else self._top_min
+            if d is None or len(d) * 2 >= lvl.nb:  # many blocks touched: redo the whole level
+                d = None
+                np.matmul(lvl.v2, tri, out=lvl.C)
+                up_vals[: lvl.nb] = lvl.C[:, -1]
+                up_mins[: lvl.nb] = lvl.m2.min(1)
+                continue
+            p = d >> _SHIFT
+            c = lvl.v2.take(p, 0) @ tri
+            lvl.C[p] = c
+            up_vals[p] = c[:, -1]
+            up_mins[p] = np.minimum.reduceat(lvl.m2.take(p, 0).ravel(), self._block_offsets(len(p)))
+            d = p
+        np.add.accumulate(self._top, out=self._top_cum)
+        self._total = float(self._top_cum[-1])
+        self._min = float(np.minimum.reduce(self._top_min))
 
     # ------------------------------------------------------------------ queries
     @property
     def total(self) -> float:
         """Sum of all leaves."""
         self.flush()
-        return float(self._top_cum[-1])
+        return self._total
 
     @property
     def min(self) -> float:
         """Smallest positive leaf (``inf`` when the tree is empty)."""
         self.flush()
-        return self._top_min
+        return self._min
 
     def find_prefixsum(self, u: np.ndarray) -> np.ndarray:
         """For each ``u`` in ``[0, total)``, return the leaf ``i`` with
-        ``sum(leaves[:i]) <= u < sum(leaves[:i+1])`` (vectorised)."""
+        ``sum(leaves[:i]) <= u < sum(leaves[:i+1])`` (vectorised; at a boundary, rounding may
+        return a neighbouring non-empty leaf)."""
         self.flush()
         u = np.asarray(u, dtype=np.float64)
-        top = self._vals[-1]
-        j = np.searchsorted(self._top_cum, u, side="right")
-        np.minimum(j, len(top) - 1, out=j)
-        if not self._nblocks:
-            return j
-        u = u - self._top_prev[j]
-        B = self.B
-        for lvl in range(len(self._nblocks) - 1, -1, -1):
-            x = self._vals[lvl].reshape(self._nblocks[lvl], B).take(j, axis=0)
-            c = x @ self._tri  # inclusive in-block prefix sums of the visited blocks
-            if lvl:
-                excl = c - x
-            c[:, -1] = np.inf  # rounding can leave u at a block's total: then take the last child
-            k = (c > u[:, None]).argmax(1)
-            if lvl:
-                u = u - excl[np.arange(len(u)), k]
-            j *= B
-            j += k
+        j = self._top_inner.searchsorted(u, "right")
+        res = u - (self._top_cum[j] - self._top[j])  # mass left inside top node j
+        ar = np.arange(len(u))
+        for li in range(len(self._levels) - 1, -1, -1):
+            lvl = self._levels[li]
+            rows = lvl.C.take(j, 0)
+            k = (rows > res[:, None]).argmax(1)
+            k[rows[:, -1] <= res] = _B - 1  # rounding pushed res to the block's end
+            j = (j << _SHIFT) + k
+            if li:
+                res = res - (rows[ar, k] - lvl.vals[j])
+        return self._fix_empty(j)
+
+    def _fix_empty(self, j: np.ndarray) -> np.ndarray:
+        bad = self._leaf.take(j) <= 0
+        if bad.any():  # rounding put u on an empty leaf: take the nearest non-empty one
+            pos = np.flatnonzero(self._leaf[: self.capacity] > 0)
+            if len(pos):
+                k = np.minimum(pos.searchsorted(j[bad]), len(pos) - 1)
+                j[bad] = pos[k]
         return j
+
+    def sample_iid(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` independent draws, leaf ``i`` with probability ``leaves[i] / total``.
+
+        One uniform number per level: the top node by ``searchsorted`` over the top's cumulative
+        sums, then at every block level a child with probability ``child / block sum`` (a branch-free
+        comparison against the block's prefix sums). Raises ``ValueError`` when the tree is empty.
+        """
+        self.flush()
+        total = self._total
+        if not total > 0:
+            raise ValueError("cannot sample from an empty priority tree")
+        levels = self._levels
+        r = rng.random((len(levels) + 1, n))
+        r0 = r[0]
+        r0 *= total
+        j = self._top_inner.searchsorted(r0, "right")
+        for li in range(len(levels) - 1, -1, -1):
+            rows = levels[li].C.take(j, 0)
+            q = r[li + 1]
+            q *= rows[:, -1]  # uniform in [0, block sum)
+            j = (j << _SHIFT) + (rows > q[:, None]).argmax(1)
+        if not np.minimum.reduce(self._leaf.take(j)) > 0:  # rounding at an edge (~1e-16): redraw those
+            bad = self._leaf.take(j) <= 0
+            j[bad] = self._exact_draw(int(bad.sum()), rng)
+        return j
+
+    def _exact_draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Slow O(capacity) draw from a fresh cumulative sum (rounding fallback only)."""
+        leaves = self._leaf[: self.capacity]
+        pos = np.flatnonzero(leaves > 0)
+        cum = np.cumsum(leaves[pos])
+        k = np.minimum(cum.searchsorted(rng.random(n) * cum[-1], "right"), len(pos) - 1)
+        return pos[k]
 
     def sample(self, n: int, rng: np.random.Generator, stratified: bool = True) -> np.ndarray:
         """Draw ``n`` leaves with probability proportional to their value (with replacement).
 
         With ``stratified`` the mass is cut into ``n`` equal segments and one draw is made from each
-        (lower variance, as in the PER paper). Returns leaf indices; raises ``ValueError`` when the
-        tree is empty.
+        (lower variance, as in the PER paper; the expected count of every leaf is still
+        ``n * leaf / total``); otherwise the draws are independent. Returns leaf indices; raises
+        ``ValueError`` when the tree is empty.
         """
+        if not stratified:
+            return self.sample_iid(n, rng)
         total = self.total
         if not total > 0:
             raise ValueError("cannot sample from an empty priority tree")
-        if stratified:
-            ar = self._arange_cache.get(n)
-            if ar is None:
-                ar = self._arange_cache[n] = np.arange(n, dtype=np.float64)
-            u = (ar + rng.random(n)) * (total / n)
-        else:
-            u = rng.random(n) * total
-        idx = self.find_prefixsum(u)
-        leaves = self._vals[0]
-        bad = leaves[idx] <= 0
-        tries = 0
-        while bad.any():  # only on floating point edge cases
-            tries += 1
-            if tries > 20:
-                pos = np.flatnonzero(leaves[: self.capacity] > 0)
-                idx[bad] = pos[rng.integers(0, len(pos), int(bad.sum()))]
-                break
-            idx[bad] = self.find_prefixsum(rng.random(int(bad.sum())) * total)
-            bad = leaves[idx] <= 0
-        return idx
+        u = (np.arange(n, dtype=np.float64) + rng.random(n)) * (total / n)
+        return self.find_prefixsum(u)
+
+    def sample_distinct(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        """``k`` distinct leaves by successive sampling: the first is drawn with probability
+        ``leaf / total``, every next one proportionally to the leaves not drawn yet (exactly what
+        drawing one at a time and removing it does; the law of numpy's
+        ``choice(replace=False, p=...)``).
+
+        Implementation: the first ``k`` distinct leaves of a stream of independent draws (a few
+        spare draws are made up front, so a duplicate rarely costs a second round); when
+        duplicates keep it short (very skewed values), the leaves already taken are set to 0 while
+        the rest are drawn and restored afterwards -- the same law, since after removing them the
+        next distinct draw is proportional to the remaining leaves. Raises ``ValueError`` when
+        fewer than ``k`` leaves are non-empty.
+        """
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        idx = self.sample_iid(k + 2 + (k >> 3), rng)
+        lst = idx.tolist()
+        if len(set(lst[:k])) == k:
+            return idx[:k]
+        chosen = list(dict.fromkeys(lst))
+        for _ in range(2):
+            if len(chosen) >= k:
+                return np.array(chosen[:k], dtype=np.int64)
+            chosen = list(dict.fromkeys(chosen + self.sample_iid(2 * (k - len(chosen)) + 8, rng).tolist()))
+        if len(chosen) >= k:
+            return np.array(chosen[:k], dtype=np.int64)
+        # very skewed: take the chosen leaves out of the tree while drawing the rest
+        saved_idx: List[np.ndarray] = []
+        saved_val: List[np.ndarray] = []
+        try:
+            taken = np.array(chosen, dtype=np.int64)
+            while len(chosen) < k:
+                saved_idx.append(taken)
+                saved_val.append(self._leaf[taken].copy())
+                self.set_many(taken, np.zeros(len(taken)))
+                if not self.total > 0:
+                    raise ValueError(f"cannot draw {k} distinct leaves: only {len(chosen)} are non-empty")
+                seen = set(chosen)
+                new = [i for i in dict.fromkeys(self.sample_iid(k - len(chosen), rng).tolist()) if i not in seen]
+                chosen.extend(new)
+                taken = np.array(new, dtype=np.int64)
+        finally:
+            for ti, tv in zip(reversed(saved_idx), reversed(saved_val)):
+                self.set_many(ti, tv, positive=True)
+        return np.array(chosen[:k], dtype=np.int64)
