@@ -121,6 +121,8 @@ def main(argv=None) -> int:
     logger = online_logger(cfg.exp_name, train_show_freq=100)
     t0 = time.perf_counter()
     with task.start(ctx=OnlineRLContext()):
+        # Under `rlpipe run` every node has its own id, so the collectors explore differently seeded envs.
+        collector_env.seed(cfg.seed + 1000 * task.router.node_id)
         task.use(ContextExchanger())  # under `rlpipe run --parallel-workers N`; no-ops in one process
         task.use(ModelExchanger(policy.model))
         task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
