@@ -7,7 +7,11 @@ DeepSea (size 20): the only reward is at the end of the one path that goes "righ
 (which action is "right" differs per cell), and each right step costs a little. Random or
 eps-greedy exploration finds it with probability about 2**-20 per episode; the RND bonus leads
 the agent to novel cells until it does. The run stops at the first episode that reaches the
-treasure, or when the budget is spent, and prints which.
+treasure, or when the budget (default 1000 episodes) is spent, and prints which. Measured with
+seeds 0-2 (benchmarks/bench_her_rnd.py): DQN + RND finds the treasure in every seed (episodes
+~600-900, under a minute each), plain DQN in none. A fast target network (synced every 5 updates)
+matters: the novelty bonus must propagate back up the 20-step chain before the predictor has
+learnt the new cells.
 
 The learner is the standard ``OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd)``:
 each round fetches a batch, adds RND's normalised intrinsic reward to a new batch (the buffer keeps
@@ -48,7 +52,7 @@ def make_config(size: int, seed: int) -> Any:
             "policy": {
                 "discount_factor": 0.99,
                 "learn": {"update_per_collect": 8, "batch_size": 64, "learning_rate": 1e-3,
-                          "target_update_freq": 20, "truncation_as_terminal": False, "learning_starts": 64},
+                          "target_update_freq": 5, "truncation_as_terminal": False, "learning_starts": 64},
                 "collect": {"n_sample": size},
                 "other": {"eps": {"type": "linear", "start": 0.05, "end": 0.05, "decay": 1},
                           "replay_buffer": {"replay_buffer_size": 20000}},
@@ -62,7 +66,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--no-rnd", action="store_true", help="plain DQN (no intrinsic reward)")
     p.add_argument("--size", type=int, default=20)
-    p.add_argument("--max-episodes", type=int, default=2000)
+    p.add_argument("--max-episodes", type=int, default=1000, help="budget (episodes of `size` steps)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--intrinsic-weight", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (small nets: 1 is fastest)")
@@ -78,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(n * n, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
     policy = DQNPolicy(cfg, model=model, action_shape=2, seed=args.seed)
-    buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size)
+    buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     rnd = None if args.no_rnd else RndRewardModel(
         obs_dim=n * n, hidden=(64,), embed_dim=32, lr=1e-3, intrinsic_weight=args.intrinsic_weight,
         obs_norm=True, seed=args.seed)
