@@ -122,7 +122,15 @@ class HERLearner:
         if reward_model is not None and not hasattr(reward_model, "estimate"):
             raise TypeError(f"reward_model needs an estimate(batch) method; got {type(reward_model).__name__}")
         self.reward_model = reward_model
-        self._rm_train = getattr(reward_model, "train", None) if train_reward_model else None
+        self._rm_train = None
+        if train_reward_model and reward_model is not None:
+            import torch.nn as nn  # already imported by pipeline
+
+            fn = getattr(reward_model, "train", None)
+            # an nn.Module's own train() is the mode switch, not a training step
+            if fn is not None and not (isinstance(reward_model, nn.Module)
+                                       and getattr(type(reward_model), "train", None) is nn.Module.train):
+                self._rm_train = fn
 
     def __call__(self, ctx: Any) -> None:
         outputs: List[Any] = []
