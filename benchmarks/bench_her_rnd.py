@@ -9,7 +9,14 @@
   success rate over 100 episodes.
 - deepsea: DQN + RND vs. DQN on DeepSea 20 (EPISODES episodes); whether/when the treasure is found.
 Each run is the example script's ``main`` in this process with one torch thread, run one after
-another.
+another. Runs are reproducible per seed.
+
+Measured (2 shared CPU cores, about 5 minutes for the default set):
+- bitflip seed 0: DQN+HER 1.00, DQN 0.00.
+- point seeds 0-2: SAC+HER 1.00/1.00/1.00, SAC 0.03/0.00/0.05 (equal gradient steps; SAC alone
+  is still at 0.07 after 30k steps).
+- deepsea seeds 0-4: DQN+RND finds the treasure at episode 686/885/627/-/711 (seed 3: at 1628),
+  DQN never (0/5).
 """
 from __future__ import annotations
 
