@@ -14,6 +14,8 @@ import numpy as np
 
 from pipeline.roles import Role, for_roles
 
+from .reward import reward_step
+
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator"]
 
 log = logging.getLogger(__name__)
@@ -119,33 +121,19 @@ class HERLearner:
             raise ValueError(f"policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}")
         self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
-        if reward_model is not None and not hasattr(reward_model, "estimate"):
-            raise TypeError(f"reward_model needs an estimate(batch) method; got {type(reward_model).__name__}")
         self.reward_model = reward_model
-        self._rm_train = None
-        if train_reward_model and reward_model is not None:
-            import torch.nn as nn  # already imported by pipeline
-
-            fn = getattr(reward_model, "train", None)
-            # an nn.Module's own train() is the mode switch, not a training step
-            if fn is not None and not (isinstance(reward_model, nn.Module)
-                                       and getattr(type(reward_model), "train", None) is nn.Module.train):
-                self._rm_train = fn
+        self._reward_step = (reward_step(reward_model, train=train_reward_model)
+                             if reward_model is not None else None)
 
     def __call__(self, ctx: Any) -> None:
         outputs: List[Any] = []
-        enhance, train, rm = self._enhancer, self._trainer, self.reward_model
+        enhance, train, reward = self._enhancer, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):
             enhance(ctx)
             if ctx.train_data is None:
                 break
-            if rm is not None:
-                batch = ctx.train_data
-                est = rm.estimate(batch)
-                if self._rm_train is not None:
-                    self._rm_train(batch)
-                if est is not None:
-                    ctx.train_data = est
+            if reward is not None:
+                reward(ctx)
             train(ctx)
             outputs.append(ctx.train_output)
         ctx.train_output = outputs

@@ -8,22 +8,11 @@ from pipeline.roles import Role, for_roles
 
 from .functional.data_processor import offpolicy_data_fetcher
 from .functional.trainer import trainer
+from .reward import reward_step
 
 __all__ = ['OffPolicyLearner']
 
 log = logging.getLogger(__name__)
-
-
-def _reward_model_train(reward_model: Any) -> Optional[Any]:
-    """``reward_model.train`` if it is a training step (not ``nn.Module.train``, the mode switch)."""
-    fn = getattr(reward_model, 'train', None)
-    if fn is None:
-        return None
-    import torch.nn as nn  # already imported by pipeline
-
-    if isinstance(reward_model, nn.Module) and getattr(type(reward_model), 'train', None) is nn.Module.train:
-        return None
-    return fn
 
 
 @for_roles(Role.LEARNER)
@@ -66,25 +55,19 @@ class OffPolicyLearner:
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
         self.reward_model = reward_model
-        if reward_model is not None and not hasattr(reward_model, 'estimate'):
-            raise TypeError(f'reward_model needs an estimate(batch) method; got {type(reward_model).__name__}')
-        self._rm_train = _reward_model_train(reward_model) if train_reward_model else None
+        self._reward_step = (reward_step(reward_model, train=train_reward_model)
+                             if reward_model is not None else None)
 
     def __call__(self, ctx: Any) -> None:
         outputs: List[Any] = []
-        fetch, train, rm = self._fetcher, self._trainer, self.reward_model
+        fetch, train, reward = self._fetcher, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):
             backward = fetch(ctx)
             if ctx.train_data is None:
                 backward()
                 break
-            if rm is not None:
-                batch = ctx.train_data
-                est = rm.estimate(batch)
-                if self._rm_train is not None:
-                    self._rm_train(batch)
-                if est is not None:
-                    ctx.train_data = est
+            if reward is not None:
+                reward(ctx)
             train(ctx)
             outputs.append(ctx.train_output)
             backward()  # e.g. write PER priorities from this round's ctx.train_output

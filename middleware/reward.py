@@ -1,7 +1,7 @@
 """``reward_estimator``: replace the training batch's reward with a reward model's combined reward."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from pipeline.roles import Role, for_roles
 
@@ -24,21 +24,44 @@ def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Cal
     ``OffPolicyLearner(..., reward_model=...)``, which calls ``estimate`` then ``train`` the same way
     each round.
     """
+    return reward_step(reward_model, train=train, require_train=train)
+
+
+def _training_step(reward_model: Any) -> Optional[Callable[[Any], Any]]:
+    """``reward_model.train`` if it is a training step (an ``nn.Module``'s own ``train()`` is the mode switch)."""
+    fn = getattr(reward_model, "train", None)
+    if fn is None:
+        return None
+    import torch.nn as nn  # already imported by pipeline
+
+    if isinstance(reward_model, nn.Module) and getattr(type(reward_model), "train", None) is nn.Module.train:
+        return None
+    return fn
+
+
+def reward_step(reward_model: Any, train: bool = True, require_train: bool = False) -> Callable[[Any], None]:
+    """The step shared by ``reward_estimator``, ``OffPolicyLearner`` and ``HERLearner``.
+
+    Reads ``ctx.train_data`` (nothing happens when it is None); writes the batch returned by
+    ``reward_model.estimate`` (when not None) to ``ctx.train_data``; then, when ``train`` and the model
+    has a training step, ``reward_model.train`` on the original batch.
+    """
     if not hasattr(reward_model, "estimate"):
         raise TypeError(
-            f"reward_estimator needs a reward model with estimate(train_data) (and train(data)); "
-            f"got {type(reward_model).__name__}"
+            f"a reward model needs estimate(train_data) (and train(data)); got {type(reward_model).__name__}"
         )
-    if train and not hasattr(reward_model, "train"):
+    train_fn = _training_step(reward_model) if train else None
+    if require_train and train_fn is None:
         raise TypeError(f"{type(reward_model).__name__} has no train(data); pass train=False")
+    estimate = reward_model.estimate
 
     def _estimate(ctx: Any) -> None:
         data = ctx.train_data
         if data is None:
             return
-        est = reward_model.estimate(data)
-        if train:
-            reward_model.train(data)
+        est = estimate(data)
+        if train_fn is not None:
+            train_fn(data)
         if est is not None:
             ctx.train_data = est
 
