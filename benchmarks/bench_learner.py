@@ -166,7 +166,7 @@ def case_mlp(args) -> None:
     obs = torch.randn(n, OBS, generator=g)
     target = torch.randn(n, OUT, generator=g)
     raw_model = make_mlp(0)
-    raw_opt = torch.optim.Adam(raw_model.parameters(), lr=1e-3)
+    raw_opt = torch.optim.Adam(raw_model.parameters(), lr=1e-3, foreach=True)  # as the Learner's default
     learner = MLPLearner(make_mlp(0), lr=1e-3)
     batch = {"obs": obs, "target": target}
     import treetensor.torch as ttorch
@@ -202,7 +202,7 @@ def case_dqn(args) -> None:
     b = dqn_batch()
     q_raw = DuelingQ()
     tgt_raw = copy.deepcopy(q_raw).requires_grad_(False)
-    opt_raw = torch.optim.Adam(q_raw.parameters(), lr=1e-3)
+    opt_raw = torch.optim.Adam(q_raw.parameters(), lr=1e-3, foreach=True)
     dqn = DQNLearner(DuelingQ(), lr=1e-3)
     tb = ttorch.Tensor(b)
 
@@ -239,7 +239,7 @@ def case_tiny(args) -> None:
     """Pure per-call overhead on a tiny linear model."""
     tiny_b = {"x": torch.randn(64, 4), "y": torch.randn(64, 1)}
     tiny_raw = nn.Linear(4, 1)
-    tiny_opt = torch.optim.Adam(tiny_raw.parameters(), lr=1e-3)
+    tiny_opt = torch.optim.Adam(tiny_raw.parameters(), lr=1e-3, foreach=True)
 
     class Tiny(Learner):
         def forward_train(self, module_id, batch):
