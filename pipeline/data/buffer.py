@@ -559,6 +559,11 @@ class Buffer:
                 fn = functools.partial(mw, action, fn)
             return fn
 
+        # a lone middleware may offer a direct route for the hot calls (PER: sample_batch and
+        # update_many without the generic chain); it must behave exactly like the chain
+        mws = self._middleware
+        fast = getattr(mws[0], "_fast_owner", None) if len(mws) == 1 else None
+        self._fast = mws[0] if fast is not None and fast is getattr(self, "_s", None) else None
         self._c_push = build("push", self._push)
         self._c_sample = build("sample", self._sample)
         self._c_update = build("update", self._update)
@@ -596,6 +601,11 @@ class Buffer:
             if (not self._middleware and indices is None and groupby is None and sample_range is None
                     and unroll_len is None and not kwargs and type(size) is int and size >= 0):
                 return self._s.sample_uniform(size, replace, None, ignore_insufficient)  # fast path
+            fast = self._fast
+            if fast is not None:  # the lone middleware, called without the chain's partials
+                return fast._sample(self._sample, size, indices=indices, replace=replace,
+                                    sample_range=sample_range, ignore_insufficient=ignore_insufficient,
+                                    groupby=groupby, unroll_len=unroll_len, **kwargs)
             return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
                                   ignore_insufficient=ignore_insufficient, groupby=groupby,
                                   unroll_len=unroll_len, **kwargs)
@@ -612,6 +622,9 @@ class Buffer:
         """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
         index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
         with self._lock:
+            fast = self._fast
+            if fast is not None and data is None:
+                return fast._update_many(self._update_many, indices, None, meta)
             return self._c_update_many(indices, data, meta)
 
     def delete(self, indices: Union[int, Iterable[int]]) -> int:
@@ -892,6 +905,12 @@ class DequeBuffer(Buffer):
                                         _storage=s, _slots=slots)
                 items = s._result(slots)
                 return SampledBatch(collate([it.data for it in items]), [it.index for it in items], None, items)
+            fast = self._fast
+            if (fast is not None and cols is not None and not kwargs and sample_range is None and not replace
+                    and type(size) is int and 0 < size <= s.count):
+                out = fast._sample_batch(cols, size)
+                if out is not None:
+                    return out
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
                                    unroll_len=None, _columns_only=True, **kwargs)

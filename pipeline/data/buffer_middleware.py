@@ -14,7 +14,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from .buffer import Buffer, BufferedData, DequeBuffer, _Sampled, _SlotIds
+import torch
+
+from .buffer import Buffer, BufferedData, DequeBuffer, SampledBatch, _Sampled, _SlotIds
+from .columns import collate
 from .segment_tree import SumMinTree
 
 __all__ = [
@@ -179,6 +182,7 @@ class PriorityExperienceReplay:
     """
 
     _FLOOR = 1e-10
+    _ACC_MIN = 0.2  # below this rejection-sampling acceptance rate, draw from the tree instead
 
     def __init__(self, buffer: DequeBuffer, IS_weight: bool = True, priority_power_factor: float = 0.6,
                  IS_weight_power_factor: float = 0.4, IS_weight_anneal_train_iter: float = 1e5) -> None:
@@ -199,13 +203,49 @@ class PriorityExperienceReplay:
         self._tree = SumMinTree(self._s.size)
         self.max_priority = 1.0
         self.sample_count = 0
-        self._last: Optional[tuple] = None  # (ids, slots, storage version) of the last sample
+        self._acc = 0.5  # running estimate of the rejection sampler's acceptance rate
+        self._ri = self._ru = np.zeros(0)  # random blocks for the rejection sampler
+        self._rpos = 0
+        self._rn = -1
+        self._ntight = 64
+        # the last sample: (ids, slots, storage version, slots distinct?, the stored items or None)
+        self._last: Optional[tuple] = None
+        self._prange: Optional[tuple] = None  # (array, min, max) of the priorities being written
         self._raw = np.zeros(self._s.size)  # raw priority per slot
         self._stale = np.zeros(self._s.size, dtype=bool)  # meta["priority"] not yet written
         with buffer._lock:
             self._s.listeners.append(self)
             self._s.syncers.append(self)
             self.on_load()
+
+    @property
+    def _fast_owner(self) -> Any:
+        """The storage this PER serves: a buffer whose only middleware is this PER on the same
+        storage calls :meth:`_sample_batch` and :meth:`_update_many` directly (no chain)."""
+        return self._s
+
+    def _sample_batch(self, cols: Any, k: int) -> Optional[SampledBatch]:
+        """``sample_batch(k)`` (without replacement, whole buffer) for a buffer whose only middleware
+        is this PER: the same draw, weights and bookkeeping as the chain, with the batch gathered
+        straight from the columns. Returns None (nothing drawn) when it does not apply."""
+        s = self._s
+        if len(s.syncers) != 1:
+            return None
+        slots = self._draw(k, False)
+        if cols.ok.take(slots).all():
+            items = None
+            data = cols.gather(slots)
+            index = s.slot_id.take(slots).tolist()
+        else:  # rare (data replaced since the last write-through): build items the usual way
+            items = s._result(slots)
+            data = collate([it.data for it in items])
+            index = [it.index for it in items]
+        weight = torch.from_numpy(self._weights(slots)) if self.IS_weight else None
+        self.sample_count += 1
+        self._last = (list(index), slots, s.version, True, None)
+        if items is not None:
+            return SampledBatch(data, index, weight, items)
+        return SampledBatch(data, index, weight, _storage=s, _slots=slots)
 
     # ------------------------------------------------------------------ storage listener
     def _leaf(self, p: float) -> float:
@@ -285,54 +325,72 @@ class PriorityExperienceReplay:
             return chain(index, data, meta)
         if action == "update_many":
             indices, data, meta = _args3(args, kwargs, "indices", "data", "meta")
-            pri = self._priorities(meta, len(indices))
-            if pri is None:
-                return chain(indices, data, meta)
-            s = self._s
-            ids = indices.tolist() if hasattr(indices, "tolist") else list(indices)
-            last = self._last
-            known = last is not None and last[2] == s.version and ids == last[0]
-            if known:
-                # the indices of the last sample, nothing pushed or removed since: slots are known
-                slots = last[1]
-                ids = _SlotIds(ids)
-                ids.slots, ids.version = slots, s.version
-            else:
-                get = s.id2slot.get
-                slots = np.array([get(i, -1) for i in ids], dtype=np.int64)
-            if isinstance(meta, Mapping):  # the priorities are written here, in one pass
-                rest = None if len(meta) == 1 else {k: v for k, v in meta.items() if k != "priority"}
-                ok = chain(ids, data, rest or None)
-            else:
-                ok = chain(ids, data, meta)
-            if isinstance(pri, list):
-                arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64)
-                keep = (slots >= 0) & ~np.isnan(arr)
-            elif not known:
-                arr = pri
-                keep = slots >= 0
-            else:
-                arr = pri
-                keep = None
-            if keep is not None and not keep.all():
-                slots, arr = slots[keep], arr[keep]
-            if len(slots):
-                # meta["priority"] is written lazily (sync_meta) when the items are next read
-                self._raw[slots] = arr
-                self._stale[slots] = True
-                m = float(np.maximum.reduce(arr))
-                if m > self.max_priority:
-                    self.max_priority = m
-                if float(np.minimum.reduce(arr)) < self._FLOOR:
-                    arr = np.maximum(arr, self._FLOOR)
-                if self.alpha != 1.0:
-                    arr = np.power(arr, self.alpha)
-                self._tree.set_many(slots, arr, positive=True)
-            return ok
+            return self._update_many(chain, indices, data, meta)
         return chain(*args, **kwargs)
 
-    @staticmethod
-    def _priorities(meta: Any, n: int) -> Optional[list]:
+    def _update_many(self, chain: Callable, indices: Any, data: Any, meta: Any) -> Any:
+        """``update_many`` through this PER: the rest of the chain, then the new priorities."""
+        pri = self._priorities(meta, len(indices))
+        if pri is None:
+            return chain(indices, data, meta)
+        s = self._s
+        ids = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+        last = self._last
+        known = last is not None and last[2] == s.version and ids == last[0]
+        if known:
+            # the indices of the last sample, nothing pushed or removed since: slots are known
+            slots = last[1]
+            ids = _SlotIds(ids)
+            ids.slots, ids.version = slots, s.version
+        else:
+            get = s.id2slot.get
+            slots = np.array([get(i, -1) for i in ids], dtype=np.int64)
+        if isinstance(meta, Mapping):  # the priorities are written here, in one pass
+            rest = None if len(meta) == 1 else {k: v for k, v in meta.items() if k != "priority"}
+            if known and rest is None and data is None and getattr(chain, "__func__", None) is DequeBuffer._update_many:
+                ok = [True] * len(ids)  # what the storage answers for ids it vouches for (known)
+            else:
+                ok = chain(ids, data, rest or None)
+        else:
+            ok = chain(ids, data, meta)
+        if isinstance(pri, list):
+            arr = np.array([np.nan if p is None else p for p in pri], dtype=np.float64)
+            keep = (slots >= 0) & ~np.isnan(arr)
+        elif not known:
+            arr = pri
+            keep = slots >= 0
+        else:
+            arr = pri
+            keep = None
+        if keep is not None and not keep.all():
+            slots, arr = slots[keep], arr[keep]
+        if len(slots):
+            self._raw[slots] = arr
+            items = last[4] if known else None
+            if items is not None and type(arr) is np.ndarray and len(items) == len(arr):
+                # the items of the last sample(): write meta["priority"] now, while they are in cache
+                # (none of them is stale: the sample wrote their meta; raw holds the latest value)
+                for it, p in zip(items, arr.tolist()):
+                    it.meta["priority"] = p
+            else:
+                # meta["priority"] is written lazily (sync_meta) when the items are next read
+                self._stale[slots] = True
+            pr = self._prange
+            if pr is not None and pr[0] is arr:  # min / max already found by _priorities
+                lo, m = pr[1], pr[2]
+            else:
+                lo, m = float(np.minimum.reduce(arr)), float(np.maximum.reduce(arr))
+            self._prange = None
+            if m > self.max_priority:
+                self.max_priority = m
+            if lo < self._FLOOR:
+                arr = np.maximum(arr, self._FLOOR)
+            if self.alpha != 1.0:
+                arr = np.power(arr, self.alpha)
+            self._tree.set_many(slots, arr, positive=True)
+        return ok
+
+    def _priorities(self, meta: Any, n: int) -> Optional[list]:
         if meta is None:
             return None
         if isinstance(meta, Mapping):
@@ -344,8 +402,11 @@ class PriorityExperienceReplay:
             arr = np.asarray(v, dtype=np.float64).reshape(-1)
             if len(arr) != n:
                 raise ValueError(f"update_many: {len(arr)} priorities for {n} indices")
-            if n and not (np.minimum.reduce(arr) >= 0 and np.maximum.reduce(arr) < math.inf):
-                raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
+            if n:
+                lo, hi = float(np.minimum.reduce(arr)), float(np.maximum.reduce(arr))
+                if not (lo >= 0 and hi < math.inf):
+                    raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
+                self._prange = (arr, lo, hi)
             return arr
         out = []
         for m in meta:
@@ -414,7 +475,7 @@ class PriorityExperienceReplay:
                 res.columns = {"priority_IS": weights}  # sample_batch: weights go to .weight only
             else:
                 self._attach(res, ids, weights)
-        self._last = (list(ids), slots, s.version)
+        self._last = (list(ids), slots, s.version, not replace, res if fused else None)
         return res
 
     def _write_meta(self, res: "_Sampled", slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
@@ -464,7 +525,70 @@ class PriorityExperienceReplay:
         tree, rng = self._tree, self._s.rng
         if replace:
             return tree.sample(k, rng)  # stratified, as in the PER paper
-        return tree.sample_distinct(k, rng)  # exact successive sampling
+        s = self._s
+        if k * 8 <= s.count:
+            if self._acc >= self._ACC_MIN:
+                return self._draw_rejection(k)
+            out = tree.sample_distinct(k, rng)  # exact successive sampling
+            mx = tree.max
+            if mx > 0:  # the expected acceptance rate, to switch back when priorities even out
+                self._acc = tree.total / (s.count * mx)
+            return out
+        return tree.sample_distinct(k, rng)
+
+    def _draw_rejection(self, k: int) -> np.ndarray:
+        """``k`` distinct slots by successive sampling, without the tree: a stream of independent
+        draws, each a uniformly chosen stored item accepted with probability ``leaf / bound``
+        (``bound`` >= every leaf, so accepted items are i.i.d. with probability ``leaf / total``);
+        its first ``k`` distinct items are the sample. A stream cut short by duplicates or
+        rejections is extended by more rounds and, if still short, continued by the tree
+        (:meth:`SumMinTree.sample_distinct` with ``chosen``); either keeps the law exact."""
+        tree = self._tree
+        self._ntight += 1
+        if self._ntight >= 64:  # now and then (or after a poor acceptance): the exact largest leaf
+            self._ntight = 0
+            bound = tree.max
+        else:
+            bound = tree.max_bound  # >= every leaf: still exact sampling, maybe fewer acceptances
+        got = self._rejection_round(k + 8 + (k >> 2), bound)
+        lst = got.tolist()
+        if len(lst) >= k and len(set(lst[:k])) == k:
+            return got[:k]
+        chosen = dict.fromkeys(lst)
+        for _ in range(3):
+            if len(chosen) >= k:
+                return np.array(list(chosen)[:k], dtype=np.int64)
+            chosen.update(dict.fromkeys(self._rejection_round(k - len(chosen) + 8, bound).tolist()))
+        if len(chosen) >= k:
+            return np.array(list(chosen)[:k], dtype=np.int64)
+        return tree.sample_distinct(k, self._s.rng, list(chosen))
+
+    def _rejection_round(self, want: int, bound: float) -> np.ndarray:
+        """The accepted draws (in order) of about ``want / acceptance`` uniform proposals."""
+        s = self._s
+        n = s.count
+        acc = self._acc
+        m = int(want / acc) + 8
+        p = self._rpos
+        if n != self._rn or p + m > len(self._ri):
+            # blocks of random offsets in [0, n) and uniforms, drawn ahead (one generator call per
+            # ~8k draws instead of two per sample)
+            size = max(8192, m)
+            self._ri = s.rng.integers(0, n, size)
+            self._ru = s.rng.random(size)
+            self._rn = n
+            p = 0
+        self._rpos = p + m
+        cand = self._ri[p:p + m]
+        if n != s.size:  # a full buffer occupies every slot: offsets are slots already
+            cand = s.dense.take(cand)
+        u = self._ru[p:p + m] * bound
+        got = cand[u < self._tree._leaf.take(cand)]
+        rate = len(got) / m
+        if rate < 0.5 * acc:
+            self._ntight = 64  # the bound may have become loose: tighten it next time
+        self._acc = 0.75 * acc + 0.25 * rate
+        return got
 
     def _draw_pool(self, pool: np.ndarray, k: int, replace: bool) -> np.ndarray:
         p = self._tree.leaves[pool]

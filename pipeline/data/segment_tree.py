@@ -1,7 +1,7 @@
 """Blocked sum/min trees for prioritized replay, built for few numpy calls per batch.
 
-Layout: the leaves are cut into blocks of ``B = 32``; level ``l + 1`` holds the sums (and the
-minima) of the blocks of level ``l``; levels are added until the top has at most ``_TOP`` nodes
+Layout: the leaves are cut into blocks of ``B = 32``; level ``l + 1`` holds the sums of the
+blocks of level ``l``; levels are added until the top has at most ``_TOP`` nodes
 (one block level for up to 65,536 leaves). Every block level also keeps ``C``, the inclusive
 prefix sums inside each block (``C[b, -1]`` is block ``b``'s sum).
 
@@ -20,6 +20,12 @@ remember them; :meth:`SumMinTree.flush` (run by every query) recomputes only the
 changed leaves (a gather, a small matrix product for the prefix sums and a scatter per level)
 plus the top level's cumulative sum. Sums are recomputed from the children, never updated by
 deltas, so they do not drift. Cost per flushed batch of ``m`` leaves: ``O(m * B * levels + _TOP)``.
+
+The smallest positive leaf and the largest leaf (:attr:`SumMinTree.min`, :attr:`SumMinTree.max`)
+are not tree queries: they are kept exact on every write (a new extreme replaces the old one) and
+recomputed by one vectorised pass over the leaves only after a write overwrote the current extreme
+leaf. Neither needs a flush. :attr:`SumMinTree.max_bound` is an upper bound that is never
+recomputed (enough for rejection sampling).
 
 Empty leaves (0) have zero width and are never returned; a draw that rounding puts on one (a
 ``u`` within one ulp of a block's end) is redrawn exactly.
@@ -77,17 +83,23 @@ class SumMinTree:
             if n <= _TOP:
                 break
         self._top = np.zeros(n)  # block sums of the last level
-        self._top_min = np.full(n, np.inf)
         self._top_cum = np.zeros(n)
         self._top_inner = self._top_cum[:-1]  # searching these boundaries never leaves [0, n)
         self._leaf = self._levels[0].vals
         self._leafmin = self._levels[0].mins
         self._total = 0.0
-        self._min = np.inf
         self._dirty: List[np.ndarray] = []
         self._dirty_scalar: List[int] = []
         self._is_dirty = False
+        self._ndirty = 0  # leaves queued in _dirty/_dirty_scalar; past capacity: rebuild everything
+        self._full = False
         self._offsets: Dict[int, np.ndarray] = {}
+        # exact largest / smallest positive leaf, kept without the tree: updated on every write and
+        # recomputed from the leaves only when the current extreme leaf is overwritten
+        self._lmax = 0.0  # an upper bound on every leaf; the largest leaf when _max_ok
+        self._lmin = np.inf
+        self._max_ok = True
+        self._min_ok = True
 
     # ------------------------------------------------------------------ updates
     @property
@@ -99,20 +111,68 @@ class SumMinTree:
         """Set one leaf (``value >= 0``; 0 means empty)."""
         if not 0 <= index < self.capacity:
             raise IndexError(f"leaf {index} out of range for a tree of capacity {self.capacity}")
+        value = float(value)
+        old = float(self._leaf[index])
         self._leaf[index] = value
         self._leafmin[index] = value if value > 0 else np.inf
-        self._dirty_scalar.append(index)
+        if old >= self._lmax and value < old:
+            self._max_ok = False
+        elif value > self._lmax:
+            self._lmax = value
+        if 0 < old <= self._lmin and not 0 < value <= old:
+            self._min_ok = False
+        elif 0 < value < self._lmin:
+            self._lmin = value
         self._is_dirty = True
+        if self._full:
+            return
+        self._dirty_scalar.append(index)
+        self._ndirty += 1
+        if self._ndirty > self.capacity:
+            self._overflow()
 
     def set_many(self, indices: np.ndarray, values: np.ndarray, positive: bool = False) -> None:
         """Set many leaves at once (vectorised); ``positive`` promises every value is > 0.
         ``indices`` must be in ``[0, capacity)``."""
         indices = np.asarray(indices, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
-        self._leaf[indices] = values
-        self._leafmin[indices] = values if positive else np.where(values > 0, values, np.inf)
-        self._dirty.append(indices)
+        if not len(indices):
+            return
+        leaf = self._leaf
+        old = leaf.take(indices)
+        leaf[indices] = values
+        if positive:
+            self._leafmin[indices] = values
+            cur = leaf.take(indices)  # what was stored (the last of duplicate indices wins)
+        else:
+            self._leafmin[indices] = np.where(values > 0, values, np.inf)
+            cur = self._leafmin.take(indices)
+        vmax = float(np.maximum.reduce(leaf.take(indices) if not positive else cur))
+        if vmax > self._lmax:  # a new largest leaf (the bound stays exact if it was)
+            self._lmax = vmax
+        elif self._max_ok and float(np.maximum.reduce(old)) >= self._lmax:
+            self._max_ok = False  # the largest leaf may be overwritten: _lmax is only a bound now
+        if self._min_ok:
+            if float(np.minimum.reduce(old)) <= self._lmin:  # the smallest leaf may be overwritten
+                self._min_ok = False
+            else:
+                vmin = float(np.minimum.reduce(cur))
+                if vmin < self._lmin:
+                    self._lmin = vmin
         self._is_dirty = True
+        if self._full:
+            return
+        self._dirty.append(indices)
+        self._ndirty += len(indices)
+        if self._ndirty > self.capacity:
+            self._overflow()
+
+    def _overflow(self) -> None:
+        # more queued leaves than the tree has: forget them and rebuild every level at the next flush
+        self._dirty = []
+        self._dirty_scalar = []
+        self._ndirty = 0
+        self._full = True
 
     def clear(self) -> None:
         """Empty every leaf."""
@@ -121,13 +181,16 @@ class SumMinTree:
             lvl.mins[:] = np.inf
             lvl.C[:] = 0.0
         self._top[:] = 0.0
-        self._top_min[:] = np.inf
         self._top_cum[:] = 0.0
         self._total = 0.0
-        self._min = np.inf
         self._dirty.clear()
         self._dirty_scalar.clear()
         self._is_dirty = False
+        self._ndirty = 0
+        self._full = False
+        self._lmax = 0.0
+        self._lmin = np.inf
+        self._max_ok = self._min_ok = True
 
     def _block_offsets(self, n: int) -> np.ndarray:
         off = self._offsets.get(n)
@@ -142,30 +205,32 @@ class SumMinTree:
         parts = self._dirty
         if self._dirty_scalar:
             parts.append(np.array(self._dirty_scalar, dtype=np.int64))
-        d: Optional[np.ndarray] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        d: Optional[np.ndarray]
+        if self._full or not parts:
+            d = None
+        else:
+            d = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self._dirty = []
         self._dirty_scalar = []
+        self._ndirty = 0
+        self._full = False
         self._is_dirty = False
         levels = self._levels
         tri = self._tri
         for li, lvl in enumerate(levels):
             up_vals = levels[li + 1].vals if li + 1 < len(levels) else self._top
-            up_mins = levels[li + 1].mins if li + 1 < len(levels) else self._top_min
             if d is None or len(d) * 2 >= lvl.nb:  # many blocks touched: redo the whole level
                 d = None
                 np.matmul(lvl.v2, tri, out=lvl.C)
                 up_vals[: lvl.nb] = lvl.C[:, -1]
-                up_mins[: lvl.nb] = lvl.m2.min(1)
                 continue
             p = d >> _SHIFT
             c = lvl.v2.take(p, 0) @ tri
             lvl.C[p] = c
             up_vals[p] = c[:, -1]
-            up_mins[p] = np.minimum.reduceat(lvl.m2.take(p, 0).ravel(), self._block_offsets(len(p)))
             d = p
         np.add.accumulate(self._top, out=self._top_cum)
         self._total = float(self._top_cum[-1])
-        self._min = float(np.minimum.reduce(self._top_min))
 
     # ------------------------------------------------------------------ queries
     @property
@@ -176,9 +241,27 @@ class SumMinTree:
 
     @property
     def min(self) -> float:
-        """Smallest positive leaf (``inf`` when the tree is empty)."""
-        self.flush()
-        return self._min
+        """Smallest positive leaf (``inf`` when the tree is empty). Exact; needs no flush: it is
+        kept up to date on every write and recomputed from the leaves (one vectorised pass) only
+        after the smallest leaf was overwritten."""
+        if not self._min_ok:
+            self._lmin = float(np.minimum.reduce(self._leafmin))
+            self._min_ok = True
+        return self._lmin
+
+    @property
+    def max_bound(self) -> float:
+        """An upper bound on every leaf, free to read: :attr:`max` or more (after the largest leaf
+        was lowered, until :attr:`max` is read again)."""
+        return self._lmax
+
+    @property
+    def max(self) -> float:
+        """Largest leaf (0 when the tree is empty); exact, maintained like :attr:`min`."""
+        if not self._max_ok:
+            self._lmax = float(np.maximum.reduce(self._leaf))
+            self._max_ok = True
+        return self._lmax
 
     def find_prefixsum(self, u: np.ndarray) -> np.ndarray:
         """For each ``u`` in ``[0, total)``, return the leaf ``i`` with
@@ -258,7 +341,7 @@ class SumMinTree:
         u = (np.arange(n, dtype=np.float64) + rng.random(n)) * (total / n)
         return self.find_prefixsum(u)
 
-    def sample_distinct(self, k: int, rng: np.random.Generator) -> np.ndarray:
+    def sample_distinct(self, k: int, rng: np.random.Generator, chosen: Optional[List[int]] = None) -> np.ndarray:
         """``k`` distinct leaves by successive sampling: the first is drawn with probability
         ``leaf / total``, every next one proportionally to the leaves not drawn yet (exactly what
         drawing one at a time and removing it does; the law of numpy's
@@ -268,16 +351,21 @@ class SumMinTree:
         spare draws are made up front, so a duplicate rarely costs a second round); when
         duplicates keep it short (very skewed values), the leaves already taken are set to 0 while
         the rest are drawn and restored afterwards -- the same law, since after removing them the
-        next distinct draw is proportional to the remaining leaves. Raises ``ValueError`` when
+        next distinct draw is proportional to the remaining leaves. ``chosen``: the distinct
+        leaves (in order) of a stream of independent draws made elsewhere (e.g. by rejection
+        sampling); the stream is continued from there, so the law is unchanged. Raises ``ValueError`` when
         fewer than ``k`` leaves are non-empty.
         """
         if k <= 0:
             return np.zeros(0, dtype=np.int64)
-        idx = self.sample_iid(k + 2 + (k >> 3), rng)
-        lst = idx.tolist()
-        if len(set(lst[:k])) == k:
-            return idx[:k]
-        chosen = list(dict.fromkeys(lst))
+        if chosen is None:
+            idx = self.sample_iid(k + 2 + (k >> 3), rng)
+            lst = idx.tolist()
+            if len(set(lst[:k])) == k:
+                return idx[:k]
+            chosen = list(dict.fromkeys(lst))
+        else:
+            chosen = list(dict.fromkeys(chosen))
         for _ in range(2):
             if len(chosen) >= k:
                 return np.array(chosen[:k], dtype=np.int64)
