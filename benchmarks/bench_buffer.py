@@ -162,7 +162,8 @@ def main() -> None:
     print(f"PER sample+update_many / our plain sample: {ours_per / ours_sample:.2f} (issue target >= 0.50); "
           f"/ deque sample: {ours_per / base_sample:.2f}")
     print(f"PER sample_batch+update_many / our plain sample_batch: {ours_per_batch / ours_batch:.2f}")
-    print("PER sampling without replacement is exact successive sampling (see pipeline/data/segment_tree.py)")
+    print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
+          "fallback: see PriorityExperienceReplay._draw_rejection and pipeline/data/segment_tree.py)")
 
 
 if __name__ == "__main__":

@@ -603,6 +603,10 @@ class Buffer:
                 return self._s.sample_uniform(size, replace, None, ignore_insufficient)  # fast path
             fast = self._fast
             if fast is not None:  # the lone middleware, called without the chain's partials
+                if (indices is None and groupby is None and sample_range is None and unroll_len is None
+                        and not kwargs and not replace and type(size) is int and 0 < size <= self._s.count
+                        and len(self._s.syncers) == 1):
+                    return fast._sample_items(size)
                 return fast._sample(self._sample, size, indices=indices, replace=replace,
                                     sample_range=sample_range, ignore_insufficient=ignore_insufficient,
                                     groupby=groupby, unroll_len=unroll_len, **kwargs)

@@ -170,7 +170,13 @@ class PriorityExperienceReplay:
       ``IS_weight`` every returned item gets ``meta["priority_IS"]`` (the importance-sampling weight
       ``(p_i / p_min) ** -beta``, at most 1) and ``sample_batch`` returns them as ``.weight``.
       ``beta`` goes linearly from ``IS_weight_power_factor`` to 1 over
-      ``IS_weight_anneal_train_iter`` sample calls. Without replacement duplicates are redrawn.
+      ``IS_weight_anneal_train_iter`` sample calls. Without replacement the sample is exact
+      successive sampling (each next item proportional to the priorities of those not drawn yet):
+      the first distinct items of an i.i.d. stream, drawn by rejection sampling (a uniform item
+      accepted with probability ``leaf / bound``; no tree query) while the acceptance rate is at
+      least 0.2 and ``size * 8 <= count``, else from the sum tree. With replacement: stratified
+      draws from the sum tree, as in the paper. The smallest priority for the weights is kept
+      exactly without the tree (recomputed only when the smallest item is overwritten).
     - update / update_many: a ``"priority"`` in meta (finite, ``>= 0``) becomes the new priority.
       ``update_many`` writes ``meta["priority"]`` lazily: items get it when next read through the
       buffer (``sample``, ``get``, ``get_by_index``, ``save_data``); :meth:`priority` reads it
@@ -246,6 +252,18 @@ class PriorityExperienceReplay:
         if items is not None:
             return SampledBatch(data, index, weight, items)
         return SampledBatch(data, index, weight, _storage=s, _slots=slots)
+
+    def _sample_items(self, k: int) -> "_Sampled":
+        """``sample(k)`` (without replacement, whole buffer, ``0 < k <= count``) for a buffer whose
+        only middleware is this PER: what :meth:`_sample` does in that case, minus the chain."""
+        s = self._s
+        slots = self._draw(k, False)
+        weights = self._weights(slots) if self.IS_weight else None
+        self.sample_count += 1
+        res = s._result(slots, False)
+        self._write_meta(res, slots, weights)
+        self._last = (s.slot_id.take(slots).tolist(), slots, s.version, True, res)
+        return res
 
     # ------------------------------------------------------------------ storage listener
     def _leaf(self, p: float) -> float:
@@ -387,7 +405,8 @@ class PriorityExperienceReplay:
                 arr = np.maximum(arr, self._FLOOR)
             if self.alpha != 1.0:
                 arr = np.power(arr, self.alpha)
-            self._tree.set_many(slots, arr, positive=True)
+            # the slots of the last sample without replacement (all kept) are distinct
+            self._tree.set_many(slots, arr, positive=True, distinct=known and keep is None and last[3])
         return ok
 
     def _priorities(self, meta: Any, n: int) -> Optional[list]:

@@ -44,19 +44,22 @@ _B = 1 << _SHIFT
 
 
 class _Level:
-    """One block level: ``vals``/``mins`` of its nodes (padded to whole blocks) and ``C``, the
+    """One block level: ``vals`` of its nodes (padded to whole blocks) and ``C``, the
     inclusive prefix sums inside every block (``C[b, -1]`` is block ``b``'s sum)."""
 
-    __slots__ = ("n", "nb", "vals", "mins", "v2", "m2", "C")
+    __slots__ = ("n", "nb", "vals", "v2", "C")
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.nb = nb = -(-n // _B)
         self.vals = np.zeros(nb * _B)
-        self.mins = np.full(nb * _B, np.inf)
         self.v2 = self.vals.reshape(nb, _B)
-        self.m2 = self.mins.reshape(nb, _B)
         self.C = np.zeros((nb, _B))
+
+
+def _pos_min(a: np.ndarray) -> float:
+    """Smallest positive value of ``a`` (``inf`` if none)."""
+    return float(np.min(a, where=a > 0, initial=np.inf))
 
 
 class SumMinTree:
@@ -86,7 +89,6 @@ class SumMinTree:
         self._top_cum = np.zeros(n)
         self._top_inner = self._top_cum[:-1]  # searching these boundaries never leaves [0, n)
         self._leaf = self._levels[0].vals
-        self._leafmin = self._levels[0].mins
         self._total = 0.0
         self._dirty: List[np.ndarray] = []
         self._dirty_scalar: List[int] = []
@@ -114,7 +116,6 @@ class SumMinTree:
         value = float(value)
         old = float(self._leaf[index])
         self._leaf[index] = value
-        self._leafmin[index] = value if value > 0 else np.inf
         if old >= self._lmax and value < old:
             self._max_ok = False
         elif value > self._lmax:
@@ -131,9 +132,10 @@ class SumMinTree:
         if self._ndirty > self.capacity:
             self._overflow()
 
-    def set_many(self, indices: np.ndarray, values: np.ndarray, positive: bool = False) -> None:
-        """Set many leaves at once (vectorised); ``positive`` promises every value is > 0.
-        ``indices`` must be in ``[0, capacity)``."""
+    def set_many(self, indices: np.ndarray, values: np.ndarray, positive: bool = False,
+                 distinct: bool = False) -> None:
+        """Set many leaves at once (vectorised); ``positive`` promises every value is > 0 and
+        ``distinct`` that no index repeats. ``indices`` must be in ``[0, capacity)``."""
         indices = np.asarray(indices, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
         if not len(indices):
@@ -141,13 +143,9 @@ class SumMinTree:
         leaf = self._leaf
         old = leaf.take(indices)
         leaf[indices] = values
-        if positive:
-            self._leafmin[indices] = values
-            cur = leaf.take(indices)  # what was stored (the last of duplicate indices wins)
-        else:
-            self._leafmin[indices] = np.where(values > 0, values, np.inf)
-            cur = self._leafmin.take(indices)
-        vmax = float(np.maximum.reduce(leaf.take(indices) if not positive else cur))
+        # what was stored (with repeated indices the last write wins)
+        cur = values if distinct else leaf.take(indices)
+        vmax = float(np.maximum.reduce(cur))
         if vmax > self._lmax:  # a new largest leaf (the bound stays exact if it was)
             self._lmax = vmax
         elif self._max_ok and float(np.maximum.reduce(old)) >= self._lmax:
@@ -156,7 +154,7 @@ class SumMinTree:
             if float(np.minimum.reduce(old)) <= self._lmin:  # the smallest leaf may be overwritten
                 self._min_ok = False
             else:
-                vmin = float(np.minimum.reduce(cur))
+                vmin = float(np.minimum.reduce(cur)) if positive else _pos_min(cur)
                 if vmin < self._lmin:
                     self._lmin = vmin
         self._is_dirty = True
@@ -178,7 +176,6 @@ class SumMinTree:
         """Empty every leaf."""
         for lvl in self._levels:
             lvl.vals[:] = 0.0
-            lvl.mins[:] = np.inf
             lvl.C[:] = 0.0
         self._top[:] = 0.0
         self._top_cum[:] = 0.0
@@ -245,7 +242,7 @@ class SumMinTree:
         kept up to date on every write and recomputed from the leaves (one vectorised pass) only
         after the smallest leaf was overwritten."""
         if not self._min_ok:
-            self._lmin = float(np.minimum.reduce(self._leafmin))
+            self._lmin = _pos_min(self._leaf)
             self._min_ok = True
         return self._lmin
 
