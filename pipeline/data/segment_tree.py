@@ -20,6 +20,8 @@ remember them; :meth:`SumMinTree.flush` (run by every query) recomputes only the
 changed leaves (a gather, a small matrix product for the prefix sums and a scatter per level)
 plus the top level's cumulative sum. Sums are recomputed from the children, never updated by
 deltas, so they do not drift. Cost per flushed batch of ``m`` leaves: ``O(m * B * levels + _TOP)``.
+When more leaves are queued than the tree holds (a user that never queries it, e.g. PER's
+rejection sampler), the queue is dropped and the next flush rebuilds every level.
 
 The smallest positive leaf and the largest leaf (:attr:`SumMinTree.min`, :attr:`SumMinTree.max`)
 are not tree queries: they are kept exact on every write (a new extreme replaces the old one) and
@@ -32,7 +34,7 @@ Empty leaves (0) have zero width and are never returned; a draw that rounding pu
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -95,7 +97,6 @@ class SumMinTree:
         self._is_dirty = False
         self._ndirty = 0  # leaves queued in _dirty/_dirty_scalar; past capacity: rebuild everything
         self._full = False
-        self._offsets: Dict[int, np.ndarray] = {}
         # exact largest / smallest positive leaf, kept without the tree: updated on every write and
         # recomputed from the leaves only when the current extreme leaf is overwritten
         self._lmax = 0.0  # an upper bound on every leaf; the largest leaf when _max_ok
@@ -188,12 +189,6 @@ class SumMinTree:
         self._lmax = 0.0
         self._lmin = np.inf
         self._max_ok = self._min_ok = True
-
-    def _block_offsets(self, n: int) -> np.ndarray:
-        off = self._offsets.get(n)
-        if off is None:
-            off = self._offsets[n] = np.arange(0, n * _B, _B)
-        return off
 
     def flush(self) -> None:
         """Recompute the blocks above all leaves changed since the last flush."""
