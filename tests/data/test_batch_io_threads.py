@@ -253,3 +253,19 @@ def test_sample_batch_fast_path_items_are_built_on_access():
         buf.sample_batch(9)
     assert len(buf.sample_batch(9, ignore_insufficient=True).index) == 8
     assert len(buf.sample_batch(20, replace=True).index) == 20
+
+
+def test_to_treetensor_fast_path_shares_leaves_and_falls_back_for_arrays():
+    import numpy as np
+    import torch
+    import treetensor.torch as ttorch
+
+    from pipeline.data import to_treetensor
+
+    d = {"obs": torch.randn(8, 4), "nested": {"a": torch.zeros(8), "b": torch.ones(8, 2)}}
+    t = to_treetensor(d)
+    assert isinstance(t, ttorch.Tensor)
+    assert t.obs is d["obs"] and t.nested.b is d["nested"]["b"]  # shared, not copied
+    assert to_treetensor(t) is t
+    mixed = to_treetensor({"x": np.arange(3), "y": torch.ones(3)})
+    assert isinstance(mixed.x, torch.Tensor) and mixed.x.tolist() == [0, 1, 2]
