@@ -44,6 +44,18 @@ def _name_of(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
+def _start(fn: Middleware, ctx: Context) -> Optional[GeneratorType]:
+    """Run ``fn``'s forward part; return the generator holding its backward part, if it has one."""
+    g = fn(ctx)
+    if g is not None and type(g) is GeneratorType:
+        try:
+            next(g)
+        except StopIteration:
+            return None
+        return g
+    return None
+
+
 def _finish_generator(g: GeneratorType) -> None:
     """Run a generator's backward part (everything after its single yield)."""
     try:
@@ -255,16 +267,9 @@ class Task:
 
     def forward(self, fn: Middleware, ctx: Optional[Context] = None) -> Optional[GeneratorType]:
         """Run ``fn``'s forward part; its backward part joins the step's backward stack."""
-        g = fn(self.ctx if ctx is None else ctx)
-        if g is not None and type(g) is GeneratorType:
-            try:
-                next(g)
-            except StopIteration:
-                g = None
-            else:
-                self._backward_stack.append(g)
-        else:
-            g = None
+        g = _start(fn, self.ctx if ctx is None else ctx)
+        if g is not None:
+            self._backward_stack.append(g)
         self._flush_inner()
         return g
 
@@ -300,12 +305,8 @@ class Task:
             fn = _Locked(fn, self._lock if lock is True else lock)
 
         def forward_part(ctx: Context) -> Callable[[], None]:
-            g = fn(ctx)
-            if g is None or type(g) is not GeneratorType:
-                return _noop
-            try:
-                next(g)
-            except StopIteration:
+            g = _start(fn, ctx)
+            if g is None:
                 return _noop
             # Held aside until the calling middleware's forward part ends, then stacked above it, so
             # that (if never called by hand) it runs in the backward phase before its caller's.
@@ -332,18 +333,11 @@ class Task:
         fns = tuple(f for f in fns if not getattr(f, "__is_void__", False))
 
         def _serial(ctx: Context):
-            gens = []
-            for fn in fns:
-                g = fn(ctx)
-                if g is not None and type(g) is GeneratorType:
-                    try:
-                        next(g)
-                    except StopIteration:
-                        continue
-                    gens.append(g)
+            gens = [_start(fn, ctx) for fn in fns]
             yield
             for g in reversed(gens):
-                _finish_generator(g)
+                if g is not None:
+                    _finish_generator(g)
 
         _serial.__name__ = "serial(" + ", ".join(_name_of(f) for f in fns) + ")"
         return _serial
@@ -356,22 +350,12 @@ class Task:
         """
         fns = tuple(f for f in fns if not getattr(f, "__is_void__", False))
 
-        def start(fn: Middleware, ctx: Context) -> Optional[GeneratorType]:
-            g = fn(ctx)
-            if g is not None and type(g) is GeneratorType:
-                try:
-                    next(g)
-                except StopIteration:
-                    return None
-                return g
-            return None
-
         def _parallel(ctx: Context):
             if self._executor is not None:
-                futures = [self._executor.submit(start, fn, ctx) for fn in fns]
+                futures = [self._executor.submit(_start, fn, ctx) for fn in fns]
                 gens = [f.result() for f in futures]
             else:
-                gens = [start(fn, ctx) for fn in fns]
+                gens = [_start(fn, ctx) for fn in fns]
             yield
             for g in reversed(gens):
                 if g is not None:
