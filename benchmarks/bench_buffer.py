@@ -110,15 +110,12 @@ def main() -> None:
     }, sec)
     base_sample, ours_sample = r["base"], r["ours"]
     base_collated, ours_batch = r["base_batch"], r["ours_batch"]
-    rows.append(("sample(64) -> items", ours_sample, base_sample, DI_SAMPLE_PER_DEQUE))
-    rows.append(("sample_batch(64) columns", ours_batch, base_collated, None))
-    rows.append(("sample(64) + collate()", r["ours_collate"], base_collated, None))
-    # the anchors' numpy columnar ring did sample(64) at 55k/s = 4.1x the deque's random.sample
-    rows.append(("sample_batch(64) vs uncollated deque", ours_batch, base_sample, DI_SAMPLE_PER_DEQUE))
+    ours_collate = r["ours_collate"]
 
     # ---------------------------------------------------------------- PER
     per_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-    per_buf.use(PriorityExperienceReplay(per_buf))
+    per = PriorityExperienceReplay(per_buf)
+    per_buf.use(per)
     for d in data:
         per_buf.push(d)
     rng = np.random.default_rng(0)
@@ -139,14 +136,27 @@ def main() -> None:
         for x, q in zip(items, p):
             per_buf.update(x.index, meta={"priority": q})
 
+    # the plain paths are measured again here, interleaved with PER, so that the ratios compare
+    # rounds taken under the same machine load (each rate is the best of both measurements)
     r = best({
         "per": per_sample_update_many,
         "per_batch": per_batch_update_many,
         "per_each": per_sample_update_each,
         "base": lambda: random.sample(dq, BATCH),
+        "base_batch": base_batch,
+        "ours": lambda: buf.sample(BATCH),
+        "ours_batch": lambda: bufc.sample_batch(BATCH),
     }, sec)
     ours_per, ours_per_batch = r["per"], r["per_batch"]
     base_sample = max(base_sample, r["base"])
+    base_collated = max(base_collated, r["base_batch"])
+    ours_sample = max(ours_sample, r["ours"])
+    ours_batch = max(ours_batch, r["ours_batch"])
+    rows.append(("sample(64) -> items", ours_sample, base_sample, DI_SAMPLE_PER_DEQUE))
+    rows.append(("sample_batch(64) columns", ours_batch, base_collated, None))
+    rows.append(("sample(64) + collate()", ours_collate, base_collated, None))
+    # the anchors' numpy columnar ring did sample(64) at 55k/s = 4.1x the deque's random.sample
+    rows.append(("sample_batch(64) vs uncollated deque", ours_batch, base_sample, DI_SAMPLE_PER_DEQUE))
     rows.append(("PER sample(64)+update_many", ours_per, base_sample, None))
     rows.append(("PER sample_batch(64)+update_many", ours_per_batch, base_collated, None))
     rows.append(("PER sample(64)+64x update()", r["per_each"], base_sample, None))
@@ -159,9 +169,13 @@ def main() -> None:
     print(f"vs the anchors' absolute DI-engine figures (other run, same kind of machine): push "
           f"{rows[0][1] / 66e3:.1f}x of 66k/s, sample(64) {ours_sample / 8.4e3:.1f}x of 8.4k/s, "
           f"sample_batch(64) {ours_batch / 8.4e3:.1f}x, PER sample+update_many {ours_per / 8.4e3:.2f}x")
-    print(f"PER sample+update_many / our plain sample: {ours_per / ours_sample:.2f} (issue target >= 0.50); "
-          f"/ deque sample: {ours_per / base_sample:.2f}")
-    print(f"PER sample_batch+update_many / our plain sample_batch: {ours_per_batch / ours_batch:.2f}")
+    where = ("pipeline/data/_per_kernels.c" if per.kernel == "C"
+             else "numpy: the compiled extension is not built, or RLPIPE_NO_EXT is set")
+    print(f"PER kernels: {per.kernel} ({where})")
+    print(f"PER sample(64)+update_many:       {ours_per / ours_sample:.2f} x our plain sample(64) "
+          f"(issue target >= 0.50), {ours_per / base_sample:.2f} x the deque's random.sample")
+    print(f"PER sample_batch(64)+update_many: {ours_per_batch / ours_batch:.2f} x our plain sample_batch(64) "
+          f"(target >= 0.50), {ours_per_batch / base_collated:.2f} x the deque's sample + torch.stack")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
           "fallback: see PriorityExperienceReplay._draw_rejection and pipeline/data/segment_tree.py)")
 

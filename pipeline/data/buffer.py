@@ -628,6 +628,10 @@ class Buffer:
         with self._lock:
             fast = self._fast
             if fast is not None and data is None:
+                if fast._ext is not None:  # the compiled kernels' shortcut for the common case
+                    ok = fast._update_direct(indices, meta)
+                    if ok is not None:
+                        return ok
                 return fast._update_many(self._update_many, indices, None, meta)
             return self._c_update_many(indices, data, meta)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 import torch
 
+from . import _accel
 from .buffer import Buffer, BufferedData, DequeBuffer, SampledBatch, _Sampled, _SlotIds
 from .columns import collate
 from .segment_tree import SumMinTree
@@ -206,7 +207,9 @@ class PriorityExperienceReplay:
         self.beta0 = float(IS_weight_power_factor)
         self.anneal = float(IS_weight_anneal_train_iter)
         self._s = buffer._s
-        self._tree = SumMinTree(self._s.size)
+        # the compiled kernels (pipeline/data/_per_kernels.c) or None: the same work in numpy
+        self._ext = _accel.EXT
+        self._tree = SumMinTree(self._s.size, ext=self._ext)
         self.max_priority = 1.0
         self.sample_count = 0
         self._acc = 0.5  # running estimate of the rejection sampler's acceptance rate
@@ -223,6 +226,12 @@ class PriorityExperienceReplay:
             self._s.listeners.append(self)
             self._s.syncers.append(self)
             self.on_load()
+
+    @property
+    def kernel(self) -> str:
+        """Which hot loops run: ``"C"`` (the compiled ``_per_kernels`` extension) or ``"numpy"``
+        (extension not built, or ``RLPIPE_NO_EXT=1``). Both draw from the same laws."""
+        return _accel.kernel_name(self._ext)
 
     @property
     def _fast_owner(self) -> Any:
@@ -257,6 +266,28 @@ class PriorityExperienceReplay:
         """``sample(k)`` (without replacement, whole buffer, ``0 < k <= count``) for a buffer whose
         only middleware is this PER: what :meth:`_sample` does in that case, minus the chain."""
         s = self._s
+        ext = self._ext
+        if ext is not None:  # the draw, then items, weights and meta in one compiled pass
+            slots = (self._draw_rejection_c(k) if k * 8 <= s.count and self._acc >= self._ACC_MIN
+                     else self._draw(k, False))
+            tree = self._tree
+            res = _Sampled()
+            if self.IS_weight:
+                beta = self.beta0 + (1.0 - self.beta0) * self.sample_count / self.anneal  # self.beta, inlined
+                ext.take_items(s.items, slots, res, None, tree._leaf, tree._lmin if tree._min_ok else tree.min,
+                               beta if beta < 1.0 else 1.0, np.empty(k, dtype=np.float32), self._stale, self._raw)
+            else:
+                ext.take_items(s.items, slots, res, None, tree._leaf, 1.0, 0.0, None, self._stale, self._raw)
+            # returned to the caller only (no middleware or sample_batch reads these): the slots; no
+            # reference copy (an empty `ref` means "check nothing, rebuild" to any reader) and no columns
+            res.slots = slots
+            res.ref = ()
+            res.columns = None
+            res.pushes = s.pushes
+            res.version = v = s.version
+            self.sample_count += 1
+            self._last = (None, slots, v, True, res)  # ids: those of res (see _last_ids)
+            return res
         slots = self._draw(k, False)
         weights = self._weights(slots) if self.IS_weight else None
         self.sample_count += 1
@@ -348,13 +379,17 @@ class PriorityExperienceReplay:
 
     def _update_many(self, chain: Callable, indices: Any, data: Any, meta: Any) -> Any:
         """``update_many`` through this PER: the rest of the chain, then the new priorities."""
+        if self._ext is not None and data is None and getattr(chain, "__func__", None) is DequeBuffer._update_many:
+            ok = self._update_direct(indices, meta)
+            if ok is not None:
+                return ok
+        last = self._last
         pri = self._priorities(meta, len(indices))
         if pri is None:
             return chain(indices, data, meta)
         s = self._s
         ids = indices.tolist() if hasattr(indices, "tolist") else list(indices)
-        last = self._last
-        known = last is not None and last[2] == s.version and ids == last[0]
+        known = last is not None and last[2] == s.version and ids == self._last_ids(last)
         if known:
             # the indices of the last sample, nothing pushed or removed since: slots are known
             slots = last[1]
@@ -382,7 +417,18 @@ class PriorityExperienceReplay:
             keep = None
         if keep is not None and not keep.all():
             slots, arr = slots[keep], arr[keep]
-        if len(slots):
+        pr, self._prange = self._prange, None
+        if len(slots) and self._ext is not None:
+            items = last[4] if known else None
+            if items is not None and not (type(arr) is np.ndarray and len(items) == len(arr)):
+                items = None
+            arr = np.ascontiguousarray(arr, dtype=np.float64)
+            lo, hi, olo, ohi, nlo, nhi = self._ext.update(slots, arr, self._raw, self._tree._leaf, self.alpha,
+                                                          self._FLOOR, items, self._stale)
+            if hi > self.max_priority:
+                self.max_priority = hi
+            self._tree.wrote(slots, olo, ohi, nlo, nhi)
+        elif len(slots):
             self._raw[slots] = arr
             items = last[4] if known else None
             if items is not None and type(arr) is np.ndarray and len(items) == len(arr):
@@ -393,12 +439,10 @@ class PriorityExperienceReplay:
             else:
                 # meta["priority"] is written lazily (sync_meta) when the items are next read
                 self._stale[slots] = True
-            pr = self._prange
             if pr is not None and pr[0] is arr:  # min / max already found by _priorities
                 lo, m = pr[1], pr[2]
             else:
                 lo, m = float(np.minimum.reduce(arr)), float(np.maximum.reduce(arr))
-            self._prange = None
             if m > self.max_priority:
                 self.max_priority = m
             if lo < self._FLOOR:
@@ -408,6 +452,37 @@ class PriorityExperienceReplay:
             # the slots of the last sample without replacement (all kept) are distinct
             self._tree.set_many(slots, arr, positive=True, distinct=known and keep is None and last[3])
         return ok
+
+    def _update_direct(self, indices: Any, meta: Any) -> Optional[List[bool]]:
+        """The common case of ``update_many`` with the compiled kernels, when the rest of the chain
+        is the storage: ``indices`` (a list) are those of the last sample, nothing was pushed or
+        removed since, and ``meta`` is ``{"priority": float64 array}``. One kernel call checks the
+        priorities (finite, >= 0) and writes the raw priorities, the leaves and the sampled items'
+        ``meta["priority"]``. Returns None (nothing done) when the case does not apply."""
+        last = self._last
+        if last is None or type(meta) is not dict or len(meta) != 1 or type(indices) is not list:
+            return None
+        v = meta.get("priority")
+        if type(v) is not np.ndarray or v.dtype is not _F64 or len(v) != len(indices) or last[2] != self._s.version:
+            return None
+        ext = self._ext
+        if not (ext.ids_match(indices, last[4]) if last[0] is None else indices == last[0]):
+            return None
+        slots = last[1]
+        try:
+            lo, hi, olo, ohi, nlo, nhi = ext.update(slots, v, self._raw, self._tree._leaf, self.alpha, self._FLOOR,
+                                                    last[4], self._stale)
+        except TypeError:  # e.g. a strided array: nothing was written, the general route takes it
+            return None
+        if hi > self.max_priority:
+            self.max_priority = hi
+        self._tree.wrote(slots, olo, ohi, nlo, nhi)
+        return [True] * len(indices)
+
+    @staticmethod
+    def _last_ids(last: tuple) -> List[int]:
+        """The indices of the last sample (the compiled route keeps only its items)."""
+        return [it.index for it in last[4]] if last[0] is None else last[0]
 
     def _priorities(self, meta: Any, n: int) -> Optional[list]:
         if meta is None:
@@ -538,6 +613,10 @@ class PriorityExperienceReplay:
         tree = self._tree
         mn = tree.min
         b = self.beta
+        if self._ext is not None:
+            out = np.empty(len(slots), dtype=np.float32)
+            self._ext.is_weights(tree._leaf, slots, mn, b, out)
+            return out
         return np.multiply(np.power(tree._leaf.take(slots), -b), mn ** b, dtype=np.float32)
 
     def _draw(self, k: int, replace: bool) -> np.ndarray:
@@ -547,7 +626,7 @@ class PriorityExperienceReplay:
         s = self._s
         if k * 8 <= s.count:
             if self._acc >= self._ACC_MIN:
-                return self._draw_rejection(k)
+                return self._draw_rejection(k) if self._ext is None else self._draw_rejection_c(k)
             out = tree.sample_distinct(k, rng)  # exact successive sampling
             mx = tree.max
             if mx > 0:  # the expected acceptance rate, to switch back when priorities even out
@@ -581,6 +660,34 @@ class PriorityExperienceReplay:
         if len(chosen) >= k:
             return np.array(list(chosen)[:k], dtype=np.int64)
         return tree.sample_distinct(k, self._s.rng, list(chosen))
+
+    def _draw_rejection_c(self, k: int) -> np.ndarray:
+        """:meth:`_draw_rejection` with the compiled sampler (``_per_kernels.reject``): the same
+        stream (a uniformly chosen stored item accepted with probability ``leaf / bound``, here from
+        raw words of the storage's generator) cut at its ``k``-th distinct item, the same four
+        rounds and acceptance-rate bookkeeping; then the tree continues the stream."""
+        s, tree = self._s, self._tree
+        self._ntight += 1
+        if self._ntight >= 64:  # now and then (or after a poor acceptance): the exact largest leaf
+            self._ntight = 0
+            bound = tree.max
+        else:
+            bound = tree._lmax  # max_bound: >= every leaf, maybe loose (fewer acceptances, same law)
+        words = tree._words
+        if words is None or words.rng is not s.rng:
+            words = tree.words(s.rng)
+        need = int(7 * (k + 8 + (k >> 2)) / self._acc) + 64  # more than four rounds can propose
+        if len(words.buf) - words.pos < need:
+            words.refill(need)
+        n = s.count
+        out = np.empty(k, dtype=np.int64)
+        got, words.pos, self._acc, loose = self._ext.reject(words.buf, words.pos, n, None if n == s.size else s.dense,
+                                                            tree._leaf, bound, k, out, tree._mark, self._acc)
+        if loose:
+            self._ntight = 64  # a round's acceptance fell: the bound may be loose, tighten it next time
+        if got < k:
+            return tree.sample_distinct(k, s.rng, out[:got].tolist())
+        return out
 
     def _rejection_round(self, want: int, bound: float) -> np.ndarray:
         """The accepted draws (in order) of about ``want / acceptance`` uniform proposals."""
@@ -654,6 +761,9 @@ class PriorityExperienceReplay:
                     self._raw[slot] = p
                     self._stale[slot] = False
                     self._tree.set(slot, self._leaf(p))
+
+
+_F64 = np.dtype(np.float64)
 
 
 def _valid_priority(p: Any) -> bool:

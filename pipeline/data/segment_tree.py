@@ -34,11 +34,16 @@ Empty leaves (0) have zero width and are never returned; a draw that rounding pu
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import List, Optional
 
 import numpy as np
 
-__all__ = ["SumMinTree"]
+from . import _accel
+
+__all__ = ["SumMinTree", "RawWords"]
+
+_DEFAULT = object()
 
 _TOP = 2048
 _SHIFT = 5
@@ -59,6 +64,28 @@ class _Level:
         self.C = np.zeros((nb, _B))
 
 
+class RawWords:
+    """Raw 64-bit words of a numpy ``Generator``, drawn ahead in blocks for the compiled samplers
+    (which turn them into uniform integers and floats). ``buf[pos:]`` are the unused words."""
+
+    __slots__ = ("rng", "buf", "pos")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.buf = np.zeros(0, dtype=np.uint64)
+        self.pos = 0
+
+    def ensure(self, need: int) -> None:
+        """Make at least ``need`` unused words available (the few left of a block are dropped)."""
+        if len(self.buf) - self.pos < need:
+            self.refill(need)
+
+    def refill(self, need: int = 0) -> None:
+        """A new block of at least ``need`` words (the unused rest of the old one is dropped)."""
+        self.buf = self.rng.bit_generator.random_raw(max(16384, need))
+        self.pos = 0
+
+
 def _pos_min(a: np.ndarray) -> float:
     """Smallest positive value of ``a`` (``inf`` if none)."""
     return float(np.min(a, where=a > 0, initial=np.inf))
@@ -71,7 +98,7 @@ class SumMinTree:
     by itself: the owner (the PER middleware) calls it under the buffer's lock.
     """
 
-    def __init__(self, capacity: int, fanout: int = _B) -> None:
+    def __init__(self, capacity: int, fanout: int = _B, ext: Optional[ModuleType] = _DEFAULT) -> None:  # type: ignore[assignment]
         if capacity < 1:
             raise ValueError(f"SumMinTree capacity must be >= 1, got {capacity}")
         if fanout != _B:
@@ -103,6 +130,23 @@ class SumMinTree:
         self._lmin = np.inf
         self._max_ok = True
         self._min_ok = True
+        # compiled kernels (pipeline/data/_per_kernels.c) or None for numpy; default: _accel.EXT
+        self._ext = _accel.EXT if ext is _DEFAULT else ext
+        self._Cs = [lvl.C for lvl in self._levels]
+        self._mark = np.zeros(len(self._leaf), dtype=np.uint8)  # zeroed scratch for the C samplers
+        self._words: Optional[RawWords] = None
+
+    @property
+    def kernel(self) -> str:
+        """``"C"`` (compiled kernels) or ``"numpy"``."""
+        return _accel.kernel_name(self._ext)
+
+    def words(self, rng: np.random.Generator) -> RawWords:
+        """The block of raw words drawn ahead from ``rng`` (shared by the C samplers)."""
+        w = self._words
+        if w is None or w.rng is not rng:
+            w = self._words = RawWords(rng)
+        return w
 
     # ------------------------------------------------------------------ updates
     @property
@@ -146,18 +190,27 @@ class SumMinTree:
         leaf[indices] = values
         # what was stored (with repeated indices the last write wins)
         cur = values if distinct else leaf.take(indices)
-        vmax = float(np.maximum.reduce(cur))
-        if vmax > self._lmax:  # a new largest leaf (the bound stays exact if it was)
-            self._lmax = vmax
-        elif self._max_ok and float(np.maximum.reduce(old)) >= self._lmax:
+        if self._min_ok:
+            vmin = float(np.minimum.reduce(cur)) if positive else _pos_min(cur)
+        else:
+            vmin = np.inf  # not needed
+        self.wrote(indices, float(np.minimum.reduce(old)), float(np.maximum.reduce(old)), vmin,
+                   float(np.maximum.reduce(cur)))
+
+    def wrote(self, indices: np.ndarray, old_lo: float, old_hi: float, new_lo: float, new_hi: float) -> None:
+        """Bookkeeping after the leaves at ``indices`` (int64 array, ``[0, capacity)``) were written
+        directly (e.g. by the compiled ``update`` kernel): ``old_lo`` / ``old_hi`` are the smallest /
+        largest value they held before, ``new_lo`` the smallest positive (``inf`` if none) and
+        ``new_hi`` the largest value they hold now."""
+        if new_hi > self._lmax:  # a new largest leaf (the bound stays exact if it was)
+            self._lmax = new_hi
+        elif self._max_ok and old_hi >= self._lmax:
             self._max_ok = False  # the largest leaf may be overwritten: _lmax is only a bound now
         if self._min_ok:
-            if float(np.minimum.reduce(old)) <= self._lmin:  # the smallest leaf may be overwritten
+            if old_lo <= self._lmin:  # the smallest leaf may be overwritten
                 self._min_ok = False
-            else:
-                vmin = float(np.minimum.reduce(cur)) if positive else _pos_min(cur)
-                if vmin < self._lmin:
-                    self._lmin = vmin
+            elif new_lo < self._lmin:
+                self._lmin = new_lo
         self._is_dirty = True
         if self._full:
             return
@@ -209,12 +262,17 @@ class SumMinTree:
         self._is_dirty = False
         levels = self._levels
         tri = self._tri
+        ext = self._ext
         for li, lvl in enumerate(levels):
             up_vals = levels[li + 1].vals if li + 1 < len(levels) else self._top
             if d is None or len(d) * 2 >= lvl.nb:  # many blocks touched: redo the whole level
                 d = None
                 np.matmul(lvl.v2, tri, out=lvl.C)
                 up_vals[: lvl.nb] = lvl.C[:, -1]
+                continue
+            if ext is not None:  # compiled: each touched block's prefix sums, in one call
+                blocks = np.empty(len(d), dtype=np.int64)
+                d = blocks[: ext.tree_refresh(lvl.vals, lvl.C, up_vals, d, blocks)]
                 continue
             p = d >> _SHIFT
             c = lvl.v2.take(p, 0) @ tri
@@ -350,6 +408,8 @@ class SumMinTree:
         """
         if k <= 0:
             return np.zeros(0, dtype=np.int64)
+        if self._ext is not None:
+            return self._sample_distinct_c(k, rng, chosen)
         if chosen is None:
             idx = self.sample_iid(k + 2 + (k >> 3), rng)
             lst = idx.tolist()
@@ -383,3 +443,52 @@ class SumMinTree:
             for ti, tv in zip(reversed(saved_idx), reversed(saved_val)):
                 self.set_many(ti, tv, positive=True)
         return np.array(chosen[:k], dtype=np.int64)
+
+    def _draw_c(self, out: np.ndarray, got: int, k: int, rng: np.random.Generator, limit: int) -> int:
+        """Continue the distinct prefix ``out[:got]`` with at most ``limit`` compiled tree draws."""
+        ext = self._ext
+        words = self.words(rng)
+        per = len(self._levels) + 1  # words per draw
+        while got < k and limit > 0:
+            words.ensure(per * min(limit, 4 * k + 64))
+            got, words.pos, d = ext.tree_draw(self._top, self._top_cum, self._Cs, words.buf, words.pos,
+                                              self._leaf, k, out, got, self._mark, limit)
+            limit -= d
+        return got
+
+    def _sample_distinct_c(self, k: int, rng: np.random.Generator, chosen: Optional[List[int]]) -> np.ndarray:
+        """:meth:`sample_distinct` with the compiled sampler (same law, same skewed fallback)."""
+        self.flush()
+        if not self._total > 0:
+            raise ValueError("cannot sample from an empty priority tree")
+        out = np.empty(k, dtype=np.int64)
+        got = 0
+        if chosen:
+            pre = list(dict.fromkeys(chosen))[:k]
+            got = len(pre)
+            out[:got] = pre
+        got = self._draw_c(out, got, k, rng, 2 * k + 16)
+        if got >= k:
+            return out
+        # very skewed: take the leaves drawn so far out of the tree while drawing the rest (after
+        # removing them, the next distinct draw is proportional to the remaining leaves: same law)
+        saved: List[tuple] = []
+        try:
+            start = 0
+            for _ in range(64):
+                if got >= k:
+                    return out
+                taken = out[start:got].copy()
+                saved.append((taken, self._leaf[taken].copy()))
+                self.set_many(taken, np.zeros(len(taken)))
+                self.flush()
+                if not self._total > 0:
+                    raise ValueError(f"cannot draw {k} distinct leaves: only {got} are non-empty")
+                start = got
+                got = self._draw_c(out, got, k, rng, 2 * (k - got) + 16)
+        finally:
+            for ti, tv in reversed(saved):
+                self.set_many(ti, tv, positive=True)
+        if got >= k:
+            return out
+        raise RuntimeError("SumMinTree: the compiled sampler made no progress (please report this)")

@@ -6,6 +6,8 @@ import torch
 from pipeline.data import DequeBuffer, PriorityExperienceReplay, use_time_check
 from pipeline.data.segment_tree import SumMinTree
 
+pytestmark = pytest.mark.usefixtures("kernel")
+
 
 @pytest.mark.parametrize("cap", [1, 7, 32, 100, 5000, 140000])
 def test_tree_matches_numpy(cap):

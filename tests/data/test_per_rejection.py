@@ -9,6 +9,8 @@ import torch
 from pipeline.data import DequeBuffer, PriorityExperienceReplay
 from pipeline.data.segment_tree import SumMinTree
 
+pytestmark = pytest.mark.usefixtures("kernel")
+
 
 def _pair_law(p):
     """Exact law of the ordered pair drawn by successive sampling (first i, then j != i)."""
@@ -37,6 +39,11 @@ def _per_buffer(pri, seed=3, alpha=1.0):
     return buf, per
 
 
+def _rejection(per):
+    """The name of ``per``'s rejection sampler: the compiled one or the numpy one."""
+    return "_draw_rejection_c" if per.kernel == "C" else "_draw_rejection"
+
+
 def _count_calls(per, name):
     calls = [0]
     orig = getattr(per, name)
@@ -52,7 +59,7 @@ def _count_calls(per, name):
 def test_rejection_sampler_is_exact_successive_sampling():
     pri = np.arange(1, 17, dtype=np.float64)  # acceptance ~0.53: the rejection path is used
     buf, per = _per_buffer(pri)
-    calls = _count_calls(per, "_draw_rejection")
+    calls = _count_calls(per, _rejection(per))
     n = 24000
     counts = np.zeros((16, 16))
     for _ in range(n):
@@ -73,7 +80,7 @@ def test_rejection_stream_continued_by_the_tree_keeps_the_law():
     counts = np.zeros((16, 16))
     for _ in range(n):
         per._acc = 1.0  # force the rejection sampler with a minimal stream
-        slots = per._draw_rejection(2)
+        slots = getattr(per, _rejection(per))(2)
         a, b = (buf._s.items[s].data for s in slots.tolist())
         counts[a, b] += 1
     assert cont[0] > n // 100  # the tree continuation really ran (after 4 short rounds)
@@ -100,7 +107,7 @@ def test_tree_sample_distinct_continues_a_given_prefix():
 def test_low_acceptance_switches_to_the_tree_and_back():
     pri = np.array([1000.0] + [1.0] * 63)
     buf, per = _per_buffer(pri, seed=2)
-    rej = _count_calls(per, "_draw_rejection")
+    rej = _count_calls(per, _rejection(per))
     for _ in range(50):
         assert len({it.index for it in buf.sample(4)}) == 4
     assert per._acc < per._ACC_MIN and rej[0] < 10  # mostly the tree

@@ -2,6 +2,7 @@
 from collections import OrderedDict
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -9,17 +10,21 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pipeline.data import DequeBuffer, PriorityExperienceReplay
 
+from kernel_switch import use_kernel
+
 
 class BufferMachine(RuleBasedStateMachine):
     """The model: an OrderedDict index -> (data value, meta) in push order, capacity ``size``."""
 
-    @initialize(size=st.integers(1, 12), per=st.booleans(), seed=st.integers(0, 2**16))
+    @initialize(size=st.integers(1, 12), per=st.sampled_from([None, "C", "numpy"]), seed=st.integers(0, 2**16))
     def setup(self, size, per, seed):
         self.size = size
         self.buf = DequeBuffer(size, seed=seed)
         self.per = None
-        if per:
-            self.per = PriorityExperienceReplay(self.buf, priority_power_factor=1.0)
+        if per:  # PER with the compiled kernels or with numpy
+            with use_kernel(per):
+                self.per = PriorityExperienceReplay(self.buf, priority_power_factor=1.0)
+            assert self.per.kernel == per
             self.buf.use(self.per)
         self.model = OrderedDict()
         self.next_id = 0
@@ -158,6 +163,7 @@ TestBufferMachine = BufferMachine.TestCase
 
 
 
+@pytest.mark.usefixtures("kernel")
 def test_per_frequencies_property():
     """For random priority vectors, PER draws (with replacement) follow p / sum(p)."""
     from hypothesis import given

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from pipeline.data.segment_tree import SumMinTree
 
+pytestmark = pytest.mark.usefixtures("kernel")
+
 values = st.one_of(st.just(0.0), st.floats(1e-9, 1e9, allow_nan=False, allow_infinity=False))
 
 

@@ -1,0 +1,37 @@
+"""Which kernels prioritized replay uses: the compiled ``_per_kernels`` extension or numpy.
+
+``EXT`` is the extension module, or ``None`` when it is not built (an install without a C
+compiler) or when the environment variable ``RLPIPE_NO_EXT`` is set to anything but ``""``/``"0"``.
+:class:`~pipeline.data.PriorityExperienceReplay` and :class:`~pipeline.data.segment_tree.SumMinTree`
+read it when they are created, so tests can switch paths by setting ``EXT`` before building a
+buffer. Both paths draw from the same laws; for one seed they return different samples.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Optional
+
+__all__ = ["EXT", "kernel_name", "load"]
+
+
+def load() -> Optional[ModuleType]:
+    """The compiled kernels, or None (not built, or disabled by ``RLPIPE_NO_EXT``)."""
+    if os.environ.get("RLPIPE_NO_EXT", "") not in ("", "0"):
+        return None
+    try:
+        from . import _per_kernels
+    except ImportError:
+        return None
+    from .buffer import BufferedData
+
+    _per_kernels.set_item_type(BufferedData)
+    return _per_kernels
+
+
+EXT: Optional[ModuleType] = load()
+
+
+def kernel_name(ext: Optional[ModuleType]) -> str:
+    """``"C"`` or ``"numpy"``."""
+    return "numpy" if ext is None else "C"
