@@ -116,6 +116,7 @@ static int check_slots(const int64_t *s, Py_ssize_t n, Py_ssize_t limit, const c
 static int get_double(PyObject *o, const char *name, double *out) {
     *out = PyFloat_AsDouble(o);
     if (*out == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s must be a float, got %.100s", name, Py_TYPE(o)->tp_name);
         return -1;
     }
@@ -132,6 +133,17 @@ static int get_ssize(PyObject *o, const char *name, Py_ssize_t *out) {
         return -1;
     }
     return 0;
+}
+
+/* PyErr_Format has no float conversions: floats are formatted here and passed as %s. */
+typedef struct {
+    char s[32];
+} Num;
+
+static Num num(double x) {
+    Num r;
+    PyOS_snprintf(r.s, sizeof r.s, "%.6g", x);
+    return r;
 }
 
 #define NARGS(want, fname)                                                                       \
@@ -258,7 +270,8 @@ static PyObject *reject(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if (!(bound > 0) || !isfinite(bound) || !(acc > 0) || !(acc <= 1)) {
-        PyErr_Format(PyExc_ValueError, "need a finite bound > 0 and 0 < acc <= 1, got %g and %g", bound, acc);
+        PyErr_Format(PyExc_ValueError, "need a finite bound > 0 and 0 < acc <= 1, got %s and %s",
+                     num(bound).s, num(acc).s);
         goto done;
     }
     /* One word per proposal. Its high 32 bits give the offset by Lemire's multiply-shift (exact: a
@@ -326,7 +339,8 @@ static void weights_loop(const double *leaf, const int64_t *s, Py_ssize_t n, dou
 
 static int check_weight_args(double mn, double beta) {
     if (!(mn > 0) || !isfinite(mn) || !(beta >= 0) || !isfinite(beta)) {
-        PyErr_Format(PyExc_ValueError, "need a finite min leaf > 0 and beta >= 0, got %g and %g", mn, beta);
+        PyErr_Format(PyExc_ValueError, "need a finite min leaf > 0 and beta >= 0, got %s and %s", num(mn).s,
+                     num(beta).s);
         return -1;
     }
     return 0;
@@ -420,9 +434,11 @@ static PyObject *take_items(PyObject *self, PyObject *const *args, Py_ssize_t na
      * prefetched level by level in passes (the misses of a level overlap) before the writes. The
      * passes only read pointers (no Python code runs); the writes re-read everything they use. */
     for (Py_ssize_t c0 = 0; c0 < n; c0 += CHUNK) {
-        Py_ssize_t c1 = n - c0 < CHUNK ? n : c0 + CHUNK;
-        for (Py_ssize_t j = c0; j < c1; j++) PREFETCH(PyList_GET_ITEM(src, AT(j)));
+        Py_ssize_t c1 = n - c0 < CHUNK ? n : c0 + CHUNK, size = PyList_GET_SIZE(src);
+        for (Py_ssize_t j = c0; j < c1; j++)
+            if (AT(j) < size) PREFETCH(PyList_GET_ITEM(src, AT(j)));
         for (Py_ssize_t j = c0; j < c1; j++) {
+            if (AT(j) >= size) continue; /* (the writes below report a changed list) */
             PyObject *it = PyList_GET_ITEM(src, AT(j));
             if (Py_TYPE(it) == item_type && meta_off >= 0 && index_off >= 0) {
                 const char *m = *(const char **)((char *)it + meta_off);
@@ -434,6 +450,7 @@ static PyObject *take_items(PyObject *self, PyObject *const *args, Py_ssize_t na
             }
         }
         for (Py_ssize_t j = c0; j < c1; j++) {
+            if (AT(j) >= size) continue;
             PyObject *it = PyList_GET_ITEM(src, AT(j));
             if (Py_TYPE(it) == item_type && meta_off >= 0) {
                 PyObject *m = *(PyObject **)((char *)it + meta_off);
@@ -540,7 +557,8 @@ static PyObject *update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     if (!(alpha >= 0) || !isfinite(alpha) || !(floor_ > 0) || !isfinite(floor_)) {
-        PyErr_Format(PyExc_ValueError, "need alpha >= 0 and floor > 0, got %g and %g", alpha, floor_);
+        PyErr_Format(PyExc_ValueError, "need alpha >= 0 and floor > 0, got %s and %s", num(alpha).s,
+                     num(floor_).s);
         goto done;
     }
     Py_ssize_t lim = nraw < nleaf ? nraw : nleaf;
@@ -551,7 +569,8 @@ static PyObject *update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t j = 0; j < n; j++) {
         double p = prio[j];
         if (!(p >= 0) || !isfinite(p)) {
-            PyErr_Format(PyExc_ValueError, "priorities must be finite and >= 0 (got %g at position %zd)", p, j);
+            PyErr_Format(PyExc_ValueError, "priorities must be finite and >= 0 (got %s at position %zd)",
+                         num(p).s, j);
             goto done;
         }
         if (p < lo) lo = p;
@@ -576,11 +595,14 @@ static PyObject *update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         }
     }
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t s = slots[j];
-        double old = leaf[s], p = prio[j], x = p < floor_ ? floor_ : p;
+    for (Py_ssize_t j = 0; j < n; j++) { /* all before any write (a slot may repeat) */
+        double old = leaf[slots[j]];
         if (old < olo) olo = old;
         if (old > ohi) ohi = old;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t s = slots[j];
+        double p = prio[j], x = p < floor_ ? floor_ : p;
         raw[s] = p;
         leaf[s] = alpha == 1.0 ? x : pow(x, alpha);
         if (items == Py_None) stale[s] = 1;

@@ -12,11 +12,21 @@ import pytest
 from pipeline.data import _accel
 
 
+def disabled() -> bool:
+    """True when RLPIPE_NO_EXT switches the compiled kernels off."""
+    return os.environ.get("RLPIPE_NO_EXT", "") not in ("", "0")
+
+
+def available():
+    """The kernel names a test should cover: both, or "numpy" alone under RLPIPE_NO_EXT."""
+    return ["numpy"] if disabled() else ["C", "numpy"]
+
+
 def kernels(name: str):
     """The module ``_accel.EXT`` must hold for kernel ``name`` ("C" or "numpy")."""
     if name == "numpy":
         return None
-    if os.environ.get("RLPIPE_NO_EXT", "") not in ("", "0"):
+    if disabled():
         pytest.skip("RLPIPE_NO_EXT is set: the compiled kernels are disabled")
     ext = _accel.load()
     if ext is None:

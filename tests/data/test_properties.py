@@ -10,13 +10,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pipeline.data import DequeBuffer, PriorityExperienceReplay
 
-from kernel_switch import use_kernel
+from kernel_switch import available, use_kernel
 
 
 class BufferMachine(RuleBasedStateMachine):
     """The model: an OrderedDict index -> (data value, meta) in push order, capacity ``size``."""
 
-    @initialize(size=st.integers(1, 12), per=st.sampled_from([None, "C", "numpy"]), seed=st.integers(0, 2**16))
+    @initialize(size=st.integers(1, 12), per=st.sampled_from([None] + available()), seed=st.integers(0, 2**16))
     def setup(self, size, per, seed):
         self.size = size
         self.buf = DequeBuffer(size, seed=seed)
