@@ -625,24 +625,30 @@ done:
 /* ------------------------------------------------------------------ sum tree */
 
 PyDoc_STRVAR(tree_refresh_doc,
-"tree_refresh(vals, C, up, nodes, blocks) -> count\n\n"
+"tree_refresh(vals, C, up, nodes, blocks, bmax) -> count\n\n"
 "One block level of segment_tree.SumMinTree: for every block b = node // 32 of the changed nodes\n"
-"(int64 array), recompute C[b, :] = the inclusive prefix sums of vals[32 b : 32 b + 32] and\n"
-"up[b] = C[b, 31]. The blocks (repeats of the previous one dropped) are written to blocks[:count]\n"
-"(int64, at least len(nodes) entries; may be `nodes` itself): the changed nodes of the next level.");
+"(int64 array), recompute C[b, :] = the inclusive prefix sums of vals[32 b : 32 b + 32],\n"
+"up[b] = C[b, 31] and, unless bmax is None, bmax[b] = the largest of those values. The blocks\n"
+"(repeats of the previous one dropped) are written to blocks[:count] (int64, at least len(nodes)\n"
+"entries; may be `nodes` itself): the changed nodes of the next level.");
 
 static PyObject *tree_refresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(5, "tree_refresh");
+    NARGS(6, "tree_refresh");
     Bufs B = {.n = 0};
     PyObject *ret = NULL;
-    double *vals, *C, *up; int64_t *nodes, *blocks;
-    Py_ssize_t nv, nc, nup, n, nbl, cnt = 0;
+    double *vals, *C, *up, *bmax = NULL; int64_t *nodes, *blocks;
+    Py_ssize_t nv, nc, nup, n, nbl, nbmax = 0, cnt = 0;
     if (bufs_get(&B, args[0], 'd', 0, "vals", (void **)&vals, &nv) < 0) goto done;
     if (bufs_get(&B, args[1], 'd', 1, "C", (void **)&C, &nc) < 0) goto done;
     if (bufs_get(&B, args[2], 'd', 1, "up", (void **)&up, &nup) < 0) goto done;
     if (bufs_get(&B, args[3], 'i', 0, "nodes", (void **)&nodes, &n) < 0) goto done;
     if (bufs_get(&B, args[4], 'i', 1, "blocks", (void **)&blocks, &nbl) < 0) goto done;
+    if (args[5] != Py_None && bufs_get(&B, args[5], 'd', 1, "bmax", (void **)&bmax, &nbmax) < 0) goto done;
     Py_ssize_t nb = nv / BLOCK;
+    if (bmax && nbmax < nb) {
+        PyErr_Format(PyExc_ValueError, "tree_refresh: bmax has %zd entries for %zd blocks", nbmax, nb);
+        goto done;
+    }
     if (nv % BLOCK || nc != nv || nup < nb || nbl < n) {
         PyErr_Format(PyExc_ValueError, "tree_refresh: vals (%zd) must be whole blocks of %d, C the same "
                      "size (%zd), up one entry per block (%zd for %zd) and blocks (%zd) as long as nodes (%zd)",
@@ -656,9 +662,13 @@ static PyObject *tree_refresh(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (b == last) continue;
         last = b;
         const double *v = vals + b * BLOCK;
-        double *c = C + b * BLOCK, acc = 0.0;
-        for (int i = 0; i < BLOCK; i++) c[i] = (acc += v[i]);
+        double *c = C + b * BLOCK, acc = 0.0, mx = v[0];
+        for (int i = 0; i < BLOCK; i++) {
+            c[i] = (acc += v[i]);
+            mx = v[i] > mx ? v[i] : mx;
+        }
         up[b] = acc;
+        if (bmax) bmax[b] = mx;
         blocks[cnt++] = b;
     }
     ret = PyLong_FromSsize_t(cnt);
@@ -741,20 +751,23 @@ static PyObject *tree_draw(PyObject *self, PyObject *const *args, Py_ssize_t nar
         marked = j + 1;
     }
     while (got < k && draws < limit && nraw - pos >= L + 1) {
-        /* top node: the first j with top_cum[j] > u (binary search), never past the last node */
+        /* Both searches are branch-free (the comparisons are coin flips a branch predictor cannot
+         * learn). Top node: the first j with top_cum[j] > u, never past the last node; the answer
+         * stays in [lo, lo + len) while len halves. */
         double u = U53(raw[pos++]) * total;
-        Py_ssize_t lo = 0, hi = ntop - 1;
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (tcum[mid] > u) hi = mid; else lo = mid + 1;
+        Py_ssize_t lo = 0, len = ntop;
+        while (len > 1) {
+            Py_ssize_t half = len >> 1;
+            lo += (tcum[lo + half - 1] <= u) * half;
+            len -= half;
         }
         int64_t j = lo;
         for (Py_ssize_t l = L - 1; l >= 0; l--) {
             const double *row = C[l] + j * BLOCK;
             double q = U53(raw[pos++]) * row[BLOCK - 1]; /* uniform in [0, block sum) */
             int i = 0;
-            for (int step = BLOCK / 2; step; step >>= 1) /* first i with row[i] > q */
-                if (row[i + step - 1] <= q) i += step;
+            for (int step = BLOCK / 2; step; step >>= 1) /* first i with row[i] > q (31 at most) */
+                i += (row[i + step - 1] <= q) * step;
             j = j * BLOCK + i;
         }
         draws++;

@@ -114,6 +114,7 @@ class SumMinTree:
             n = lvl.nb
             if n <= _TOP:
                 break
+        self._bmax = np.zeros(self._levels[0].nb)  # the largest leaf of every block (when flushed)
         self._top = np.zeros(n)  # block sums of the last level
         self._top_cum = np.zeros(n)
         self._top_inner = self._top_cum[:-1]  # searching these boundaries never leaves [0, n)
@@ -231,6 +232,7 @@ class SumMinTree:
         for lvl in self._levels:
             lvl.vals[:] = 0.0
             lvl.C[:] = 0.0
+        self._bmax[:] = 0.0
         self._top[:] = 0.0
         self._top_cum[:] = 0.0
         self._total = 0.0
@@ -265,19 +267,25 @@ class SumMinTree:
         ext = self._ext
         for li, lvl in enumerate(levels):
             up_vals = levels[li + 1].vals if li + 1 < len(levels) else self._top
+            bmax = self._bmax if li == 0 else None
             if d is None or len(d) * 2 >= lvl.nb:  # many blocks touched: redo the whole level
                 d = None
                 np.matmul(lvl.v2, tri, out=lvl.C)
                 up_vals[: lvl.nb] = lvl.C[:, -1]
+                if bmax is not None:
+                    np.maximum.reduce(lvl.v2, axis=1, out=bmax)
                 continue
-            if ext is not None:  # compiled: each touched block's prefix sums, in one call
+            if ext is not None:  # compiled: each touched block's prefix sums (and max), in one call
                 blocks = np.empty(len(d), dtype=np.int64)
-                d = blocks[: ext.tree_refresh(lvl.vals, lvl.C, up_vals, d, blocks)]
+                d = blocks[: ext.tree_refresh(lvl.vals, lvl.C, up_vals, d, blocks, bmax)]
                 continue
             p = d >> _SHIFT
-            c = lvl.v2.take(p, 0) @ tri
+            rows = lvl.v2.take(p, 0)
+            c = rows @ tri
             lvl.C[p] = c
             up_vals[p] = c[:, -1]
+            if bmax is not None:
+                bmax[p] = np.maximum.reduce(rows, axis=1)
             d = p
         np.add.accumulate(self._top, out=self._top_cum)
         self._total = float(self._top_cum[-1])
@@ -308,8 +316,8 @@ class SumMinTree:
     @property
     def max(self) -> float:
         """Largest leaf (0 when the tree is empty); exact, maintained like :attr:`min`."""
-        if not self._max_ok:
-            self._lmax = float(np.maximum.reduce(self._leaf))
+        if not self._max_ok:  # from the blocks' maxima when they are up to date, else from the leaves
+            self._lmax = float(np.maximum.reduce(self._leaf if self._is_dirty else self._bmax))
             self._max_ok = True
         return self._lmax
 

@@ -84,7 +84,7 @@ def test_out_of_range_slots_raise_index_error_and_write_nothing(ext, bad):
     assert np.array_equal(a["raw"], raw0) and np.array_equal(a["leaf"], leaf0) and not a["stale"].any()
     nodes = np.array([5, bad if bad < 0 else bad + 32], dtype=np.int64)  # 32 nodes in the level
     with pytest.raises(IndexError, match="nodes\\[1\\]"):
-        ext.tree_refresh(np.ones(32), np.zeros(32), np.zeros(1), nodes, np.empty(2, np.int64))
+        ext.tree_refresh(np.ones(32), np.zeros(32), np.zeros(1), nodes, np.empty(2, np.int64), None)
 
 
 def test_update_checks_priorities_before_writing(ext):
@@ -298,11 +298,15 @@ def test_tree_refresh_recomputes_prefix_sums(ext):
     up = np.zeros(3)
     nodes = np.array([40, 41, 70, 5], dtype=np.int64)
     blocks = np.empty(4, dtype=np.int64)
-    cnt = ext.tree_refresh(vals, C, up, nodes, blocks)
+    bmax = np.zeros(3)
+    cnt = ext.tree_refresh(vals, C, up, nodes, blocks, bmax)
     assert blocks[:cnt].tolist() == [1, 2, 0]  # consecutive repeats dropped
     ref = np.cumsum(vals.reshape(3, 32), axis=1)
     assert np.allclose(C.reshape(3, 32), ref, rtol=1e-15) and np.allclose(up, ref[:, -1])
-    assert ext.tree_refresh(vals, C, up, nodes, nodes) == 3  # in place is allowed
+    assert bmax.tolist() == vals.reshape(3, 32).max(1).tolist()
+    assert ext.tree_refresh(vals, C, up, nodes, nodes, None) == 3  # in place is allowed
+    with pytest.raises(ValueError, match="bmax has 2 entries for 3 blocks"):
+        ext.tree_refresh(vals, C, up, nodes, blocks, np.zeros(2))
 
 
 # ---------------------------------------------------------------------- through the buffer
