@@ -3,12 +3,18 @@
 Prints, for 1 KiB and 1 MiB payloads: ping-pong round trips/s, and one-way messages/s and MB/s for an
 unpaced burst (20,000 messages of 1 KiB, 1,000 of 1 MiB), with the number delivered. The baseline is a bare
 pyzmq PAIR ping-pong (no auth, no codec) served by the same two processes; its segments alternate with the
-router's, so both see the same machine load. Per size the table shows the best and the median segment rate,
-the median ratio router/bare over adjacent segment pairs, and the CPU time per round trip of both processes
-together (the most load-independent figure on a shared machine). DI-engine's figure on a similar 2-core
-machine: ~3k round trips/s, burst delivery 3-25 % (see /work/shared/anchors.md).
+router's, so both see the same machine load. Two router rows: the caller waits for the reply with
+``router.wait`` (it reads the reply itself; how ``task.wait_for`` waits), and "via receiver thread" (a
+listener on the receiver thread releases a semaphore the caller waits on: one more thread switch per round
+trip; how waits built on ``task.on`` behave). Per size the table shows the best and the median segment
+rate, the median ratio router/bare over adjacent segments, and the CPU time per round trip of both
+processes together (the most load-independent figure on a shared machine). DI-engine's figure on a similar
+2-core machine: ~3k round trips/s, burst delivery 3-25 % (see /work/shared/anchors.md).
 
-    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N]
+``--same-core`` pins both processes (and so all their threads) to CPU 0: no cross-core wake-ups, which are
+expensive on a VM. That shows the ceiling of this machine for the same code, not a normal setting.
+
+    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N] [--same-core]
 """
 from __future__ import annotations
 
@@ -41,9 +47,11 @@ def _addresses(protocol: str, tmp: str):
     return {0: f"tcp://127.0.0.1:{ports[0]}", 1: f"tcp://127.0.0.1:{ports[1]}"}
 
 
-def child(peers: dict, raw_address: str) -> None:
+def child(peers: dict, raw_address: str, same_core: bool) -> None:
     """Node 1: echo 'ping' back as 'pong'; count 'burst' messages and report the count on 'burst_end'.
     Its main thread echoes the bare PAIR baseline at the same time (b"cpu" answers this process's CPU time)."""
+    if same_core:
+        os.sched_setaffinity(0, {0})
     import zmq
     from pipeline.parallel import ZmqRouter
     count = [0, 0]
@@ -78,13 +86,17 @@ def main() -> None:
     ap.add_argument("--protocol", choices=["tcp", "ipc"], default="tcp")
     ap.add_argument("--quick", action="store_true", help="fewer messages (smoke run)")
     ap.add_argument("--segments", type=int, default=5, help="alternating bare/router segments per size")
+    ap.add_argument("--same-core", action="store_true",
+                    help="pin both processes to CPU 0 (shows the machine's ceiling without cross-core wake-ups)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         import json
         cfg = json.loads(args.child)
-        child({int(k): v for k, v in cfg["peers"].items()}, cfg["raw"])
+        child({int(k): v for k, v in cfg["peers"].items()}, cfg["raw"], cfg["same_core"])
         return
+    if args.same_core:
+        os.sched_setaffinity(0, {0})
 
     import json
     import zmq
@@ -98,16 +110,19 @@ def main() -> None:
     pair.bind(raw)
     raw = pair.getsockopt_string(zmq.LAST_ENDPOINT)
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child",
-                             json.dumps({"peers": peers, "raw": raw})], cwd=ROOT)
+                             json.dumps({"peers": peers, "raw": raw, "same_core": args.same_core})], cwd=ROOT)
     n_pp = 2000 if args.quick else 20000
     burst = {1024: 2000 if args.quick else 20000, 1 << 20: 100 if args.quick else 1000}
     pongs = threading.Semaphore(0)
+    n_pongs = [0]
     burst_reply: list = []
     got_reply = threading.Event()
 
     def on_message(event, a, kw):
         if event == "pong":
-            pongs.release()
+            n_pongs[0] += 1
+            if via_thread:
+                pongs.release()
         elif event == "burst_count":
             burst_reply.append(a)
             got_reply.set()
@@ -121,11 +136,25 @@ def main() -> None:
             pair.send(payload)
             pair.recv()
 
+    via_thread = False
+
     def routed(payload: bytes, n: int) -> None:
-        for _ in range(n):
-            router.emit("ping", (payload,), {}, to=1)
-            if not pongs.acquire(timeout=30):
+        emit, wait = router.emit, router.wait
+        for i in range(n_pongs[0] + 1, n_pongs[0] + n + 1):
+            emit("ping", (payload,), {}, to=1)
+            if not wait(lambda: n_pongs[0] >= i, 30):
                 raise SystemExit("ping-pong stalled (30 s without reply)")
+
+    def routed_via_thread(payload: bytes, n: int) -> None:
+        nonlocal via_thread
+        via_thread = True
+        try:
+            for _ in range(n):
+                router.emit("ping", (payload,), {}, to=1)
+                if not pongs.acquire(timeout=30):
+                    raise SystemExit("ping-pong stalled (30 s without reply)")
+        finally:
+            via_thread = False
 
     def segment(fn, payload: bytes, n: int):
         c0, t0 = time.process_time() + child_cpu(), time.perf_counter()
@@ -140,23 +169,27 @@ def main() -> None:
         bare(b"w", 300)  # warm up (and wait for the child to connect)
         routed(b"w", 300)
         print(f"# protocol {args.protocol}; 2 processes on this machine; {os.cpu_count()} CPUs; "
-              f"{args.segments} alternating segments per size")
+              f"{args.segments} alternating segments per size"
+              + ("; --same-core: BOTH PROCESSES PINNED TO CPU 0 (ceiling, not a normal setting)"
+                 if args.same_core else ""))
         print(f"{'ping-pong':34s} {'best':>8s} {'median':>8s}  round trips/s   {'CPU us/rt':>9s}")
         for size in (1024, 1 << 20):
             payload = b"x" * size
             n = max(50, n_pp // (1 if size == 1024 else 50)) // args.segments
-            rows: dict = {"bare": [], "router": []}
+            rows: dict = {"bare": [], "router": [], "thread": []}
             for _ in range(args.segments):
                 rows["bare"].append(segment(bare, payload, n))
                 rows["router"].append(segment(routed, payload, n))
-            ratio = statistics.median(r[0] / b[0] for r, b in zip(rows["router"], rows["bare"]))
-            for name, label in (("bare", "bare pyzmq PAIR"), ("router", "rlpipe ZmqRouter")):
+                rows["thread"].append(segment(routed_via_thread, payload, n))
+            for name, label in (("bare", "bare pyzmq PAIR"), ("router", "rlpipe ZmqRouter"),
+                                ("thread", "  via receiver thread")):
                 rates = [r for r, _ in rows[name]]
                 cpu = statistics.median(c for _, c in rows[name])
                 extra = ""
-                if name == "router":
+                if name != "bare":
+                    ratio = statistics.median(r[0] / b[0] for r, b in zip(rows[name], rows["bare"]))
                     extra = f"   {ratio:.2f}x bare pyzmq (median of pairs)"
-                    if size == 1024:
+                    if size == 1024 and name == "router":
                         extra += f"; {max(rates) / 3000:.1f}x (best) / {statistics.median(rates) / 3000:.1f}x " \
                                  "(median) DI-engine's ~3k"
                 print(f"{label + ', ' + str(size // 1024) + ' KiB':34s} {max(rates):8.0f} "

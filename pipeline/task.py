@@ -399,6 +399,14 @@ class Task:
         if value and not self._finish and self.router.is_active:
             self.router.emit(FINISH_EVENT, (), {})
         self._finish = value
+        if value:
+            self._wake_router_waits()
+
+    def _wake_router_waits(self) -> None:
+        """A thread blocked in ``router.wait`` (see ``wait_for``) re-checks its condition now."""
+        wake = getattr(self.router, "wake", None)
+        if wake is not None and self.router.is_active:
+            wake()
 
     # ------------------------------------------------------------------ events
     def on(self, event: str, fn: Callable) -> None:
@@ -502,25 +510,35 @@ class Task:
         """
         received: List[Tuple[tuple, dict]] = []
         done = threading.Event()
+        # A router that can (ZmqRouter) lets this thread read the peers' messages itself while it waits, so
+        # a remote reply reaches it without a thread switch.
+        router_wait = getattr(self.router, "wait", None) if self.router.is_active else None
 
         def listener(*args: Any, **kwargs: Any) -> None:
             received.append((args, kwargs))
             done.set()
+            if router_wait is not None:
+                self._wake_router_waits()
 
         def on_finish(*_: Any, **__: Any) -> None:
             done.set()
+            if router_wait is not None:
+                self._wake_router_waits()
 
         self.once(event, listener)
         self.once(FINISH_EVENT, on_finish)
         try:
-            deadline = time.monotonic() + timeout
-            while not done.is_set():
-                if self._finish and event != FINISH_EVENT:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                done.wait(min(0.05, left))
+            if router_wait is not None:
+                router_wait(lambda: done.is_set() or (self._finish and event != FINISH_EVENT), timeout)
+            else:
+                deadline = time.monotonic() + timeout
+                while not done.is_set():
+                    if self._finish and event != FINISH_EVENT:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    done.wait(min(0.05, left))
         finally:
             self.off(event, listener)
             self.off(FINISH_EVENT, on_finish)

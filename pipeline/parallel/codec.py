@@ -233,8 +233,34 @@ def encode(obj: Any) -> Tuple[bytes, List[Buffer]]:
 
 def encode_event(event: str, args: tuple, kwargs: dict) -> Tuple[bytes, List[Buffer]]:
     """``encode((event, args, kwargs))`` for a str, a tuple and a dict, without the generic dispatch."""
-    e = _Encoder()
     data = event.encode("utf-8", "surrogatepass")
+    if not kwargs:
+        # The common small event: leaves only, no keywords (same bytes as the general path below).
+        out = [_EVENT_HEAD, _pack_cI(_STR, len(data)), data, _pack_cI(_TUPLE, len(args))]
+        append = out.append
+        for x in args:
+            t = type(x)
+            if t is bytes:
+                if len(x) >= OOB_THRESHOLD:
+                    break
+                append(_pack_cI(_BYTES, len(x)))
+                append(x)
+            elif t is str:
+                b = x.encode("utf-8", "surrogatepass")
+                append(_pack_cI(_STR, len(b)))
+                append(b)
+            elif t is int and _INT_MIN <= x <= _INT_MAX:
+                append(_pack_cq(_INT, x))
+            elif t is float:
+                append(_pack_cd(_FLOAT, x))
+            elif x is None:
+                append(_NONE)
+            else:
+                break
+        else:
+            append(_EMPTY_DICT)
+            return b"".join(out), []
+    e = _Encoder()
     out = e.out
     out.append(_EVENT_HEAD)
     out.append(_pack_cI(_STR, len(data)))
@@ -248,6 +274,8 @@ def encode_event(event: str, args: tuple, kwargs: dict) -> Tuple[bytes, List[Buf
 
 
 _EVENT_HEAD = _cI.pack(_TUPLE, 3)
+_EMPTY_DICT = _cI.pack(_DICT, 0)
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
 _EVENT_STR_HEAD = _EVENT_HEAD + _STR
 _unpack_q = _q.unpack_from
 _unpack_d = _d.unpack_from
@@ -480,9 +508,62 @@ def decode(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
     return obj
 
 
-def decode_event(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Tuple[str, tuple, dict]:
-    """Decode what ``encode_event`` (or ``encode((event, args, kwargs))``) produced: a str, a tuple and a
-    dict with str keys. Raises ``DecodeError`` for malformed input and for any other value."""
+def _decode_small_event(meta: bytes, p: int) -> Any:
+    """The common small event (leaves only, no keywords) read straight from ``meta[p:]``; None when the
+    message is anything else (the general path then decodes it or says what is wrong)."""
+    end = len(meta)
+    try:
+        if end - p < 20 or meta[p:p + 6] != _EVENT_STR_HEAD:
+            return None
+        q = p + 10 + _unpack_I(meta, p + 6)[0]
+        if q + 10 > end or meta[q] != _T_TUPLE:
+            return None
+        event = str(meta[p + 10:q], "utf-8", "surrogatepass")
+        n = _unpack_I(meta, q + 1)[0]
+        q += 5
+        args = []
+        append = args.append
+        for _ in range(n):
+            if q >= end:
+                return None
+            tag = meta[q]
+            if tag == _T_BYTES or tag == _T_STR:
+                r = q + 5 + _unpack_I(meta, q + 1)[0]
+                if r > end:
+                    return None
+                append(meta[q + 5:r] if tag == _T_BYTES else str(meta[q + 5:r], "utf-8", "surrogatepass"))
+                q = r
+            elif tag == _T_INT:
+                if q + 9 > end:
+                    return None
+                append(_unpack_q(meta, q + 1)[0])
+                q += 9
+            elif tag == _T_FLOAT:
+                if q + 9 > end:
+                    return None
+                append(_unpack_d(meta, q + 1)[0])
+                q += 9
+            elif tag == _T_NONE:
+                append(None)
+                q += 1
+            else:
+                return None
+        if q + 5 != end or meta[q:] != _EMPTY_DICT:
+            return None
+        return event, tuple(args), {}
+    except (struct.error, ValueError):  # truncated header, bad utf-8: the general path reports it
+        return None
+
+
+def decode_event(meta: Buffer, buffers: Sequence[Buffer] = (), offset: int = 0) -> Tuple[str, tuple, dict]:
+    """Decode what ``encode_event`` (or ``encode((event, args, kwargs))``) produced, from ``meta[offset:]``: a
+    str, a tuple and a dict with str keys. Raises ``DecodeError`` for malformed input and for any other value."""
+    if not buffers and type(meta) is bytes:
+        small = _decode_small_event(meta, offset)
+        if small is not None:
+            return small
+    if offset:
+        meta = memoryview(meta)[offset:]
     d = _Decoder(meta, buffers)
     data = d.data
     end = d.end

@@ -18,7 +18,11 @@ Authentication and safety
     payloads travel as separate frames, covered through a SHA-256 digest). A message that fails the check
     or is malformed is dropped and counted (``stats``) before anything in it is decoded. Payloads use the
     safe codec in ``pipeline.parallel.codec`` (no pickle). Each message names the receiver's id and
-    incarnation and carries a per-pair sequence number, so duplicates and replays are dropped too.
+    incarnation and carries a per-pair sequence number, so duplicates and replays are dropped too. A HELLO
+    (the one message sent before the pair has sequence numbers) carries the sender's clock time: it is
+    refused (``stats["stale_hello"]``) when stamped more than ``hello_max_skew`` s from the receiver's clock,
+    or when it comes from another session than the connected one and is not newer than every HELLO/ACK
+    accepted from that node id, so a captured HELLO of an earlier incarnation cannot reset a connection.
 
 Backpressure
     High-water marks bound every queue. A sender whose peer does not keep up blocks in ``emit`` (polling
@@ -36,8 +40,17 @@ Liveness
     long time the silence of peers is not held against them.
 
 Threads
-    ``on_message`` is called from one receiver thread, in arrival order. ``emit`` may be called from any
-    thread.
+    One thread at a time reads the PULL socket (it holds the read token), handles what arrives in arrival
+    order and calls ``on_message`` on its own thread, so ``on_message`` is never called concurrently. The
+    reader is the receiver thread, except while some thread is inside ``wait(until, timeout)``: then the
+    waiting thread reads and delivers itself (a reply reaches it without a thread switch) and the receiver
+    thread steps aside until no thread has waited for ``_HANDBACK`` (2 ms). The hand-over happens only
+    between two messages, so order is kept; a waiter that finds the receiver thread blocked in ``recv``
+    wakes it (an in-process wake-up message) so that it steps aside at once. Hence ``on_message`` may run on
+    the receiver thread or on any thread that calls ``wait`` (``task.wait_for`` does), and it must not
+    block for long on either. ``wait`` called from inside ``on_message`` does not read (the reader is busy
+    in the listener). ``stop`` releases every waiter and takes the token for good before closing the socket.
+    ``emit`` may be called from any thread.
 """
 from __future__ import annotations
 
@@ -72,6 +85,12 @@ TOPOLOGIES = ("mesh", "star", "alone")
 # Wire header (after the 32-byte MAC): magic, version, kind, sender id, sender session, dest id,
 # dest session, seq, number of extra frames.
 _HEADER = struct.Struct("<2sBBiQiQQI")
+_PREFIX = struct.Struct("<2sBBiQiQ")  # the header up to the sequence number
+_SEQ = struct.Struct("<QI")  # the header's sequence number and number of extra frames
+_HEADER_SIZE = _HEADER.size
+_MIN_FRAME = 32 + _HEADER_SIZE
+_unpack_header = _HEADER.unpack_from
+_pack_seq = _SEQ.pack
 _MAGIC = b"RP"
 _VERSION = 1
 _MAC_LEN = 32
@@ -81,6 +100,9 @@ _LEN = struct.Struct("<Q")
 _compare_digest = hmac.compare_digest
 _NOBLOCK = 1  # zmq.NOBLOCK, set when the first router starts
 _zmq: Any = None  # the zmq module, imported when the first router starts (keeps `import pipeline` light)
+_zsend: Any = None  # pyzmq's Socket.send without its pure-Python layer (set when the first router starts)
+_INF = float("inf")
+_HANDBACK = 0.002  # the receiver thread reads again this long after the last wait() returned
 
 
 class BackpressureTimeout(TimeoutError):
@@ -109,10 +131,13 @@ def is_local_address(address: str) -> bool:
 
 class _Peer:
     __slots__ = ("node_id", "session", "address", "labels", "roles", "sock", "lock", "next_seq", "last_seen",
-                 "alive", "warned")
+                 "alive", "warned", "data_prefix", "rx_count", "rx_mark")
 
     def __init__(self, node_id: int, session: int, address: str, labels: Iterable[str], roles: Iterable[str],
-                 sock: Any) -> None:
+                 sock: Any, data_prefix: bytes = b"") -> None:
+        self.data_prefix = data_prefix  # the constant start of the header of a data message to this peer
+        self.rx_count = 0  # messages received from it (the heartbeat thread turns changes into last_seen)
+        self.rx_mark = 0
         self.node_id = node_id
         self.session = session
         self.address = address
@@ -159,6 +184,8 @@ class ZmqRouter(Router):
         linger: seconds ``stop`` waits to flush messages still queued.
         stop_on_peer_failure: also deliver ``"__finish__"`` when a peer is declared dead.
         max_message_size: larger incoming frames make ZeroMQ drop the connection (bytes; -1: no limit).
+        hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
+            (machines in a group need clocks synchronised to within this, e.g. by NTP).
     """
 
     is_active = True
@@ -170,7 +197,8 @@ class ZmqRouter(Router):
                  heartbeat_interval: float = 0.5, heartbeat_timeout: float = 5.0,
                  expected_peers: Optional[int] = None, startup_timeout: float = 30.0,
                  send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
-                 stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31) -> None:
+                 stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31,
+                 hello_max_skew: float = 120.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -191,6 +219,7 @@ class ZmqRouter(Router):
         self.linger = float(linger)
         self.stop_on_peer_failure = bool(stop_on_peer_failure)
         self.max_message_size = int(max_message_size)
+        self.hello_max_skew = float(hello_max_skew)
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
@@ -202,13 +231,15 @@ class ZmqRouter(Router):
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "control_sent", "control_received"), 0)
+             "gaps", "stale_hello", "control_sent", "control_received"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
         self._rx_seq: Dict[tuple, int] = {}
+        self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._notices: deque = deque()
         self._stopping = threading.Event()
+        self._halt = False  # True once stop() set _stopping (a plain attribute: cheap to test per message)
         self._started = False
         self._stopped = False
         self._on_message: Optional[Callable[[str, tuple, dict], None]] = None
@@ -219,6 +250,22 @@ class ZmqRouter(Router):
         self._in_handler = False
         self._finish_seen = False  # after "__finish__" no send waits for backpressure
         self._peer_change = threading.Condition(self._state_lock)
+        # Reading the PULL socket (see "Threads" in the module docstring): one reader at a time, the holder of
+        # _rx_token; the receiver thread steps aside while threads are in wait() and reads themselves.
+        self._rx_token = threading.Lock()
+        self._rx_owner: Optional[int] = None  # thread ident of the token holder
+        self._recv_ident: Optional[int] = None  # the receiver thread's ident
+        self._rx_lock = threading.Lock()
+        self._rx_cond = threading.Condition(self._rx_lock)  # waiters not reading sleep on it
+        self._waiting = 0  # threads inside wait()
+        self._sleepers = 0  # of those, the ones asleep on _rx_cond
+        self._wait_exit = -1e9  # monotonic time the last wait() returned
+        self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
+        self._deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
+        self._rcvtimeo = -1  # the PULL socket's current RCVTIMEO (ms)
+        self._wake_msg = secrets.token_bytes(16)  # in-process wake-up of a reader blocked in recv
+        self._waker: Any = None
+        self._waker_lock = threading.Lock()
         self._tokens = itertools.count(secrets.randbits(32) << 20)
 
     # ------------------------------------------------------------------ set-up
@@ -252,10 +299,11 @@ class ZmqRouter(Router):
     def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
         """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
         ``expected_peers`` peers."""
-        global _zmq, _NOBLOCK
+        global _zmq, _NOBLOCK, _zsend
         import zmq
         _zmq = zmq
         _NOBLOCK = zmq.NOBLOCK
+        _zsend = getattr(getattr(zmq, "backend", None), "Socket", zmq.Socket).send
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True
@@ -278,6 +326,11 @@ class ZmqRouter(Router):
                           "program using this port? choose other --ports)") from None
         self._pull = pull
         bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        pull.bind("inproc://rlpipe-wake")  # this router's own context: the address is private to it
+        self._waker = self._ctx.socket(zmq.PUSH)
+        self._waker.setsockopt(zmq.SNDHWM, 2)
+        self._waker.setsockopt(zmq.LINGER, 0)
+        self._waker.connect("inproc://rlpipe-wake")
         self.address = self.advertise or self._announceable(bound)
         for a in self._seeds:
             if is_local_address(a) != is_local_address(self.address) and not self.advertise:
@@ -437,9 +490,11 @@ class ZmqRouter(Router):
             try:
                 sock = p.sock
                 if p.alive and sock is not None:
-                    frame = self._frames(kind, p.node_id, p.session, p.next_seq, meta, (), b"")[0]
+                    body = p.data_prefix + _pack_seq(p.next_seq, 0) + meta
+                    h = self._hmac.copy()
+                    h.update(body)
                     try:
-                        sock.send(frame, _NOBLOCK)
+                        _zsend(sock, h.digest() + body, _NOBLOCK)
                     except _zmq.Again:
                         pass  # queue full: the bounded wait below
                     else:
@@ -495,47 +550,191 @@ class ZmqRouter(Router):
             return False
 
     def _announce(self) -> Dict[str, Any]:
+        """The body of a HELLO or ACK. ``time`` (this machine's clock) lets the receiver refuse replays."""
         return {"address": self.address, "labels": sorted(self.labels), "roles": sorted(self.roles),
-                "topology": self.topology}
+                "topology": self.topology, "time": time.time()}
 
     def _add_probe(self, address: str) -> None:
         token = next(self._tokens)
         self._probes[token] = _Probe(address, self._new_push(address), token)
 
-    def _send_hello(self, probe: _Probe) -> None:
+    def _hello_frames(self, token: int) -> List[Any]:
         msg = self._announce()
-        msg["token"] = probe.token
-        frames = self._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")
+        msg["token"] = token
+        return self._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")
+
+    def _send_hello(self, probe: _Probe) -> None:
+        frames = self._hello_frames(probe.token)
         if self._send_nowait(probe.sock, frames):
             self.stats["control_sent"] += 1
         probe.last_sent = time.monotonic()
 
     # ------------------------------------------------------------------ receiving
-    def _recv_loop(self) -> None:
-        import zmq
-        pull = self._pull
-        pull.setsockopt(zmq.RCVTIMEO, 100)  # wake up regularly for notices and the stop flag
-        stopping = self._stopping
-        recv = pull.recv
+    def _set_rcvtimeo(self, ms: int) -> None:
+        if ms != self._rcvtimeo:
+            self._pull.setsockopt(_zmq.RCVTIMEO, ms)
+            self._rcvtimeo = ms
+
+    def _read(self, until: Callable[[], Any], deadline: float = _INF) -> bool:
+        """Receive and handle messages until ``until()`` is true (returns True), ``deadline`` passes or the
+        router stops. The caller holds the read token. One receive blocks at most 100 ms (or until a wake-up)."""
+        again = _zmq.Again
+        recv = self._pull.recv
         handle = self._handle
-        try:
-            while not stopping.is_set():
-                if self._notices:
-                    self._deliver_notices()
-                try:
-                    frame = recv(copy=False)
-                except zmq.Again:
-                    continue
-                frames = [frame.bytes]
+        wake_msg = self._wake_msg
+        monotonic = time.monotonic
+        self._set_rcvtimeo(100)
+        while not self._halt:
+            if until():
+                return True
+            if self._notices:
+                self._deliver_notices()
+                continue
+            if deadline != _INF:
+                left = deadline - monotonic()
+                if left < 0.1:
+                    if left <= 0:
+                        return False
+                    self._set_rcvtimeo(int(left * 1000) + 1)
+            try:
+                frame = recv(copy=False)
+            except again:
+                continue
+            first = frame.bytes
+            if frame.more:
+                extra = []
                 while frame.more:
                     frame = recv(copy=False)
-                    frames.append(frame.buffer)
-                handle(frames)
-        except zmq.ContextTerminated:
+                    extra.append(frame.buffer)
+                handle(first, extra)
+            elif first != wake_msg:
+                handle(first, ())
+        return False
+
+    def _recv_loop(self) -> None:
+        me = self._recv_ident = threading.get_ident()
+        token = self._rx_token
+        stopping = self._stopping
+        monotonic = time.monotonic
+
+        def step_aside() -> bool:  # a thread is (or was just) in wait(): it reads
+            if self._waiting:
+                return True
+            if self._waited:
+                if monotonic() - self._wait_exit < _HANDBACK:
+                    return True
+                self._waited = False
+            return False
+
+        try:
+            while not stopping.is_set():
+                if step_aside():
+                    stopping.wait(_HANDBACK)
+                    continue
+                if not token.acquire(timeout=_HANDBACK):
+                    continue
+                self._rx_owner = me
+                try:
+                    if not stopping.is_set():
+                        self._read(step_aside)
+                finally:
+                    self._rx_owner = None
+                    token.release()
+                if self._sleepers:
+                    self._notify_sleepers()
+        except _zmq.ContextTerminated:
             pass
         except Exception:  # a bug here must not go unnoticed: peers would see this node as dead
             log.exception("node %d: receiver thread crashed", self.node_id)
             raise
+
+    def _notify_sleepers(self) -> None:
+        with self._rx_cond:
+            self._rx_cond.notify_all()
+
+    def _send_wake(self) -> None:
+        with self._waker_lock:
+            if self._waker is not None:
+                try:
+                    self._waker.send(self._wake_msg, _NOBLOCK)
+                except _zmq.ZMQError:
+                    pass  # a wake-up is already queued (or the router is closing)
+
+    def wake(self) -> None:
+        """Make threads in ``wait`` check their condition now. Call it from another thread after changing
+        what such a condition reads (``task.wait_for`` does; messages delivered by the reader need no wake)."""
+        if self._sleepers:
+            self._notify_sleepers()
+        owner = self._rx_owner
+        if owner is not None and owner != self._recv_ident and owner != threading.get_ident():
+            self._send_wake()  # a waiter blocked in recv
+
+    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+        """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops.
+        Returns ``bool(until())`` at the end. ``until`` must have no side effects (it is called repeatedly).
+
+        Meanwhile the calling thread reads incoming messages itself and calls ``on_message`` for them on
+        this thread (the receiver thread steps aside), so a reply reaches the waiting thread without a
+        thread switch. ``until`` is checked after each message, on ``wake()``, and at least every 50 ms.
+        From inside ``on_message`` (the reading thread) nothing more is read until the listener returns,
+        so such a wait only sees what other threads change (and ``wake()``)."""
+        if until():
+            return True
+        monotonic = time.monotonic
+        deadline = monotonic() + timeout if timeout < _INF else _INF
+        me = threading.get_ident()
+        stopping = self._stopping
+        cond = self._rx_cond
+        token = self._rx_token
+        if not self._started or self._halt or self._rx_owner == me:
+            while not until() and not stopping.is_set():
+                left = deadline - monotonic()
+                if left <= 0:
+                    break
+                with cond:
+                    self._sleepers += 1
+                    try:
+                        cond.wait(min(left, 0.05))
+                    finally:
+                        self._sleepers -= 1
+            return bool(until())
+        with self._rx_lock:
+            self._waiting += 1
+        try:
+            while True:
+                if until():
+                    return True
+                left = deadline - monotonic()
+                if left <= 0 or self._halt:
+                    return bool(until())
+                if token.acquire(False):
+                    self._rx_owner = me
+                    try:
+                        done = not self._halt and self._read(until, deadline)
+                    except _zmq.ContextTerminated:
+                        done = False
+                    finally:
+                        self._rx_owner = None
+                        token.release()
+                    if self._sleepers:
+                        self._notify_sleepers()
+                    if done:
+                        return True
+                    continue
+                if self._rx_owner == self._recv_ident:
+                    self._send_wake()  # the receiver thread is blocked in recv: make it step aside now
+                with cond:
+                    self._sleepers += 1
+                    try:
+                        if token.locked() and not until():
+                            cond.wait(min(left, 0.05))
+                    finally:
+                        self._sleepers -= 1
+        finally:
+            with self._rx_lock:
+                self._waiting -= 1
+            self._wait_exit = monotonic()
+            self._waited = True
 
     def _drop(self, counter: str, why: str) -> None:
         self.stats[counter] += 1
@@ -543,24 +742,21 @@ class ZmqRouter(Router):
         if n <= 5 or n % 1000 == 0:
             log.warning("node %d: dropped a message (%s): %s [%d so far]", self.node_id, counter, why, n)
 
-    def _handle(self, frames: List[Any]) -> None:
-        first = frames[0]
-        if len(first) < _MAC_LEN + _HEADER.size:
+    def _handle(self, first: bytes, extra: Sequence[Any]) -> None:
+        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames."""
+        if len(first) < _MIN_FRAME:
             self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
             return
         body = first[_MAC_LEN:]
         h = self._hmac.copy()
         h.update(body)
-        if len(frames) > 1:
-            extra = frames[1:]
+        if extra:
             h.update(_digest(extra))
-        else:
-            extra = ()
         if not _compare_digest(h.digest(), first[:_MAC_LEN]):
             self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
             return
         # Authenticated: only now is anything in the message parsed.
-        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _HEADER.unpack_from(body)
+        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(body)
         if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
             self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
             return
@@ -583,13 +779,13 @@ class ZmqRouter(Router):
             self._rx_seq[rx_key] = seq
         if kind == K_DATA:
             try:
-                event, args, kwargs = codec.decode_event(body[_HEADER.size:], extra)
+                event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE)
             except codec.DecodeError as e:
                 self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
                 return
             peer = self._peers.get(sender)
             if peer is not None and peer.session == session:
-                peer.last_seen = time.monotonic()
+                peer.rx_count += 1
                 if not peer.alive:
                     self._revive(peer)
             self.stats["received"] += 1
@@ -598,13 +794,13 @@ class ZmqRouter(Router):
             self._deliver(event, args, kwargs)
             return
         try:
-            value = codec.decode(body[_HEADER.size:], extra)
+            value = codec.decode(body[_HEADER_SIZE:], extra)
         except codec.DecodeError as e:
             self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
             return
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
-            peer.last_seen = time.monotonic()
+            peer.rx_count += 1
             if not peer.alive and kind == K_HEARTBEAT:
                 self._revive(peer)
         self.stats["control_received"] += 1
@@ -630,7 +826,7 @@ class ZmqRouter(Router):
         self._deliver_notices()
 
     def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
-        t0 = time.monotonic()
+        self._deliveries += 1
         self._in_handler = True
         try:
             self._on_message(event, args, kwargs)  # type: ignore[misc]
@@ -638,9 +834,8 @@ class ZmqRouter(Router):
             log.exception("node %d: listener of remote event %r raised", self.node_id, event)
         finally:
             self._in_handler = False
-        if time.monotonic() - t0 > self.heartbeat_interval:
-            # We were not reading: do not hold the peers' silence during that time against them.
-            self._grace_from = time.monotonic()
+        if self._sleepers:
+            self._notify_sleepers()
 
     def _deliver_notices(self) -> None:
         while self._notices:
@@ -664,7 +859,8 @@ class ZmqRouter(Router):
             sock = self._new_push(info["address"])
         labels = [x for x in info.get("labels", ()) if isinstance(x, str)]
         roles = [x for x in info.get("roles", ()) if isinstance(x, str)]
-        peer = _Peer(node_id, session, info["address"], labels, roles, sock)
+        peer = _Peer(node_id, session, info["address"], labels, roles, sock,
+                     _PREFIX.pack(_MAGIC, _VERSION, K_DATA, self.node_id, self.session, node_id, session))
         self._peers[node_id] = peer
         log.info("node %d: connected to node %d at %s (roles %s, labels %s)", self.node_id, node_id,
                  info["address"], sorted(peer.roles) or "-", sorted(peer.labels) or "-")
@@ -681,6 +877,8 @@ class ZmqRouter(Router):
         with self._state_lock:
             if self._stopping.is_set():
                 return
+            if not self._hello_is_fresh(sender, session, info):
+                return
             peer = self._register(sender, session, info)
         ack = self._announce()
         ack["token"] = info["token"]
@@ -689,6 +887,31 @@ class ZmqRouter(Router):
                 ack["peers"] = [[i, p.address] for i, p in self._peers.items() if p.alive and i != sender]
         self._send_to(peer, K_ACK, codec.encode(ack)[0], (), b"", "ack", timeout=0.5)
 
+    def _hello_is_fresh(self, sender: int, session: int, info: Dict[str, Any]) -> bool:
+        """Refuse a replayed HELLO (caller holds the state lock). A HELLO has no sequence number; a captured
+        one replayed later could make this node drop its connection to the live incarnation of ``sender``.
+        So a HELLO must be stamped within ``hello_max_skew`` s of our clock, and one from another session than
+        the connected one must be newer than every HELLO or ACK accepted from that node id so far."""
+        t = info.get("time")
+        if type(t) is not float:
+            self._drop("stale_hello", f"HELLO from node {sender} carries no timestamp (an older rlpipe version?)")
+            return False
+        age = time.time() - t
+        if abs(age) > self.hello_max_skew:
+            self._drop("stale_hello", f"HELLO from node {sender} is stamped {age:+.1f} s from now (more than "
+                       f"hello_max_skew={self.hello_max_skew:.0f} s: a replay, or the machines' clocks differ; "
+                       "sync them with NTP or raise hello_max_skew)")
+            return False
+        known = self._peers.get(sender)
+        newest = self._hello_newest.get(sender, -_INF)
+        if (known is None or known.session != session) and t <= newest:
+            self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}) is older than one already "
+                       f"accepted from that node id ({newest - t:.3f} s): a replay of an earlier incarnation")
+            return False
+        if t > newest:
+            self._hello_newest[sender] = t
+        return True
+
     def _on_ack(self, sender: int, session: int, info: Dict[str, Any]) -> None:
         with self._state_lock:
             if self._stopping.is_set():
@@ -696,6 +919,9 @@ class ZmqRouter(Router):
             probe = self._probes.pop(info["token"], None)
             if probe is None:
                 return  # a repeated ACK for a probe already settled
+            t = info.get("time")
+            if type(t) is float and t > self._hello_newest.get(sender, -_INF):
+                self._hello_newest[sender] = t  # an older HELLO of this node id is a replay from now on
             peer = self._peers.get(sender)
             if peer is not None and peer.session == session and peer.alive:
                 probe.sock.close(0)  # we already have a connection to this node (it contacted us first)
@@ -745,8 +971,29 @@ class ZmqRouter(Router):
         stopping = self._stopping
         probe_every = min(0.2, self.heartbeat_interval)
         next_beat = 0.0
+        busy_no, long_busy = -1, False
         while not stopping.is_set():
             now = time.monotonic()
+            # The readers only count messages per peer; the time a peer was last heard of is taken here.
+            for p in list(self._peers.values()):
+                n = p.rx_count
+                if n != p.rx_mark:
+                    p.rx_mark = n
+                    p.last_seen = now
+            # A listener seen running on two ticks in a row is a long one: while it runs and after it ends,
+            # the peers' silence is not held against them (we were not reading).
+            if self._in_handler:
+                n = self._deliveries
+                if n == busy_no:
+                    long_busy = True
+                else:
+                    if long_busy:
+                        self._grace_from = now
+                    busy_no, long_busy = n, False
+            else:
+                if long_busy:
+                    self._grace_from = now
+                busy_no, long_busy = -1, False
             with self._state_lock:  # probe sockets are used only under this lock
                 for probe in list(self._probes.values()):
                     if now - probe.last_sent >= probe_every:
@@ -759,7 +1006,7 @@ class ZmqRouter(Router):
                     self._send_to(p, K_HEARTBEAT, hb, (), b"", "heartbeat", timeout=0.0)
                 for p in peers:
                     if self._in_handler:
-                        break  # our receiver is busy in a listener: peers' silence means nothing now
+                        break  # our reader is busy in a listener: peers' silence means nothing now
                     silent = now - max(p.last_seen, self._grace_from)
                     if silent > self.heartbeat_timeout and p.alive:
                         log.error("node %d: node %d is dead (no message for %.1f s, heartbeat_timeout %.1f s)",
@@ -791,11 +1038,17 @@ class ZmqRouter(Router):
                         p.lock.release()
             except BackpressureTimeout:
                 pass
+        self._halt = True
         self._stopping.set()
+        self._send_wake()  # a reader blocked in recv returns now
+        self._notify_sleepers()
         me = threading.current_thread()
         for t in self._threads:
             if t is not me:
                 t.join(timeout=2.0)
+        # Whoever reads checks the stop flag after taking the token: once we hold it, nobody touches the PULL
+        # socket again (the token is never given back). A listener that calls stop() holds it already.
+        reading = self._rx_owner == me.ident or self._rx_token.acquire(timeout=2.0)
         with self._state_lock:
             for probe in self._probes.values():
                 probe.sock.close(0)
@@ -811,7 +1064,14 @@ class ZmqRouter(Router):
             finally:
                 if got:
                     p.lock.release()
-        self._pull.close(0)
+        with self._waker_lock:
+            self._waker.close(0)
+            self._waker = None
+        if reading:
+            self._pull.close(0)
+        else:
+            log.warning("node %d: a thread is still reading messages (a listener that does not return?); "
+                        "closing without waiting for it", self.node_id)
         # term() waits for the lingering messages; bound it in case a socket escaped closing.
         closer = threading.Thread(target=self._ctx.term, name=f"rlpipe-term-{self.node_id}", daemon=True)
         closer.start()

@@ -10,7 +10,7 @@ import zmq
 
 from pipeline.parallel import codec
 from pipeline.parallel.keys import MissingKeyError
-from pipeline.parallel.zmq_router import _HEADER, K_DATA, ZmqRouter
+from pipeline.parallel.zmq_router import _HEADER, K_DATA, K_HELLO, ZmqRouter
 
 KEY = b"k" * 32
 
@@ -146,4 +146,85 @@ def test_backpressure_blocks_instead_of_dropping_and_is_bounded():
     finally:
         release.set()
         b.stop()
+        a.stop()
+
+
+def _router(node_id, **kw):
+    return ZmqRouter(node_id, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, heartbeat_timeout=3.0, **kw)
+
+
+def _send_raw(address, frames):
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(address)
+    push.send_multipart(frames)
+    push.close()
+    ctx.term()
+
+
+def _still_talking(a, b2, got_a, got_b):
+    a.emit("to_b", (), {}, to=1)
+    b2.emit("to_a", (), {}, to=0)
+    return _wait(lambda: "to_a" in got_a and "to_b" in got_b)
+
+
+@pytest.mark.parametrize("who_connects", ["restarted node attaches", "we attach to the restarted node"])
+def test_replayed_hello_of_an_earlier_incarnation_is_refused(who_connects):
+    """A HELLO carries no sequence number. One captured from an earlier incarnation of node 1 and replayed
+    after node 1 restarted must not make node 0 drop its connection to the live node 1 (whether node 0
+    learnt the new incarnation from its HELLO or from its ACK)."""
+    got_a, got_b = [], []
+    a = b1 = b2 = None
+    try:
+        if who_connects == "restarted node attaches":
+            a = _router(0)
+            a.start(lambda e, ar, kw: got_a.append(e))
+            b1 = _router(1, attach_to=[a.address])
+            b1.start(lambda *m: None)
+            captured = b1._hello_frames(token=99)  # what an eavesdropper could have recorded
+            b1.stop()
+            b2 = _router(1, attach_to=[a.address])
+            b2.start(lambda e, ar, kw: got_b.append(e))
+        else:
+            b1 = _router(1)
+            b1.start(lambda *m: None)
+            captured = b1._hello_frames(token=99)
+            b1.stop()
+            b2 = _router(1)
+            b2.start(lambda e, ar, kw: got_b.append(e))
+            a = _router(0, attach_to=[b2.address])
+            a.start(lambda e, ar, kw: got_a.append(e))
+        assert _wait(lambda: 1 in a.peers and a._peers[1].session == b2.session)
+        _send_raw(a.address, captured)
+        assert _wait(lambda: a.stats["stale_hello"] == 1)
+        time.sleep(0.3)
+        assert a._peers[1].session == b2.session and a.peers == [1]  # the live connection was kept
+        assert _still_talking(a, b2, got_a, got_b)
+    finally:
+        for r in (b2, a):
+            if r is not None:
+                r.stop()
+
+
+def test_hello_outside_the_clock_window_or_without_time_is_refused():
+    got = []
+    a = _router(0, hello_max_skew=30.0)
+    a.start(lambda e, ar, kw: got.append(e))
+    b = _router(1)  # never started: only builds messages with the real key
+    b.address = "tcp://127.0.0.1:9"
+    try:
+        for shift in (-1000.0, 1000.0, None):  # an old capture, a clock far ahead, an older rlpipe
+            msg = b._announce()
+            if shift is None:
+                del msg["time"]
+            else:
+                msg["time"] += shift
+            msg["token"] = 7
+            _send_raw(a.address, b._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b""))
+        assert _wait(lambda: a.stats["stale_hello"] == 3)
+        time.sleep(0.2)
+        assert a.peers == [] and got == []
+        assert a.stats["malformed"] == 0
+    finally:
         a.stop()

@@ -147,7 +147,25 @@ def test_decode_event_refuses_trailing_bytes_and_unused_buffers():
 @given(st.binary(max_size=60), st.data())
 def test_decode_event_on_random_input_only_ever_raises_decode_error(tail, data):
     prefix = data.draw(st.sampled_from([b"", b"t\x03\x00\x00\x00", b"t\x03\x00\x00\x00s\x01\x00\x00\x00e"]))
-    try:
-        decode_event(prefix + tail, [b"x" * 8])
-    except DecodeError:
-        pass
+    for meta, buffers, offset in ((prefix + tail, [b"x" * 8], 0), (prefix + tail, (), 0),
+                                  (b"junk" + prefix + tail, (), 4)):  # with and without the small-event path
+        try:
+            decode_event(meta, buffers, offset)
+        except DecodeError:
+            pass
+
+
+_leaves = st.one_of(st.binary(max_size=40), st.text(max_size=10), st.integers(-2 ** 63, 2 ** 63 - 1),
+                    st.floats(allow_nan=False), st.none())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=10), st.lists(_leaves, max_size=5).map(tuple), st.binary(max_size=8), st.data())
+def test_small_event_path_matches_the_general_codec(event, args, junk, data):
+    meta, buffers = encode_event(event, args, {})
+    assert buffers == [] and meta == encode((event, args, {}))[0]
+    assert decode_event(meta) == (event, args, {}) == decode(meta)
+    assert decode_event(junk + meta, (), len(junk)) == (event, args, {})  # read in place after a header
+    cut = data.draw(st.integers(0, len(meta) - 1))
+    with pytest.raises(DecodeError):
+        decode_event(meta[:cut])
