@@ -7,6 +7,11 @@ numbers (the machine is shared and noisy).
 DI-engine 0.5.3 is not installed here; its figures are estimated from the anchors measured on the
 same kind of machine (push 66k/s while the deque baseline did 18.7M/s; sample(64) 8.4k calls/s
 while the deque baseline did 13.3k/s) by scaling them with this run's deque baseline.
+
+Prioritized replay runs its compiled kernels (pipeline/data/_per_kernels.c) when they are built;
+``RLPIPE_NO_EXT=1 python benchmarks/bench_buffer.py`` measures the numpy code instead. The output
+says which ran. Besides the main PER rows (priorities spread like uniform TD errors: the
+rejection sampler), one row uses heavy-tailed priorities, which send sampling to the sum tree.
 """
 from __future__ import annotations
 
@@ -130,6 +135,19 @@ def main() -> None:
         b = per_buf.sample_batch(BATCH)
         per_buf.update_many(b.index, meta={"priority": pri[next(k) % 64]})
 
+    # heavy-tailed priorities (a few items far above the rest): rejection sampling would accept too
+    # rarely, so sampling goes to the sum tree
+    skew_buf = DequeBuffer(SIZE, columnar=True, seed=0)
+    skew = PriorityExperienceReplay(skew_buf)
+    skew_buf.use(skew)
+    for d in data:
+        skew_buf.push(d, meta={"priority": float(abs(rng.standard_cauchy())) * 0.1 + 1e-3})
+    skew_pri = [np.abs(rng.standard_cauchy(BATCH)) * 0.1 + 1e-3 for _ in range(64)]
+
+    def per_skewed_update_many():
+        items = skew_buf.sample(BATCH)
+        skew_buf.update_many([x.index for x in items], meta={"priority": skew_pri[next(k) % 64]})
+
     def per_sample_update_each():
         items = per_buf.sample(BATCH)
         p = pri[next(k) % 64].tolist()
@@ -142,6 +160,7 @@ def main() -> None:
         "per": per_sample_update_many,
         "per_batch": per_batch_update_many,
         "per_each": per_sample_update_each,
+        "per_skew": per_skewed_update_many,
         "base": lambda: random.sample(dq, BATCH),
         "base_batch": base_batch,
         "ours": lambda: buf.sample(BATCH),
@@ -160,6 +179,7 @@ def main() -> None:
     rows.append(("PER sample(64)+update_many", ours_per, base_sample, None))
     rows.append(("PER sample_batch(64)+update_many", ours_per_batch, base_collated, None))
     rows.append(("PER sample(64)+64x update()", r["per_each"], base_sample, None))
+    rows.append(("PER heavy-tailed sample+update_many", r["per_skew"], base_sample, None))
 
     print(f"DequeBuffer({SIZE}) with CartPole transitions, batch {BATCH}; rates in calls/s")
     print(f"{'operation':36s} {'ours':>12s} {'deque base':>12s} {'x deque':>8s} {'x DI-eng (est)':>15s}")
@@ -176,6 +196,8 @@ def main() -> None:
           f"(issue target >= 0.50), {ours_per / base_sample:.2f} x the deque's random.sample")
     print(f"PER sample_batch(64)+update_many: {ours_per_batch / ours_batch:.2f} x our plain sample_batch(64) "
           f"(target >= 0.50), {ours_per_batch / base_collated:.2f} x the deque's sample + torch.stack")
+    print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._acc:.3f} < {skew._ACC_MIN}): "
+          f"{r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: acceptance {per._acc:.2f}")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
           "fallback: see PriorityExperienceReplay._draw_rejection and pipeline/data/segment_tree.py)")
 

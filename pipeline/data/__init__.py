@@ -8,6 +8,9 @@ Quick start::
     buf.push({"obs": obs, "action": a, "reward": r, "next_obs": obs2, "done": d})
     batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
     buf.update_many(batch.index, meta={"priority": td_error.abs()})   # with PER
+
+Prioritized replay's hot loops are compiled (``_per_kernels.c``, built by ``pip install -e .``)
+when a C compiler was available, else numpy does the same work; ``RLPIPE_NO_EXT=1`` forces numpy.
 """
 from .buffer import ACTIONS, Buffer, BufferedData, DequeBuffer, Middleware, SampledBatch
 from .buffer_middleware import (

@@ -28,6 +28,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef Py_NewRef /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((const void *)(p))
 #else
@@ -269,11 +276,12 @@ static PyObject *reject(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "mark has %zd entries, needs len(leaf) = %zd", nmark, nleaf);
         goto done;
     }
-    if (!(bound > 0) || !isfinite(bound) || !(acc > 0) || !(acc <= 1)) {
-        PyErr_Format(PyExc_ValueError, "need a finite bound > 0 and 0 < acc <= 1, got %s and %s",
+    if (!(bound > 0) || !isfinite(bound) || !(acc > 0)) {
+        PyErr_Format(PyExc_ValueError, "need a finite bound > 0 and acc > 0, got %s and %s",
                      num(bound).s, num(acc).s);
         goto done;
     }
+    if (acc > 1) acc = 1; /* an estimate a rounding error may push past 1 */
     /* One word per proposal. Its high 32 bits give the offset by Lemire's multiply-shift (exact: a
      * word in the biased low range is skipped); its low 32 bits give the acceptance uniform U to
      * 2**-32: U lies in [u, u + 1) / 2**32, so the test U < leaf / bound is decided unless

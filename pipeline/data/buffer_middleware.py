@@ -181,9 +181,15 @@ class PriorityExperienceReplay:
     - update / update_many: a ``"priority"`` in meta (finite, ``>= 0``) becomes the new priority.
       ``update_many`` writes ``meta["priority"]`` lazily: items get it when next read through the
       buffer (``sample``, ``get``, ``get_by_index``, ``save_data``); :meth:`priority` reads it
-      directly. Items in ``sample_batch(...).items`` may carry the previous value.
+      directly. The items returned by the last ``sample()`` get it at once; items in
+      ``sample_batch(...).items`` may carry the previous value.
     - deletes, evictions, ``clear`` and ``load_data`` are tracked through the storage, also when
       they happen through a view. ``groupby`` sampling is not supported.
+
+    Hot loops (the rejection sampler, the tree's refresh and draws, the weights, the pass over the
+    sampled items that writes their meta, the priority update) run in the compiled extension
+    ``pipeline/data/_per_kernels.c`` when it is built, else in numpy (also with ``RLPIPE_NO_EXT=1``):
+    :attr:`kernel` says which. Both draw from the same laws; for one seed their samples differ.
 
     Use one per buffer: ``buf.use(PriorityExperienceReplay(buf))``.
     """
@@ -630,7 +636,7 @@ class PriorityExperienceReplay:
             out = tree.sample_distinct(k, rng)  # exact successive sampling
             mx = tree.max
             if mx > 0:  # the expected acceptance rate, to switch back when priorities even out
-                self._acc = tree.total / (s.count * mx)
+                self._acc = min(1.0, tree.total / (s.count * mx))
             return out
         return tree.sample_distinct(k, rng)
 

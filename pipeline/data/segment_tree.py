@@ -25,9 +25,15 @@ rejection sampler), the queue is dropped and the next flush rebuilds every level
 
 The smallest positive leaf and the largest leaf (:attr:`SumMinTree.min`, :attr:`SumMinTree.max`)
 are not tree queries: they are kept exact on every write (a new extreme replaces the old one) and
-recomputed by one vectorised pass over the leaves only after a write overwrote the current extreme
-leaf. Neither needs a flush. :attr:`SumMinTree.max_bound` is an upper bound that is never
+recomputed only after a write overwrote the current extreme leaf: the min by one vectorised pass
+over the leaves, the max from the blocks' maxima (kept by every flush) or, before a flush, from
+the leaves. Neither needs a flush. :attr:`SumMinTree.max_bound` is an upper bound that is never
 recomputed (enough for rejection sampling).
+
+With the compiled kernels (``pipeline/data/_per_kernels.c``, see ``_accel``) a flush refreshes
+each touched block in one call and :meth:`SumMinTree.sample_distinct` draws in C (one uniform word
+per level, branch-free searches, distinctness by a scratch mark array); the layout and the laws
+are the same as with numpy.
 
 Empty leaves (0) have zero width and are never returned; a draw that rounding puts on one (a
 ``u`` within one ulp of a block's end) is redrawn exactly.

@@ -141,6 +141,10 @@ def test_reject_and_tree_draw_check_their_arguments_and_restore_mark(ext):
     got, pos, acc, loose = ext.reject(raw, 0, 64, None, a["leaf"], 2.0, 8, out, a["mark"], 0.5)
     assert got == 8 and len(set(out.tolist())) == 8 and 0 < pos <= 1000 and 0 < acc <= 1
     assert not a["mark"].any()  # the scratch array is zeroed again
+    got, _, acc, _ = ext.reject(raw, 0, 64, None, a["leaf"], 2.0, 8, out, a["mark"], 1.0 + 1e-15)
+    assert got == 8 and acc <= 1  # an estimate rounded past 1 is taken as 1
+    with pytest.raises(ValueError, match="acc > 0"):
+        ext.reject(raw, 0, 64, None, a["leaf"], 2.0, 8, out, a["mark"], 0.0)
     # tree_draw: shapes must form a tree; a repeated prefix is refused; mark restored on every path
     C = np.cumsum(np.ones((2, 32)), axis=1)
     top = C[:, -1].copy()
@@ -357,6 +361,23 @@ def test_both_kernels_give_the_same_weights_priorities_and_meta():
     assert p1._tree.total == pytest.approx(p2._tree.total, rel=1e-12)
     assert p1._tree.min == p2._tree.min and p1._tree.max == p2._tree.max
     assert p1.max_priority == p2.max_priority
+
+
+@pytest.mark.usefixtures("kernel")
+def test_same_seed_same_samples_and_weights():
+    name = "C" if _accel.EXT is not None else "numpy"
+    runs = []
+    for _ in range(2):
+        buf, per = _filled(name, n=120, seed=7)
+        out = []
+        for step in range(20):
+            items = buf.sample(10) if step % 3 else buf.sample(40)  # rejection / tree (40 * 8 > 120)
+            out.append([(it.index, it.meta["priority_IS"]) for it in items])
+            buf.update_many([it.index for it in items], meta={"priority": np.linspace(0.1, 5, len(items))})
+            b = buf.sample_batch(6)
+            out.append((b.index, b.weight.tolist()))
+        runs.append(out)
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.usefixtures("kernel")
