@@ -633,26 +633,33 @@ done:
 /* ------------------------------------------------------------------ sum tree */
 
 PyDoc_STRVAR(tree_refresh_doc,
-"tree_refresh(vals, C, up, nodes, blocks, bmax) -> count\n\n"
+"tree_refresh(vals, C, up, nodes, blocks, bmax, cum) -> count\n\n"
 "One block level of segment_tree.SumMinTree: for every block b = node // 32 of the changed nodes\n"
 "(int64 array), recompute C[b, :] = the inclusive prefix sums of vals[32 b : 32 b + 32],\n"
 "up[b] = C[b, 31] and, unless bmax is None, bmax[b] = the largest of those values. The blocks\n"
 "(repeats of the previous one dropped) are written to blocks[:count] (int64, at least len(nodes)\n"
-"entries; may be `nodes` itself): the changed nodes of the next level.");
+"entries; may be `nodes` itself): the changed nodes of the next level. cum (the top level: None\n"
+"or float64, at most len(up) entries) = the inclusive prefix sums of up, redone from the first\n"
+"changed block on.");
 
 static PyObject *tree_refresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(6, "tree_refresh");
+    NARGS(7, "tree_refresh");
     Bufs B = {.n = 0};
     PyObject *ret = NULL;
-    double *vals, *C, *up, *bmax = NULL; int64_t *nodes, *blocks;
-    Py_ssize_t nv, nc, nup, n, nbl, nbmax = 0, cnt = 0;
+    double *vals, *C, *up, *bmax = NULL, *cum = NULL; int64_t *nodes, *blocks;
+    Py_ssize_t nv, nc, nup, n, nbl, nbmax = 0, ncum = 0, cnt = 0;
     if (bufs_get(&B, args[0], 'd', 0, "vals", (void **)&vals, &nv) < 0) goto done;
     if (bufs_get(&B, args[1], 'd', 1, "C", (void **)&C, &nc) < 0) goto done;
     if (bufs_get(&B, args[2], 'd', 1, "up", (void **)&up, &nup) < 0) goto done;
     if (bufs_get(&B, args[3], 'i', 0, "nodes", (void **)&nodes, &n) < 0) goto done;
     if (bufs_get(&B, args[4], 'i', 1, "blocks", (void **)&blocks, &nbl) < 0) goto done;
     if (args[5] != Py_None && bufs_get(&B, args[5], 'd', 1, "bmax", (void **)&bmax, &nbmax) < 0) goto done;
+    if (args[6] != Py_None && bufs_get(&B, args[6], 'd', 1, "cum", (void **)&cum, &ncum) < 0) goto done;
     Py_ssize_t nb = nv / BLOCK;
+    if (cum && ncum > nup) {
+        PyErr_Format(PyExc_ValueError, "tree_refresh: cum has %zd entries, up only %zd", ncum, nup);
+        goto done;
+    }
     if (bmax && nbmax < nb) {
         PyErr_Format(PyExc_ValueError, "tree_refresh: bmax has %zd entries for %zd blocks", nbmax, nb);
         goto done;
@@ -664,9 +671,10 @@ static PyObject *tree_refresh(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     }
     if (check_slots(nodes, n, nv, "nodes") < 0) goto done;
-    int64_t last = -1;
+    int64_t last = -1, first = nb;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t b = nodes[j] / BLOCK; /* read before blocks[cnt] (cnt <= j) is written */
+        first = b < first ? b : first;
         if (b == last) continue;
         last = b;
         const double *v = vals + b * BLOCK;
@@ -678,6 +686,10 @@ static PyObject *tree_refresh(PyObject *self, PyObject *const *args, Py_ssize_t 
         up[b] = acc;
         if (bmax) bmax[b] = mx;
         blocks[cnt++] = b;
+    }
+    if (cum) { /* sequential, like numpy's add.accumulate: the same sums */
+        double acc = first > 0 && first <= ncum ? cum[first - 1] : 0.0;
+        for (Py_ssize_t i = first; i < ncum; i++) cum[i] = (acc += up[i]);
     }
     ret = PyLong_FromSsize_t(cnt);
 done:

@@ -271,8 +271,10 @@ class SumMinTree:
         levels = self._levels
         tri = self._tri
         ext = self._ext
+        cum_done = False
         for li, lvl in enumerate(levels):
-            up_vals = levels[li + 1].vals if li + 1 < len(levels) else self._top
+            top = li + 1 == len(levels)
+            up_vals = self._top if top else levels[li + 1].vals
             bmax = self._bmax if li == 0 else None
             if d is None or len(d) * 2 >= lvl.nb:  # many blocks touched: redo the whole level
                 d = None
@@ -283,7 +285,9 @@ class SumMinTree:
                 continue
             if ext is not None:  # compiled: each touched block's prefix sums (and max), in one call
                 blocks = np.empty(len(d), dtype=np.int64)
-                d = blocks[: ext.tree_refresh(lvl.vals, lvl.C, up_vals, d, blocks, bmax)]
+                d = blocks[: ext.tree_refresh(lvl.vals, lvl.C, up_vals, d, blocks, bmax,
+                                              self._top_cum if top else None)]
+                cum_done = top  # the top's cumulative sums too
                 continue
             p = d >> _SHIFT
             rows = lvl.v2.take(p, 0)
@@ -293,7 +297,8 @@ class SumMinTree:
             if bmax is not None:
                 bmax[p] = np.maximum.reduce(rows, axis=1)
             d = p
-        np.add.accumulate(self._top, out=self._top_cum)
+        if not cum_done:
+            np.add.accumulate(self._top, out=self._top_cum)
         self._total = float(self._top_cum[-1])
 
     # ------------------------------------------------------------------ queries
@@ -461,10 +466,14 @@ class SumMinTree:
     def _draw_c(self, out: np.ndarray, got: int, k: int, rng: np.random.Generator, limit: int) -> int:
         """Continue the distinct prefix ``out[:got]`` with at most ``limit`` compiled tree draws."""
         ext = self._ext
-        words = self.words(rng)
+        words = self._words
+        if words is None or words.rng is not rng:
+            words = self.words(rng)
         per = len(self._levels) + 1  # words per draw
         while got < k and limit > 0:
-            words.ensure(per * min(limit, 4 * k + 64))
+            need = per * min(limit, 4 * k + 64)
+            if len(words.buf) - words.pos < need:
+                words.refill(need)
             got, words.pos, d = ext.tree_draw(self._top, self._top_cum, self._Cs, words.buf, words.pos,
                                               self._leaf, k, out, got, self._mark, limit)
             limit -= d

@@ -84,7 +84,7 @@ def test_out_of_range_slots_raise_index_error_and_write_nothing(ext, bad):
     assert np.array_equal(a["raw"], raw0) and np.array_equal(a["leaf"], leaf0) and not a["stale"].any()
     nodes = np.array([5, bad if bad < 0 else bad + 32], dtype=np.int64)  # 32 nodes in the level
     with pytest.raises(IndexError, match="nodes\\[1\\]"):
-        ext.tree_refresh(np.ones(32), np.zeros(32), np.zeros(1), nodes, np.empty(2, np.int64), None)
+        ext.tree_refresh(np.ones(32), np.zeros(32), np.zeros(1), nodes, np.empty(2, np.int64), None, None)
 
 
 def test_update_checks_priorities_before_writing(ext):
@@ -303,14 +303,22 @@ def test_tree_refresh_recomputes_prefix_sums(ext):
     nodes = np.array([40, 41, 70, 5], dtype=np.int64)
     blocks = np.empty(4, dtype=np.int64)
     bmax = np.zeros(3)
-    cnt = ext.tree_refresh(vals, C, up, nodes, blocks, bmax)
+    cum = np.full(3, np.nan)
+    cnt = ext.tree_refresh(vals, C, up, nodes, blocks, bmax, cum)
     assert blocks[:cnt].tolist() == [1, 2, 0]  # consecutive repeats dropped
     ref = np.cumsum(vals.reshape(3, 32), axis=1)
     assert np.allclose(C.reshape(3, 32), ref, rtol=1e-15) and np.allclose(up, ref[:, -1])
     assert bmax.tolist() == vals.reshape(3, 32).max(1).tolist()
-    assert ext.tree_refresh(vals, C, up, nodes, nodes, None) == 3  # in place is allowed
+    assert cum.tolist() == np.add.accumulate(up).tolist()  # from block 0: all of it, same sums
+    vals[70] += 1.0
+    cum[:2] = [-1.0, -2.0]  # left alone: only the sums from the first changed block (2) are redone
+    ext.tree_refresh(vals, C, up, np.array([70], np.int64), blocks, None, cum)
+    assert cum.tolist() == [-1.0, -2.0, -2.0 + up[2]]
+    assert ext.tree_refresh(vals, C, up, nodes, nodes, None, None) == 3  # in place is allowed
     with pytest.raises(ValueError, match="bmax has 2 entries for 3 blocks"):
-        ext.tree_refresh(vals, C, up, nodes, blocks, np.zeros(2))
+        ext.tree_refresh(vals, C, up, nodes, blocks, np.zeros(2), None)
+    with pytest.raises(ValueError, match="cum has 4 entries, up only 3"):
+        ext.tree_refresh(vals, C, up, nodes, blocks, None, np.zeros(4))
 
 
 # ---------------------------------------------------------------------- through the buffer
