@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, collate  # noqa: E402
+from pipeline.data import DequeBuffer, PriorityExperienceReplay, _accel, collate  # noqa: E402
 
 SIZE = 20000
 BATCH = 64
@@ -148,6 +148,26 @@ def main() -> None:
         items = skew_buf.sample(BATCH)
         skew_buf.update_many([x.index for x in items], meta={"priority": skew_pri[next(k) % 64]})
 
+    # with the compiled kernels active, the same PER work with the numpy code, for comparison
+    np_buf = None
+    if per.kernel == "C":
+        ext, _accel.EXT = _accel.EXT, None
+        try:
+            np_buf = DequeBuffer(SIZE, columnar=True, seed=0)
+            np_buf.use(PriorityExperienceReplay(np_buf))
+        finally:
+            _accel.EXT = ext
+        for d in data:
+            np_buf.push(d)
+
+    def np_sample_update_many():
+        items = np_buf.sample(BATCH)
+        np_buf.update_many([x.index for x in items], meta={"priority": pri[next(k) % 64]})
+
+    def np_batch_update_many():
+        b = np_buf.sample_batch(BATCH)
+        np_buf.update_many(b.index, meta={"priority": pri[next(k) % 64]})
+
     def per_sample_update_each():
         items = per_buf.sample(BATCH)
         p = pri[next(k) % 64].tolist()
@@ -156,7 +176,7 @@ def main() -> None:
 
     # the plain paths are measured again here, interleaved with PER, so that the ratios compare
     # rounds taken under the same machine load (each rate is the best of both measurements)
-    r = best({
+    fns = {
         "per": per_sample_update_many,
         "per_batch": per_batch_update_many,
         "per_each": per_sample_update_each,
@@ -165,7 +185,11 @@ def main() -> None:
         "base_batch": base_batch,
         "ours": lambda: buf.sample(BATCH),
         "ours_batch": lambda: bufc.sample_batch(BATCH),
-    }, sec)
+    }
+    if np_buf is not None:
+        fns["np"] = np_sample_update_many
+        fns["np_batch"] = np_batch_update_many
+    r = best(fns, sec)
     ours_per, ours_per_batch = r["per"], r["per_batch"]
     base_sample = max(base_sample, r["base"])
     base_collated = max(base_collated, r["base_batch"])
@@ -180,6 +204,9 @@ def main() -> None:
     rows.append(("PER sample_batch(64)+update_many", ours_per_batch, base_collated, None))
     rows.append(("PER sample(64)+64x update()", r["per_each"], base_sample, None))
     rows.append(("PER heavy-tailed sample+update_many", r["per_skew"], base_sample, None))
+    if np_buf is not None:
+        rows.append(("PER numpy kernels: sample+update_many", r["np"], base_sample, None))
+        rows.append(("PER numpy kernels: sample_batch+update", r["np_batch"], base_collated, None))
 
     print(f"DequeBuffer({SIZE}) with CartPole transitions, batch {BATCH}; rates in calls/s")
     print(f"{'operation':36s} {'ours':>12s} {'deque base':>12s} {'x deque':>8s} {'x DI-eng (est)':>15s}")
@@ -196,6 +223,10 @@ def main() -> None:
           f"(issue target >= 0.50), {ours_per / base_sample:.2f} x the deque's random.sample")
     print(f"PER sample_batch(64)+update_many: {ours_per_batch / ours_batch:.2f} x our plain sample_batch(64) "
           f"(target >= 0.50), {ours_per_batch / base_collated:.2f} x the deque's sample + torch.stack")
+    if np_buf is not None:
+        print(f"PER with the numpy kernels instead (same run): sample(64)+update_many {r['np'] / ours_sample:.2f}, "
+              f"sample_batch(64)+update_many {r['np_batch'] / ours_batch:.2f} x our plain paths; the C kernels are "
+              f"{ours_per / r['np']:.1f}x and {ours_per_batch / r['np_batch']:.1f}x faster")
     print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._acc:.3f} < {skew._ACC_MIN}): "
           f"{r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: acceptance {per._acc:.2f}")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
