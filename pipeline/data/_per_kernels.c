@@ -6,17 +6,21 @@
  * build needs no numpy headers.
  *
  * Rules kept by every function:
- *   - every argument is validated (type, dtype, length, index bounds) BEFORE anything is written;
- *     bad input raises TypeError / ValueError / IndexError naming the argument, never crashes;
+ *   - the arguments are validated (type, dtype, length, index bounds) before anything is written;
+ *     bad input raises TypeError / ValueError / IndexError naming the argument, never crashes.
+ *     Only a meta write can still fail half-way (it runs Python code: a mapping's __setitem__, a
+ *     replaced value's finalizer); take_items and update say what is left in that case;
  *   - every buffer acquired is released and every new reference is either returned or dropped
- *     (one exit path per function: `done:`);
- *   - the GIL is held throughout (the replay buffer's lock serializes the callers).
+ *     (one exit path per function: `done:`); objects are held while Python code may run;
+ *   - the GIL is held throughout (the replay buffer's lock serializes the callers);
+ *   - random numbers are raw 64-bit words of the buffer's numpy Generator, passed in by the caller.
  *
  * Functions (see each one's docstring below):
  *   set_item_type(cls)           remember where `meta` / `index` live in BufferedData objects
  *   reject(...)                  rejection sampling of distinct slots (successive sampling)
  *   take_items(...)              gather sampled items, write meta["priority_IS"] (and lazy priorities)
  *   is_weights(...)              importance-sampling weights only (sample_batch)
+ *   ids_match(indices, items)    are these the indices of those items?
  *   update(...)                  new priorities: raw, tree leaves, meta["priority"] or a stale flag
  *   tree_refresh(...)            recompute the blocks of one sum-tree level above changed nodes
  *   tree_draw(...)               distinct leaves from a stream of i.i.d. sum-tree draws
@@ -389,7 +393,8 @@ PyDoc_STRVAR(take_items_doc,
 "weights (float32 array of len(slots), or None for no IS weights): weights[j] =\n"
 "(leaf[slot] / mn) ** -beta, also written as the item's meta['priority_IS'].\n"
 "Where stale[slot] (uint8/bool), meta['priority'] = raw[slot] and stale[slot] is cleared.\n"
-"Every slot must hold an item (not None).");
+"Every slot must hold an item (not None). If a meta write raises, the items before it are taken\n"
+"and written, the rest are not.");
 
 #define CHUNK 64
 
@@ -542,7 +547,9 @@ PyDoc_STRVAR(update_doc,
 "at these slots (same order), whose meta['priority'] = p is written now; with None, stale[slot]\n"
 "is set instead (written lazily). Every p must be finite and >= 0 (checked before any write).\n"
 "Returns the smallest / largest p, the smallest / largest leaf before the writes (at these\n"
-"slots) and the smallest positive (inf if none) / largest leaf after them.");
+"slots) and the smallest positive (inf if none) / largest leaf after them. The meta writes come\n"
+"first: if one raises, nothing else was written and the metas already changed are marked stale\n"
+"(they get the stored priority back when next read).");
 
 static PyObject *update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(8, "update");
