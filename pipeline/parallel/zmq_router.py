@@ -44,7 +44,8 @@ Threads
     order and calls ``on_message`` on its own thread, so ``on_message`` is never called concurrently. The
     reader is the receiver thread, except while some thread is inside ``wait(until, timeout)``: then the
     waiting thread reads and delivers itself (a reply reaches it without a thread switch) and the receiver
-    thread steps aside until no thread has waited for ``_HANDBACK`` (2 ms). The hand-over happens only
+    thread steps aside until no thread has waited for ``_HANDBACK`` (2 ms; it looks every 20 ms while a
+    wait is in progress and is woken when a wait longer than that ends). The hand-over happens only
     between two messages, so order is kept; a waiter that finds the receiver thread blocked in ``recv``
     wakes it (an in-process wake-up message) so that it steps aside at once. Hence ``on_message`` may run on
     the receiver thread or on any thread that calls ``wait`` (``task.wait_for`` does), and it must not
@@ -103,6 +104,9 @@ _zmq: Any = None  # the zmq module, imported when the first router starts (keeps
 _zsend: Any = None  # pyzmq's Socket.send without its pure-Python layer (set when the first router starts)
 _INF = float("inf")
 _HANDBACK = 0.002  # the receiver thread reads again this long after the last wait() returned
+_SHORT = 0.2  # a reader whose deadline is closer than this receives with a timeout (see _read)
+_PARK = 0.02  # while a wait() is in progress the receiver thread looks every _PARK s (and is woken at the end
+# of a wait longer than that); after a shorter wait it is back within _PARK + _HANDBACK s at most
 
 
 class BackpressureTimeout(TimeoutError):
@@ -256,13 +260,14 @@ class ZmqRouter(Router):
         self._rx_owner: Optional[int] = None  # thread ident of the token holder
         self._recv_ident: Optional[int] = None  # the receiver thread's ident
         self._rx_lock = threading.Lock()
+        self._park = threading.Event()  # the receiver thread sleeps on it while threads in wait() read
         self._rx_cond = threading.Condition(self._rx_lock)  # waiters not reading sleep on it
         self._waiting = 0  # threads inside wait()
         self._sleepers = 0  # of those, the ones asleep on _rx_cond
         self._wait_exit = -1e9  # monotonic time the last wait() returned
         self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
         self._deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
-        self._rcvtimeo = -1  # the PULL socket's current RCVTIMEO (ms)
+        self._rcvtimeo = -2  # the PULL socket's current RCVTIMEO (ms; -1: none)
         self._wake_msg = secrets.token_bytes(16)  # in-process wake-up of a reader blocked in recv
         self._waker: Any = None
         self._waker_lock = threading.Lock()
@@ -577,13 +582,18 @@ class ZmqRouter(Router):
 
     def _read(self, until: Callable[[], Any], deadline: float = _INF) -> bool:
         """Receive and handle messages until ``until()`` is true (returns True), ``deadline`` passes or the
-        router stops. The caller holds the read token. One receive blocks at most 100 ms (or until a wake-up)."""
+        router stops. The caller holds the read token.
+
+        A receive blocks without a timeout (arming a timer per receive costs, on a VM especially) until a
+        message or a wake-up arrives: a waiter wakes the receiver thread, ``stop`` and ``wake()`` wake any
+        reader, the heartbeat thread wakes the reader for a notice (a dead peer) and wakes a waiting thread
+        every 50 ms; in the last ``_SHORT`` s before ``deadline`` a receive times out by itself."""
         again = _zmq.Again
         recv = self._pull.recv
         handle = self._handle
         wake_msg = self._wake_msg
         monotonic = time.monotonic
-        self._set_rcvtimeo(100)
+        self._set_rcvtimeo(-1)
         while not self._halt:
             if until():
                 return True
@@ -592,7 +602,7 @@ class ZmqRouter(Router):
                 continue
             if deadline != _INF:
                 left = deadline - monotonic()
-                if left < 0.1:
+                if left < _SHORT:
                     if left <= 0:
                         return False
                     self._set_rcvtimeo(int(left * 1000) + 1)
@@ -626,10 +636,12 @@ class ZmqRouter(Router):
                 self._waited = False
             return False
 
+        park = self._park
         try:
             while not stopping.is_set():
                 if step_aside():
-                    stopping.wait(_HANDBACK)
+                    park.wait(_PARK if self._waiting else _HANDBACK)
+                    park.clear()
                     continue
                 if not token.acquire(timeout=_HANDBACK):
                     continue
@@ -675,7 +687,7 @@ class ZmqRouter(Router):
 
         Meanwhile the calling thread reads incoming messages itself and calls ``on_message`` for them on
         this thread (the receiver thread steps aside), so a reply reaches the waiting thread without a
-        thread switch. ``until`` is checked after each message, on ``wake()``, and at least every 50 ms.
+        thread switch. ``until`` is checked after each message, on ``wake()``, and every 50 ms or so.
         From inside ``on_message`` (the reading thread) nothing more is read until the listener returns,
         so such a wait only sees what other threads change (and ``wake()``)."""
         if until():
@@ -700,6 +712,7 @@ class ZmqRouter(Router):
             return bool(until())
         with self._rx_lock:
             self._waiting += 1
+        entered = monotonic()
         try:
             while True:
                 if until():
@@ -733,8 +746,11 @@ class ZmqRouter(Router):
         finally:
             with self._rx_lock:
                 self._waiting -= 1
-            self._wait_exit = monotonic()
+                last = not self._waiting
+            self._wait_exit = now = monotonic()
             self._waited = True
+            if last and now - entered > _PARK:
+                self._park.set()  # a long wait: the receiver thread may be asleep for _PARK s; read again now
 
     def _drop(self, counter: str, why: str) -> None:
         self.stats[counter] += 1
@@ -994,6 +1010,11 @@ class ZmqRouter(Router):
                 if long_busy:
                     self._grace_from = now
                 busy_no, long_busy = -1, False
+            # The reader blocks in recv without a timeout: wake it for notices (e.g. a dead peer) to deliver,
+            # and wake a thread in wait() every tick, so that it checks its condition and deadline.
+            owner = self._rx_owner
+            if owner is not None and (self._notices or owner != self._recv_ident):
+                self._send_wake()
             with self._state_lock:  # probe sockets are used only under this lock
                 for probe in list(self._probes.values()):
                     if now - probe.last_sent >= probe_every:
@@ -1012,6 +1033,8 @@ class ZmqRouter(Router):
                         log.error("node %d: node %d is dead (no message for %.1f s, heartbeat_timeout %.1f s)",
                                   self.node_id, p.node_id, silent, self.heartbeat_timeout)
                         self._lose(p, PEER_DEAD)
+                if self._notices and self._rx_owner is not None:
+                    self._send_wake()
             stopping.wait(0.05)
 
     # ------------------------------------------------------------------ shutdown
@@ -1040,6 +1063,7 @@ class ZmqRouter(Router):
                 pass
         self._halt = True
         self._stopping.set()
+        self._park.set()
         self._send_wake()  # a reader blocked in recv returns now
         self._notify_sleepers()
         me = threading.current_thread()
