@@ -507,6 +507,10 @@ class Task:
 
         On timeout return None, or raise ``TimeoutError`` with ``ignore_timeout_exception=False``. The
         wait is also released (returning None) when the task finishes.
+
+        With a ``ZmqRouter`` the waiting thread reads the peers' messages itself while it waits and runs the
+        listeners of the remote events that arrive meanwhile (a reply then needs no thread switch), so do not
+        call it while holding a lock that such a listener takes.
         """
         received: List[Tuple[tuple, dict]] = []
         done = threading.Event()

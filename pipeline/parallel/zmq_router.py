@@ -479,8 +479,26 @@ class ZmqRouter(Router):
                             "dead or gone" if p is not None else
                             f"not connected (connected: {self.peers}; topology {self.topology})")
                 return
-            targets = [p]
+            targets = (p,)
         for p in targets:
+            if not buffers and p.lock.acquire(False):
+                # The common case: one frame, nobody else is sending to this peer and its queue has room.
+                try:
+                    sock = p.sock
+                    if p.alive and sock is not None:
+                        body = p.data_prefix + _pack_seq(p.next_seq, 0) + meta
+                        h = self._hmac.copy()
+                        h.update(body)
+                        try:
+                            _zsend(sock, h.digest() + body, _NOBLOCK)
+                        except _zmq.Again:
+                            pass  # queue full: the bounded wait of _send_to
+                        else:
+                            p.next_seq += 1
+                            self.stats["sent"] += 1
+                            continue
+                finally:
+                    p.lock.release()
             self._send_to(p, K_DATA, meta, buffers, digest, event)
         if event == FINISH:
             self._finish_seen = True
@@ -490,24 +508,6 @@ class ZmqRouter(Router):
         """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
         ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout."""
         lock = p.lock
-        if kind == K_DATA and not buffers and lock.acquire(False):
-            # The common case: nobody else is sending to this peer and its queue has room.
-            try:
-                sock = p.sock
-                if p.alive and sock is not None:
-                    body = p.data_prefix + _pack_seq(p.next_seq, 0) + meta
-                    h = self._hmac.copy()
-                    h.update(body)
-                    try:
-                        _zsend(sock, h.digest() + body, _NOBLOCK)
-                    except _zmq.Again:
-                        pass  # queue full: the bounded wait below
-                    else:
-                        p.next_seq += 1
-                        self.stats["sent"] += 1
-                        return True
-            finally:
-                lock.release()
         patient = timeout is None
         wait = self.send_timeout if patient else timeout
         deadline = time.monotonic() + wait
@@ -650,8 +650,7 @@ class ZmqRouter(Router):
                     if not stopping.is_set():
                         self._read(step_aside)
                 finally:
-                    self._rx_owner = None
-                    token.release()
+                    self._end_reading()
                 if self._sleepers:
                     self._notify_sleepers()
         except _zmq.ContextTerminated:
@@ -659,6 +658,14 @@ class ZmqRouter(Router):
         except Exception:  # a bug here must not go unnoticed: peers would see this node as dead
             log.exception("node %d: receiver thread crashed", self.node_id)
             raise
+
+    def _end_reading(self) -> None:
+        """Give the read token back. After stop() the reader closes the PULL socket itself: stop() closes it
+        only if it gets the token, which a listener that does not return may keep (closing twice is fine)."""
+        self._rx_owner = None
+        if self._halt:
+            self._pull.close(0)
+        self._rx_token.release()
 
     def _notify_sleepers(self) -> None:
         with self._rx_cond:
@@ -727,8 +734,7 @@ class ZmqRouter(Router):
                     except _zmq.ContextTerminated:
                         done = False
                     finally:
-                        self._rx_owner = None
-                        token.release()
+                        self._end_reading()
                     if self._sleepers:
                         self._notify_sleepers()
                     if done:
@@ -1094,8 +1100,8 @@ class ZmqRouter(Router):
         if reading:
             self._pull.close(0)
         else:
-            log.warning("node %d: a thread is still reading messages (a listener that does not return?); "
-                        "closing without waiting for it", self.node_id)
+            log.warning("node %d: a listener of a remote event has not returned within 2 s; stopping without "
+                        "waiting for it (its thread closes the socket when it returns)", self.node_id)
         # term() waits for the lingering messages; bound it in case a socket escaped closing.
         closer = threading.Thread(target=self._ctx.term, name=f"rlpipe-term-{self.node_id}", daemon=True)
         closer.start()
