@@ -593,7 +593,8 @@ class ZmqRouter(Router):
         handle = self._handle
         wake_msg = self._wake_msg
         monotonic = time.monotonic
-        self._set_rcvtimeo(-1)
+        if self._rcvtimeo != -1:
+            self._set_rcvtimeo(-1)
         while not self._halt:
             if until():
                 return True
@@ -699,34 +700,17 @@ class ZmqRouter(Router):
         so such a wait only sees what other threads change (and ``wake()``)."""
         if until():
             return True
-        monotonic = time.monotonic
-        deadline = monotonic() + timeout if timeout < _INF else _INF
         me = threading.get_ident()
-        stopping = self._stopping
-        cond = self._rx_cond
-        token = self._rx_token
         if not self._started or self._halt or self._rx_owner == me:
-            while not until() and not stopping.is_set():
-                left = deadline - monotonic()
-                if left <= 0:
-                    break
-                with cond:
-                    self._sleepers += 1
-                    try:
-                        cond.wait(min(left, 0.05))
-                    finally:
-                        self._sleepers -= 1
-            return bool(until())
+            return self._wait_without_reading(until, timeout)
+        monotonic = time.monotonic
+        entered = monotonic()
+        deadline = entered + timeout if timeout < _INF else _INF
+        token = self._rx_token
         with self._rx_lock:
             self._waiting += 1
-        entered = monotonic()
         try:
             while True:
-                if until():
-                    return True
-                left = deadline - monotonic()
-                if left <= 0 or self._halt:
-                    return bool(until())
                 if token.acquire(False):
                     self._rx_owner = me
                     try:
@@ -739,16 +723,21 @@ class ZmqRouter(Router):
                         self._notify_sleepers()
                     if done:
                         return True
-                    continue
-                if self._rx_owner == self._recv_ident:
-                    self._send_wake()  # the receiver thread is blocked in recv: make it step aside now
-                with cond:
-                    self._sleepers += 1
-                    try:
-                        if token.locked() and not until():
-                            cond.wait(min(left, 0.05))
-                    finally:
-                        self._sleepers -= 1
+                else:  # another thread reads: it delivers, and notifies us after each message
+                    if self._rx_owner == self._recv_ident:
+                        self._send_wake()  # the receiver thread is blocked in recv: make it step aside now
+                    cond = self._rx_cond
+                    with cond:
+                        self._sleepers += 1
+                        try:
+                            if token.locked() and not until():
+                                cond.wait(max(0.0, min(deadline - monotonic(), 0.05)))
+                        finally:
+                            self._sleepers -= 1
+                if until():
+                    return True
+                if self._halt or monotonic() >= deadline:
+                    return bool(until())
         finally:
             with self._rx_lock:
                 self._waiting -= 1
@@ -757,6 +746,24 @@ class ZmqRouter(Router):
             self._waited = True
             if last and now - entered > _PARK:
                 self._park.set()  # a long wait: the receiver thread may be asleep for _PARK s; read again now
+
+    def _wait_without_reading(self, until: Callable[[], Any], timeout: float) -> bool:
+        """``wait`` for a thread that cannot read: inside ``on_message`` (the reader is busy in it), or with
+        the router not running. Sleeps in slices, woken by the reader's deliveries and by ``wake()``."""
+        monotonic = time.monotonic
+        deadline = monotonic() + timeout if timeout < _INF else _INF
+        cond = self._rx_cond
+        while not until() and not self._stopping.is_set():
+            left = deadline - monotonic()
+            if left <= 0:
+                break
+            with cond:
+                self._sleepers += 1
+                try:
+                    cond.wait(min(left, 0.05))
+                finally:
+                    self._sleepers -= 1
+        return bool(until())
 
     def _drop(self, counter: str, why: str) -> None:
         self.stats[counter] += 1
