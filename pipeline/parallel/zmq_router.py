@@ -50,8 +50,12 @@ Threads
     wakes it (an in-process wake-up message) so that it steps aside at once. Hence ``on_message`` may run on
     the receiver thread or on any thread that calls ``wait`` (``task.wait_for`` does), and it must not
     block for long on either. ``wait`` called from inside ``on_message`` does not read (the reader is busy
-    in the listener). ``stop`` releases every waiter and takes the token for good before closing the socket.
-    ``emit`` may be called from any thread.
+    in the listener). After a burst of short waits ends, messages that arrive meanwhile wait at most ~22 ms
+    for the receiver thread. Readers block in ``recv`` without a timeout (a timer per receive is costly on
+    a VM); wake-ups come from waiters, ``wake()``, ``stop`` and the heartbeat thread (every 50 ms to a
+    waiting thread, so that it checks its condition and deadline; at once for a notice such as a dead
+    peer). ``stop`` releases every waiter and takes the token for good before closing the socket. ``emit``
+    may be called from any thread.
 """
 from __future__ import annotations
 
