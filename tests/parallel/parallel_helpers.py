@@ -5,7 +5,8 @@ import secrets
 import socket
 import subprocess
 import sys
-from typing import Dict, List
+import time
+from typing import Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -62,3 +63,11 @@ def finish(procs, timeout: float = 60.0) -> List[dict]:
 
 def events(out: dict, name: str) -> List[list]:
     return [args for e, args, kw in out["received"] if e == name]
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.005) -> bool:
+    """Poll ``pred`` until it holds or ``timeout`` s pass; return its last value (bounded, never hangs)."""
+    end = time.monotonic() + timeout
+    while not pred() and time.monotonic() < end:
+        time.sleep(step)
+    return pred()

@@ -11,15 +11,9 @@ import zmq
 from pipeline.parallel import codec
 from pipeline.parallel.keys import MissingKeyError
 from pipeline.parallel.zmq_router import _HEADER, K_DATA, K_HELLO, ZmqRouter
+from parallel_helpers import wait_until
 
 KEY = b"k" * 32
-
-
-def _wait(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while not pred() and time.monotonic() < end:
-        time.sleep(0.01)
-    return pred()
 
 
 @pytest.fixture
@@ -61,7 +55,7 @@ def test_forged_garbage_and_malformed_are_dropped_and_counted(node):
     push.send(_message(KEY, r, "ok", seq=6))
     push.send(_message(KEY, r, "ok", seq=6))                          # replay
     push.send(_message(KEY, r, "ok2", seq=7))
-    assert _wait(lambda: len(got) >= 2 and r.stats["duplicates"] >= 1)
+    assert wait_until(lambda: len(got) >= 2 and r.stats["duplicates"] >= 1)
     time.sleep(0.2)
     assert [e for e, a, k in got] == ["ok", "ok2"]
     assert r.stats["auth_failed"] == 4  # forged, garbage, bit flip, extra frame
@@ -77,10 +71,10 @@ def test_the_codec_is_not_reached_before_the_mac_check(node, monkeypatch):
         real = getattr(codec, name)
         monkeypatch.setattr(codec, name, lambda *a, _real=real: calls.append(1) or _real(*a))
     push.send(_message(b"y" * 32, r, "forged"))
-    assert _wait(lambda: r.stats["auth_failed"] == 1)
+    assert wait_until(lambda: r.stats["auth_failed"] == 1)
     assert calls == [] and got == []
     push.send(_message(KEY, r, "genuine"))  # the same path with the right key does reach the codec
-    assert _wait(lambda: len(got) == 1)
+    assert wait_until(lambda: len(got) == 1)
     assert calls and got[0][0] == "genuine"
 
 
@@ -110,7 +104,7 @@ def test_two_routers_with_different_keys_do_not_talk():
     b.start(lambda *m: got.append(m))
     try:
         assert a.peers == [] and b.peers == []
-        assert _wait(lambda: a.stats["auth_failed"] > 0)
+        assert wait_until(lambda: a.stats["auth_failed"] > 0)
         assert got == []
     finally:
         b.stop()
@@ -142,7 +136,7 @@ def test_backpressure_blocks_instead_of_dropping_and_is_bounded():
         n_sent = b.stats["sent"]
         assert 0 < n_sent < 10000
         release.set()
-        assert _wait(lambda: len(got) == n_sent, 20)  # everything accepted was delivered
+        assert wait_until(lambda: len(got) == n_sent, 20)  # everything accepted was delivered
     finally:
         release.set()
         b.stop()
@@ -166,7 +160,7 @@ def _send_raw(address, frames):
 def _still_talking(a, b2, got_a, got_b):
     a.emit("to_b", (), {}, to=1)
     b2.emit("to_a", (), {}, to=0)
-    return _wait(lambda: "to_a" in got_a and "to_b" in got_b)
+    return wait_until(lambda: "to_a" in got_a and "to_b" in got_b)
 
 
 @pytest.mark.parametrize("who_connects", ["restarted node attaches", "we attach to the restarted node"])
@@ -195,9 +189,9 @@ def test_replayed_hello_of_an_earlier_incarnation_is_refused(who_connects):
             b2.start(lambda e, ar, kw: got_b.append(e))
             a = _router(0, attach_to=[b2.address])
             a.start(lambda e, ar, kw: got_a.append(e))
-        assert _wait(lambda: 1 in a.peers and a._peers[1].session == b2.session)
+        assert wait_until(lambda: 1 in a.peers and a._peers[1].session == b2.session)
         _send_raw(a.address, captured)
-        assert _wait(lambda: a.stats["stale_hello"] == 1)
+        assert wait_until(lambda: a.stats["stale_hello"] == 1)
         time.sleep(0.3)
         assert a._peers[1].session == b2.session and a.peers == [1]  # the live connection was kept
         assert _still_talking(a, b2, got_a, got_b)
@@ -222,7 +216,7 @@ def test_hello_outside_the_clock_window_or_without_time_is_refused():
                 msg["time"] += shift
             msg["token"] = 7
             _send_raw(a.address, b._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b""))
-        assert _wait(lambda: a.stats["stale_hello"] == 3)
+        assert wait_until(lambda: a.stats["stale_hello"] == 3)
         time.sleep(0.2)
         assert a.peers == [] and got == []
         assert a.stats["malformed"] == 0

@@ -9,15 +9,9 @@ import torch
 
 from pipeline.parallel import ZmqRouter
 from pipeline.parallel.codec import EncodeError
+from parallel_helpers import wait_until
 
 KEY = b"q" * 32
-
-
-def _wait(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while not pred() and time.monotonic() < end:
-        time.sleep(0.01)
-    return pred()
 
 
 @pytest.fixture
@@ -28,7 +22,7 @@ def pair():
     b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], heartbeat_interval=0.1, hwm=4,
                   labels=["gpu"], roles=["collector"])
     b.start(lambda *m: None)
-    assert a.peers == [1] or _wait(lambda: a.peers == [1])
+    assert a.peers == [1] or wait_until(lambda: a.peers == [1])
     yield a, b, got
     b.stop()
     a.stop()
@@ -40,7 +34,7 @@ def test_large_tensors_arrive_intact_even_if_changed_after_emit(pair):
     sent = w.clone()
     b.emit("model", (), {"w": w, "step": np.int64(3), "obs": np.ones((2, 3), np.float32)}, to=0)
     w.mul_(0)  # an optimizer updating in place right after the emit must not change what was sent
-    assert _wait(lambda: any(e == "model" for e, _, _ in got))
+    assert wait_until(lambda: any(e == "model" for e, _, _ in got))
     (kw,) = [kw for e, _, kw in got if e == "model"]
     assert torch.equal(kw["w"], sent) and kw["step"] == 3 and kw["obs"].shape == (2, 3)
     assert a.stats["auth_failed"] == 0
@@ -50,7 +44,7 @@ def test_peer_info_and_join_event(pair):
     a, b, got = pair
     info = a.peer_info(1)
     assert info["labels"] == {"gpu"} and info["roles"] == {"collector"} and info["alive"]
-    assert _wait(lambda: ("__peer_joined__", (1,), {}) in got)
+    assert wait_until(lambda: ("__peer_joined__", (1,), {}) in got)
 
 
 def test_unencodable_payload_is_a_clear_error(pair):
@@ -86,7 +80,7 @@ def test_stop_releases_a_sender_blocked_by_backpressure():
     t = threading.Thread(target=flood)
     t.start()
     try:
-        assert _wait(lambda: b.stats["sent"] > 0)
+        assert wait_until(lambda: b.stats["sent"] > 0)
         time.sleep(0.3)  # now blocked
         t0 = time.monotonic()
         b.stop()
@@ -131,7 +125,7 @@ def test_finish_releases_a_sender_blocked_by_backpressure():
     t = threading.Thread(target=flood)
     t.start()
     try:
-        assert _wait(lambda: b.stats["sent"] > 0)
+        assert wait_until(lambda: b.stats["sent"] > 0)
         time.sleep(0.3)  # b is now blocked on a
         c.emit("__finish__", (), {}, to=1)
         assert done.wait(5)  # released long before send_timeout (30 s)

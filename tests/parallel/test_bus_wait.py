@@ -7,15 +7,9 @@ import time
 import pytest
 
 from pipeline.parallel import ZmqRouter
+from parallel_helpers import wait_until
 
 KEY = b"w" * 32
-
-
-def _wait(pred, timeout=10.0):
-    end = time.monotonic() + timeout
-    while not pred() and time.monotonic() < end:
-        time.sleep(0.005)
-    return pred()
 
 
 @pytest.fixture
@@ -26,7 +20,7 @@ def pair():
     b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], heartbeat_interval=0.1,
                   heartbeat_timeout=2.0)
     b.start(lambda *m: None)
-    assert _wait(lambda: a.peers == [1])
+    assert wait_until(lambda: a.peers == [1])
     yield a, b, got
     b.stop()
     a.stop()
@@ -35,7 +29,7 @@ def pair():
 def _when_reading(router, ident, fn):
     """Run fn on a helper thread as soon as thread ``ident`` has become the router's reader."""
     def run():
-        if _wait(lambda: router._rx_owner == ident):
+        if wait_until(lambda: router._rx_owner == ident):
             fn()
     t = threading.Thread(target=run)
     t.start()
@@ -60,7 +54,7 @@ def test_order_and_exactly_once_across_hand_overs(pair):
     # 1. nobody waits: the receiver thread delivers
     for i in range(100):
         b.emit("n", (i,), {}, to=0)
-    assert _wait(lambda: len(nums()) == 100)
+    assert wait_until(lambda: len(nums()) == 100)
     # 2. this thread waits and reads while b sends
     helper = _when_reading(a, me, lambda: [b.emit("n", (i,), {}, to=0) for i in range(100, 200)])
     assert a.wait(lambda: len(nums()) >= 200, 20)
@@ -104,7 +98,7 @@ def test_stop_releases_a_waiting_thread(pair):
     result = []
     t = threading.Thread(target=lambda: result.append(a.wait(lambda: False, 60)))
     t.start()
-    assert _wait(lambda: a._rx_owner == t.ident)
+    assert wait_until(lambda: a._rx_owner == t.ident)
     a.stop()
     t.join(10)
     assert not t.is_alive() and result == [False]
@@ -139,10 +133,10 @@ def test_a_wait_inside_a_listener_does_not_read_and_ends_at_its_timeout():
     b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], heartbeat_interval=0.1)
     b.start(lambda *m: None)
     try:
-        assert _wait(lambda: a.peers == [1])
+        assert wait_until(lambda: a.peers == [1])
         b.emit("outer", (), {}, to=0)
         b.emit("inner", (), {}, to=0)
-        assert _wait(lambda: got[-2:] == ["outer", "inner"])
+        assert wait_until(lambda: got[-2:] == ["outer", "inner"])
         assert inner == [False]
     finally:
         b.stop()
@@ -157,12 +151,12 @@ def test_heartbeats_are_read_while_a_thread_waits():
                   heartbeat_timeout=0.5)
     b.start(lambda *m: None)
     try:
-        assert _wait(lambda: a.peers == [1] and b.peers == [0])
+        assert wait_until(lambda: a.peers == [1] and b.peers == [0])
         assert a.wait(lambda: False, 1.5) is False  # three heartbeat timeouts long
         assert "__peer_dead__" not in [e for e, _ in got] and a.peers == [1]
         # afterwards the receiver thread reads again
         b.emit("later", (), {}, to=0)
-        assert _wait(lambda: any(e == "later" for e, _ in got))
+        assert wait_until(lambda: any(e == "later" for e, _ in got))
         assert [t for e, t in got if e == "later"] != [threading.get_ident()]
     finally:
         b.stop()
@@ -177,7 +171,7 @@ def test_task_wait_for_reads_on_its_own_thread_and_finish_releases_it():
         b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], heartbeat_interval=0.1)
         b.start(lambda *m: None)
         try:
-            assert _wait(lambda: a.peers == [1])
+            assert wait_until(lambda: a.peers == [1])
             me = threading.get_ident()
             seen = []
             tk.on("hi", lambda *x, **k: seen.append(threading.get_ident()))
