@@ -194,6 +194,9 @@ class ZmqRouter(Router):
         max_message_size: larger incoming frames make ZeroMQ drop the connection (bytes; -1: no limit).
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
             (machines in a group need clocks synchronised to within this, e.g. by NTP).
+        slow_listener_warning: log a warning once a listener of a remote event has run this long (s): while it
+            runs this node reads no messages, and a listener blocked on a lock held by a thread in ``wait``
+            would otherwise hang without a word.
     """
 
     is_active = True
@@ -206,7 +209,7 @@ class ZmqRouter(Router):
                  expected_peers: Optional[int] = None, startup_timeout: float = 30.0,
                  send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
                  stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31,
-                 hello_max_skew: float = 120.0) -> None:
+                 hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -228,6 +231,7 @@ class ZmqRouter(Router):
         self.stop_on_peer_failure = bool(stop_on_peer_failure)
         self.max_message_size = int(max_message_size)
         self.hello_max_skew = float(hello_max_skew)
+        self.slow_listener_warning = float(slow_listener_warning)
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
@@ -256,6 +260,7 @@ class ZmqRouter(Router):
         self._threads: List[threading.Thread] = []
         self._grace_from = 0.0
         self._in_handler = False
+        self._handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
         self._finish_seen = False  # after "__finish__" no send waits for backpressure
         self._peer_change = threading.Condition(self._state_lock)
         # Reading the PULL socket (see "Threads" in the module docstring): one reader at a time, the holder of
@@ -860,6 +865,7 @@ class ZmqRouter(Router):
 
     def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
         self._deliveries += 1
+        self._handler_event = event
         self._in_handler = True
         try:
             self._on_message(event, args, kwargs)  # type: ignore[misc]
@@ -1004,7 +1010,7 @@ class ZmqRouter(Router):
         stopping = self._stopping
         probe_every = min(0.2, self.heartbeat_interval)
         next_beat = 0.0
-        busy_no, long_busy = -1, False
+        busy_no, long_busy, busy_since, warned = -1, False, 0.0, False
         while not stopping.is_set():
             now = time.monotonic()
             # The readers only count messages per peer; the time a peer was last heard of is taken here.
@@ -1019,10 +1025,17 @@ class ZmqRouter(Router):
                 n = self._deliveries
                 if n == busy_no:
                     long_busy = True
+                    if not warned and now - busy_since > self.slow_listener_warning:
+                        warned = True
+                        log.warning(
+                            "node %d: a listener of remote event %r has run for %.0f s; meanwhile this node reads "
+                            "no messages. Listeners must not block (hand long work to another thread); a thread "
+                            "in task.wait_for/router.wait also runs listeners, so it must not hold a lock that "
+                            "one of them takes", self.node_id, self._handler_event, now - busy_since)
                 else:
                     if long_busy:
                         self._grace_from = now
-                    busy_no, long_busy = n, False
+                    busy_no, long_busy, busy_since, warned = n, False, now, False
             else:
                 if long_busy:
                     self._grace_from = now

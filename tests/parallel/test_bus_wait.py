@@ -186,3 +186,27 @@ def test_task_wait_for_reads_on_its_own_thread_and_finish_releases_it():
             assert time.monotonic() - t0 < 30  # released, not timed out
         finally:
             b.stop()
+
+
+def test_a_listener_that_blocks_the_reader_is_reported(caplog):
+    """A listener stuck on a lock the waiting thread holds must not hang silently: it is logged by name."""
+    release = threading.Event()
+    a = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.05, heartbeat_timeout=2.0,
+                  slow_listener_warning=0.3)
+    a.start(lambda e, ar, kw: release.wait(10) if e == "stuck" else None)
+    b = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[a.address], heartbeat_interval=0.05,
+                  heartbeat_timeout=2.0)
+    b.start(lambda *m: None)
+    try:
+        assert wait_until(lambda: a.peers == [1])
+        with caplog.at_level("WARNING", logger="rlpipe.parallel"):
+            b.emit("stuck", (), {}, to=0)
+            found = wait_until(lambda: any("'stuck'" in r.getMessage() and "has run for" in r.getMessage()
+                                           for r in caplog.records), 10)
+            release.set()
+        assert found
+        assert sum("has run for" in r.getMessage() for r in caplog.records) == 1  # once per delivery
+    finally:
+        release.set()
+        b.stop()
+        a.stop()
