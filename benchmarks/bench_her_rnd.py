@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import tempfile
 import statistics
 import sys
 
@@ -32,6 +33,9 @@ EPISODES = 1000  # DeepSea budget per run (episodes)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+
+OUT = tempfile.mkdtemp(prefix="bench-her-rnd-")  # the examples' run folders
 
 
 def load(name):
@@ -45,7 +49,8 @@ def bench_goal(name, flag, label_on, label_off, seeds, budget, extra=()):
     ex = load(name)
     rows = []
     for seed in seeds:
-        common = ["--seed", str(seed), "--max-env-step", str(budget), "--quiet", "--stop-success", "2", *extra]
+        common = ["--seed", str(seed), "--max-env-step", str(budget), "--quiet", "--stop-success", "2",
+                  "--exp-name", os.path.join(OUT, name), *extra]
         on = ex.main(common)
         off = ex.main(common + [flag])
         rows.append((seed, on, off))
@@ -63,7 +68,8 @@ def bench_deepsea(seeds, episodes, size):
     ex = load("dqn_rnd")
     rows = []
     for seed in seeds:
-        common = ["--seed", str(seed), "--max-episodes", str(episodes), "--size", str(size), "--quiet"]
+        common = ["--seed", str(seed), "--max-episodes", str(episodes), "--size", str(size), "--quiet",
+                  "--exp-name", os.path.join(OUT, "deepsea")]
         rows.append((seed, ex.main(common), ex.main(common + ["--no-rnd"])))
     print(f"\ndeepsea {size}: episode of the first treasure within {episodes} episodes (- = never)")
     print(f"{'seed':>4}  {'DQN+RND':>8}  {'DQN':>8}  {'time on/off (s)':>16}")

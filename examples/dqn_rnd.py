@@ -16,35 +16,30 @@ propagate back up the 20-step chain before the predictor has learnt the new cell
 The learner is the standard ``OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd)``:
 each round fetches a batch, adds RND's normalised intrinsic reward to a new batch (the buffer keeps
 the env reward), trains the RND predictor on that batch, then trains DQN.
+Shares the flags of every training example (--exp-name, --seed, --set, --resume, --play, ...):
+each run writes ./<exp>/<n>/ (config.json, ckpt/, log/). --max-env-step overrides --max-episodes.
 """
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 if __package__ in (None, ""):  # allow `python examples/dqn_rnd.py` from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch
-from torch import nn
-
-from contexts import OnlineRLContext
-from middleware import OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, termination_checker
-from pipeline import task
-from pipeline.config import compile_config
-from pipeline.data import DequeBuffer
-from pipeline.envs import EnvManager
-from pipeline.envs.deepsea import DeepSeaEnv
-from pipeline.policy import DQNPolicy
-from pipeline.reward_model import RndRewardModel
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # noqa: E402  (no torch)
 
 
 def make_config(size: int, seed: int) -> Any:
-    return compile_config(
+    from pipeline.config import compile_config
+
+    return compile_config(user_config(size, seed), policy="dqn")
+
+
+def user_config(size: int, seed: int) -> Dict[str, Any]:
+    return (
         {
             "exp_name": f"deepsea{size}_dqn_rnd",
             "seed": seed,
@@ -57,35 +52,67 @@ def make_config(size: int, seed: int) -> Any:
                 "other": {"eps": {"type": "linear", "start": 0.05, "end": 0.05, "decay": 1},
                           "replay_buffer": {"replay_buffer_size": 20000}},
             },
-        },
-        policy="dqn",
+        }
     )
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = example_parser(__doc__, exp_name="deepsea_dqn_rnd", max_env_step=None)
     p.add_argument("--no-rnd", action="store_true", help="plain DQN (no intrinsic reward)")
     p.add_argument("--size", type=int, default=20)
     p.add_argument("--max-episodes", type=int, default=1000, help="budget (episodes of `size` steps)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--intrinsic-weight", type=float, default=1.0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (small nets: 1 is fastest)")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    torch.set_num_threads(args.threads)
+    p.add_argument("--quiet", action="store_true", help="no log lines and no progress display")
+    return p
 
-    n = args.size
-    cfg = make_config(n, args.seed)
-    env = EnvManager(lambda: DeepSeaEnv(size=n, seed=args.seed), 1, seed=args.seed)
-    torch.manual_seed(args.seed)
+
+def build_policy(cfg: Any, n: int, seed: int) -> Any:
+    import torch
+    from torch import nn
+
+    from pipeline.policy import DQNPolicy
+
+    torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(n * n, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
-    policy = DQNPolicy(cfg, model=model, action_shape=2, seed=args.seed)
+    return DQNPolicy(cfg, model=model, action_shape=2, seed=seed)
+
+
+def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    if args.exp_name == "deepsea_dqn_rnd" and args.no_rnd:
+        args.exp_name = "deepsea_dqn"
+    n = args.size
+    run = prepare_run(args, user_config(n, args.seed))
+    if not args.quiet:
+        setup_logging()
+
+    import torch
+
+    from contexts import OnlineRLContext
+    from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,
+                            online_logger, termination_checker)
+    from pipeline import task
+    from pipeline.config import compile_config
+    from pipeline.data import DequeBuffer
+    from pipeline.envs import EnvManager
+    from pipeline.envs.deepsea import DeepSeaEnv
+    from pipeline.reward_model import RndRewardModel
+
+    torch.set_num_threads(args.threads)
+    cfg = compile_config(run.user_config, policy="dqn")
+    policy = build_policy(cfg, n, args.seed)
+    if run.play:
+        return play(run.play, policy, n, args)
+    env = EnvManager(lambda: DeepSeaEnv(size=n, seed=args.seed), 1, seed=args.seed)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     rnd = None if args.no_rnd else RndRewardModel(
         obs_dim=n * n, hidden=(64,), embed_dim=32, lr=1e-3, intrinsic_weight=args.intrinsic_weight,
         obs_norm=True, seed=args.seed)
+    max_env_step = args.max_env_step if args.max_env_step is not None else args.max_episodes * n
+    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_)
+    run.begin(cfg, quiet=args.quiet)
+    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+                           total_env_step=max_env_step)
 
     found: Dict[str, Any] = {"episode": None}
     last: Dict[str, Any] = {}
@@ -98,16 +125,20 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                 task.finish = True
 
     t0 = time.time()
-    with task.start(ctx=OnlineRLContext()):
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(eps_greedy_handler(cfg))
         task.use(StepCollector(cfg, policy.collect_mode, env))
         task.use(treasure_watch)
         task.use(data_pusher(cfg, buffer_))
         task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd))
-        task.use(termination_checker(max_env_step=args.max_episodes * n))
+        task.use(termination_checker(max_env_step=max_env_step))
+        task.use(ckpt)
+        task.use(logger)
         task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
-        task.run()
-        ctx = task.ctx
+        for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)
+    logger.close()
     env.close()
     result = {
         "rnd": not args.no_rnd,
@@ -121,13 +152,35 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "train_output": last.get("train_output"),
         "train_data": last.get("train_data"),
         "wall_time": time.time() - t0,
+        "run_dir": run.dir,
+        "interrupted": interrupted,
     }
     what = "DQN+RND" if rnd is not None else "DQN"
     where = f"found the treasure in episode {found['episode']}" if result["found"] else "never found the treasure"
     print(f"DeepSea {n}, {what}, seed {args.seed}: {where} ({ctx.env_episode} episodes, {ctx.env_step} env steps, "
           f"{result['wall_time']:.1f} s)")
+    if not args.quiet:
+        print(f"run folder: {run.dir} (final checkpoint: {ckpt.paths.get('final.pth.tar')})")
     return result
 
 
+def play(path: str, policy: Any, n: int, args: Any) -> Dict[str, Any]:
+    """--play: load the checkpoint into the same network and run greedy episodes."""
+    from middleware import load_checkpoint
+    from pipeline.envs.deepsea import DeepSeaEnv
+    from pipeline.experiment import play_policy
+
+    if args.render or args.video:
+        raise SystemExit("error: DeepSea has no rendering; use --play without --render/--video")
+    load_checkpoint(path, policy)
+    returns = play_policy(policy.eval_mode, lambda mode: DeepSeaEnv(size=n, seed=args.seed), episodes=args.episodes,
+                          seed=args.seed)
+    return {"play_returns": returns}
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted before training started; nothing saved")
+        sys.exit(130)

@@ -1,7 +1,8 @@
 """The smallest pipeline: a fake collector, a pusher and a trainer sharing one context per step.
 
-    python examples/hello_pipeline.py
+    python examples/hello_pipeline.py [--steps 100]
 """
+import argparse
 import random
 
 from contexts import OnlineRLContext
@@ -31,13 +32,16 @@ def trainer(ctx: OnlineRLContext):
         print(f"step {ctx.total_step:3d}  env_step {ctx.env_step:4d}  train_iter {ctx.train_iter}")
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=100, help="pipeline steps to run (default 100)")
+    args = ap.parse_args(argv)
     buffer: list = []
     with task.start(ctx=OnlineRLContext()):
         task.use(collector)
         task.use(pusher(buffer))
         task.use(trainer)
-        task.run(max_step=100)
+        task.run(max_step=args.steps)
     print(f"done: {len(buffer)} transitions stored")
 
 

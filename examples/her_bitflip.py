@@ -2,36 +2,25 @@
 
     python examples/her_bitflip.py                 # 15 bits, HER (future, k=4)
     python examples/her_bitflip.py --no-her        # the same budget without relabelling
+    python examples/her_bitflip.py --play bitflip_dqn_her/1/ckpt/final.pth.tar
 
 With HER the greedy policy reaches >= 90% evaluation success on 15 bits in about 25k env steps;
 without it, it stays near 0% (a random walk almost never meets the goal, so the reward is never
 seen). Prints the success rate and returns a summary dict (used by the tests and the benchmark).
+Shares the flags of every training example (--exp-name, --seed, --set, --resume, --play, ...):
+each run writes ./<exp>/<n>/ (config.json, ckpt/, log/).
 """
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 if __package__ in (None, ""):  # allow `python examples/her_bitflip.py` from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch
-from torch import nn
-
-from contexts import OnlineRLContext
-from middleware import EpisodeCollector, data_pusher, eps_greedy_handler, termination_checker
-from middleware.her import HERLearner, goal_success_evaluator
-from pipeline import task
-from pipeline.config import compile_config
-from pipeline.data import DequeBuffer
-from pipeline.envs import EnvManager
-from pipeline.envs.goal_envs import BitFlipEnv, FlattenGoalObservation
-from pipeline.policy import DQNPolicy
-from pipeline.reward_model import HerRewardModel
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # noqa: E402  (no torch)
 
 
 class NoRelabel:
@@ -53,69 +42,103 @@ class NoRelabel:
         return out
 
 
-def make_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Any:
-    return compile_config(
-        {
-            "exp_name": f"bitflip{n_bits}_dqn_her",
-            "seed": seed,
-            "env": {"env_id": "bitflip", "collector_env_num": collector_env_num, "evaluator_env_num": 5,
-                    "n_evaluator_episode": 50},
-            "policy": {
-                "discount_factor": 0.98,
-                "learn": {
-                    "update_per_collect": 16,
-                    "batch_size": 128,
-                    "learning_rate": 1e-3,
-                    "target_update_type": "soft",
-                    "target_theta": 0.05,
-                    "truncation_as_terminal": False,
-                    "learning_starts": 16,
-                },
-                "collect": {"n_episode": 16},
-                "eval": {"evaluator": {"eval_freq": 160}},
-                "other": {"eps": {"type": "linear", "start": 0.2, "end": 0.2, "decay": 1},
-                          "replay_buffer": {"replay_buffer_size": 2000}},
+def user_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Dict[str, Any]:
+    return {
+        "exp_name": f"bitflip{n_bits}_dqn_her",
+        "seed": seed,
+        "env": {"env_id": "bitflip", "collector_env_num": collector_env_num, "evaluator_env_num": 5,
+                "n_evaluator_episode": 50},
+        "policy": {
+            "discount_factor": 0.98,
+            "learn": {
+                "update_per_collect": 16,
+                "batch_size": 128,
+                "learning_rate": 1e-3,
+                "target_update_type": "soft",
+                "target_theta": 0.05,
+                "truncation_as_terminal": False,
+                "learning_starts": 16,
             },
+            "collect": {"n_episode": 16},
+            "eval": {"evaluator": {"eval_freq": 160}},
+            "other": {"eps": {"type": "linear", "start": 0.2, "end": 0.2, "decay": 1},
+                      "replay_buffer": {"replay_buffer_size": 2000}},
         },
-        policy="dqn",
-    )
+    }
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Any:
+    from pipeline.config import compile_config
+
+    return compile_config(user_config(n_bits, seed, collector_env_num), policy="dqn")
+
+
+def build_parser():
+    p = example_parser(__doc__, exp_name="bitflip_dqn_her", max_env_step=40_000)
     p.add_argument("--bits", type=int, default=15)
     p.add_argument("--no-her", action="store_true", help="train without hindsight relabelling")
-    p.add_argument("--max-env-step", type=int, default=40_000)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop-success", type=float, default=0.95, help="stop once eval success reaches this")
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--k", type=int, default=4, help="future relabels per transition")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (small nets: 1 is fastest)")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
+    p.add_argument("--quiet", action="store_true", help="no log lines and no progress display")
+    return p
+
+
+def build_policy(cfg: Any, n: int, obs_dim: int, seed: int) -> Any:
+    from torch import nn
+
+    from pipeline.policy import DQNPolicy
+
+    model = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, n))
+    return DQNPolicy(cfg, model=model, action_shape=n, seed=seed)
+
+
+def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    if args.exp_name == "bitflip_dqn_her" and args.no_her:
+        args.exp_name = "bitflip_dqn_noher"
+    n = args.bits
+    run = prepare_run(args, user_config(n, args.seed))
     if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        setup_logging()
+
+    import torch
+
+    from contexts import OnlineRLContext
+    from middleware import (CkptSaver, EpisodeCollector, data_pusher, eps_greedy_handler, online_logger,
+                            termination_checker)
+    from middleware.her import HERLearner, goal_success_evaluator
+    from pipeline import task
+    from pipeline.config import compile_config
+    from pipeline.data import DequeBuffer
+    from pipeline.envs import EnvManager
+    from pipeline.envs.goal_envs import BitFlipEnv, FlattenGoalObservation
+    from pipeline.reward_model import HerRewardModel
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    n = args.bits
-    cfg = make_config(n, args.seed)
+    cfg = compile_config(run.user_config, policy="dqn")
     make_env = lambda: FlattenGoalObservation(BitFlipEnv(n_bits=n))  # noqa: E731
-    collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
-    evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
     probe = make_env()
     obs_dim = probe.observation_space.shape[0]
-    model = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, n))
-    policy = DQNPolicy(cfg, model=model, action_shape=n, seed=args.seed)
+    policy = build_policy(cfg, n, obs_dim, args.seed)
+    if run.play:
+        return play(run.play, policy, make_env, args)
+    collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
+    evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size)
     if args.no_her:
         relabel: Any = NoRelabel(episode_size=16, sample_per_episode=8)
     else:
         relabel = HerRewardModel.from_env(probe, strategy="future", k=args.k, episode_size=16,
                                           sample_per_episode=8, seed=args.seed)
+    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_)
+    run.begin(cfg, quiet=args.quiet)
+    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+                           total_env_step=args.max_env_step)
 
     t0 = time.time()
-    with task.start(ctx=OnlineRLContext()):
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(goal_success_evaluator(policy.eval_mode, evaluator_env, n_episode=args.eval_episodes,
                                         eval_freq=cfg.policy.eval.evaluator.eval_freq,
                                         stop_success=args.stop_success))
@@ -124,10 +147,14 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         task.use(data_pusher(cfg, buffer_))
         task.use(HERLearner(cfg, policy.learn_mode, buffer_, relabel))
         task.use(termination_checker(max_env_step=args.max_env_step))
+        task.use(ckpt)
+        task.use(logger)
         last: Dict[str, Any] = {}
         task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
-        task.run()
-        ctx = task.ctx  # the context is renewed every step: read the last one
+        for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)  # the context is renewed every step: this is the last one
+    logger.close()
     # a final evaluation of the trained policy
     from middleware import evaluate_episodes
 
@@ -146,11 +173,31 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "train_output": last.get("train_output"),
         "train_data": last.get("train_data"),
         "wall_time": time.time() - t0,
+        "run_dir": run.dir,
+        "interrupted": interrupted,
     }
     print(f"bitflip {n} bits, {'DQN+HER' if result['her'] else 'DQN (no HER)'}: success rate {success:.2f} "
           f"after {ctx.env_step} env steps, {ctx.train_iter} train iterations ({result['wall_time']:.1f} s)")
+    if not args.quiet:
+        print(f"run folder: {run.dir} (final checkpoint: {ckpt.paths.get('final.pth.tar')})")
     return result
 
 
+def play(path: str, policy: Any, make_env: Any, args: Any) -> Dict[str, Any]:
+    """--play: load the checkpoint's weights into the same network and run greedy episodes."""
+    from middleware import load_checkpoint
+    from pipeline.experiment import play_policy
+
+    if args.render or args.video:
+        raise SystemExit("error: the bit-flipping env has no rendering; use --play without --render/--video")
+    load_checkpoint(path, policy)
+    returns = play_policy(policy.eval_mode, lambda mode: make_env(), episodes=args.episodes, seed=args.seed)
+    return {"play_returns": returns}
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted before training started; nothing saved")
+        sys.exit(130)

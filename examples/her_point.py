@@ -11,31 +11,20 @@ SAC + HER reaches ~100% evaluation success (an episode succeeds when some step i
 radius) while SAC alone stays near 0% (see benchmarks/bench_her_rnd.py). SAC alone does learn
 easier variants (radius 0.1, or episodes that end on success) given a larger budget.
 Prints the evaluation success rate and returns a summary dict (used by tests and the benchmark).
+Shares the flags of every training example (--exp-name, --seed, --set, --resume, --play, ...):
+each run writes ./<exp>/<n>/ (config.json, ckpt/, log/).
 """
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 if __package__ in (None, ""):  # allow `python examples/her_point.py` from a checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch
-
-from contexts import OnlineRLContext
-from middleware import EpisodeCollector, data_pusher, evaluate_episodes, termination_checker
-from middleware.her import HERLearner, goal_success_evaluator
-from pipeline import task
-from pipeline.config import merge_config
-from pipeline.data import DequeBuffer
-from pipeline.envs import EnvManager
-from pipeline.envs.goal_envs import FlattenGoalObservation, PointGoalEnv
-from pipeline.policy.sac import SACPolicy, sac_default_config
-from pipeline.reward_model import HerRewardModel
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # noqa: E402  (no torch)
 
 
 class NoRelabel:
@@ -56,58 +45,89 @@ class NoRelabel:
         return out
 
 
-def make_config(seed: int) -> Any:
-    return merge_config(
-        sac_default_config(),
-        {
-            "exp_name": "point_sac_her",
-            "seed": seed,
-            "env": {"env_id": "point", "collector_env_num": 4, "evaluator_env_num": 5, "n_evaluator_episode": 50},
-            "policy": {
-                "discount_factor": 0.95,
-                "learn": {"update_per_collect": 64, "batch_size": 128, "target_theta": 0.05},
-                "collect": {"n_episode": 8, "random_collect_size": 800},
-                "eval": {"evaluator": {"eval_freq": 320}},
-                "other": {"replay_buffer": {"replay_buffer_size": 2000}},
-            },
+def user_config(seed: int) -> Dict[str, Any]:
+    return {
+        "exp_name": "point_sac_her",
+        "seed": seed,
+        "env": {"env_id": "point", "collector_env_num": 4, "evaluator_env_num": 5, "n_evaluator_episode": 50},
+        "policy": {
+            "discount_factor": 0.95,
+            "learn": {"update_per_collect": 64, "batch_size": 128, "target_theta": 0.05},
+            "collect": {"n_episode": 8, "random_collect_size": 800},
+            "eval": {"evaluator": {"eval_freq": 320}},
+            "other": {"replay_buffer": {"replay_buffer_size": 2000}},
         },
-    )
+    }
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_config(seed: int, user: Optional[Dict[str, Any]] = None) -> Any:
+    from pipeline.config import merge_config
+    from pipeline.policy.sac import sac_default_config
+
+    return merge_config(sac_default_config(), user if user is not None else user_config(seed))
+
+
+def build_parser():
+    p = example_parser(__doc__, exp_name="point_sac_her", max_env_step=15_000)
     p.add_argument("--no-her", action="store_true", help="train without hindsight relabelling")
-    p.add_argument("--max-env-step", type=int, default=15_000)
     p.add_argument("--distance-threshold", type=float, default=0.05, help="success radius of the point env")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop-success", type=float, default=0.95, help="stop once eval success reaches this")
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--k", type=int, default=4, help="future relabels per transition")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (small nets: 1 is fastest)")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-    torch.set_num_threads(args.threads)
+    p.add_argument("--quiet", action="store_true", help="no log lines and no progress display")
+    return p
 
-    cfg = make_config(args.seed)
+
+def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    if args.exp_name == "point_sac_her" and args.no_her:
+        args.exp_name = "point_sac_noher"
+    run = prepare_run(args, user_config(args.seed))
+    if not args.quiet:
+        setup_logging()
+
+    import torch
+
+    from contexts import OnlineRLContext
+    from middleware import (CkptSaver, EpisodeCollector, data_pusher, evaluate_episodes, online_logger,
+                            termination_checker)
+    from middleware.her import HERLearner, goal_success_evaluator
+    from pipeline import task
+    from pipeline.data import DequeBuffer
+    from pipeline.envs import EnvManager
+    from pipeline.envs.goal_envs import FlattenGoalObservation, PointGoalEnv
+    from pipeline.policy.sac import SACPolicy
+    from pipeline.reward_model import HerRewardModel
+
+    torch.set_num_threads(args.threads)
+    cfg = make_config(args.seed, run.user_config)
+
     def make_env() -> FlattenGoalObservation:
         return FlattenGoalObservation(PointGoalEnv(distance_threshold=args.distance_threshold,
                                                    terminate_on_success=False))
+    probe = make_env()
+    cfg.policy.model.obs_shape = int(probe.observation_space.shape[0])
+    cfg.policy.model.action_shape = 2
+    policy = SACPolicy(cfg, seed=args.seed)
+    if run.play:
+        return play(run.play, policy, make_env, args)
     collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
     evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
-    probe = make_env()
-    policy = SACPolicy(cfg, obs_shape=probe.observation_space.shape[0], action_shape=2, seed=args.seed)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     if args.no_her:
         relabel: Any = NoRelabel(episode_size=16, sample_per_episode=8, seed=args.seed)
     else:
         relabel = HerRewardModel.from_env(probe, strategy="future", k=args.k, episode_size=16,
                                           sample_per_episode=8, seed=args.seed)
+    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_, config=cfg,
+                     policy_type="sac")
+    run.begin(cfg, quiet=args.quiet)
+    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+                           total_env_step=args.max_env_step)
 
     t0 = time.time()
     last: Dict[str, Any] = {}
-    with task.start(ctx=OnlineRLContext()):
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(goal_success_evaluator(policy.eval_mode, evaluator_env, n_episode=args.eval_episodes,
                                         eval_freq=cfg.policy.eval.evaluator.eval_freq,
                                         stop_success=args.stop_success))
@@ -115,9 +135,13 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         task.use(data_pusher(cfg, buffer_))
         task.use(HERLearner(cfg, policy.learn_mode, buffer_, relabel))
         task.use(termination_checker(max_env_step=args.max_env_step))
+        task.use(ckpt)
+        task.use(logger)
         task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
-        task.run()
-        ctx = task.ctx
+        for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)
+    logger.close()
     returns, lengths = evaluate_episodes(policy.eval_mode, evaluator_env, args.eval_episodes)
     success = float((returns > -lengths + 0.5).mean())
     collector_env.close()
@@ -133,11 +157,31 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "train_output": last.get("train_output"),
         "train_data": last.get("train_data"),
         "wall_time": time.time() - t0,
+        "run_dir": run.dir,
+        "interrupted": interrupted,
     }
     print(f"point reaching, {'SAC+HER' if result['her'] else 'SAC (no HER)'}: success rate {success:.2f} "
           f"after {ctx.env_step} env steps, {ctx.train_iter} train iterations ({result['wall_time']:.1f} s)")
+    if not args.quiet:
+        print(f"run folder: {run.dir} (final checkpoint: {ckpt.paths.get('final.pth.tar')})")
     return result
 
 
+def play(path: str, policy: Any, make_env: Any, args: Any) -> Dict[str, Any]:
+    """--play: load the checkpoint into the same networks and run deterministic episodes."""
+    from middleware import load_checkpoint
+    from pipeline.experiment import play_policy
+
+    if args.render or args.video:
+        raise SystemExit("error: the point env has no rendering; use --play without --render/--video")
+    load_checkpoint(path, policy)
+    returns = play_policy(policy.eval_mode, lambda mode: make_env(), episodes=args.episodes, seed=args.seed)
+    return {"play_returns": returns}
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted before training started; nothing saved")
+        sys.exit(130)

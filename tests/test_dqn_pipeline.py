@@ -94,31 +94,45 @@ def test_pipeline_with_per_and_nstep(tmp_path):
     assert len(set(pri)) > 10  # priorities were written back from TD errors
 
 
-def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys):
+def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys, caplog, monkeypatch):
     import importlib.util
+    import json
+    import logging
+    import re
 
+    monkeypatch.chdir(tmp_path)  # runs go under the current directory: ./cartpole_dqn/<n>/
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location('dqn_cartpole_example', os.path.join(root, 'examples', 'dqn_cartpole.py'))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    exp = str(tmp_path / 'ex')
     threads = torch.get_num_threads()
-    small = ['--set', 'policy.learn.learning_starts=64', '--set', 'policy.learn.batch_size=16']
-    rc = mod.main(['--max-env-step', '160', '--exp-name', exp, '--threads', str(threads)] + small)
+    small = ['--set', 'policy.learn.learning_starts=64', '--set', 'policy.learn.batch_size=16', '--no-progress',
+             '--threads', str(threads)]
+    rc = mod.main(['--max-env-step', '160'] + small)
     out = capsys.readouterr().out
-    assert rc == 1 and 'NOT solved' in out and 'after 160 env steps' in out  # far too short to solve
-    # 3-step returns hold back up to 2 transitions per env, so training starts a few collects late
-    import re
-    it1 = int(re.search(r'after 160 env steps, (\d+) train iters', out).group(1))
+    run1 = tmp_path / 'cartpole_dqn' / '1'
+    assert rc == 1 and 'NOT solved' in out and 'after 160 training + ' in out  # far too short to solve
+    assert out.index(f'run folder: {run1}') < out.index('NOT solved')  # the path is printed at the start
+    saved = json.loads((run1 / 'config.json').read_text())
+    assert saved['config']['policy']['learn']['batch_size'] == 16 and saved['config']['seed'] == 0
+    it1 = int(re.search(r'after 160 training \+ \d+ evaluation env steps, (\d+) train iters', out).group(1))
     assert 0 < it1 < 100 and it1 % 5 == 0
-    final = os.path.join(exp, 'ckpt', 'final.pth.tar')
-    assert os.path.abspath(final) in out and 'tensorboard --logdir ' + os.path.abspath(os.path.join(exp, 'log')) in out
-    rc = mod.main(['--max-env-step', '240', '--exp-name', exp, '--resume', final, '--threads', str(threads)] + small)
+    final = run1 / 'ckpt' / 'final.pth.tar'
+    assert str(final) in out and f'tensorboard --logdir {run1 / "log"}' in out
+    assert (run1 / 'ckpt' / 'final.buffer').is_file()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        rc = mod.main(['--max-env-step', '240', '--resume', str(final)] + small)
     out = capsys.readouterr().out
-    # counters continue from 160 env steps / it1 iters; the buffer is not checkpointed, so it refills first
-    it2 = int(re.search(r'after 240 env steps, (\d+) train iters', out).group(1))
-    assert it1 < it2 < it1 + 50
-    assert torch.load(final, weights_only=True)['counters']['env_step'] == 240
+    run2 = tmp_path / 'cartpole_dqn' / '2'
+    assert f'run folder: {run2}' in out and (run1 / 'ckpt' / 'final.pth.tar').is_file()  # run 1 is untouched
+    # counters continue from 160 env steps / it1 iters, and the replay buffer was restored, so every one of
+    # the 10 steps (80 env steps, 8 per step) trains its 5 rounds at once
+    it2 = int(re.search(r'after 240 training \+ \d+ evaluation env steps, (\d+) train iters', out).group(1))
+    assert it2 == it1 + 50
+    assert not [r for r in caplog.records if r.getMessage().startswith('eval at')]  # no evaluation at resume
+    assert torch.load(run2 / 'ckpt' / 'final.pth.tar', weights_only=True)['counters']['env_step'] == 240
     from pipeline.config import ConfigError
     with pytest.raises(ConfigError, match='batchsize'):
-        mod.main(['--set', 'policy.learn.batchsize=16', '--exp-name', exp])
+        mod.main(['--set', 'policy.learn.batchsize=16'])
+    assert not (tmp_path / 'cartpole_dqn' / '3').exists()  # a config error leaves no empty run folder

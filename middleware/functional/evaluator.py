@@ -2,28 +2,47 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from collections import deque
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from pipeline.roles import Role, for_roles
 
-__all__ = ['interaction_evaluator', 'evaluate_episodes']
+__all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult']
 
 log = logging.getLogger(__name__)
 
 
-def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000
-                      ) -> Tuple[np.ndarray, np.ndarray]:
-    """Run exactly ``n_episode`` fresh episodes and return their (returns, lengths).
+class EvalResult(NamedTuple):
+    """What :func:`run_eval_episodes` ran: the finished episodes' returns and lengths, the env
+    steps it took (every stepped env, including episodes abandoned by an early stop) and whether
+    all requested episodes finished (False after an early stop)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    env_steps: int
+    complete: bool
+
+
+def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000,
+                      target_mean: Optional[float] = None, max_episode_return: Optional[float] = None
+                      ) -> EvalResult:
+    """Run ``n_episode`` fresh episodes (fewer when stopped early) and say what it cost.
 
     Episodes are shared out evenly over ``env``'s envs (env ``i`` runs ``n//m`` or ``n//m + 1``
     of them) so short episodes are not over-represented. ``policy`` is an eval mode with
-    ``forward(obs [k, ...]) -> actions [k]``. Raises ``RuntimeError`` if ``max_env_steps`` env
-    steps pass without finishing (an env without a time limit).
+    ``forward(obs [k, ...]) -> actions [k]``. With ``target_mean`` and ``max_episode_return``
+    (the highest return one episode can have, e.g. the time limit for a +1-per-step reward), the
+    run stops as soon as the mean over all ``n_episode`` episodes can no longer reach
+    ``target_mean`` even if every unfinished episode got ``max_episode_return``. Raises
+    ``RuntimeError`` if ``max_env_steps`` env steps pass without finishing (an env without a
+    time limit).
     """
     if n_episode < 1:
         raise ValueError(f'n_episode must be >= 1, got {n_episode}')
+    early_stop = target_mean is not None and max_episode_return is not None
+    need = float(target_mean) * n_episode if early_stop else 0.0
     m = env.env_num
     quota = np.array([n_episode // m + (1 if i < n_episode % m else 0) for i in range(m)])
     env.reset()
@@ -45,25 +64,61 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
                     lengths.append(ep.length)
                     quota[ep.env_id] -= 1
             active = np.flatnonzero(quota > 0)
+            if early_stop and len(active) and \
+                    sum(returns) + (n_episode - len(returns)) * float(max_episode_return) < need:
+                return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64),
+                                  steps, False)
         if steps > max_env_steps:
             raise RuntimeError(f'evaluation ran {steps} env steps without finishing {n_episode} episodes; '
                                f'does the env have a time limit (max_episode_steps)?')
-    return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
+    return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64), steps, True)
+
+
+def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+    """Run exactly ``n_episode`` fresh episodes and return their (returns, lengths)
+    (:func:`run_eval_episodes` without an early stop)."""
+    r = run_eval_episodes(policy, env, n_episode, max_env_steps)
+    return r.returns, r.lengths
+
+
+def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
+    """A detached copy of the evaluated model's weights (``policy.model``), or None."""
+    model = getattr(policy, 'model', None)
+    state_dict = getattr(model, 'state_dict', None)
+    if state_dict is None:
+        return None
+    return {k: v.detach().clone() for k, v in state_dict().items()}
 
 
 @for_roles(Role.EVALUATOR)
-def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any], None]:
+def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Optional[float] = None,
+                          snapshot: bool = True, min_collect_return: Optional[float] = None,
+                          max_eval_gap: Optional[int] = None, collect_window: int = 1) -> Callable[[Any], None]:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations, over ``cfg.env.n_evaluator_episode`` episodes.
 
     Runs on the first call (train iter 0) and then whenever ``ctx.train_iter - ctx.last_eval_iter
     >= eval_freq`` -- not again on every step before training starts.
+    With ``max_episode_return`` (the best return one episode can have, e.g. 500 on CartPole-v1)
+    and ``cfg.env.stop_value``, an evaluation stops as soon as the stop value is out of reach
+    (see :func:`run_eval_episodes`); its ``eval_value`` is then the mean of the finished episodes
+    and ``eval_output['complete']`` is False. The stop value is only declared reached by a complete
+    evaluation.
+    With ``min_collect_return``, a due evaluation also waits until the last finished training
+    episode (``ctx.info_for_logging['collect_episode_return']``, written by the collectors of this
+    node) returned at least that much -- a free screen that skips evaluating policies that cannot be
+    good yet -- or until ``max_eval_gap`` train iterations passed since the last evaluation. With
+    ``collect_window`` > 1 each of the last that many training episodes must have reached it.
 
-    Reads ``ctx.train_iter``, ``ctx.last_eval_iter``. Writes ``ctx.eval_value`` (mean return, only
+    Reads ``ctx.train_iter``, ``ctx.last_eval_iter``, ``ctx.info_for_logging``. Writes ``ctx.eval_value`` (mean return, only
     on steps that evaluate), ``ctx.last_eval_value``, ``ctx.last_eval_iter``, ``ctx.eval_output``
-    (``{'episode_return': array, 'episode_length': array}``) and sets ``task.finish`` when the
-    mean return reaches ``cfg.env.stop_value`` after some training (``ctx.train_iter > 0``).
-    Role: EVALUATOR.
+    (``{'episode_return': array, 'episode_length': array, 'env_steps': int, 'complete': bool,
+    'train_iter': int, 'model_state': {name: tensor}}``: ``model_state`` is a copy of the weights
+    that were evaluated, when ``snapshot`` and the policy has a ``model``, so that
+    ``CkptSaver`` saves exactly those) and sets ``task.finish`` when the mean return reaches
+    ``cfg.env.stop_value`` after some training (``ctx.train_iter > 0``). ``fn.env_steps`` counts the
+    env steps of all evaluations so far. Role: EVALUATOR.
     """
     from pipeline import task
 
@@ -71,20 +126,48 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any]
     n_episode = int(cfg['env']['n_evaluator_episode'])
     stop_value = cfg['env'].get('stop_value')
 
+    if max_eval_gap is not None and max_eval_gap < eval_freq:
+        raise ValueError(f'max_eval_gap ({max_eval_gap}) must be >= eval_freq ({eval_freq})')
+    if collect_window < 1:
+        raise ValueError(f'collect_window must be >= 1, got {collect_window}')
+    recent: deque = deque(maxlen=collect_window)
+
     def _evaluate(ctx: Any) -> None:
-        if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
-            return
-        returns, lengths = evaluate_episodes(policy, env, n_episode)
+        if min_collect_return is not None:
+            rets = ctx.info_for_logging.get('collect_episode_return') if ctx.info_for_logging else None
+            if rets:
+                recent.extend(float(r) for r in rets)
+        if ctx.last_eval_iter >= 0:
+            gap = ctx.train_iter - ctx.last_eval_iter
+            if gap < eval_freq:
+                return
+            screened = len(recent) == collect_window and min(recent) >= min_collect_return \
+                if min_collect_return is not None else True
+            if not screened and \
+                    (max_eval_gap is None or gap < max_eval_gap):
+                return
+        res = run_eval_episodes(policy, env, n_episode, target_mean=stop_value,
+                                max_episode_return=max_episode_return)
+        _evaluate.env_steps += res.env_steps
+        returns = res.returns
         mean = float(returns.mean())
         ctx.eval_value = mean
         ctx.last_eval_value = mean
         ctx.last_eval_iter = ctx.train_iter
-        ctx.eval_output = {'episode_return': returns, 'episode_length': lengths}
-        stop = stop_value is not None and mean >= stop_value and ctx.train_iter > 0
-        log.info('eval at train iter %d, env step %d: mean return %.2f (std %.2f, min %.1f, max %.1f)%s',
+        ctx.eval_output = {'episode_return': returns, 'episode_length': res.lengths, 'env_steps': res.env_steps,
+                           'complete': res.complete, 'train_iter': int(ctx.train_iter)}
+        if snapshot:
+            state = _snapshot(policy)
+            if state is not None:
+                ctx.eval_output['model_state'] = state
+        stop = res.complete and stop_value is not None and mean >= stop_value and ctx.train_iter > 0
+        partial = '' if res.complete else f' (stopped after {len(returns)} of {n_episode} episodes: ' \
+                                          f'{stop_value} out of reach)'
+        log.info('eval at train iter %d, env step %d: mean return %.2f (std %.2f, min %.1f, max %.1f)%s%s',
                  ctx.train_iter, ctx.env_step, mean, float(returns.std()), float(returns.min()),
-                 float(returns.max()), f' >= stop value {stop_value}: finishing' if stop else '')
+                 float(returns.max()), partial, f' >= stop value {stop_value}: finishing' if stop else '')
         if stop:
             task.finish = True
 
+    _evaluate.env_steps = 0  # type: ignore[attr-defined]
     return _evaluate

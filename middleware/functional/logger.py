@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from pipeline.roles import Role  # noqa: F401  (documented: not gated)
 
-__all__ = ['online_logger', 'scalar_means']
+__all__ = ['online_logger', 'scalar_means', 'node_label', 'ProgressDisplay']
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,88 @@ def scalar_means(train_output: Any) -> Dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
+def node_label() -> str:
+    """``'node 1 collector'`` in a multi-node run (the node id and its roles), ``''`` otherwise."""
+    try:
+        from pipeline import task
+        router = task.router
+        if router is None or not router.is_active:
+            return ''
+        roles = '+'.join(sorted(str(r) for r in task.roles)) or 'all roles'
+        return f'node {router.node_id} {roles}'
+    except Exception:  # noqa: BLE001 - a label must never break logging
+        return ''
+
+
+def _fmt_time(sec: float) -> str:
+    sec = int(max(sec, 0))
+    return f'{sec // 3600}:{sec % 3600 // 60:02d}:{sec % 60:02d}' if sec >= 3600 else f'{sec // 60:02d}:{sec % 60:02d}'
+
+
+class ProgressDisplay:
+    """A progress display of env steps: a tqdm bar on a terminal (rate, and an ETA when ``total``
+    is known), plain lines every ``interval`` seconds otherwise (also with rate and ETA).
+
+    Log lines written through :func:`pipeline.experiment.setup_logging` go through ``tqdm.write``,
+    which lifts the bar, prints the line and redraws it, so they never garble each other.
+    """
+
+    def __init__(self, stream: Any, total: Optional[int] = None, label: str = '', interval: float = 2.0,
+                 use_tqdm: Optional[bool] = None) -> None:
+        self.stream = stream
+        self.total = total
+        self.label = label
+        self.interval = interval
+        tty = getattr(stream, 'isatty', lambda: False)()
+        self._bar = None
+        self._last_n = 0
+        self._last_print = -math.inf
+        self._t0 = time.monotonic()
+        if use_tqdm is None:
+            use_tqdm = tty
+        if use_tqdm:
+            try:
+                from tqdm import tqdm
+                self._bar = tqdm(total=total, unit=' env steps', unit_scale=True, desc=label or 'train',
+                                 file=stream, dynamic_ncols=True, leave=True, mininterval=0.5)
+            except ImportError:
+                self._bar = None
+
+    def update(self, n: int, info: str) -> None:
+        """Show ``n`` env steps done and ``info`` (e.g. train iter, last eval, loss)."""
+        if self._bar is not None:
+            if n > self._last_n:
+                self._bar.update(n - self._last_n)
+                self._last_n = n
+            self._bar.set_postfix_str(info, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last_print < self.interval:
+            return
+        self._last_print = now
+        el = now - self._t0
+        rate = n / el if el > 0 else 0.0
+        parts = [self.label] if self.label else []
+        parts.append(f'env_step {n}' + (f'/{self.total} ({100.0 * n / self.total:.0f}%)' if self.total else ''))
+        parts.append(f'{rate:.0f} steps/s')
+        parts.append(f'elapsed {_fmt_time(el)}')
+        if self.total and rate > 0 and n < self.total:
+            parts.append(f'ETA {_fmt_time((self.total - n) / rate)}')
+        if info:
+            parts.append(info)
+        self.stream.write(' | '.join(parts) + '\n')
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
 def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None, record_train_iter: bool = False,
                   train_show_freq: int = 100, progress: bool = True, progress_interval: float = 2.0,
-                  tensorboard: bool = True, stream: Any = None) -> Callable[[Any], None]:
+                  tensorboard: bool = True, stream: Any = None, total_env_step: Optional[int] = None,
+                  use_tqdm: Optional[bool] = None) -> Callable[[Any], None]:
     """Log training and evaluation scalars to TensorBoard and show a progress line.
 
     Reads ``ctx.train_output`` (a dict or list of dicts; only read, never modified),
@@ -67,15 +146,17 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     last write), eval scalars ``eval/episode_return_mean|std|max|min`` whenever an evaluation ran,
     and collect episode returns. TensorBoard is imported on the first write; when it is not
     installed scalars are skipped with one warning. The progress line (env steps, train iters,
-    last eval, loss) is rewritten in place on a terminal, or printed every ``progress_interval``
-    seconds otherwise. Not role-gated: every node logs what it has.
+    last eval, loss) is a :class:`ProgressDisplay`: a tqdm bar on a terminal, with the rate and,
+    given ``total_env_step`` (the run's budget), an ETA; plain lines every ``progress_interval``
+    seconds otherwise. In a multi-node run it names the node and its roles. Not role-gated: every
+    node logs what it has.
     """
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')
     stream = stream if stream is not None else sys.stderr
     state: Dict[str, Any] = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
                              'acc': {}, 'acc_n': {}, 'last_print': 0.0, 'last_loss': None, 'last_eval': None,
-                             't0': None}
+                             't0': None, 'display': None}
 
     def writer() -> Any:
         if state['writer'] is None and not state['tb_failed']:
@@ -126,22 +207,22 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                     w.add_scalar('eval/episode_return_max', float(r.max()), x)
                     w.add_scalar('eval/episode_return_min', float(r.min()), x)
                 w.flush()
-        if progress and now - state['last_print'] >= progress_interval:
-            state['last_print'] = now
-            parts = [f'env_step {ctx.env_step}', f'train_iter {ctx.train_iter}',
-                     f'episodes {getattr(ctx, "env_episode", 0)}', f'{now - state["t0"]:.0f}s']
+        if progress:
+            disp = state['display']
+            if disp is None:
+                disp = state['display'] = ProgressDisplay(stream, total_env_step, node_label(), progress_interval,
+                                                          use_tqdm)
+            parts = [f'train_iter {ctx.train_iter}', f'episodes {getattr(ctx, "env_episode", 0)}']
             if state['last_eval'] is not None:
                 parts.append(f'last eval {state["last_eval"]:.1f}')
             if state['last_loss'] is not None:
                 parts.append(f'loss {state["last_loss"]:.4f}')
-            line = ' | '.join(parts)
-            if getattr(stream, 'isatty', lambda: False)():
-                stream.write('\r' + line + '   ')
-            else:
-                stream.write(line + '\n')
-            stream.flush()
+            disp.update(int(ctx.env_step), ' | '.join(parts))
 
     def close() -> None:
+        if state['display'] is not None:
+            state['display'].close()
+            state['display'] = None
         if state['writer'] is not None:
             state['writer'].close()
             state['writer'] = None

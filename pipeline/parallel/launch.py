@@ -26,6 +26,7 @@ log = logging.getLogger("rlpipe.launcher")
 
 NODE_ENV = "RLPIPE_NODE"
 PARENT_ENV = "RLPIPE_PARENT_PID"
+LAUNCH_ID_ENV = "RLPIPE_LAUNCH_ID"  # the same for every node of one launch: they share a run folder
 DEFAULT_PORT = 50515
 CRASH_EXIT_CODE = 70  # a node whose main raised; with a signal death, what auto_recover restarts
 
@@ -232,6 +233,10 @@ class Launcher:
                 log.warning("generated a random key for this run: nodes started by another `rlpipe run` can "
                             "join only if you set the same RLPIPE_KEY (or --key-file) for both")
         self.env[PARENT_ENV] = str(os.getpid())
+        # the nodes of one launch share one run folder (pipeline.experiment.new_run_dir) and write it under
+        # the directory the user started from, not under --package
+        self.env.setdefault(LAUNCH_ID_ENV, f"{os.getpid()}-{time.time_ns()}")
+        self.cwd = os.getcwd()
         pp = self.env.get("PYTHONPATH")
         self.env["PYTHONPATH"] = os.pathsep.join([self.package] + ([pp] if pp else []))
         self.procs: Dict[int, subprocess.Popen] = {}
@@ -246,7 +251,7 @@ class Launcher:
                "--", *self.main_args]
         log.info("starting node %d (%s, roles %s) at %s", spec.node_id, spec.topology,
                  ",".join(spec.roles) or "all", spec.address)
-        return subprocess.Popen(cmd, env=env, cwd=self.package)
+        return subprocess.Popen(cmd, env=env, cwd=self.cwd)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if not self._stop_requested:

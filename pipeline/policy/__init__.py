@@ -10,8 +10,11 @@ from .model import DQNModel, mlp
 def __getattr__(name: str):
     if name == 'DQNLearner':
         return get_learner_class()
+    if name in ('load_policy', 'build_policy_from_checkpoint'):
+        from . import loading
+        return getattr(loading, name)
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
 __all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'DQNModel', 'mlp', 'dqn_targets',
-           'collate_transitions', 'eps_schedule', 'to_tree', 'get_learner_class']
+           'collate_transitions', 'eps_schedule', 'to_tree', 'get_learner_class', 'load_policy']

@@ -67,3 +67,16 @@ def eps_schedule(kind: str, start: float, end: float, decay: int) -> Callable[[i
     if kind == 'linear':
         return lambda step: max(end, start - (start - end) * step / decay)
     raise ValueError(f"unknown eps schedule {kind!r}: use 'exp' or 'linear'")
+
+
+def discrete_action_count(space: Any, algo: str = 'DQN') -> int:
+    """The number of actions of a ``gymnasium.spaces.Discrete`` space; a clear ``ValueError``
+    naming algorithms that fit when ``space`` is continuous (``Box``) or anything else."""
+    n = getattr(space, 'n', None)
+    if n is not None and not hasattr(space, 'nvec'):
+        return int(n)
+    kind = type(space).__name__
+    hint = ('for continuous actions use SAC (pipeline.policy.sac.SACPolicy; see examples/her_point.py)'
+            if kind == 'Box' else 'give it an env whose action space is gymnasium.spaces.Discrete')
+    raise ValueError(f'{algo} needs a discrete action space (gymnasium.spaces.Discrete), but this env has '
+                     f'{space!r}: {hint}')

@@ -113,7 +113,7 @@ def test_ckpt_saver_iteration_best_and_final(tmp_path):
     assert st['counters']['train_iter'] == 12 and st['extra']['best_eval'] == 3.0
     assert 'learn' in st['policy'] and 'optimizers' in st['policy']['learn']
     assert torch.load(d / 'final.pth.tar', weights_only=True)['counters']['train_iter'] == 25
-    assert CkptSaver.__roles__ == frozenset({Role.LEARNER})
+    assert CkptSaver.__roles__ == frozenset({Role.LEARNER, Role.EVALUATOR})
 
 
 def test_resume_continues_counters_and_weights(tmp_path):

@@ -1,0 +1,383 @@
+"""What every training example shares: its command-line flags, its run folder, extra middleware,
+the one-line Ctrl-C and the ``--resume`` command to continue.
+
+Importing this module loads neither torch nor gymnasium, so ``--help`` answers at once::
+
+    from pipeline.experiment import example_parser, prepare_run
+
+    parser = example_parser(__doc__, exp_name='cartpole_dqn', max_env_step=300_000)
+    args = parser.parse_args(argv)                 # --exp-name --seed --set --resume --play ...
+    run = prepare_run(args, user_config)           # applies --set, makes <exp>/<n>/, checks --resume
+    ...                                            # build envs, policy, pipeline; save under run.dir
+
+Flags (all training examples): ``--exp-name NAME`` (runs go to ``./NAME/<n>/``, ``n`` = 1, 2, ...),
+``--seed``, ``--set key=value`` (repeatable config overrides), ``--resume CKPT`` (continue a run from
+a checkpoint), ``--play CKPT`` (run the saved policy, with ``--render`` or ``--video DIR``,
+``--episodes N``), ``--max-env-step``, ``--threads`` (torch threads), ``--middleware module:factory``
+(repeatable: ``factory(cfg)`` returns a middleware appended to the pipeline), ``--no-progress``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import importlib
+import json
+import logging
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+__all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'parse_override', 'new_run_dir',
+           'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
+           'play_policy', 'run_pipeline']
+
+
+def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int] = None,
+                   seed: int = 0) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` with the flags every training example shares (see the module doc).
+    Add the example's own flags to it before parsing."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group('common to all training examples')
+    g.add_argument('--exp-name', default=exp_name,
+                   help=f'experiment folder under the current directory; each run gets <exp>/<n>/ '
+                        f'(default {exp_name})')
+    g.add_argument('--seed', type=int, default=seed, help=f'random seed (default {seed})')
+    g.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                   help='override a config entry, e.g. --set policy.learn.learning_rate=1e-3 (repeatable)')
+    g.add_argument('--resume', default=None, metavar='CKPT',
+                   help='continue training from a checkpoint (counters, weights, optimizer; the replay '
+                        'buffer too when it was saved)')
+    g.add_argument('--play', default=None, metavar='CKPT', help='run the policy saved in CKPT and print returns')
+    g.add_argument('--episodes', type=int, default=5, help='episodes for --play (default 5)')
+    g.add_argument('--render', action='store_true', help='with --play: show the env in a window')
+    g.add_argument('--video', default=None, metavar='DIR', help='with --play: record videos into DIR')
+    g.add_argument('--max-env-step', type=int, default=max_env_step,
+                   help=f'stop after this many env steps (default {max_env_step})')
+    g.add_argument('--threads', type=int, default=1, help='torch threads (1 is fastest for small nets)')
+    g.add_argument('--middleware', action='append', default=[], metavar='MODULE:FACTORY',
+                   help='append FACTORY(cfg) from MODULE to the pipeline (repeatable), e.g. mypkg.hooks:printer')
+    g.add_argument('--no-progress', action='store_true', help='no progress bar (log lines only)')
+    return p
+
+
+# --------------------------------------------------------------------------- config overrides
+def parse_override(item: str) -> tuple:
+    """``'a.b=3'`` -> ``(['a', 'b'], 3)``: the value is a Python literal when it parses as one
+    (numbers, ``True``, ``None``, lists, dicts), else the plain string."""
+    key, sep, value = item.partition('=')
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f'--set needs KEY=VALUE (e.g. policy.learn.batch_size=128), got {item!r}')
+    try:
+        parsed: Any = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        parsed = value
+    return key.split('.'), parsed
+
+
+def apply_overrides(user: Dict[str, Any], items: Sequence[str]) -> Dict[str, Any]:
+    """Apply ``--set`` items to the nested dict ``user`` (in place; returned for chaining). Unknown
+    keys are left for the config check to report."""
+    for item in items:
+        path, value = parse_override(item)
+        node = user
+        for part in path[:-1]:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, Mapping) else {}
+            node = node[part]
+        node[path[-1]] = value
+    return user
+
+
+def to_plain(obj: Any) -> Any:
+    """Nested mappings/sequences of plain values (for JSON and for ``weights_only`` checkpoints)."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+# --------------------------------------------------------------------------- run folders
+LAUNCH_ID_ENV = 'RLPIPE_LAUNCH_ID'  # set by `rlpipe run` for all nodes of one launch
+
+
+def new_run_dir(exp_name: str, root: Optional[str] = None, launch_id: Optional[str] = None) -> str:
+    """Create and return ``<root>/<exp_name>/<n>`` with ``n`` one more than the highest number there
+    (1 for the first run). Safe when two runs start at once (``mkdir`` either wins or retries).
+
+    The nodes of one ``rlpipe run`` launch (same ``launch_id``, default ``$RLPIPE_LAUNCH_ID``) on one
+    machine share one folder: the first creates it and marks it, the others find the mark."""
+    base = os.path.join(os.path.abspath(root or os.getcwd()), exp_name)
+    os.makedirs(base, exist_ok=True)
+    launch_id = launch_id if launch_id is not None else os.environ.get(LAUNCH_ID_ENV)
+    if launch_id:
+        import fcntl
+
+        with open(os.path.join(base, '.lock'), 'a+') as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for d in os.listdir(base):
+                mark = os.path.join(base, d, '.launch_id')
+                if d.isdigit() and os.path.isfile(mark):
+                    with open(mark) as f:
+                        if f.read().strip() == launch_id:
+                            return os.path.join(base, d)
+            path = _next_numbered_dir(base)
+            with open(os.path.join(path, '.launch_id'), 'w') as f:
+                f.write(launch_id)
+            return path
+    return _next_numbered_dir(base)
+
+
+def _next_numbered_dir(base: str) -> str:
+    while True:
+        nums = [int(d) for d in os.listdir(base) if d.isdigit()]
+        path = os.path.join(base, str(max(nums, default=0) + 1))
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
+def check_checkpoint_path(path: str) -> str:
+    """Refuse a ``--resume``/``--play`` path that is missing, a directory or empty (before anything
+    is built); returns the absolute path."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(full):
+        ckpts = sorted(os.path.join(r, f) for r, _, fs in os.walk(full) for f in fs if f.endswith('.pth.tar'))
+        hint = f'; checkpoints below it: {", ".join(ckpts[:3])}' if ckpts else ''
+        raise SystemExit(f'error: {path!r} is a directory; give a checkpoint file{hint}')
+    if not os.path.exists(full):
+        raise SystemExit(f'error: no checkpoint at {path!r} (checkpoints are in <exp>/<n>/ckpt/, e.g. final.pth.tar)')
+    if os.path.getsize(full) == 0:
+        raise SystemExit(f'error: {path!r} is empty: not a checkpoint')
+    return full
+
+
+def resume_command(ckpt_path: str, argv: Optional[Sequence[str]] = None, script: Optional[str] = None) -> str:
+    """The exact command that continues this run from ``ckpt_path``: the same flags, with
+    ``--resume`` replaced."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out: List[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == '--resume':
+            skip = True
+            continue
+        if a.startswith('--resume='):
+            continue
+        out.append(a)
+    script = script or sys.argv[0]
+    return shlex.join([sys.executable if os.path.basename(sys.executable).startswith('python') else 'python',
+                       script, *out, '--resume', ckpt_path])
+
+
+def load_middleware_factory(spec: str) -> Callable[..., Any]:
+    """``'package.module:factory'`` -> the factory (a callable taking the config and returning a
+    middleware). A clear ``SystemExit`` when the module or the name does not exist."""
+    mod_name, sep, attr = spec.partition(':')
+    if not sep or not mod_name or not attr:
+        raise SystemExit(f'error: --middleware needs MODULE:FACTORY (e.g. mypkg.hooks:printer), got {spec!r}')
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise SystemExit(f'error: --middleware {spec}: cannot import {mod_name!r} ({e})') from None
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise SystemExit(f'error: --middleware {spec}: {mod_name!r} has no callable {attr!r}')
+    return fn
+
+
+@dataclass
+class RunInfo:
+    """A prepared run: ``dir`` (``<exp>/<n>``, absolute), the user config after ``--set``, the
+    absolute ``resume`` / ``play`` paths, and the extra middleware factories."""
+
+    dir: Optional[str]
+    user_config: Dict[str, Any]
+    resume: Optional[str] = None
+    play: Optional[str] = None
+    middleware_factories: List[Callable[..., Any]] = field(default_factory=list)
+
+    exp_name: str = 'exp'
+
+    def create_dir(self) -> str:
+        """Create the run folder ``./<exp-name>/<n>/`` (once) and return it."""
+        if self.dir is None:
+            self.dir = new_run_dir(self.exp_name)
+        return self.dir
+
+    def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
+        """Write the resolved config (and the command line) to ``<run dir>/config.json``."""
+        self.create_dir()
+        assert self.dir is not None
+        path = os.path.join(self.dir, 'config.json')
+        doc = {'command': shlex.join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
+               'started': datetime.datetime.now().isoformat(timespec='seconds'),
+               'resumed_from': self.resume, 'config': to_plain(cfg)}
+        with open(path, 'w') as f:
+            json.dump(doc, f, indent=2)
+        return path
+
+    def begin(self, cfg: Mapping[str, Any], quiet: bool = False) -> str:
+        """Create the run folder, save the resolved config there and print its path; returns it."""
+        self.save_config(cfg)
+        if not quiet:
+            print(f'run folder: {self.dir}', flush=True)
+        assert self.dir is not None
+        return self.dir
+
+    def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
+        """Build the ``--middleware`` factories with the resolved config."""
+        return [f(cfg) for f in self.middleware_factories]
+
+
+def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
+    """Apply ``--set``, check ``--resume``/``--play`` paths and ``--middleware`` specs. Bad input ends
+    with a one-line error. The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
+    them once the config has compiled, so a config error leaves no empty folder)."""
+    import copy
+
+    user = copy.deepcopy(dict(user_config))
+    try:
+        apply_overrides(user, args.set)
+    except ValueError as e:
+        raise SystemExit(f'error: {e}') from None
+    user['exp_name'] = args.exp_name
+    user['seed'] = args.seed
+    if args.resume and args.play:
+        raise SystemExit('error: give --resume (continue training) or --play (run a saved policy), not both')
+    if (args.render or args.video) and not args.play:
+        raise SystemExit('error: --render and --video go with --play CKPT')
+    resume = check_checkpoint_path(args.resume) if args.resume else None
+    play = check_checkpoint_path(args.play) if args.play else None
+    factories = [load_middleware_factory(s) for s in args.middleware]
+    return RunInfo(None, user, resume, play, factories, exp_name=args.exp_name)
+
+
+# --------------------------------------------------------------------------- terminal
+class _TqdmAwareHandler(logging.StreamHandler):
+    """Writes log lines through ``tqdm.write`` (when tqdm is installed) so a progress bar on the
+    same terminal is lifted and redrawn instead of being garbled."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self.stream.write(msg + '\n')
+                self.flush()
+                return
+            tqdm.write(msg, file=self.stream)
+        except Exception:  # noqa: BLE001 - logging must not raise
+            self.handleError(record)
+
+
+class _NodeTag(logging.Filter):
+    """Adds ``record.node``: ``'[node 1 collector] '`` in a multi-node run, ``''`` otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from middleware.functional.logger import node_label
+
+        label = node_label()
+        record.node = f'[{label}] ' if label else ''
+        return True
+
+
+def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
+    """Log INFO lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node
+    runs), through ``tqdm.write`` so they do not garble the progress bar. Returns the handler."""
+    handler = _TqdmAwareHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
+    handler.addFilter(_NodeTag())
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, _TqdmAwareHandler):
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+# --------------------------------------------------------------------------- play
+def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
+                seed: int = 0, render: bool = False, video_dir: Optional[str] = None,
+                print_fn: Callable[[str], None] = print) -> List[float]:
+    """Run ``episodes`` episodes of ``policy`` (``policy(obs_batch) -> actions``, e.g. from
+    :func:`pipeline.policy.load_policy`) and print each return. ``make_env(render_mode)`` returns a
+    gymnasium env; ``render`` shows it in a window (``render_mode='human'``), ``video_dir`` records
+    every episode there with gymnasium's ``RecordVideo`` (needs ``moviepy``). Returns the returns."""
+    import numpy as np
+
+    if episodes < 1:
+        raise SystemExit(f'error: --episodes must be >= 1, got {episodes}')
+    mode = 'human' if render else ('rgb_array' if video_dir else None)
+    try:
+        env = make_env(mode)
+        if video_dir:
+            import gymnasium as gym
+            try:
+                import moviepy  # noqa: F401
+            except ImportError:
+                raise SystemExit("error: --video needs moviepy: pip install moviepy (or pip install -e '.[video]')") \
+                    from None
+            env = gym.wrappers.RecordVideo(env, os.path.abspath(video_dir), episode_trigger=lambda i: True,
+                                           disable_logger=True)
+    except ImportError as e:  # gymnasium's DependencyNotInstalled is an ImportError
+        raise SystemExit(f"error: rendering needs an extra package ({e}); try pip install -e '.[video]'") from None
+    returns: List[float] = []
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=seed + ep)
+            ret, length, done = 0.0, 0, False
+            while not done:
+                action = np.asarray(policy(np.asarray(obs, dtype=np.float32)[None]))[0]
+                obs, r, terminated, truncated, _ = env.step(action)
+                ret += float(r)
+                length += 1
+                done = terminated or truncated
+            returns.append(ret)
+            print_fn(f'episode {ep + 1}: return {ret:.1f} ({length} steps)')
+    finally:
+        env.close()
+    print_fn(f'mean return over {episodes} episodes: {sum(returns) / len(returns):.1f}'
+             + (f'; videos in {os.path.abspath(video_dir)}' if video_dir else ''))
+    return returns
+
+
+# --------------------------------------------------------------------------- running
+def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
+    """``task.run(max_step)`` inside ``with task.start(...)``; returns ``(last ctx, interrupted)``.
+
+    On Ctrl-C it prints one line instead of a traceback; on a learner (or a node without roles) with a
+    ``CkptSaver`` it writes ``final.pth.tar`` (and the buffer, when the saver has one) and prints the
+    exact command that resumes the run."""
+    from pipeline import task
+
+    try:
+        if max_step is None:
+            task.run()
+        else:
+            task.run(max_step)
+        return task.ctx, False
+    except KeyboardInterrupt:
+        ctx = task.ctx
+        where = f'env step {getattr(ctx, "env_step", "?")}, train iter {getattr(ctx, "train_iter", "?")}'
+        if ckpt is not None and task.has_role('learner'):
+            path = ckpt.save_final(ctx)
+            print(f'\ninterrupted at {where}: saved {path}\nresume with: {resume_command(path)}', flush=True)
+        else:
+            print(f'\ninterrupted at {where}', flush=True)
+        return ctx, True

@@ -1,0 +1,54 @@
+"""Rebuild a trained policy from a checkpoint: ``load_policy(path)`` -> an eval mode.
+
+    from pipeline.policy import load_policy
+    policy = load_policy('cartpole_dqn/1/ckpt/eval.pth.tar')
+    action = policy(obs[None])[0]          # greedy action for one observation
+
+The checkpoint must come from ``CkptSaver(..., config=cfg, policy_type=...)`` (the examples pass
+both), which stores the policy config next to the weights. Loading is safe (``weights_only``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+__all__ = ['load_policy', 'build_policy_from_checkpoint']
+
+
+def build_policy_from_checkpoint(path: str) -> Any:
+    """The policy object (``DQNPolicy`` / ``SACPolicy``) with the checkpoint's model weights."""
+    from middleware.ckpt_handler import CheckpointError, read_checkpoint
+
+    state = read_checkpoint(path)
+    extra = state.get('extra', {})
+    cfg = extra.get('config')
+    kind = extra.get('policy_type') or (isinstance(cfg, Mapping) and cfg.get('policy', {}).get('type'))
+    if not isinstance(cfg, Mapping) or not kind:
+        raise CheckpointError(f'{path!r} has no policy config (it was saved without CkptSaver(config=..., '
+                              f'policy_type=...)); build the policy yourself and use load_checkpoint(path, policy)')
+    from easydict import EasyDict
+
+    cfg = EasyDict(cfg)
+    sd = state['policy']
+    try:
+        if kind == 'dqn':
+            from .dqn import DQNPolicy
+            policy = DQNPolicy(cfg)
+            policy.model.load_state_dict(sd['model'])
+        elif kind == 'sac':
+            from .sac import SACPolicy
+            policy = SACPolicy(cfg)
+            policy.actor.load_state_dict(sd['actor'])
+            if 'critic' in sd:
+                policy.critic.load_state_dict(sd['critic'])
+        else:
+            raise CheckpointError(f'{path!r}: unknown policy type {kind!r} (known: dqn, sac)')
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(f'{path!r}: the weights do not fit the saved config ({type(e).__name__}: '
+                              f'{str(e).splitlines()[0][:300]})') from None
+    policy.saved_config = cfg  # the full config the checkpoint was trained with (env id, ...)
+    return policy
+
+
+def load_policy(path: str) -> Any:
+    """The greedy (eval-mode) policy saved in ``path``: ``policy(obs_batch) -> actions``."""
+    return build_policy_from_checkpoint(path).eval_mode
