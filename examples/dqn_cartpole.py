@@ -112,7 +112,10 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     from pipeline.policy.common import discrete_action_count
 
     cfg.policy.model.obs_shape = collector_env.observation_space.shape[0]
-    cfg.policy.model.action_shape = discrete_action_count(collector_env.action_space, 'DQN')
+    try:
+        cfg.policy.model.action_shape = discrete_action_count(collector_env.action_space, 'DQN')
+    except ValueError as e:  # e.g. --set env.env_id=Pendulum-v1
+        raise SystemExit(f'error: {e}') from None
     policy = DQNPolicy(cfg, seed=cfg.seed)
     buffer_ = make_buffer(cfg)
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts

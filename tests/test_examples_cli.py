@@ -1,0 +1,227 @@
+"""The first hour of a user with the examples: --help without torch, run folders, Ctrl-C and resume,
+--play, loading a policy in three lines, clear errors, extra middleware, the progress display."""
+import importlib.util
+import io
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd', 'hello_pipeline']
+TRAINING = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd']
+SMALL = ['--set', 'policy.learn.learning_starts=64', '--set', 'policy.learn.batch_size=16', '--no-progress']
+
+
+def env_with_root():
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join([ROOT, env.get('PYTHONPATH', '')])
+    return env
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f'{name}_cli_test', os.path.join(ROOT, 'examples', f'{name}.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize('name', EXAMPLES)
+def test_help_answers_without_importing_torch(name):
+    code = ('import runpy, sys\n'
+            f'sys.argv = [{name!r}, "--help"]\n'
+            'try:\n'
+            f'    runpy.run_path({os.path.join(ROOT, "examples", name + ".py")!r}, run_name="__main__")\n'
+            'except SystemExit as e:\n'
+            '    assert e.code in (0, None), e.code\n'
+            'print("TORCH" if "torch" in sys.modules else "NO-TORCH")\n')
+    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60, env=env_with_root())
+    assert p.returncode == 0, p.stderr
+    assert 'usage:' in p.stdout and p.stdout.strip().endswith('NO-TORCH'), p.stdout[-500:]
+    if name in TRAINING:
+        for flag in ('--exp-name', '--seed', '--set', '--resume', '--play', '--video', '--middleware'):
+            assert flag in p.stdout, f'{name} --help lacks {flag}'
+
+
+def test_new_run_dirs_count_up_and_one_launch_shares_one(tmp_path):
+    from pipeline.experiment import new_run_dir
+
+    a = new_run_dir('exp', root=str(tmp_path), launch_id='')
+    b = new_run_dir('exp', root=str(tmp_path), launch_id='')
+    assert (os.path.basename(a), os.path.basename(b)) == ('1', '2')
+    c = new_run_dir('exp', root=str(tmp_path), launch_id='L1')  # the first node of a launch makes it
+    d = new_run_dir('exp', root=str(tmp_path), launch_id='L1')  # the others find it
+    e = new_run_dir('exp', root=str(tmp_path), launch_id='L2')
+    assert c == d == str(tmp_path / 'exp' / '3') and e == str(tmp_path / 'exp' / '4')
+
+
+def test_bad_resume_or_play_paths_fail_at_once_with_a_message(tmp_path):
+    junk = tmp_path / 'junk.pth.tar'
+    junk.write_bytes(b'garbage' * 20)
+    cases = [(['--resume', 'nope.pth.tar'], 'no checkpoint at'), (['--resume', str(tmp_path)], 'is a directory'),
+             (['--set', 'nokeyvalue'], '--set needs KEY=VALUE'), (['--middleware', 'nomodule'], 'MODULE:FACTORY'),
+             (['--render'], '--render and --video go with --play'), (['--resume', str(junk)], 'not a checkpoint file')]
+    for argv, words in cases:
+        p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), *argv],
+                           capture_output=True, text=True, timeout=120, env=env_with_root(), cwd=str(tmp_path))
+        assert p.returncode != 0 and words in p.stderr, (argv, p.stderr[-800:])
+        assert 'Traceback' not in p.stderr and 'weights_only=False' not in p.stderr
+    assert not (tmp_path / 'cartpole_dqn').exists()  # nothing was started
+
+
+def test_dqn_on_a_continuous_action_space_names_sac(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from pipeline.policy.common import discrete_action_count
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        load('dqn_cartpole').main(['--set', 'env.env_id=Pendulum-v1', '--set', 'env.stop_value=0', '--no-progress'])
+    assert 'DQN needs a discrete action space' in str(e.value.code) and 'SAC' in str(e.value.code)
+    assert discrete_action_count(gym.spaces.Discrete(3)) == 3
+
+
+def test_ctrl_c_saves_once_prints_the_resume_command_and_resume_continues(tmp_path, monkeypatch, capsys, caplog):
+    import threading
+
+    cmd = [sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), '--max-env-step', '200000', *SMALL]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_with_root(),
+                            cwd=str(tmp_path))
+    err_lines = []
+    trained = threading.Event()
+
+    def read_err():
+        for ln in proc.stderr:
+            err_lines.append(ln)
+            if 'train iter 100:' in ln:
+                trained.set()
+
+    reader = threading.Thread(target=read_err, daemon=True)
+    reader.start()
+    try:
+        assert trained.wait(240), ''.join(err_lines)[-2000:]  # training runs: interrupt it
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()
+        proc.wait(timeout=120)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = ''.join(err_lines)
+    assert proc.returncode == 130, out[-1000:] + err[-2000:]
+    assert 'Traceback' not in err and 'KeyboardInterrupt' not in err
+    assert sum('interrupted at' in ln for ln in out.splitlines()) == 1
+    final = tmp_path / 'cartpole_dqn' / '1' / 'ckpt' / 'final.pth.tar'
+    assert f'saved {final}' in out and (tmp_path / 'cartpole_dqn' / '1' / 'ckpt' / 'final.buffer').is_file()
+    argv = shlex.split(re.search(r'resume with: (.+)', out).group(1))
+    assert argv[1] == cmd[1] and argv[-2:] == ['--resume', str(final)] and '--max-env-step' in argv
+    import torch
+    step = torch.load(final, weights_only=True)['counters']['env_step']
+    assert step >= 100
+    monkeypatch.chdir(tmp_path)  # run the printed command's arguments in this process (faster than a new one)
+    with caplog.at_level(logging.INFO):
+        load('dqn_cartpole').main(argv[2:] + ['--max-env-step', str(step + 16)])
+    assert re.search(rf'after {step + 16} training \+', capsys.readouterr().out)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith('replay buffer restored') for m in msgs) and any(f'resumed from {final}' in m for m in msgs)
+
+
+@pytest.fixture(scope='module')
+def trained_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp('trained')
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        load('dqn_cartpole').main(['--max-env-step', '400', *SMALL])
+    finally:
+        os.chdir(cwd)
+    best = d / 'cartpole_dqn' / '1' / 'ckpt' / 'eval.pth.tar'
+    assert best.is_file()
+    return best
+
+
+def test_play_prints_returns_and_records_video(trained_ckpt, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    mod = load('dqn_cartpole')
+    assert mod.main(['--play', str(trained_ckpt), '--episodes', '2']) == 0
+    out = capsys.readouterr().out
+    assert len(re.findall(r'episode \d: return [\d.]+ \(\d+ steps\)', out)) == 2
+    assert 'mean return over 2 episodes' in out and not (tmp_path / 'cartpole_dqn').exists()
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        pytest.skip('moviepy is not installed (pip install -e .[video]): --video not checked')
+    assert mod.main(['--play', str(trained_ckpt), '--episodes', '1', '--video', str(tmp_path / 'vid')]) == 0
+    assert [f for f in os.listdir(tmp_path / 'vid') if f.endswith('.mp4')]
+
+
+def test_a_policy_loads_from_a_checkpoint_in_three_lines(trained_ckpt):
+    import gymnasium as gym
+    import numpy as np
+
+    from pipeline.policy import load_policy
+    policy = load_policy(str(trained_ckpt))
+    env = gym.make('CartPole-v1')
+    obs, _ = env.reset(seed=0)
+    action = policy(obs[None])[0]
+    assert int(action) in (0, 1)
+    from middleware.ckpt_handler import CheckpointError
+    with pytest.raises(CheckpointError, match='not a checkpoint file'):
+        load_policy(__file__)
+    assert isinstance(np.asarray(policy(np.zeros((3, 4), np.float32))), np.ndarray)
+
+
+calls = []
+
+
+def recording_factory(cfg):
+    """Used by --middleware tests.test_examples_cli:recording_factory."""
+    def record(ctx):
+        calls.append(ctx.env_step)
+    return record
+
+
+def test_extra_middleware_by_argument_and_by_flag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    mod = load('dqn_cartpole')
+    seen = []
+    import test_examples_cli as me
+    me.calls.clear()
+    mod.main(['--max-env-step', '32', '--middleware', 'test_examples_cli:recording_factory', *SMALL],
+             extra_middleware=[lambda ctx: seen.append(ctx.env_step)])
+    assert seen == [8, 16, 24, 32]  # after the collector, every step
+    assert me.calls == [8, 16, 24, 32]
+
+
+def test_progress_lines_have_rate_and_eta_and_log_lines_stay_whole():
+    from middleware.functional.logger import ProgressDisplay
+    from pipeline.experiment import setup_logging
+
+    buf = io.StringIO()
+    d = ProgressDisplay(buf, total=1000, interval=0.0, use_tqdm=False)
+    time.sleep(0.01)
+    d.update(100, 'train_iter 5')
+    line = buf.getvalue().strip()
+    assert 'env_step 100/1000 (10%)' in line and 'steps/s' in line and 'ETA' in line and 'train_iter 5' in line
+
+    buf = io.StringIO()
+    handler = setup_logging(stream=buf)
+    try:
+        bar = ProgressDisplay(buf, total=1000, use_tqdm=True)
+        bar.update(10, 'train_iter 1')
+        logging.getLogger('x').info('hello from a log line')
+        bar.update(20, 'train_iter 2')
+        bar.close()
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = buf.getvalue()
+    log_lines = [seg for seg in re.split(r'[\r\n]', text) if 'hello from a log line' in seg]
+    assert log_lines and all(re.fullmatch(r'\d\d:\d\d:\d\d hello from a log line', s.strip()) for s in log_lines)
+    assert 'env steps' in text  # the bar's unit
