@@ -9,9 +9,12 @@ actor picks a free port on its host and reports ``tcp://HOST:PORT``; the driver 
 full address map before the entry script starts. Why not Ray actor calls or Ray queues: the bus
 already gives the event semantics the pipeline relies on (every remote listener gets each event
 exactly once, ``finish`` reaches every node, peer loss is reported, HMAC-checked frames, no pickle
-from the wire), and it is faster for the pipeline's traffic: ``benchmarks/bench_ray.py`` measures,
-in one run on this 2-core machine, a small-event round trip through the bus against a Ray actor
-call (the bus was several times faster; see the numbers printed there and in the README).
+from the wire), with the same code path as every other launcher, so a fix or a guarantee of the bus
+holds under Ray too. Speed did not decide it: ``benchmarks/bench_ray.py`` measures, in one run, a
+small-event round trip through the bus between two Ray actors next to a Ray actor-call round trip;
+on this 2-core machine under heavy load (load average 16) they were of the same order (bus 317,
+Ray call 436 round trips/s), and the pipeline's traffic is one-way streams of transitions and
+weights, not round trips. Ray queues would add an actor hop per message.
 
 Restarts: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started again,
 at most N times, on the same Ray node and the same address, so its peers see a node that rejoined.
