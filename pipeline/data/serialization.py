@@ -8,10 +8,13 @@ tagged so that they come back as the same types.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from .storage import SlotStorage
 
 _TAG = "__rlpipe__"
 
@@ -85,3 +88,72 @@ def decode(x: Any) -> Any:
     if isinstance(x, list):
         return [decode(v) for v in x]
     return x
+
+
+def storage_payload(s: "SlotStorage") -> dict:
+    """Everything ``DequeBuffer.save_data`` writes (the caller holds ``s.lock``)."""
+    if s.syncers:
+        s.sync(s.ordered_slots().copy())
+    order = s.ordered_slots().tolist()
+    return {
+        "format": "rlpipe.DequeBuffer",
+        "version": 1,
+        "size": s.size,
+        "next_id": s.next_id,
+        "ids": [s.items[k].index for k in order],
+        "data": [encode(s.items[k].data, "data") for k in order],
+        "meta": [encode(s.items[k].meta, "meta") for k in order],
+    }
+
+
+def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
+    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote.
+
+    The whole file is checked and decoded into a new storage first; only then are its contents
+    swapped into ``s`` (so a bad file leaves the buffer as it was). Raises ``ValueError`` naming
+    what is wrong: not a buffer file, missing keys, ids that are not integers >= 0 or not strictly
+    increasing (duplicates), lengths that differ, data that does not decode.
+    """
+    from .storage import SlotStorage
+
+    where = f"load_data({path!r})"
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError, ...
+        raise ValueError(f"{where}: not a buffer file saved by save_data, or it contains "
+                         f"objects that are not allowed to load ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != "rlpipe.DequeBuffer":
+        raise ValueError(f"{where}: not a buffer file saved by DequeBuffer.save_data")
+    missing = [k for k in ("ids", "data", "meta", "next_id") if k not in payload]
+    if missing:
+        raise ValueError(f"{where}: corrupt buffer file, missing {', '.join(map(repr, missing))}; "
+                         "the buffer was not changed")
+    ids, datas, metas, next_id = payload["ids"], payload["data"], payload["meta"], payload["next_id"]
+    if not all(isinstance(x, list) for x in (ids, datas, metas)):
+        raise ValueError(f"{where}: corrupt buffer file ('ids', 'data' and 'meta' must be lists)")
+    if not (len(ids) == len(datas) == len(metas)):
+        raise ValueError(f"{where}: corrupt file (lengths differ: {len(ids)} ids, {len(datas)} data, "
+                         f"{len(metas)} meta)")
+    if not all(type(i) is int and i >= 0 for i in ids) or not (type(next_id) is int and next_id >= 0):
+        raise ValueError(f"{where}: corrupt file (ids and next_id must be integers >= 0)")
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise ValueError(f"{where}: corrupt file (ids not strictly increasing: duplicate or out-of-order ids)")
+    start = max(0, len(ids) - s.size)
+    try:
+        items = [(decode(datas[i]), decode(metas[i])) for i in range(start, len(ids))]
+    except Exception as e:  # noqa: BLE001 - whatever a damaged entry raises
+        raise ValueError(f"{where}: corrupt file, an item does not decode ({type(e).__name__}: {e}); "
+                         "the buffer was not changed") from None
+    for _, meta in items:
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: corrupt file (an item's meta is a {type(meta).__name__}, not a dict)")
+    new = SlotStorage(s.size, s.columnar, 0)
+    for i, (data, meta) in zip(range(start, len(ids)), items):
+        new.next_id = ids[i]  # push assigns exactly the saved index
+        new.push(data, meta)
+    new.next_id = max(next_id, ids[-1] + 1 if ids else 0)
+    with lock:
+        s.adopt(new)
+        for listener in s.listeners:
+            listener.on_clear()
+            listener.on_load()
