@@ -303,8 +303,9 @@ def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Hand
     handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
     handler.addFilter(_NodeTag())
     root = logging.getLogger()
-    for h in list(root.handlers):
-        if isinstance(h, _TqdmAwareHandler):
+    for h in list(root.handlers):  # ours from an earlier call, or a plain console handler (e.g. basicConfig)
+        if isinstance(h, _TqdmAwareHandler) or (type(h) is logging.StreamHandler
+                                                and getattr(h, 'stream', None) in (sys.stderr, sys.stdout)):
             root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level)
@@ -377,7 +378,11 @@ def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
         where = f'env step {getattr(ctx, "env_step", "?")}, train iter {getattr(ctx, "train_iter", "?")}'
         if ckpt is not None and task.has_role('learner'):
             path = ckpt.save_final(ctx)
-            print(f'\ninterrupted at {where}: saved {path}\nresume with: {resume_command(path)}', flush=True)
+            if task.router is not None and task.router.is_active:  # a node of `rlpipe run`
+                how = f'add --resume {shlex.quote(path)} to the same rlpipe run command'
+            else:
+                how = resume_command(path)
+            print(f'\ninterrupted at {where}: saved {path}\nresume with: {how}', flush=True)
         else:
             print(f'\ninterrupted at {where}', flush=True)
         return ctx, True

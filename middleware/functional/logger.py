@@ -90,7 +90,7 @@ class ProgressDisplay:
         self._last_print = -math.inf
         self._t0 = time.monotonic()
         if use_tqdm is None:
-            use_tqdm = tty
+            use_tqdm = tty and not label  # several nodes on one terminal: labelled lines, not bars
         if use_tqdm:
             try:
                 from tqdm import tqdm
