@@ -63,7 +63,8 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Any = None) -> Dict[str,
     return state
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_iter", "eval_value?", "env_step?"],
+           writes=["train_iter", "env_step", "env_episode", "last_eval_iter", "last_eval_value"])
 class CkptSaver:
     """Save ``policy`` checkpoints under ``<save_dir>/ckpt/``.
 

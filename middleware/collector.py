@@ -31,7 +31,8 @@ def _log_finished(ctx: Any, finished: List[Any]) -> None:
         info.setdefault('collect_episode_length', []).extend(e.length for e in finished)
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["trajectories", "env_step", "env_episode", "info_for_logging"])
 class StepCollector:
     """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
 
@@ -74,7 +75,8 @@ class StepCollector:
         ctx.trajectories = out
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["episodes", "env_step", "env_episode", "info_for_logging"])
 class EpisodeCollector:
     """Collect at least ``cfg.policy.collect.n_episode`` complete episodes.
 

@@ -38,7 +38,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Generator, List, Mapping, Optional, Set, Tuple
 
-from pipeline.roles import Role
+from pipeline.contracts import Fields
+from pipeline.roles import Role, for_all_roles
 
 __all__ = ['ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger']
 
@@ -354,6 +355,15 @@ class ContextExchanger:
             self._w.cv.notify_all()
 
     # ----------------------------------------------------------------- the middleware
+    def __fields__(self, roles: Set[Any]) -> Fields:
+        """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
+        counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
+        if self.is_learner:
+            received = ["trajectories", "episodes", "info_for_logging", "eval_value"] + counters
+            return Fields.of(reads=["train_iter"], writes=received, owner="ContextExchanger")
+        return Fields.of(reads=["trajectories?", "episodes?"], writes=["train_iter"] + counters,
+                         owner="ContextExchanger")
+
     def __call__(self, ctx: Any) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)
@@ -583,6 +593,7 @@ class ContextExchanger:
 
 
 # ---------------------------------------------------------------------------------------------- model
+@for_all_roles(reads=["train_iter"])
 class PeriodicalModelExchanger:
     """Send a model's weights from one node, load them on the others (a generator middleware).
 

@@ -29,7 +29,7 @@ def _check_model(her_reward_model: Any) -> None:
         )
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer"], writes=["train_data"])
 def her_data_enhancer(
     cfg: Mapping,
     buffer_: Any,
@@ -82,7 +82,7 @@ def her_data_enhancer(
     return _enhance
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class HERLearner:
     """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
 
@@ -139,7 +139,8 @@ class HERLearner:
         ctx.train_output = outputs
 
 
-@for_roles(Role.EVALUATOR)
+@for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
+           writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
     policy: Any,
     env: Any,

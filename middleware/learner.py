@@ -15,7 +15,7 @@ __all__ = ['OffPolicyLearner']
 log = logging.getLogger(__name__)
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class OffPolicyLearner:
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 

@@ -8,7 +8,7 @@ from pipeline.roles import Role, for_roles
 __all__ = ["reward_estimator"]
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
 def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Callable[[Any], None]:
     """Put ``reward_model``'s reward into ``ctx.train_data`` (after the fetcher, before the trainer).
 

@@ -16,7 +16,7 @@ def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
     return eps_schedule(e['type'], float(e['start']), float(e['end']), int(e['decay']))
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["collect_kwargs"])
 def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
     """Set the exploration rate from the env-step count.
 
@@ -90,7 +90,7 @@ class NStepAccumulator:
         self._pending.clear()
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["trajectories"], writes=["trajectories"])
 def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     """Replace ``ctx.trajectories`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).

@@ -31,7 +31,7 @@ def _sample_kwargs(buffer_: Any, ctx: Any) -> Dict[str, Any]:
     return {}
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["trajectories|episodes", "train_iter"], writes=["@buffer"])
 def data_pusher(cfg: Mapping, buffer_: Any, group_by_env: bool = True) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
@@ -155,7 +155,7 @@ def _priority_of(train_output: Any) -> Any:
     return None
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
 def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False
                            ) -> Callable[[Any], Generator]:
     """Sample one training batch of ``cfg.policy.learn.batch_size`` rows from ``buffer_``.

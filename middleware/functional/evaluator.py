@@ -51,7 +51,8 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
 
 
-@for_roles(Role.EVALUATOR)
+@for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?"],
+           writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any], None]:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations, over ``cfg.env.n_evaluator_episode`` episodes.

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from pipeline.roles import for_all_roles
+
 __all__ = ['termination_checker']
 
 
+@for_all_roles(reads=["env_step?", "train_iter?"])
 def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Optional[int] = None
                         ) -> Callable[[Any], None]:
     """Set ``task.finish`` once ``ctx.env_step >= max_env_step`` or ``ctx.train_iter >= max_train_iter``.

@@ -51,7 +51,7 @@ def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
     return out
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_data", "env_step?"], writes=["train_output", "train_iter"])
 def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
     """One training iteration on ``ctx.train_data``.
 
