@@ -49,7 +49,7 @@ class Description:
                 + ([", ".join(map(str, r.nodes)) or "-"] if multi else []) for i, r in enumerate(self.rows, 1)]
         widths = [max(len(line[c]) for line in [head] + body) for c in range(len(head))]
         fmt = " | ".join("{:%d}" % w for w in widths)
-        lines = [fmt.format(*head), "-+-".join("-" * w for w in widths)] + [fmt.format(*b) for b in body]
+        lines = [fmt.format(*line).rstrip() for line in [head, ["-" * w for w in widths]] + body]
         if multi:
             lines.append("")
             for nid, roles in self.nodes.items():
