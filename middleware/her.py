@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Mapping, Optional
 
 import numpy as np
 
+from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
 from .reward import reward_step
@@ -79,6 +80,7 @@ def her_data_enhancer(
             data = [data[i] for i in pick]
         ctx.train_data = to_tree(collate_transitions(data))
 
+    _enhance.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
     return _enhance
 
 
@@ -120,6 +122,7 @@ class HERLearner:
         if self.update_per_collect < 1:
             raise ValueError(f"policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}")
         self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
+        self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
         self.reward_model = reward_model
         self._reward_step = (reward_step(reward_model, train=train_reward_model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Mapping, Optional
 
+from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
 from .functional.data_processor import offpolicy_data_fetcher
@@ -53,6 +54,7 @@ class OffPolicyLearner:
         if self.update_per_collect < 1:
             raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
+        self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
         self.reward_model = reward_model
         self._reward_step = (reward_step(reward_model, train=train_reward_model)

@@ -87,6 +87,26 @@ def fields_of(fn: Any, roles: Set[Any] = frozenset()) -> Optional[Fields]:
     return None
 
 
+def buffered(*buffers: Any) -> Any:
+    """For a middleware's ``__provided__``: ``{"@buffer"}`` when one of ``buffers`` (a buffer, a list of
+    ``(buffer, weight)`` pairs or a dict of buffers) already holds data at run start (filled by hand or
+    loaded), so reading it needs no ``data_pusher`` before it."""
+    def provided() -> Set[str]:
+        for b in buffers:
+            parts = b.values() if isinstance(b, dict) else [p[0] if isinstance(p, tuple) else p for p in b] \
+                if isinstance(b, (list, tuple)) else [b]
+            if any(getattr(p, "count", lambda: 0)() > 0 for p in parts):
+                return {"@buffer"}
+        return set()
+    return provided
+
+
+def provided_by(fn: Any) -> Set[str]:
+    """Fields a middleware itself has available before the first step (its ``__provided__()``)."""
+    provided = getattr(fn, "__provided__", None)
+    return set(provided()) if provided is not None else set()
+
+
 def branches_of(fn: Any) -> Optional[Tuple[Any, ...]]:
     """The middleware combined by ``task.serial``/``task.parallel`` (None for any other middleware)."""
     return getattr(fn, "__branches__", None)
@@ -126,8 +146,9 @@ def check_chain(chain: Sequence[Any], provided: Iterable[str], roles: Set[Any] =
         if fields is None:
             trusted.append(_label(fn, None))
             return set()
+        own = provided_by(fn)
         for alternatives in fields.required():
-            if any(a in have or a in also_have for a in alternatives):
+            if any(a in have or a in also_have or a in own for a in alternatives):
                 continue
             if trusted:
                 continue  # an undeclared middleware before it may write it

@@ -104,7 +104,7 @@ class Locked:
     def __init__(self, fn: Middleware, lock: Any) -> None:
         self.fn, self.lock = fn, lock
         self.__name__ = name_of(fn)
-        for mark in ("__roles__", "__fields__", "__branches__", "__concurrent__"):
+        for mark in ("__roles__", "__fields__", "__provided__", "__branches__", "__concurrent__"):
             if hasattr(fn, mark):
                 setattr(self, mark, getattr(fn, mark))
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequ
 import numpy as np
 import torch
 
+from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
 __all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per']
@@ -256,4 +257,5 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
                                          f'has no "priority" for it')
                     _write_priorities(b, indices[name], pr)
 
+    _fetch.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
     return _fetch

@@ -131,3 +131,15 @@ def test_declarations_are_validated():
         Fields.of(writes=["a|b"])
     with pytest.raises(ValueError, match="fields_check must be one of"):
         task.start(fields_check="loud")
+
+
+def test_a_buffer_filled_before_the_run_needs_no_pusher():
+    buf = DequeBuffer(8)
+    for i in range(6):
+        buf.push({"obs": float(i)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WiringWarning)
+        with task.start(ctx=OnlineRLContext(), fields_check="error"):
+            task.use(offpolicy_data_fetcher(CFG, buf), lock=True)
+            task.use(trainer(CFG, _Learner()))
+            task.run(1)
