@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Mapping, Optional
 
+from contexts import RLContext
 from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
@@ -60,7 +61,7 @@ class OffPolicyLearner:
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: RLContext) -> None:
         outputs: List[Any] = []
         fetch, train, reward = self._fetcher, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):

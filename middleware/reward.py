@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ["reward_estimator"]
@@ -55,7 +56,7 @@ def reward_step(reward_model: Any, train: bool = True, require_train: bool = Fal
         raise TypeError(f"{type(reward_model).__name__} has no train(data); pass train=False")
     estimate = reward_model.estimate
 
-    def _estimate(ctx: Any) -> None:
+    def _estimate(ctx: RLContext) -> None:
         data = ctx.train_data
         if data is None:
             return

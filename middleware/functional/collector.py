@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
 
+from contexts import OnlineRLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
@@ -26,7 +27,7 @@ def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
     """
     eps_at = _eps_fn(cfg)
 
-    def _eps_greedy(ctx: Any) -> None:
+    def _eps_greedy(ctx: OnlineRLContext) -> None:
         ctx.collect_kwargs['eps'] = eps_at(ctx.env_step)
 
     return _eps_greedy
@@ -103,7 +104,7 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     """
     acc = NStepAccumulator(int(cfg['policy']['nstep']), float(cfg['policy']['discount_factor']))
 
-    def _nstep(ctx: Any) -> None:
+    def _nstep(ctx: OnlineRLContext) -> None:
         if not ctx.trajectories:
             return
         out: List[Dict[str, Any]] = []

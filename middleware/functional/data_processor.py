@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequ
 import numpy as np
 import torch
 
+from contexts import RLContext
 from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
@@ -25,7 +26,7 @@ def uses_per(buffer_: Any) -> bool:
     return any(_is_per(m) for m in getattr(buffer_, 'middleware', ()))
 
 
-def _sample_kwargs(buffer_: Any, ctx: Any) -> Dict[str, Any]:
+def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
     for m in getattr(buffer_, 'middleware', ()):
         if getattr(m, '__name__', '') == 'staleness_check_mw':
             return {'train_iter_sample_data': ctx.train_iter}
@@ -49,7 +50,7 @@ def data_pusher(cfg: Mapping, buffer_: Any, group_by_env: bool = True) -> Callab
     collector's trajectories reach the learner node with its context and are pushed there.
     """
 
-    def _push(ctx: Any) -> None:
+    def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
         if ctx.trajectories:
             push = buffer_.push
@@ -103,7 +104,7 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: Any, size: int, ctx: Any) -> Tuple[Dict[str, torch.Tensor], Any]:
+def _sample_one(buffer_: Any, size: int, ctx: RLContext) -> Tuple[Dict[str, torch.Tensor], Any]:
     """(dict of tensors with 'weight' if PER IS weights, indices) for ``size`` rows."""
     kw = _sample_kwargs(buffer_, ctx)
     if hasattr(buffer_, 'sample_batch'):
@@ -182,7 +183,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     min_count = max(batch_size, int(learn.get('learning_starts', batch_size) or batch_size))
     kind, bufs = _normalise_buffers(buffer_)
 
-    def _fetch(ctx: Any) -> Generator:
+    def _fetch(ctx: RLContext) -> Generator:
         if kind == 'single':
             if bufs.count() < min_count:
                 if data_shortage_warning:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes']
@@ -72,7 +73,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any]
     n_episode = int(cfg['env']['n_evaluator_episode'])
     stop_value = cfg['env'].get('stop_value')
 
-    def _evaluate(ctx: Any) -> None:
+    def _evaluate(ctx: RLContext) -> None:
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
         returns, lengths = evaluate_episodes(policy, env, n_episode)

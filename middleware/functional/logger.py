@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, List, Optional
 
+from contexts import RLContext
 from pipeline.roles import for_all_roles
 
 __all__ = ['online_logger', 'scalar_means']
@@ -89,7 +90,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                 log.warning('online_logger: TensorBoard unavailable (%s); scalars are not written', e)
         return state['writer']
 
-    def _log(ctx: Any) -> None:
+    def _log(ctx: RLContext) -> None:
         now = time.monotonic()
         if state['t0'] is None:
             state['t0'] = now
