@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import numpy as np
 import torch
 
-from .columns import collate
+from .collate import collate
 from .item import BufferedData, _Sampled, copy_repeats
 
 if TYPE_CHECKING:
