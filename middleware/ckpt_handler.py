@@ -9,6 +9,7 @@ from typing import Any, Dict, Generator, Mapping, Optional
 
 import torch
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['CkptSaver', 'save_checkpoint', 'load_checkpoint', 'read_checkpoint', 'restore_counters',
@@ -34,7 +35,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def save_checkpoint(path: str, policy: Any, ctx: Any = None, extra: Optional[Dict[str, Any]] = None,
+def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Dict[str, Any]] = None,
                     policy_state: Optional[Mapping[str, Any]] = None) -> str:
     """Write ``{'policy': policy.state_dict(), 'counters': {...}, 'extra': {...}}`` atomically.
 
@@ -141,7 +142,7 @@ def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpo
     return values
 
 
-def load_checkpoint(path: str, policy: Any = None, ctx: Any = None) -> Dict[str, Any]:
+def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = None) -> Dict[str, Any]:
     """Load a checkpoint safely (``weights_only=True``); restore ``policy`` and the ``ctx``
     counters (checked: see :func:`restore_counters`) when given. Returns the loaded dict. A file
     with anything but tensors and plain data raises ``CheckpointError`` (a ``ValueError``) instead
@@ -159,7 +160,8 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Any = None) -> Dict[str,
     return state
 
 
-@for_roles(Role.LEARNER, Role.EVALUATOR)
+@for_roles(Role.LEARNER, Role.EVALUATOR, reads=["train_iter", "eval_value?", "eval_output?", "env_step?"],
+           writes=["train_iter", "env_step", "env_episode", "last_eval_iter", "last_eval_value"])
 class CkptSaver:
     """Save ``policy`` checkpoints under ``<save_dir>/ckpt/``.
 
@@ -258,7 +260,7 @@ class CkptSaver:
             self.buffer.save_data(_buffer_path(path))
         return path
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: RLContext) -> Generator:
         from pipeline import task
 
         self.restore(ctx)

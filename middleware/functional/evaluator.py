@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 
 import numpy as np
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult']
@@ -91,7 +92,8 @@ def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
     return {k: v.detach().clone() for k, v in state_dict().items()}
 
 
-@for_roles(Role.EVALUATOR)
+@for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?", "info_for_logging?"],
+           writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Optional[float] = None,
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
                           max_eval_gap: Optional[int] = None, collect_window: int = 1) -> Callable[[Any], None]:
@@ -132,7 +134,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
         raise ValueError(f'collect_window must be >= 1, got {collect_window}')
     recent: deque = deque(maxlen=collect_window)
 
-    def _evaluate(ctx: Any) -> None:
+    def _evaluate(ctx: RLContext) -> None:
         if min_collect_return is not None:
             rets = ctx.info_for_logging.get('collect_episode_return') if ctx.info_for_logging else None
             if rets:
