@@ -58,12 +58,13 @@ USER_CONFIG = {
     },
 }
 
-#: Evaluation shortcuts (they change the cost, not the criterion: solved means a complete 10-episode
-#: evaluation with mean >= 475). An evaluation stops as soon as 475 is out of reach (CartPole-v1 pays at
-#: most 500 per episode); a due evaluation waits until the last training episode returned at least
-#: EVAL_MIN_COLLECT_RETURN, or until MAX_EVAL_GAP train iterations passed since the last one.
+#: When to evaluate (cost, not criterion: solved means a complete 10-episode evaluation with mean >= 475).
+#: Every MAX_EVAL_GAP train iterations (1,000 env steps, as RL-Zoo evaluates), and sooner -- but at most
+#: every eval_freq iterations (500 env steps) -- when the last training episode returned at least
+#: EVAL_MIN_COLLECT_RETURN. An evaluation stops as soon as 475 is out of reach (CartPole-v1 pays at most
+#: 500 per episode), so evaluating a policy that is not good yet costs a few hundred env steps.
 EVAL_MIN_COLLECT_RETURN: Optional[float] = 475.0
-MAX_EVAL_GAP: Optional[int] = 2500
+MAX_EVAL_GAP: Optional[int] = 500
 
 
 def build_parser():

@@ -31,7 +31,8 @@ def main() -> None:
             task.emit("hello", me, only_remote=True)
             time.sleep(0.05)
         result = {"node": me, "seen": sorted(set(seen)), "roles": sorted(task.router.roles), "argv": sys.argv[1:],
-                  "active": task.router.is_active, "pid": os.getpid()}
+                  "active": task.router.is_active, "pid": os.getpid(),
+                  "cwd": os.getcwd(), "launch_id": os.environ.get("RLPIPE_LAUNCH_ID")}
         with open(os.path.join(out_dir, f"node-{me}.json"), "w") as f:
             json.dump(result, f)
         if os.environ.get("RLPIPE_TEST_HANG"):

@@ -63,6 +63,8 @@ def test_run_three_workers_with_default_roles(tmp_path):
     for i in range(3):
         assert res[i]["active"] and res[i]["seen"] == [j for j in range(3) if j != i]
         assert res[i]["argv"] == ["--seed", "3"]  # main sees only its own arguments
+        assert res[i]["cwd"] == ROOT != HERE  # nodes run where the user started, not in --package
+    assert res[0]["launch_id"] and len({res[i]["launch_id"] for i in range(3)}) == 1  # they share one run folder
 
 
 def test_star_ipc_with_explicit_roles_and_labels(tmp_path):
