@@ -59,12 +59,13 @@ USER_CONFIG = {
 }
 
 #: When to evaluate (cost, not criterion: solved means a complete 10-episode evaluation with mean >= 475).
-#: Every MAX_EVAL_GAP train iterations (1,000 env steps, as RL-Zoo evaluates), and sooner -- but at most
-#: every eval_freq iterations (500 env steps) -- when the last training episode returned at least
-#: EVAL_MIN_COLLECT_RETURN. An evaluation stops as soon as 475 is out of reach (CartPole-v1 pays at most
-#: 500 per episode), so evaluating a policy that is not good yet costs a few hundred env steps.
+#: At most every eval_freq train iterations (500 env steps), and only when the last training episode
+#: returned at least EVAL_MIN_COLLECT_RETURN -- or when MAX_EVAL_GAP iterations (5,000 env steps) passed.
+#: An evaluation stops as soon as 475 is out of reach (CartPole-v1 pays at most 500 per episode), so
+#: evaluating a policy that is not good yet costs a few hundred env steps. (Evaluating every 1,000 env
+#: steps regardless, as RL-Zoo does, cost seed 0 25,802 evaluation env steps instead of 13,445.)
 EVAL_MIN_COLLECT_RETURN: Optional[float] = 475.0
-MAX_EVAL_GAP: Optional[int] = 500
+MAX_EVAL_GAP: Optional[int] = 2500
 
 
 def build_parser():

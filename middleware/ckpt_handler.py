@@ -160,8 +160,7 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = No
     return state
 
 
-@for_roles(Role.LEARNER, Role.EVALUATOR, reads=["train_iter", "eval_value?", "eval_output?", "env_step?"],
-           writes=["train_iter", "env_step", "env_episode", "last_eval_iter", "last_eval_value"])
+@for_roles(Role.LEARNER, Role.EVALUATOR, reads=["train_iter", "eval_value?", "eval_output?", "env_step?"])
 class CkptSaver:
     """Save ``policy`` checkpoints under ``<save_dir>/ckpt/``.
 
@@ -190,7 +189,8 @@ class CkptSaver:
     evaluating; otherwise the counters are set on the first call.
 
     Reads ``ctx.train_iter``, ``ctx.eval_value``, ``ctx.eval_output``, counters. Writes the counters
-    once on resume; ``self.last_path`` / ``self.paths`` say what was written. Roles: LEARNER, EVALUATOR.
+    once on resume (not declared as data flow: :meth:`restore` normally sets them before the first
+    step); ``self.last_path`` / ``self.paths`` say what was written. Roles: LEARNER, EVALUATOR.
     """
 
     def __init__(self, policy: Any, save_dir: str, train_freq: Optional[int] = None,

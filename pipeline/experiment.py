@@ -215,7 +215,12 @@ class RunInfo:
     def create_dir(self) -> str:
         """Create the run folder ``./<exp-name>/<n>/`` (once) and return it."""
         if self.dir is None:
-            self.dir = new_run_dir(self.exp_name)
+            from pipeline import task
+            if getattr(task, 'instead_of_run', None) is not None:  # `rlpipe describe`: no step will run
+                import tempfile
+                self.dir = tempfile.mkdtemp(prefix=f'{os.path.basename(self.exp_name)}-describe-')
+            else:
+                self.dir = new_run_dir(self.exp_name)
         return self.dir
 
     def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
