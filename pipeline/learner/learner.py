@@ -294,6 +294,15 @@ class Learner:
                 )
         return {mid: stack_transitions(tr, where=f"episodes for module {mid!r}") for mid, tr in per_module.items()}
 
+    def stop_update(self) -> None:
+        """End the running ``update`` call early (e.g. PPO's KL early stop), from a hook or the loss.
+
+        Called while a minibatch's losses are computed, that minibatch takes no optimizer step;
+        no further minibatch runs. ``num_minibatch_updates`` counts the steps actually taken and
+        the after-hook and metrics run as usual.
+        """
+        self._stop_call = True
+
     def get_extra_state(self) -> Dict[str, Any]:
         """Extra subclass state saved with get_state (tensors, numbers, str, lists, dicts only)."""
         return {}
@@ -430,12 +439,16 @@ class Learner:
                 mbs = self._combine([self._as_module_batches(b) for b in pulled])
                 r = self._rows(mbs)
                 step(mbs, r, max(r.values()))
+                if self._stop_call:
+                    break
                 n_updates += 1
         elif minibatch_size is None:
             n_updates = num_total_minibatches or num_epochs
             env_rows = max(rows.values())
             for _ in range(n_updates):
                 step(module_batches, rows, env_rows)
+                if self._stop_call:
+                    break
         else:
             m = minibatch_size
             n_max = max(rows.values())
@@ -446,6 +459,10 @@ class Learner:
             mb_rows = {mid: m for mid in module_batches}
             for _ in range(n_updates):
                 step({mid: s.take(m) for mid, s in streams.items()}, mb_rows, m)
+                if self._stop_call:
+                    break
+        if self._stop_call:
+            n_updates = self._call_applied
 
         # counters first, so the after-hook sees this call's updates (e.g. target-network sync)
         self.weights_seq_no += 1
@@ -480,15 +497,20 @@ class Learner:
                         f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor "
                         "or a dict with 'total_loss'"
                     )
+        last = self._call_last_loss
+        if self._stop_call:  # stop_update() during the losses: no step from this minibatch
+            for mid, loss in losses.items():
+                last.setdefault(mid, loss.detach())
+            return
         grads = self.compute_gradients(losses)
         grads = self.postprocess_gradients(grads)
         self.apply_gradients(grads)
-        last = self._call_last_loss
         cr = self._call_rows
         for mid, loss in losses.items():
             last[mid] = loss
             cr[mid] = cr.get(mid, 0) + rows[mid]
         self._call_env_rows += env_rows
+        self._call_applied += 1
 
     def _split_loss(self, mid: str, loss: Mapping) -> _Tensor:
         try:
@@ -533,6 +555,8 @@ class Learner:
         self._call_rows: Dict[str, int] = {}
         self._call_extras: Dict[str, Dict[str, tuple]] = {}
         self._call_env_rows = 0
+        self._call_applied = 0
+        self._stop_call = False
 
     def _build_results(self, n_updates: int) -> dict:
         make = Stats._make
