@@ -61,6 +61,8 @@ class RolloutExchanger:
     Args:
         model: the ``nn.Module`` whose ``state_dict`` is exchanged (e.g. ``PPOPolicy.model``).
         wait_timeout: longest single wait, seconds.
+        resend_interval: while the learner waits for a collector's rollout, it sends the current weights
+            again every this many seconds (a message sent before a peer connected is lost).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -72,7 +74,7 @@ class RolloutExchanger:
             return task.void()
         return super().__new__(cls)
 
-    def __init__(self, model: Any, wait_timeout: float = 30.0) -> None:
+    def __init__(self, model: Any, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'RolloutExchanger: model must be an nn.Module, got {type(model).__name__}')
         task = _task()
@@ -85,11 +87,12 @@ class RolloutExchanger:
                              'different nodes (e.g. --roles learner:collector:collector:evaluator)')
         self.model = model
         self.wait_timeout = float(wait_timeout)
+        self.resend_interval = float(resend_interval)
         self.router = task.router
         self.node_id = int(self.router.node_id)
         self.version = -1          # learner: version sent last; others: version loaded
         self.stats: Dict[str, int] = {'rollouts_received': 0, 'rollouts_trained': 0, 'stale_refused': 0,
-                                      'partial_sets': 0, 'empty_waits': 0, 'weights_sent': 0,
+                                      'partial_sets': 0, 'empty_waits': 0, 'weights_sent': 0, 'weights_resent': 0,
                                       'weights_loaded': 0, 'rollouts_sent': 0, 'wait_timeouts': 0}
         self._cv = threading.Condition()
         self._rollouts: Dict[int, Dict[str, Any]] = {}   # learner: collector id -> rollout of this version
@@ -156,6 +159,9 @@ class RolloutExchanger:
 
     # ------------------------------------------------------------------ helpers
     def _collectors(self) -> List[int]:
+        for p in list(getattr(self.router, 'peers', ()) or ()):
+            if int(p) not in self._roles:
+                self._roles[int(p)] = self._peer_roles(int(p))
         return [i for i, r in self._roles.items() if 'collector' in r]
 
     def _wait(self, ready: Callable[[], bool], what: str, poll: Optional[Callable[[], None]] = None) -> bool:
@@ -211,20 +217,29 @@ class RolloutExchanger:
             self._send_weights(ctx)
         self._apply_eval(ctx)
 
-        def resend_to_new() -> None:  # a collector that joined late gets the current version
-            for node in list(self._joined):
-                self._joined.discard(node)
-                self._cv.release()
-                try:
-                    self._send_weights(ctx, to=node)
-                finally:
-                    self._cv.acquire()
+        last_send = [time.monotonic()]
+
+        def resend() -> None:
+            # A weights message sent before a peer was connected is lost, and a collector that joined late
+            # never got one: while some collector has not delivered, the current version goes out again
+            # every resend_interval s (receivers ignore versions they already have).
+            now = time.monotonic()
+            if now - last_send[0] < self.resend_interval and not self._joined:
+                return
+            last_send[0] = now
+            self._joined.clear()
+            self._cv.release()
+            try:
+                self._send_weights(ctx)
+                self.stats['weights_resent'] += 1
+            finally:
+                self._cv.acquire()
 
         def complete() -> bool:
             live = self._collectors()
             return bool(self._rollouts) and all(c in self._rollouts for c in live)
 
-        ok = self._wait(complete, f'rollouts of weights version {self.version}', resend_to_new)
+        ok = self._wait(complete, f'rollouts of weights version {self.version}', resend)
         with self._cv:
             got = self._rollouts
             self._rollouts = {}
