@@ -114,7 +114,8 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
 
 
 # ----------------------------------------------------------------------------- rlpipe
-def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = None) -> dict:
+def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = None, keep_policy: bool = False
+               ) -> dict:
     from contexts import OnlineRLContext
     from middleware import (OnPolicyTrainer, RolloutCollector, gae_estimator, interaction_evaluator,
                             termination_checker)
@@ -123,7 +124,7 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
     from pipeline.policy.ppo import PPOPolicy, make_ppo_config
 
     cfg = make_ppo_config(user or {'seed': seed, 'policy': {'learn': {'total_env_steps': env_steps}}})
-    env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=seed)
+    env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=seed, env_kwargs=cfg.env.env_kwargs)
     eval_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=seed + 10_000) if solve else None
     policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed)
     learner = policy.learn_mode
@@ -139,8 +140,11 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
         ctx = task.ctx
     wall = time.perf_counter() - t0
     solved = solve and ctx.last_eval_value >= cfg.env.stop_value
-    return {'wall': wall, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
-            'solved': solved, 'last_eval': ctx.last_eval_value}
+    out = {'wall': wall, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
+           'solved': solved, 'last_eval': ctx.last_eval_value}
+    if keep_policy:
+        out['policy'] = policy
+    return out
 
 
 # ----------------------------------------------------------------------------- Stable-Baselines3

@@ -27,8 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from contexts import OnlineRLContext  # noqa: E402
-from middleware import (CkptSaver, OnPolicyTrainer, RolloutCollector, RolloutExchanger, gae_estimator,  # noqa: E402
-                        interaction_evaluator, online_logger, termination_checker)
+from middleware import (CkptSaver, OnPolicyTrainer, RolloutCollector, RolloutExchanger, evaluate_episodes,  # noqa: E402
+                        gae_estimator, interaction_evaluator, online_logger, termination_checker)
+from pipeline.roles import Role  # noqa: E402
 from pipeline import task  # noqa: E402
 from pipeline.envs import EnvManager  # noqa: E402
 from pipeline.policy.ppo import PPOPolicy, make_ppo_config  # noqa: E402
@@ -74,7 +75,7 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
     ap.add_argument('--exp-name', default=None, help='output directory (default: the config exp_name)')
     ap.add_argument('--resume', default=None, help='checkpoint to resume from')
     ap.add_argument('--threads', type=int, default=1, help='torch threads (1 is fastest for these tiny nets)')
-    ap.add_argument('--no-stop', action='store_true', help='train the whole budget even when solved')
+    ap.add_argument('--no-stop', action='store_true', help='train the whole budget, then evaluate once more')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                     help='override a config entry, e.g. --set policy.learn.n_epochs=10 (repeatable)')
     args = ap.parse_args(argv)
@@ -112,6 +113,11 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
         task.use(termination_checker(max_env_step=max_env_step))
         task.run()
         ctx = task.ctx
+        trains = not task.roles or Role.LEARNER in task.roles
+    final = None
+    if cfg.env.stop_value is None and trains:  # a fixed budget: evaluate the final weights once more
+        returns, _ = evaluate_episodes(policy.eval_mode, evaluator_env, cfg.env.n_evaluator_episode)
+        final = float(returns.mean())
     logger.close()
     collector_env.close()
     evaluator_env.close()
@@ -122,6 +128,8 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
     print(f'{"solved" if solved else "NOT solved" if stop is not None else "done"}: last mean eval return '
           f'{ctx.last_eval_value:.1f} (stop value {stop}) after {ctx.env_step} env steps, '
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
+    if final is not None:
+        print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
     print(f'checkpoints: {os.path.abspath(ckpt.dir)}')
     print(f'logs: tensorboard --logdir {os.path.abspath(logger.log_dir)}')
     return 0 if (solved or stop is None) else 1
