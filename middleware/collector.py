@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
 
+from contexts import OnlineRLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['StepCollector', 'EpisodeCollector']
@@ -24,7 +25,7 @@ def _transitions(step: Any) -> List[Dict[str, Any]]:
              'terminated': te[j], 'truncated': tr[j], 'env_id': ids[j]} for j in range(len(ids))]
 
 
-def _log_finished(ctx: Any, finished: List[Any]) -> None:
+def _log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
     if finished:
         info = ctx.info_for_logging
         info.setdefault('collect_episode_return', []).extend(e.episode_return for e in finished)
@@ -55,7 +56,7 @@ class _EnvCollector:
             self.policy.reset()
         return True
 
-    def _step(self, ctx: Any, kwargs: Mapping) -> Any:
+    def _step(self, ctx: OnlineRLContext, kwargs: Mapping) -> Any:
         """One step of every env; counts env steps and finished episodes on ``ctx``; returns the ``EnvStep``."""
         env = self.env
         step = env.step(self._forward(env.obs, **kwargs))
@@ -68,7 +69,8 @@ class _EnvCollector:
         return step
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["trajectories", "env_step", "env_episode", "info_for_logging"])
 class StepCollector(_EnvCollector):
     """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
 
@@ -87,7 +89,7 @@ class StepCollector(_EnvCollector):
         super().__init__(policy, env)
         self.n_sample = _collect_count(cfg, 'n_sample')
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         self._reset_if_needed()
         kwargs = ctx.collect_kwargs
         out: List[Dict[str, Any]] = []
@@ -96,7 +98,8 @@ class StepCollector(_EnvCollector):
         ctx.trajectories = out
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["episodes", "env_step", "env_episode", "info_for_logging"])
 class EpisodeCollector(_EnvCollector):
     """Collect at least ``cfg.policy.collect.n_episode`` complete episodes.
 
@@ -112,7 +115,7 @@ class EpisodeCollector(_EnvCollector):
         self.n_episode = _collect_count(cfg, 'n_episode')
         self._partial: Dict[int, List[Dict[str, Any]]] = {}
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         if self._reset_if_needed():
             self._partial.clear()
         kwargs = ctx.collect_kwargs

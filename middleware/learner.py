@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional
 
+from contexts import RLContext
+from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
 from .functional.data_processor import offpolicy_data_fetcher
@@ -36,10 +38,10 @@ class TrainRounds:
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
 
-    def _next_batch(self, ctx: Any) -> Optional[Callable[[], Any]]:
+    def _next_batch(self, ctx: RLContext) -> Optional[Callable[[], Any]]:
         raise NotImplementedError
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: RLContext) -> None:
         outputs: List[Any] = []
         next_batch, train, reward = self._next_batch, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):
@@ -57,7 +59,7 @@ class TrainRounds:
         ctx.train_output = outputs
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class OffPolicyLearner(TrainRounds):
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 
@@ -92,6 +94,7 @@ class OffPolicyLearner(TrainRounds):
 
         super().__init__(cfg, policy, reward_model, log_freq, train_reward_model)
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
+        self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
-    def _next_batch(self, ctx: Any) -> Callable[[], Any]:
+    def _next_batch(self, ctx: RLContext) -> Callable[[], Any]:
         return self._fetcher(ctx)

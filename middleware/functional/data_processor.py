@@ -8,6 +8,8 @@ from typing import Any, Callable, Dict, Generator, List, Mapping, Sequence, Tupl
 import numpy as np
 import torch
 
+from contexts import RLContext
+from pipeline.contracts import buffered
 from pipeline.data.collate import collate
 from pipeline.data.protocols import BatchSampling, ReplayBuffer, wants_priorities
 from pipeline.roles import Role, for_roles
@@ -23,7 +25,7 @@ def uses_per(buffer_: Any) -> bool:
     return wants_priorities(buffer_)
 
 
-def _sample_kwargs(buffer_: Any, ctx: Any) -> Dict[str, Any]:
+def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
     """Extra ``sample`` arguments the buffer's middleware ask for (``SampleArguments``: e.g.
     ``staleness_check`` needs the current train iteration)."""
     out: Dict[str, Any] = {}
@@ -34,7 +36,7 @@ def _sample_kwargs(buffer_: Any, ctx: Any) -> Dict[str, Any]:
     return out
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["trajectories|episodes", "train_iter"], writes=["@buffer"])
 def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
@@ -51,7 +53,7 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) 
     collector's trajectories reach the learner node with its context and are pushed there.
     """
 
-    def _push(ctx: Any) -> None:
+    def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
         if ctx.trajectories:
             push = buffer_.push
@@ -105,7 +107,7 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: ReplayBuffer, size: int, ctx: Any) -> Tuple[Dict[str, Any], Any]:
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any]:
     """(batch dict with 'weight' if PER IS weights, indices) for ``size`` rows: the buffer's own
     batch (``sample_batch``: numpy columns gathered into tensors) is used as it is."""
     kw = _sample_kwargs(buffer_, ctx)
@@ -166,7 +168,7 @@ def _priority_of(train_output: Any) -> Any:
     return None
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
 def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False
                            ) -> Callable[[Any], Generator]:
     """Sample one training batch of ``cfg.policy.learn.batch_size`` rows from ``buffer_``.
@@ -193,7 +195,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     min_count = max(batch_size, int(learn.get('learning_starts', batch_size) or batch_size))
     kind, bufs = _normalise_buffers(buffer_)
 
-    def _fetch(ctx: Any) -> Generator:
+    def _fetch(ctx: RLContext) -> Generator:
         if kind == 'single':
             if bufs.count() < min_count:
                 if data_shortage_warning:
@@ -268,4 +270,5 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
                                          f'has no "priority" for it')
                     _write_priorities(b, indices[name], pr)
 
+    _fetch.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
     return _fetch
