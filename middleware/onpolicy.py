@@ -104,7 +104,7 @@ class RolloutCollector:
                        'disc_return': disc, 'last_value': pol.value(env.obs)}
 
 
-@for_roles(Role.LEARNER, reads=["rollout"], writes=["rollout"])
+@for_roles(Role.LEARNER, reads=["rollout"])  # adds keys to the rollout dict in place
 def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
     """Add GAE(lambda) advantages and value targets to ``ctx.rollout``.
 
