@@ -26,6 +26,6 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger'):  # lazy: only parallel runs use them
-        from . import distributor
-        return getattr(distributor, name)
+        from . import exchange
+        return getattr(exchange, name)
     raise AttributeError(f"module 'middleware' has no attribute {name!r}")
