@@ -57,9 +57,12 @@ class ContextExchanger:
     Args:
         skip_n_iter: batches a collector may have in flight (sent, not yet consumed) while it collects the
             next one. 0: strict alternation with the learner.
-        storage: a directory shared by the nodes (same machine or shared file system): collectors write
-            each batch there (safe codec, no pickle) and send only its path; the learner reads and deletes
-            it. None: batches travel in the messages.
+        storage: a directory shared by the nodes (same machine or shared file system; give it to every
+            node's exchanger): collectors write each batch there (safe codec, no pickle) and send only its
+            file name; the learner reads and deletes it. The learner opens and removes only batch files
+            (``ctx-*.rlp``, regular files, no symlinks) directly inside its own ``storage``; any other file a
+            message names is refused, counted in ``stats['refused_files']`` and logged. None: batches travel
+            in the messages.
         max_merge: most batches the learner merges per step (None: all that arrived). With 1, the learner
             runs its ``update_per_collect`` updates per collected batch, as in a single process.
         wait_timeout: longest wait of one step, in seconds.

@@ -74,8 +74,9 @@ class CollectorContextExchanger(ContextExchanger):
     def _write_file(self, batch: Dict[str, Any], seq: int) -> str:
         from pipeline.parallel import codec
 
-        path = os.path.join(self.storage, f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp')
+        name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
+        path = os.path.join(self.storage, name)
         with open(path + '.tmp', 'wb') as f:
             f.write(codec.dumps(batch))
         os.replace(path + '.tmp', path)
-        return path
+        return name  # the learner finds it in its own storage directory (the same one, maybe mounted elsewhere)

@@ -3,11 +3,15 @@ send ``train_iter``/``env_step`` and the per-collector acknowledgements back."""
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections import deque
 from typing import Any, Deque, Dict, Generator, List, Optional, Set, Tuple
 
 from .context import ContextExchanger
 from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
+
+STORAGE_FILE = re.compile(r'ctx-\d+-\d+-\d+\.rlp')  # the names collectors give their batch files
 
 
 class LearnerContextExchanger(ContextExchanger):
@@ -22,6 +26,8 @@ class LearnerContextExchanger(ContextExchanger):
         self.received_from: Dict[int, int] = {}  # collector id -> batches received
         self._warned_alone = False
         super().__init__(*args, **kwargs)
+        self.stats['refused_files'] = 0
+        self._storage_dir = os.path.realpath(self.storage) if self.storage is not None else None
 
     def _listen(self) -> None:
         current_task().on(EV_DATA, self._on_data)
@@ -104,7 +110,10 @@ class LearnerContextExchanger(ContextExchanger):
         d_step = d_episode = 0
         for sender, b in batches:
             if 'file' in b:
-                b = self._read_file(b)
+                b = self._read_file(sender, b['file'])
+                if b is None:
+                    self._consumed[sender] = self._consumed.get(sender, 0) + 1  # acknowledged: no stall
+                    continue
             if b.get('trajectories') is not None:
                 trajectories.extend(unpack_rows(b['trajectories']))
             if b.get('episodes') is not None:
@@ -127,12 +136,47 @@ class LearnerContextExchanger(ContextExchanger):
         self.stats['batches_merged'] += len(batches)
         self.stats['env_steps_received'] += d_step
 
-    def _read_file(self, b: Dict[str, Any]) -> Dict[str, Any]:
+    def _storage_file(self, ref: Any) -> Optional[str]:
+        """The path of a batch file a message names, or None unless it is a collector's batch file directly
+        inside this exchanger's ``storage`` directory (a bare name, or a path whose directory is it)."""
+        if self._storage_dir is None or not isinstance(ref, str):
+            return None
+        name = os.path.basename(ref)
+        if not STORAGE_FILE.fullmatch(name):
+            return None
+        if ref != name and os.path.realpath(os.path.dirname(ref)) != self._storage_dir:
+            return None
+        return os.path.join(self._storage_dir, name)
+
+    def _read_file(self, sender: int, ref: Any) -> Optional[Dict[str, Any]]:
+        """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
+        a regular batch file inside ``storage``: a message never makes the learner open or delete anything
+        else."""
         from pipeline.parallel import codec
 
-        path = b['file']
-        with open(path, 'rb') as f:
-            data = codec.loads(f.read())
+        path = self._storage_file(ref)
+        data = None
+        if path is not None:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
+            except OSError as e:
+                why = f'cannot open it ({e.strerror})'
+            else:
+                with os.fdopen(fd, 'rb') as f:
+                    why = 'not a regular file'
+                    if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                        try:
+                            data = codec.loads(f.read())
+                        except Exception as e:  # noqa: BLE001 - whatever the decoder says, the file is refused
+                            why = f'not a batch file ({type(e).__name__}: {e})'
+        elif self._storage_dir is None:
+            why = 'this learner has no storage= directory (give the same one to every ContextExchanger)'
+        else:
+            why = f'only batch files (ctx-*.rlp) directly inside storage {self._storage_dir!r} are read'
+        if data is None:
+            self.stats['refused_files'] += 1
+            log.error('ContextExchanger: refused the batch file %r named by node %d: %s', ref, sender, why)
+            return None
         os.remove(path)
         return data
 

@@ -110,6 +110,8 @@ def toy_main() -> int:
     ap.add_argument('--step-sleep', type=float, default=0.02)
     ap.add_argument('--period', type=int, default=0, help='>0: PeriodicalModelExchanger with this period')
     ap.add_argument('--stale', type=int, default=None, help='its stale_toleration')
+    ap.add_argument('--storage', default=None, help="ContextExchanger's storage directory")
+    ap.add_argument('--forge', default='', help='comma list of file references the collector sends as batches')
     args = ap.parse_args()
     torch.set_num_threads(1)
     from middleware import ContextExchanger, ModelExchanger, PeriodicalModelExchanger, termination_checker
@@ -129,6 +131,14 @@ def toy_main() -> int:
         ctx.env_step += 3
         time.sleep(args.step_sleep)
 
+    @for_roles(Role.COLLECTOR)
+    def forge(ctx):  # batch messages naming files that are not batch files of the storage directory
+        if ctx.total_step == 3:
+            for ref in filter(None, args.forge.split(',')):
+                task.emit_to(0, 'ctx_exchanger.data', {'file': ref, 'node': task.router.node_id,
+                                                       'seq': next(cx._seq)})
+                cx._sent += 1
+
     received = []
 
     @for_roles(Role.LEARNER)
@@ -142,7 +152,7 @@ def toy_main() -> int:
 
     t0 = time.monotonic()
     with task.start(ctx=OnlineRLContext()):
-        cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost)
+        cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost, storage=args.storage)
         if args.period:
             mode = 'send' if task.has_role(Role.LEARNER) else 'receive'
             mx = PeriodicalModelExchanger(model, mode=mode, period=args.period, stale_toleration=args.stale)
@@ -151,6 +161,7 @@ def toy_main() -> int:
         task.use(cx)
         task.use(mx)
         task.use(collect)
+        task.use(forge)
         task.use(learn)
         task.use(termination_checker(max_train_iter=args.max_train_iter))
         task.run()

@@ -158,3 +158,35 @@ def test_killed_collector(tmp_path, on_lost):
         assert learner['mx_stats']['sent'] <= learner['train_iter'] // 3 + 2
         # no version was used for more than 2 steps (unless a wait for a newer one timed out)
         assert c2['longest_use_of_one_version'] <= 2 or c2['mx_stats']['wait_timeouts'] > 0
+
+
+def test_storage_reads_and_removes_only_its_own_batch_files(tmp_path):
+    """Batches travel as files in storage=; messages naming other files (outside, by '..', a symlink, a
+    non-batch name) neither read nor remove them, are counted, and the collector does not stall."""
+    storage, out_dir = tmp_path / 'storage', str(tmp_path / 'out')
+    storage.mkdir()
+    victims = []
+    for name in ('outside.rlp', 'ctx-1-1-999.rlp'):
+        v = tmp_path / name
+        v.write_bytes(b'precious')
+        victims.append(v)
+    (storage / 'ctx-1-1-998.rlp').symlink_to(victims[0])
+    (storage / 'notes.txt').write_bytes(b'precious')
+    forged = [str(victims[0]), str(storage / '..' / 'ctx-1-1-999.rlp'), 'ctx-1-1-998.rlp',
+              str(storage / 'notes.txt'), '../ctx-1-1-999.rlp']
+    proc = launch('toy_main', 2, out_dir, ['--max-train-iter', '30', '--storage', str(storage),
+                                           '--forge', ','.join(forged)],
+                  extra=['--roles', 'learner:collector'], heartbeat_timeout=10)
+    log = wait(proc)
+    assert proc.returncode == 0, log[-5000:]
+    learner = results(out_dir)[0]
+    assert learner['cx_stats']['refused_files'] == len(forged), log[-5000:]
+    assert 'refused the batch file' in log
+    for v in victims + [storage / 'notes.txt']:
+        assert v.read_bytes() == b'precious'
+    assert (storage / 'ctx-1-1-998.rlp').is_symlink()
+    # the genuine batches went through the storage directory, each read once and removed
+    assert learner['train_iter'] >= 30
+    assert learner['cx_stats']['env_steps_received'] == learner['env_step'] == learner['n_received']
+    left = sorted(p.name for p in storage.iterdir() if p.name not in ('ctx-1-1-998.rlp', 'notes.txt'))
+    assert len(left) <= 2, left  # at most the collector's window was in flight when the learner finished
