@@ -54,6 +54,38 @@ __all__ = ["ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_J
 TOPOLOGIES = ("mesh", "star", "alone")
 
 
+def announced_address(advertise: str, bound: str) -> str:
+    """The address announced to peers for ``--advertise``: a full ``tcp://HOST:PORT`` (or ``ipc://``) as
+    given; a bare ``HOST`` (or ``tcp://HOST``) gets the port this node is bound to (``bound``). Anything else
+    is a ValueError that says what to give."""
+    text = advertise.strip()
+    if text.startswith(("ipc://", "inproc://")):
+        return text
+    if "://" in text and not text.startswith("tcp://"):
+        raise ValueError(f"--advertise {advertise!r}: give a host (e.g. 10.0.0.1 or node-a.example.org) or "
+                         "tcp://HOST:PORT")
+    host = text[len("tcp://"):] if text.startswith("tcp://") else text
+    port = ""
+    if host.startswith("["):  # [v6] or [v6]:port
+        end = host.find("]")
+        if end < 0:
+            raise ValueError(f"--advertise {advertise!r}: unclosed '[' in an IPv6 address")
+        host, port = host[:end + 1], host[end + 1:].lstrip(":")
+    elif host.count(":") == 1:
+        host, port = host.split(":")
+    elif host.count(":") > 1:  # a bare IPv6 address
+        host = f"[{host}]"
+    if not host or host in ("[]", "*") or any(c in host for c in "/ ") or (port and not port.isdigit()):
+        raise ValueError(f"--advertise {advertise!r}: give a host (e.g. 10.0.0.1 or node-a.example.org) or "
+                         "tcp://HOST:PORT")
+    if not port:
+        if not bound.startswith("tcp://"):
+            raise ValueError(f"--advertise {advertise!r}: a host can only be announced for a tcp address; this "
+                             f"node listens on {bound}")
+        port = bound.rsplit(":", 1)[1]
+    return f"tcp://{host}:{port}"
+
+
 class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
     """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
 
@@ -68,7 +100,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         labels, roles: this node's labels and roles, announced to peers (``peer_info``); ``roles`` is also
             read by the task runtime when ``task.start`` gets no roles.
         key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
-        advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0).
+        advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0 or NAT):
+            a host (``10.0.0.2``: announced with the bound port) or ``tcp://HOST:PORT``.
         heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
         expected_peers: ``start`` waits (at most ``startup_timeout`` s) until this many peers are connected.
             Default: the number of addresses this node connects to.
@@ -106,6 +139,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.bind_address = address or "tcp://127.0.0.1:*"
         self.group: Dict[int, str] = {int(k): v for k, v in (peers or {}).items()}
         self.attach_to = list(attach_to)
+        if advertise is not None:
+            announced_address(advertise, "tcp://0.0.0.0:1")  # refuse a malformed one now, with its reason
         self.advertise = advertise
         self.heartbeat_interval = float(heartbeat_interval)
         self.heartbeat_timeout = float(heartbeat_timeout)
@@ -212,7 +247,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self._waker.setsockopt(zmq.SNDHWM, 2)
         self._waker.setsockopt(zmq.LINGER, 0)
         self._waker.connect("inproc://rlpipe-wake")
-        self.address = self.advertise or self._announceable(bound)
+        self.address = announced_address(self.advertise, bound) if self.advertise else self._announceable(bound)
         for a in self._seeds:
             if is_local_address(a) != is_local_address(self.address) and not self.advertise:
                 log.warning("node %d listens on %s but connects to %s: the peer cannot connect back unless "

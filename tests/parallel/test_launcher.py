@@ -154,6 +154,11 @@ def test_per_role_entry_scripts_join_with_attach_to(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--roles", "learner:collector:evaluator"], "--roles lists 3 node groups"),
     (["--node-ids", "1,1"], "--node-ids must be unique"),
+    (["--roles", "learner:colector"],
+     "unknown role 'colector' (node 1 of 2); valid roles: learner, collector, evaluator, fetcher"),
+    (["--roles", "lerner,collector"], "unknown role 'lerner'; valid roles: learner, collector"),
+    (["--advertise", "tcp://10.0.0.1:5000"], "names a port, but 2 nodes are started here: give the host only"),
+    (["--advertise", "http://10.0.0.1"], "give a host (e.g. 10.0.0.1"),
     (["--address", "10.11.12.13"], "no shared key for a run across machines"),
     (["--attach-to", "tcp://127.0.0.1:1"], "no shared key"),
     (["--package", "/nonexistent-dir"], "is not a directory"),
