@@ -65,6 +65,7 @@ class NodeSpec:
     startup_timeout: float = 30.0
     stop_on_peer_failure: bool = False
     advertise: Optional[str] = None
+    ipc_dir: Optional[str] = None  # a folder the launcher made for ipc sockets: removed by whoever stops last
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -78,7 +79,9 @@ class NodeSpec:
         return cls(**d)
 
     def router_kwargs(self) -> Dict[str, Any]:
-        return asdict(self) | {"peers": dict(self.peers)}
+        kwargs = asdict(self) | {"peers": dict(self.peers)}
+        del kwargs["ipc_dir"]
+        return kwargs
 
 
 def configure_from_env() -> Optional[NodeSpec]:
@@ -176,6 +179,8 @@ def plan_nodes(n: int, topology: str = "mesh", protocol: str = "tcp", address: s
     else:
         d = ipc_dir or tempfile.mkdtemp(prefix="rlpipe-")
         addrs = {i: f"ipc://{os.path.join(d, f'node-{i}.sock')}" for i in ids}
+        if ipc_dir is None:
+            router_options = dict(router_options, ipc_dir=d)
     role_groups = _role_groups(roles, n)
     label_groups = _split_groups(labels, n, "labels")
     centre = min(ids)
@@ -258,6 +263,8 @@ class Launcher:
         self._stop_requested = False
 
     def _spawn(self, spec: NodeSpec) -> subprocess.Popen:
+        if spec.ipc_dir:
+            os.makedirs(spec.ipc_dir, exist_ok=True)  # the last node to stop removed it; a restart needs it
         env = dict(self.env)
         env[NODE_ENV] = spec.to_json()
         cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package,
@@ -288,6 +295,7 @@ class Launcher:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.remove_ipc_files()
         codes = list(self.returncodes.values())
         return max((abs(c) for c in codes), default=0) if any(codes) else 0
 
@@ -343,3 +351,26 @@ class Launcher:
             if p.returncode is not None:
                 self.returncodes.setdefault(i, p.returncode)
         self.procs.clear()
+
+    def remove_ipc_files(self) -> None:
+        """Remove the ipc socket files of nodes that could not (killed) and the folders this launcher made."""
+        remove_ipc_files(self.specs)
+
+
+def remove_ipc_files(specs: Sequence[NodeSpec]) -> None:
+    """Remove the ipc socket files of ``specs`` that are still there (only sockets) and the folders the
+    launcher made for them once they are empty. A node calls it for itself when it stops."""
+    import stat
+    for spec in specs:
+        if spec.address.startswith("ipc://"):
+            path = spec.address[len("ipc://"):]
+            try:
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+            except OSError:
+                pass
+    for d in {spec.ipc_dir for spec in specs if spec.ipc_dir}:
+        try:
+            os.rmdir(d)  # only when empty: the other nodes' sockets keep it
+        except OSError:
+            pass

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env
+from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env, remove_ipc_files
 
 log = logging.getLogger("rlpipe.worker")
 
@@ -124,6 +124,9 @@ def main(argv: Any = None) -> int:
         traceback.print_exc()
         log.error("node %s crashed (exit code %d)", node, CRASH_EXIT_CODE)
         return CRASH_EXIT_CODE
+    finally:
+        if spec is not None:
+            remove_ipc_files([spec])  # the launcher may be gone (killed): leave nothing in the temp folder
     return rc if isinstance(rc, int) else 0
 
 

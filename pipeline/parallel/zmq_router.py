@@ -345,6 +345,11 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         if closer.is_alive():
             log.warning("node %d: ZeroMQ context did not close within %.1f s; leaving it", self.node_id,
                         self.linger + 2.0)
+        if self.bind_address.startswith("ipc://"):  # ZeroMQ leaves the socket file behind
+            try:
+                os.unlink(self.bind_address[len("ipc://"):])
+            except OSError:
+                pass
         self._peer_change_notify()
         log.info("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))

@@ -167,3 +167,52 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
     p = subprocess.run(_run_cmd(2, *args), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def _ipc_leftovers(tmp):
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+
+
+def test_ipc_run_leaves_nothing_in_the_temp_folder_after_a_clean_stop(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.run(_run_cmd(2, "--protocol", "ipc"), env=_env(tmp_path, TMPDIR=str(tmp)), cwd=ROOT,
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert len(_results(tmp_path)) == 2
+    assert _ipc_leftovers(tmp) == []  # no rlpipe-* folder, no node-*.sock
+
+
+@pytest.mark.parametrize("how", ["launcher SIGKILL", "node SIGKILL then launcher SIGTERM"])
+def test_ipc_files_are_removed_when_the_launcher_or_a_node_is_killed(tmp_path, how):
+    """SIGKILL of the launcher: its nodes stop (they die with it) and remove their sockets and folder. A node
+    killed with SIGKILL cannot clean up: its launcher removes what it left when it stops."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(_run_cmd(2, "--protocol", "ipc"), env=_env(tmp_path, RLPIPE_TEST_HANG="1",
+                                                                       TMPDIR=str(tmp)),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        assert _wait_files(tmp_path, "hanging-*", 2)
+        pids = [r["pid"] for r in _results(tmp_path).values()]
+        assert len(list(tmp.rglob("node-*.sock"))) == 2
+        if how == "launcher SIGKILL":
+            proc.kill()
+        else:
+            os.kill(pids[0], signal.SIGKILL)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        end = time.monotonic() + 30
+        while (any(_alive(p) for p in pids) or _ipc_leftovers(tmp)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+        assert _ipc_leftovers(tmp) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
