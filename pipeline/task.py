@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, List, Optional, Union
 
 from contexts import Context
 
+from . import combinators
 from .events import FINISH_EVENT, UNCLAIMED_LIMIT, TaskEvents
 from .phases import Locked, Middleware, Void, finish, is_void, name_of, run_parts, start
 from .roles import Role, RoleLike, as_role, normalize_roles, roles_of
@@ -39,6 +40,7 @@ class Task(TaskEvents):
                labels: Optional[Iterable[str]] = None, roles: Optional[Iterable[RoleLike]] = None,
                router: Optional[Router] = None) -> None:
         self.ctx: Context = ctx if ctx is not None else Context()
+        self._ran_ctx: Optional[Context] = None  # the context of the last step run (task.ctx after run)
         self._middleware: List[Middleware] = []
         self._wrappers: List[Callable[[Middleware], Middleware]] = []
         self._backward_stack: List[GeneratorType] = []
@@ -53,8 +55,8 @@ class Task(TaskEvents):
             if async_mode else None
         )
         self.router: Router = router if router is not None else LocalRouter()
-        if labels is not None:
-            self.router.labels = set(labels)
+        self.router.labels = set(labels if labels is not None else self.router.labels) | self._automatic_labels()
+        self._parallels: List[combinators.Parallel] = []
 
     def start(self, async_mode: bool = False, n_async_workers: int = 3, ctx: Optional[Context] = None,
               labels: Optional[Iterable[str]] = None, roles: Optional[Iterable[RoleLike]] = None,
@@ -87,6 +89,8 @@ class Task(TaskEvents):
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        for p in self._parallels:
+            p.close()
         if self._running:
             self._running = False
             self.router.stop()
@@ -104,6 +108,9 @@ class Task(TaskEvents):
     # ------------------------------------------------------------------ registration
     def use(self, fn: Middleware, lock: Union[bool, Any] = False) -> "Task":
         """Register a middleware. ``lock=True`` runs it under the task's lock; a lock object may be given."""
+        if not self._running:
+            raise RuntimeError(f"task.use({name_of(fn)}) before task.start(): start() resets the task, so the "
+                               "middleware would be lost. Register it inside `with task.start(ctx=...):`")
         if is_void(fn):
             return self
         if not callable(fn):
@@ -135,7 +142,9 @@ class Task(TaskEvents):
     def run(self, max_step: int = sys.maxsize) -> None:
         """Run steps until ``max_step`` steps ran or ``task.finish`` is set.
 
-        A step that sets ``finish`` runs to its end (all forward and backward parts) before the run stops.
+        Afterwards ``task.ctx`` is the last step's context (read its results there); the next ``run``
+        starts from its renewal. A step that sets ``finish`` runs to its end (all forward and backward
+        parts) before the run stops.
         A middleware that raises stops the run: the exception propagates with the middleware's name in
         its notes, and the task is stopped (``start`` again to reuse it).
         """
@@ -148,18 +157,24 @@ class Task(TaskEvents):
         if has_pool:  # the forward phase ends by waiting for the work handed to the thread pool
             chain.append(self._wait_pending_middleware)
         stack, inner, errors = self._backward_stack, self._inner, self._errors
+        ctx = self.ctx if self.ctx is not self._ran_ctx else self.ctx.renew()
+        steps = 0
         try:
-            for _ in range(max_step):
+            for steps in range(max_step):
                 if self._finish:
                     break
-                ctx = self.ctx
+                self.ctx = ctx
                 run_parts(chain, ctx, stack, inner, True)
                 if errors or has_pool and self._pending:
                     self._end_step_checks()
-                self.ctx = ctx.renew()
+                ctx = ctx.renew()
+            else:
+                steps = max_step
         except BaseException:
             self.stop()
             raise
+        if steps:
+            self._ran_ctx = self.ctx
 
     def forward(self, fn: Middleware, ctx: Optional[Context] = None) -> Optional[GeneratorType]:
         """Run ``fn``'s forward part; its backward part joins the step's backward stack."""
@@ -179,7 +194,8 @@ class Task(TaskEvents):
             self._inner.clear()
 
     def renew(self) -> Context:
-        """Replace ``task.ctx`` with ``ctx.renew()`` (kept keys carried, ``total_step`` + 1)."""
+        """Replace ``task.ctx`` with ``ctx.renew()`` (kept keys carried, ``total_step`` + 1), for steps run by
+        hand with ``forward``/``backward``."""
         self.ctx = self.ctx.renew()
         return self.ctx
 
@@ -219,37 +235,17 @@ class Task(TaskEvents):
     # ------------------------------------------------------------------ combinators and the thread pool
     def serial(self, *fns: Middleware) -> Middleware:
         """Combine middleware into one that runs them in order (backward parts in reverse)."""
-        fns = tuple(f for f in fns if not is_void(f))
-
-        def _serial(ctx: Context):
-            stack: List[GeneratorType] = []
-            run_parts(fns, ctx, stack, backward=False)
-            yield
-            run_parts((), None, stack)
-
-        _serial.__name__ = "serial(" + ", ".join(name_of(f) for f in fns) + ")"
-        return _serial
+        return combinators.serial(*fns)
 
     def parallel(self, *fns: Middleware) -> Middleware:
-        """Combine middleware into one that runs their forward parts concurrently in async mode.
+        """Combine middleware into one whose branches run concurrently on threads (in every mode).
 
-        Without async mode they run in order. Backward parts run in reverse order after the step's
-        forward phase, like any other middleware.
+        Forward parts run concurrently; in the step's backward phase the branches' backward parts do too.
+        Use ``serial`` when the order matters.
         """
-        fns = tuple(f for f in fns if not is_void(f))
-
-        def _parallel(ctx: Context):
-            if self._executor is not None:
-                futures = [self._executor.submit(start, fn, ctx) for fn in fns]
-                stack = [g for g in (f.result() for f in futures) if g is not None]
-            else:
-                stack = []
-                run_parts(fns, ctx, stack, backward=False)
-            yield
-            run_parts((), None, stack)
-
-        _parallel.__name__ = "parallel(" + ", ".join(name_of(f) for f in fns) + ")"
-        return _parallel
+        combined = combinators.Parallel(fns)
+        self._parallels.append(combined)
+        return combined
 
     def async_executor(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
         """Run ``fn(*args, **kwargs)`` on the thread pool; the step waits for it before its backward phase.
@@ -300,6 +296,13 @@ class Task(TaskEvents):
     def has_role(self, role: RoleLike) -> bool:
         """True if this node has ``role``; a node with no roles has every role."""
         return not self._roles or as_role(role) in self._roles
+
+    def _automatic_labels(self) -> set:
+        """``node.<id>``, ``standalone`` or ``distributed``, and ``async`` in async mode."""
+        auto = {f"node.{self.router.node_id}", "distributed" if self.router.is_active else "standalone"}
+        if self.async_mode:
+            auto.add("async")
+        return auto
 
     @property
     def labels(self) -> set:
