@@ -64,6 +64,7 @@ class NodeSpec:
     heartbeat_timeout: float = 5.0
     startup_timeout: float = 30.0
     stop_on_peer_failure: bool = False
+    peerless_timeout: float = 15.0
     advertise: Optional[str] = None
     ipc_dir: Optional[str] = None  # a folder the launcher made for ipc sockets: removed by whoever stops last
 

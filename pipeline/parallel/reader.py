@@ -251,7 +251,7 @@ class Reader:
                     self._revive(peer)
             self.stats["received"] += 1
             if event == FINISH:
-                self._finish_seen = True
+                self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
             self._deliver(event, args, kwargs)
             return
         try:

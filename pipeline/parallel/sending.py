@@ -86,7 +86,7 @@ class Sending:
                     p.lock.release()
             self._send_to(p, K_DATA, meta, buffers, digest, event)
         if event == FINISH:
-            self._finish_seen = True
+            self._spread_finish(alive_told=to is None)  # also to peers believed dead (``ending``)
 
     def _send_to(self, p: _Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
                  what: str, timeout: Optional[float] = None) -> bool:

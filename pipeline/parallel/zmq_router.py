@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ..router import Router
 from . import codec
+from .ending import Ending
 from .handshake import Handshake, _Probe  # noqa: F401  (_Probe: re-exported)
 from .keys import resolve_key
 from .liveness import Liveness, _Peer  # noqa: F401
@@ -86,7 +87,7 @@ def announced_address(advertise: str, bound: str) -> str:
     return f"tcp://{host}:{port}"
 
 
-class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
+class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, Framing, Router):
     """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
 
     Args:
@@ -108,7 +109,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         send_timeout: longest time ``emit`` blocks on one peer under backpressure.
         hwm: high-water mark (messages) of each send and receive queue.
         linger: seconds ``stop`` waits to flush messages still queued.
-        stop_on_peer_failure: also deliver ``"__finish__"`` when a peer is declared dead.
+        stop_on_peer_failure: also finish the run (every node's) when a peer is declared dead.
+        peerless_timeout: a node whose every peer is gone (dead or left) for this long finishes its run; also
+            a node that expects peers and has none this long after ``startup_timeout`` (``ending``).
         max_message_size: larger incoming frames make ZeroMQ drop the connection (bytes; -1: no limit).
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
             (machines in a group need clocks synchronised to within this, e.g. by NTP).
@@ -127,7 +130,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
                  expected_peers: Optional[int] = None, startup_timeout: float = 30.0,
                  send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
                  stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31,
-                 hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0) -> None:
+                 hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
+                 peerless_timeout: float = 15.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -152,6 +156,10 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.max_message_size = int(max_message_size)
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
+        if not peerless_timeout >= 0:
+            raise ValueError(f"peerless_timeout must be a number of seconds >= 0, got {peerless_timeout!r}")
+        self.peerless_timeout = float(peerless_timeout)
+        self._started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
@@ -163,7 +171,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "stale_hello", "control_sent", "control_received"), 0)
+             "gaps", "stale_hello", "control_sent", "control_received", "finish_to_lost"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
@@ -223,6 +231,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True
+        self._started_at = time.monotonic()
         self._on_message = on_message
         self._ctx = zmq.Context()
         pull = self._ctx.socket(zmq.PULL)
