@@ -19,13 +19,16 @@ class CollectorContextExchanger(ContextExchanger):
         self._seq = itertools.count(1)
         self._sent = 0
         super().__init__(*args, **kwargs)
+        # this process's incarnation of the node: a collector restarted with the same node id starts anew
+        self.incarnation = int(getattr(self.router, 'session', 0) or os.getpid())
 
     def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
         self._finish_if_no_learner(node_id, roles)
 
     def _unacked(self) -> int:
         u = self._update
-        acked = int(u['acks'].get(self.node_id, 0)) if u is not None else 0
+        ack = u['acks'].get(self.node_id) if u is not None else None
+        acked = int(ack[1]) if ack is not None and int(ack[0]) == self.incarnation else 0
         return self._sent - acked
 
     def __call__(self, ctx: Any) -> Generator:
@@ -61,6 +64,7 @@ class CollectorContextExchanger(ContextExchanger):
             if self.storage is not None:
                 batch = {'file': self._write_file(batch, seq)}
             batch['node'] = self.node_id
+            batch['inc'] = self.incarnation
             batch['seq'] = seq
             for learner in learners:
                 task.emit_to(learner, EV_DATA, batch)

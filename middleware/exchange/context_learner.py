@@ -21,8 +21,9 @@ class LearnerContextExchanger(ContextExchanger):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._queue: Deque[Tuple[int, Dict[str, Any]]] = deque()
-        self._last_seq: Dict[int, int] = {}
-        self._consumed: Dict[int, int] = {}
+        self._last_seq: Dict[Tuple[int, int], int] = {}  # (collector id, incarnation) -> last batch seq
+        self._incarnation: Dict[int, int] = {}  # collector id -> its newest incarnation (a restart is a new one)
+        self._consumed: Dict[int, int] = {}  # collector id -> batches of its newest incarnation consumed
         self.received_from: Dict[int, int] = {}  # collector id -> batches received
         self._warned_alone = False
         super().__init__(*args, **kwargs)
@@ -46,13 +47,19 @@ class LearnerContextExchanger(ContextExchanger):
                         f'collectors {left}' if left else 'no collector (training on its buffer only)')
 
     def _on_data(self, batch: Dict[str, Any]) -> None:
-        sender, seq = int(batch['node']), int(batch['seq'])
+        sender, seq, inc = int(batch['node']), int(batch['seq']), int(batch.get('inc', 0))
         with self._w.cv:
-            if seq <= self._last_seq.get(sender, 0):
+            first_of_incarnation = (sender, inc) not in self._last_seq
+            if seq <= self._last_seq.get((sender, inc), 0):
                 self.stats['duplicates'] += 1
                 log.warning('ContextExchanger: batch %d of node %d arrived twice; counted once', seq, sender)
                 return
-            self._last_seq[sender] = seq
+            self._last_seq[(sender, inc)] = seq
+            if first_of_incarnation:
+                if sender in self._incarnation:
+                    log.warning('ContextExchanger: node %d restarted; its batches are counted anew', sender)
+                self._incarnation[sender] = inc
+                self._consumed[sender] = 0
             if sender not in self._alive:
                 self._alive[sender] = peer_roles(self.router, sender) or {'collector'}
             self._queue.append((sender, batch))
@@ -109,10 +116,11 @@ class LearnerContextExchanger(ContextExchanger):
         lengths: List[int] = []
         d_step = d_episode = 0
         for sender, b in batches:
+            if int(b.get('inc', 0)) == self._incarnation.get(sender):  # acknowledged to that incarnation
+                self._consumed[sender] = self._consumed.get(sender, 0) + 1
             if 'file' in b:
                 b = self._read_file(sender, b['file'])
                 if b is None:
-                    self._consumed[sender] = self._consumed.get(sender, 0) + 1  # acknowledged: no stall
                     continue
             if b.get('trajectories') is not None:
                 trajectories.extend(unpack_rows(b['trajectories']))
@@ -122,7 +130,6 @@ class LearnerContextExchanger(ContextExchanger):
             lengths.extend(b.get('episode_length') or ())
             d_step += int(b['env_step'])
             d_episode += int(b['env_episode'])
-            self._consumed[sender] = self._consumed.get(sender, 0) + 1
         if trajectories:
             ctx.trajectories = (list(ctx.trajectories) + trajectories) if ctx.trajectories else trajectories
         if episodes:
@@ -181,6 +188,7 @@ class LearnerContextExchanger(ContextExchanger):
         return data
 
     def _send_update(self, ctx: Any) -> None:
+        acks = {n: [self._incarnation[n], c] for n, c in self._consumed.items()}  # per collector incarnation
         current_task().emit(EV_LEARNER, {'node': self.node_id, 'train_iter': int(ctx.train_iter),
                                          'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode),
-                                         'acks': dict(self._consumed)}, only_remote=True)
+                                         'acks': acks}, only_remote=True)

@@ -136,7 +136,7 @@ def toy_main() -> int:
         if ctx.total_step == 3:
             for ref in filter(None, args.forge.split(',')):
                 task.emit_to(0, 'ctx_exchanger.data', {'file': ref, 'node': task.router.node_id,
-                                                       'seq': next(cx._seq)})
+                                                       'inc': cx.incarnation, 'seq': next(cx._seq)})
                 cx._sent += 1
 
     received = []
