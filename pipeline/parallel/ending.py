@@ -3,7 +3,8 @@
 * ``"__finish__"`` reaches every node of the job, whatever the topology and whatever each node believes
   about the others' liveness: a node that sends or first receives it passes it on to every peer it knows,
   alive or declared dead (a node two hops away in a star or an ``attach_to`` chain gets it through the
-  middle node; a peer declared dead, perhaps only paused or slow, gets it over a fresh connection).
+  middle node; a peer declared dead, perhaps only paused or slow, gets it on the connection kept for its
+  revival, or over a fresh one once that is closed).
 * A node whose every peer is gone (dead or left) for ``peerless_timeout`` seconds finishes its run (the
   ``"__finish__"`` event is delivered locally, so ``task.run`` ends and ``task.wait_for`` returns). The clock
   starts when the last peer was lost, or, for a node that expects peers, when its startup timeout ran out
@@ -46,10 +47,12 @@ class Ending:
         with self._state_lock:
             peers = [p for p in self._peers.values() if p.node_id != came_from and not (alive_told and p.alive)]
         for p in peers:
-            if p.alive:
-                if self._send_to(p, K_DATA, meta, (), b"", FINISH, timeout=0.2):
-                    continue
-            self._send_finish_over_new_connection(p, meta)
+            alive = p.alive
+            if p.sock is not None and self._send_to(p, K_DATA, meta, (), b"", FINISH, timeout=0.2, to_dead=True):
+                if not alive:
+                    self.stats["finish_to_lost"] += 1
+            elif alive or getattr(p, "dead_since", 0.0):  # not for a peer that said goodbye: it is gone
+                self._send_finish_over_new_connection(p, meta)
 
     def _send_finish_over_new_connection(self, p: Any, meta: bytes) -> None:
         """A peer we consider dead may only be paused or slow: give it "__finish__" anyway (best effort, queued
