@@ -93,9 +93,14 @@ class Ending:
         self._send_wake()
 
     def _check_peerless(self, now: float) -> None:
-        """The heartbeat thread's check of the peerless bound (see the module docstring)."""
+        """The heartbeat thread's check of the peerless bound (see the module docstring) and of peers that
+        sign with another key (``keycheck``)."""
         if self._finish_seen or self._ended_alone:
             self._alone_since = None
+            return
+        if self._key_error is None and self._check_keys(now):
+            self._ended_alone = True
+            self._end_run(self._key_error)
             return
         if self._n_alive():
             self._alone_since = None

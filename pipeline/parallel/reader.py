@@ -78,6 +78,7 @@ class Reader:
             except again:
                 continue
             first = frame.bytes
+            self._rx_frame = frame  # its remote address names a peer with another key (``keycheck``)
             if frame.more:
                 # ZeroMQ hands over a multipart message once all of it arrived, each frame within
                 # max_frame_size (MAXMSGSIZE); the sum is checked here, before any hashing or decoding.

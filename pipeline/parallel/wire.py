@@ -93,6 +93,7 @@ class Framing:
             h.update(_digest(extra))
         if not _compare_digest(h.digest(), first[:_MAC_LEN]):
             self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
+            self._auth_failed(first)  # a peer with another key is named (``keycheck``)
             return None
         # Authenticated: only now is anything in the message parsed.
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(body)

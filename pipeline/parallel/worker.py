@@ -17,6 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from .keycheck import KeyMismatchError
 from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env, remove_ipc_files
 
 log = logging.getLogger("rlpipe.worker")
@@ -120,6 +121,9 @@ def main(argv: Any = None) -> int:
     except KeyboardInterrupt:
         log.warning("node %s interrupted", node)
         return 130
+    except KeyMismatchError as e:  # a configuration error: restarting would not help
+        log.error("%s", e)
+        return 2
     except Exception:
         traceback.print_exc()
         log.error("node %s crashed (exit code %d)", node, CRASH_EXIT_CODE)

@@ -37,7 +37,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from ..router import Router
 from . import codec
 from .ending import Ending
-from .handshake import Handshake, _Probe  # noqa: F401  (_Probe: re-exported)
+from .handshake import Handshake, _Probe
+from .keycheck import KeyCheck, KeyMismatchError  # noqa: F401  (_Probe: re-exported)
 from .keys import resolve_key
 from .liveness import Liveness, _Peer  # noqa: F401
 from .reader import Reader
@@ -49,7 +50,7 @@ from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, F
 
 log = logging.getLogger("rlpipe.parallel")
 
-__all__ = ["ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED", "FINISH",
+__all__ = ["ZmqRouter", "BackpressureTimeout", "KeyMismatchError", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED", "FINISH",
            "is_local_address"]
 
 TOPOLOGIES = ("mesh", "star", "alone")
@@ -87,7 +88,7 @@ def announced_address(advertise: str, bound: str) -> str:
     return f"tcp://{host}:{port}"
 
 
-class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, Framing, Router):
+class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing, Router):
     """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
 
     Args:
@@ -283,10 +284,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, Framing, Router):
             self._threads.append(t)
         if self.expected_peers:
             try:
-                self.wait_for_peers(self.expected_peers, self.startup_timeout)
+                ok = self.wait_for_peers(self.expected_peers, self.startup_timeout)
             except BaseException:  # e.g. Ctrl-C while waiting: do not leave threads and sockets behind
                 self.stop()
                 raise
+            if not ok and self._check_keys(time.monotonic()):
+                self.stop()  # raises KeyMismatchError
 
     def _announceable(self, bound: str) -> str:
         if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
@@ -372,6 +375,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, Framing, Router):
         self._peer_change_notify()
         log.info("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
+        if self._key_error:
+            raise KeyMismatchError(self._key_error)
 
     def __repr__(self) -> str:
         return (f"ZmqRouter(node_id={self.node_id}, address={self.address or self.bind_address!r}, "

@@ -216,3 +216,34 @@ def test_ipc_files_are_removed_when_the_launcher_or_a_node_is_killed(tmp_path, h
         for p in pids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_nodes_with_different_keys_say_so_and_exit_with_an_error(tmp_path):
+    """Two launchers as on two machines, with different RLPIPE_KEY: both name the other side ("peer at ADDR
+    signs with a different key") and exit with an error after the startup timeout instead of running alone."""
+    p0, p1 = free_ports(2)
+    base = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+            "parallel_launch_main.main", "--heartbeat-timeout", "2", "--stop-grace", "5", "--startup-timeout", "3"]
+    a = subprocess.Popen(base + ["--roles", "learner", "--node-ids", "0", "--ports", str(p0)],
+                         env=_env(tmp_path, RLPIPE_KEY="ab" * 32, RLPIPE_TEST_PEERS="1"), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(base + ["--roles", "collector", "--node-ids", "1", "--ports", str(p1), "--attach-to",
+                                 f"tcp://127.0.0.1:{p0}"],
+                         env=_env(tmp_path, RLPIPE_KEY="cd" * 32, RLPIPE_TEST_PEERS="1"), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errs = []
+    try:
+        for p in (a, b):
+            errs.append(p.communicate(timeout=120)[1])
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    err_a, err_b = errs
+    assert a.returncode == 2 and b.returncode == 2, err_a[-3000:] + err_b[-3000:]
+    assert "peer at 127.0.0.1 signs with a different key" in err_a, err_a[-3000:]
+    assert f"peer at tcp://127.0.0.1:{p0} signs with a different key" in err_b, err_b[-3000:]
+    for err in errs:
+        assert "no peer could be authenticated" in err and "set the same RLPIPE_KEY" in err
+        assert "Traceback" not in err
