@@ -12,10 +12,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from parallel_helpers import ROOT, env, tcp_group, wait_until
+from parallel_helpers import ROOT, env, finish, tcp_group, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 240  # a hang guard only
@@ -27,19 +28,7 @@ def start(cfg):
 
 
 def results(procs):
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=TIMEOUT)
-            lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            assert p.returncode == 0 and lines, f"node failed (rc {p.returncode}):\n{out}\n{err[-5000:]}"
-            outs.append(lines[-1] | {"stderr": err})
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(5)
-    return outs
+    return finish(procs, TIMEOUT)
 
 
 def group_cfg(group, i, **router):
@@ -91,7 +80,6 @@ def test_a_node_believed_dead_still_gets_the_finish():
     try:
         assert json.loads(runner.stdout.readline())["ready"]
         assert json.loads(finisher.stdout.readline())["ready"]
-        import time
         time.sleep(1.0)  # both connected and running
         runner.send_signal(signal.SIGSTOP)
         line = finisher.stdout.readline()  # after node 0 was declared dead and the finish was sent
