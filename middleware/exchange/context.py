@@ -8,6 +8,8 @@ import os
 import time
 from typing import Any, Dict, Generator, List, Optional, Set
 
+from contexts import OnlineRLContext
+from pipeline.contracts import Fields
 from pipeline.roles import Role
 
 from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, PEER_JOINED, PEER_LOST, POLL, Waiter, current_task,
@@ -197,7 +199,16 @@ class ContextExchanger:
             self._w.cv.notify_all()
 
     # ----------------------------------------------------------------- the middleware
-    def __call__(self, ctx: Any) -> Generator:
+    def __fields__(self, roles: Set[Any]) -> Fields:
+        """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
+        counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
+        if self.is_learner:
+            received = ["trajectories", "episodes", "info_for_logging", "eval_value"] + counters
+            return Fields.of(reads=["train_iter"], writes=received, owner="ContextExchanger")
+        return Fields.of(reads=["trajectories?", "episodes?"], writes=["train_iter"] + counters,
+                         owner="ContextExchanger")
+
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         """A node with none of the learner, collector, evaluator roles: follows updates and results."""
         self._apply_update(ctx)
         self._apply_eval(ctx)
@@ -209,7 +220,7 @@ class ContextExchanger:
         log.info('%r at finish: %s; batches received per collector %s', self,
                  ', '.join(f'{k} {v}' for k, v in self.stats.items()), getattr(self, 'received_from', None) or '-')
 
-    def _apply_update(self, ctx: Any) -> None:
+    def _apply_update(self, ctx: OnlineRLContext) -> None:
         with self._w.cv:
             u, n = self._update, self._update_n
         if u is None or n == self._applied_n:
@@ -221,7 +232,7 @@ class ContextExchanger:
         if u['env_episode'] > ctx.env_episode:
             ctx.env_episode = int(u['env_episode'])
 
-    def _apply_eval(self, ctx: Any) -> None:
+    def _apply_eval(self, ctx: OnlineRLContext) -> None:
         with self._w.cv:
             e, n = self._eval, self._eval_n
         if e is None or n == self._applied_eval_n:
@@ -232,7 +243,7 @@ class ContextExchanger:
         if self.is_learner and not self.sends_eval:
             ctx.eval_value = ctx.last_eval_value  # e.g. CkptSaver keeps the best-eval checkpoint
 
-    def _send_eval(self, ctx: Any) -> None:
+    def _send_eval(self, ctx: OnlineRLContext) -> None:
         """Evaluator: send this step's evaluation (if any) and, when finishing, the final result."""
         task = current_task()
         ev = getattr(ctx, 'eval_value', None)
@@ -243,7 +254,7 @@ class ContextExchanger:
             task.emit(EV_FINAL, {'node': self.node_id, 'eval_value': float(ctx.last_eval_value),
                                  'train_iter': int(ctx.last_eval_iter)}, only_remote=True)
 
-    def _final_wait(self, ctx: Any) -> None:
+    def _final_wait(self, ctx: OnlineRLContext) -> None:
         """In the finishing step: wait (bounded) for every live evaluator's final result, then load it."""
         evaluators = [i for i, r in self._alive.items() if 'evaluator' in r]
         if not evaluators:

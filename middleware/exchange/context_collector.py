@@ -6,6 +6,8 @@ import itertools
 import os
 from typing import Any, Dict, Generator, Optional, Set
 
+from contexts import OnlineRLContext
+
 from .context import ContextExchanger
 from .shared import EV_DATA, current_task, pack_rows
 
@@ -31,7 +33,7 @@ class CollectorContextExchanger(ContextExchanger):
         acked = int(ack[1]) if ack is not None and int(ack[0]) == self.incarnation else 0
         return self._sent - acked
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
         if self._sent and self._unacked() > self.skip_n_iter and not task.finish:
             def give_up() -> Optional[str]:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Generator, Optional, Set
 
+from contexts import OnlineRLContext
+
 from .context import ContextExchanger
 from .shared import current_task
 
@@ -19,7 +21,7 @@ class EvaluatorContextExchanger(ContextExchanger):
     def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
         self._finish_if_no_learner(node_id, roles)
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
         if self._steps and not task.finish:
             def give_up() -> Optional[str]:

@@ -8,6 +8,8 @@ import stat
 from collections import deque
 from typing import Any, Deque, Dict, Generator, List, Optional, Set, Tuple
 
+from contexts import OnlineRLContext
+
 from .context import ContextExchanger
 from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
 
@@ -76,7 +78,7 @@ class LearnerContextExchanger(ContextExchanger):
                                 self.stats['over_limit'])
             self._w.cv.notify_all()
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         self._learner_forward(ctx)
         self._apply_eval(ctx)
         yield
@@ -88,7 +90,7 @@ class LearnerContextExchanger(ContextExchanger):
             self._final_wait(ctx)
             self._log_stats()
 
-    def _learner_forward(self, ctx: Any) -> None:
+    def _learner_forward(self, ctx: OnlineRLContext) -> None:
         task = current_task()
         if not self._queue and not task.finish:
             def give_up() -> Optional[str]:
@@ -187,7 +189,7 @@ class LearnerContextExchanger(ContextExchanger):
         os.remove(path)
         return data
 
-    def _send_update(self, ctx: Any) -> None:
+    def _send_update(self, ctx: OnlineRLContext) -> None:
         acks = {n: [self._incarnation[n], c] for n, c in self._consumed.items()}  # per collector incarnation
         current_task().emit(EV_LEARNER, {'node': self.node_id, 'train_iter': int(ctx.train_iter),
                                          'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Generator, Optional, Set, Tuple
 
-from pipeline.roles import Role
+from contexts import OnlineRLContext
+from pipeline.roles import Role, for_all_roles
 
 from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, inactive_void
 
+
+@for_all_roles(reads=["train_iter"])
 class PeriodicalModelExchanger:
     """Send a model's weights from one node, load them on the others (a generator middleware).
 
@@ -81,10 +84,10 @@ class PeriodicalModelExchanger:
             self._senders.discard(int(node_id))
             self._w.cv.notify_all()
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         return self._send_step(ctx) if self.mode == 'send' else self._receive_step(ctx)
 
-    def _send_step(self, ctx: Any) -> Generator:
+    def _send_step(self, ctx: OnlineRLContext) -> Generator:
         yield
         it = int(ctx.train_iter)
         if self.version < 0 or it - self.version >= self.period:
@@ -97,7 +100,7 @@ class PeriodicalModelExchanger:
     def _newer(self) -> bool:
         return self._newest is not None and self._newest[0] > self.version
 
-    def _receive_step(self, ctx: Any) -> Generator:
+    def _receive_step(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
         if (self.stale_toleration is not None and self._uses >= self.stale_toleration and not self._newer()
                 and not task.finish):
