@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-__all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'parse_override', 'new_run_dir',
+__all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
            'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
            'play_policy', 'run_pipeline']
 
@@ -64,32 +64,12 @@ def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int
 
 
 # --------------------------------------------------------------------------- config overrides
-def parse_override(item: str) -> tuple:
-    """``'a.b=3'`` -> ``(['a', 'b'], 3)``: the value is a Python literal when it parses as one
-    (numbers, ``True``, ``None``, lists, dicts), else the plain string."""
-    key, sep, value = item.partition('=')
-    key = key.strip()
-    if not sep or not key:
-        raise ValueError(f'--set needs KEY=VALUE (e.g. policy.learn.batch_size=128), got {item!r}')
-    try:
-        parsed: Any = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        parsed = value
-    return key.split('.'), parsed
+def apply_overrides(user: Mapping[str, Any], items: Sequence[str]) -> Dict[str, Any]:
+    """A copy of ``user`` with the ``--set KEY=VALUE`` items applied (``pipeline.config.apply_overrides``:
+    values are Python literals when they parse as one; the config check reports unknown keys)."""
+    from pipeline.config import apply_overrides as apply  # light: no torch
 
-
-def apply_overrides(user: Dict[str, Any], items: Sequence[str]) -> Dict[str, Any]:
-    """Apply ``--set`` items to the nested dict ``user`` (in place; returned for chaining). Unknown
-    keys are left for the config check to report."""
-    for item in items:
-        path, value = parse_override(item)
-        node = user
-        for part in path[:-1]:
-            child = node.get(part)
-            node[part] = dict(child) if isinstance(child, Mapping) else {}
-            node = node[part]
-        node[path[-1]] = value
-    return user
+    return apply(user, items)
 
 
 def to_plain(obj: Any) -> Any:
@@ -254,11 +234,10 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
     them once the config has compiled, so a config error leaves no empty folder)."""
     import copy
 
-    user = copy.deepcopy(dict(user_config))
     try:
-        apply_overrides(user, args.set)
+        user = apply_overrides(copy.deepcopy(dict(user_config)), args.set)
     except ValueError as e:
-        raise SystemExit(f'error: {e}') from None
+        raise SystemExit(f'error: --set: {e}') from None
     user['exp_name'] = args.exp_name
     user['seed'] = args.seed
     if args.resume and args.play:
