@@ -21,7 +21,7 @@ same benchmark right after each rlpipe seed:
 This does NOT meet the goal of solving in fewer env steps and less time than SB3: SB3 solved seed 0 at
 its second evaluation (2,000 env steps); seeds 1-4 were not measured before the deadline. The settings
 above cut the previous defaults' cost (34,616 training env steps plus a full 10-episode evaluation every
-2,000 env steps) but the learning itself still needs ~15-27k env steps.
+400 env steps) but the learning itself still needs ~15-27k env steps.
 """
 from __future__ import annotations
 
