@@ -11,12 +11,13 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-Measured 2026-12-01 (load average 33-41 on 2 cores; seeds 2-4 not finished before the deadline):
+Measured 2026-12-01 (load average 33-41 on 2 cores; seeds 3-4 not finished before the deadline):
 
 | seed | rlpipe env steps (train + eval = total) | rlpipe wall / CPU s | SB3 train env steps (+ eval) | SB3 wall / CPU s |
 |---|---|---|---|---|
 | 0 | 26,584 + 13,445 = 40,029 | 573 / 56 | 2,000 (+ 5,127) | 21 / 3.9 |
 | 1 | 16,988 + 12,390 = 29,378 | 230 / 34 | 25,000 (+ 35,617) | 387 / 47 |
+| 2 | 33,044 + 20,018 = 53,062 | 386 / 75 | 24,000 (+ 37,136) | 224 / 49 |
 | 0, evaluating every 1,000 env steps | 27,504 + 25,802 = 53,306 | 645 / 61 | 2,000 (+ 5,122) | 12 / 3.7 |
 """
 from __future__ import annotations

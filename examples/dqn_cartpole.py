@@ -18,11 +18,12 @@ same benchmark right after each rlpipe seed:
 |---|---|---|---|---|
 | 0 | 26,584 + 13,445 = 40,029 | 573 s / 56 s | 2,000 (+ 5,127) | 21 s / 3.9 s |
 | 1 | 16,988 + 12,390 = 29,378 | 230 s / 34 s | 25,000 (+ 35,617) | 387 s / 47 s |
+| 2 | 33,044 + 20,018 = 53,062 | 386 s / 75 s | 24,000 (+ 37,136) | 224 s / 49 s |
 
 This does NOT meet the goal of solving in fewer env steps and less time than SB3 for every seed: SB3
 solved seed 0 at its second evaluation (2,000 env steps); on seed 1 rlpipe used fewer training env steps
-and less time than SB3 but more env steps in total than SB3's training alone. Seeds 2-4 were not measured
-before the deadline. The settings
+and less time than SB3 but more env steps in total than SB3's training alone; on seed 2 it was slower in
+both. Seeds 3-4 were not measured before the deadline. The settings
 above cut the previous defaults' cost (34,616 training env steps plus a full 10-episode evaluation every
 400 env steps) but the learning itself still needs ~15-27k env steps.
 """
