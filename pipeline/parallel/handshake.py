@@ -1,0 +1,140 @@
+"""How nodes find each other (the HELLO/ACK handshake of ``ZmqRouter``).
+
+A node sends HELLO to the addresses it was given (the group's addresses, filtered by the topology, plus
+``attach_to``), repeating it every 0.2 s per address (a *probe*) until answered; the receiver connects back
+to the address announced in the HELLO and answers ACK. In a ``mesh`` the ACK also lists the receiver's
+peers, so a late joiner that attached to one node connects to the whole group.
+
+A HELLO (the one message sent before the pair has sequence numbers) carries the sender's clock time: it is
+refused (``stats["stale_hello"]``) when stamped more than ``hello_max_skew`` s from the receiver's clock, or
+when it comes from another session than the connected one and is not newer than every HELLO/ACK accepted
+from that node id, so a captured HELLO of an earlier incarnation cannot reset a connection.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List
+
+from . import codec
+from .wire import _INF, K_ACK, K_HELLO
+
+log = logging.getLogger("rlpipe.parallel")
+
+
+class _Probe:
+    __slots__ = ("address", "sock", "token", "last_sent")
+
+    def __init__(self, address: str, sock: Any, token: int) -> None:
+        self.address = address
+        self.sock = sock
+        self.token = token
+        self.last_sent = 0.0
+
+
+
+class Handshake:
+    """The handshake; a mixin of ``ZmqRouter`` (uses its ``_probes``, ``_peers``, ``_state_lock``,
+    ``_hello_newest``, ``_tokens``, ``_new_push``, ``_register``, ``_send_to`` and ``_frames``)."""
+
+    def _seed_addresses(self) -> List[str]:
+        others = {i: a for i, a in self.group.items() if i != self.node_id}
+        if self.topology == "mesh":
+            seeds = list(others.values())
+        elif self.topology == "star":
+            centre = min([self.node_id, *self.group])
+            seeds = [others[centre]] if centre != self.node_id else []
+        else:
+            seeds = []
+        for a in self.attach_to:
+            if a not in seeds:
+                seeds.append(a)
+        return seeds
+
+    def _announce(self) -> Dict[str, Any]:
+        """The body of a HELLO or ACK. ``time`` (this machine's clock) lets the receiver refuse replays."""
+        return {"address": self.address, "labels": sorted(self.labels), "roles": sorted(self.roles),
+                "topology": self.topology, "time": time.time()}
+
+    def _add_probe(self, address: str) -> None:
+        token = next(self._tokens)
+        self._probes[token] = _Probe(address, self._new_push(address), token)
+
+    def _hello_frames(self, token: int) -> List[Any]:
+        msg = self._announce()
+        msg["token"] = token
+        return self._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")
+
+    def _send_hello(self, probe: _Probe) -> None:
+        frames = self._hello_frames(probe.token)
+        if self._send_nowait(probe.sock, frames):
+            self.stats["control_sent"] += 1
+        probe.last_sent = time.monotonic()
+
+    def _on_hello(self, sender: int, session: int, info: Dict[str, Any]) -> None:
+        if sender == self.node_id:
+            if session != self.session:
+                log.error("node %d: another node at %s uses the same node id %d; ignoring it (give every node "
+                          "a unique --node-ids)", self.node_id, info["address"], sender)
+            return
+        with self._state_lock:
+            if self._stopping.is_set():
+                return
+            if not self._hello_is_fresh(sender, session, info):
+                return
+            peer = self._register(sender, session, info)
+        ack = self._announce()
+        ack["token"] = info["token"]
+        if self.topology == "mesh" and info.get("topology") == "mesh":
+            with self._state_lock:
+                ack["peers"] = [[i, p.address] for i, p in self._peers.items() if p.alive and i != sender]
+        self._send_to(peer, K_ACK, codec.encode(ack)[0], (), b"", "ack", timeout=0.5)
+
+    def _hello_is_fresh(self, sender: int, session: int, info: Dict[str, Any]) -> bool:
+        """Refuse a replayed HELLO (caller holds the state lock). A HELLO has no sequence number; a captured
+        one replayed later could make this node drop its connection to the live incarnation of ``sender``.
+        So a HELLO must be stamped within ``hello_max_skew`` s of our clock, and one from another session than
+        the connected one must be newer than every HELLO or ACK accepted from that node id so far."""
+        t = info.get("time")
+        if type(t) is not float:
+            self._drop("stale_hello", f"HELLO from node {sender} carries no timestamp (an older rlpipe version?)")
+            return False
+        age = time.time() - t
+        if abs(age) > self.hello_max_skew:
+            self._drop("stale_hello", f"HELLO from node {sender} is stamped {age:+.1f} s from now (more than "
+                       f"hello_max_skew={self.hello_max_skew:.0f} s: a replay, or the machines' clocks differ; "
+                       "sync them with NTP or raise hello_max_skew)")
+            return False
+        known = self._peers.get(sender)
+        newest = self._hello_newest.get(sender, -_INF)
+        if (known is None or known.session != session) and t <= newest:
+            self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}) is older than one already "
+                       f"accepted from that node id ({newest - t:.3f} s): a replay of an earlier incarnation")
+            return False
+        if t > newest:
+            self._hello_newest[sender] = t
+        return True
+
+    def _on_ack(self, sender: int, session: int, info: Dict[str, Any]) -> None:
+        with self._state_lock:
+            if self._stopping.is_set():
+                return
+            probe = self._probes.pop(info["token"], None)
+            if probe is None:
+                return  # a repeated ACK for a probe already settled
+            t = info.get("time")
+            if type(t) is float and t > self._hello_newest.get(sender, -_INF):
+                self._hello_newest[sender] = t  # an older HELLO of this node id is a replay from now on
+            peer = self._peers.get(sender)
+            if peer is not None and peer.session == session and peer.alive:
+                probe.sock.close(0)  # we already have a connection to this node (it contacted us first)
+            else:
+                self._register(sender, session, info, sock=probe.sock)
+            known = {p.address for p in self._probes.values()}
+            for item in info.get("peers", ()):
+                if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                        and isinstance(item[1], str) and item[0] != self.node_id):
+                    other = self._peers.get(item[0])
+                    if (other is None or not other.alive) and item[1] not in known:
+                        self._add_probe(item[1])
+                        known.add(item[1])

@@ -1,0 +1,305 @@
+"""Reading the bus: who reads the PULL socket, the hand-over between threads, and delivery.
+
+One thread at a time reads the PULL socket (it holds the read token), handles what arrives in arrival order
+and calls ``on_message`` on its own thread, so ``on_message`` is never called concurrently. The reader is
+the receiver thread, except while some thread is inside ``wait(until, timeout)``: then the waiting thread
+reads and delivers itself (a reply reaches it without a thread switch) and the receiver thread steps aside
+until no thread has waited for ``_HANDBACK`` (2 ms; it looks every 20 ms while a wait is in progress and is
+woken when a wait longer than that ends). The hand-over happens only between two messages, so order is
+kept; a waiter that finds the receiver thread blocked in ``recv`` wakes it (an in-process wake-up message)
+so that it steps aside at once. Hence ``on_message`` may run on the receiver thread or on any thread that
+calls ``wait`` (``task.wait_for`` does), and it must not block for long on either. ``wait`` called from
+inside ``on_message`` does not read (the reader is busy in the listener). After a burst of short waits
+ends, messages that arrive meanwhile wait at most ~22 ms for the receiver thread. Readers block in ``recv``
+without a timeout (a timer per receive is costly on a VM); wake-ups come from waiters, ``wake()``, ``stop``
+and the heartbeat thread (every 50 ms to a waiting thread, so that it checks its condition and deadline; at
+once for a notice such as a dead peer). ``stop`` releases every waiter and takes the token for good before
+closing the socket.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import zmq as _zmq
+
+from . import codec
+from .wire import _HEADER_SIZE, _INF, _MAC_LEN, _KIND_NAMES, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT
+
+log = logging.getLogger("rlpipe.parallel")
+_NOBLOCK = _zmq.NOBLOCK
+
+_HANDBACK = 0.002  # the receiver thread reads again this long after the last wait() returned
+_SHORT = 0.2  # a reader whose deadline is closer than this receives with a timeout (see _read)
+_PARK = 0.02  # while a wait() is in progress the receiver thread looks every _PARK s (and is woken at the end
+# of a wait longer than that); after a shorter wait it is back within _PARK + _HANDBACK s at most
+
+
+class Reader:
+    """The reading side; a mixin of ``ZmqRouter`` (uses its ``_pull``, ``_rx_*`` hand-over state, ``_halt``,
+    ``_stopping``, ``_on_message``, ``_open`` and the membership methods)."""
+
+    def _set_rcvtimeo(self, ms: int) -> None:
+        if ms != self._rcvtimeo:
+            self._pull.setsockopt(_zmq.RCVTIMEO, ms)
+            self._rcvtimeo = ms
+
+    def _read(self, until: Callable[[], Any], deadline: float = _INF) -> bool:
+        """Receive and handle messages until ``until()`` is true (returns True), ``deadline`` passes or the
+        router stops. The caller holds the read token.
+
+        A receive blocks without a timeout (arming a timer per receive costs, on a VM especially) until a
+        message or a wake-up arrives: a waiter wakes the receiver thread, ``stop`` and ``wake()`` wake any
+        reader, the heartbeat thread wakes the reader for a notice (a dead peer) and wakes a waiting thread
+        every 50 ms; in the last ``_SHORT`` s before ``deadline`` a receive times out by itself."""
+        again = _zmq.Again
+        recv = self._pull.recv
+        handle = self._handle
+        wake_msg = self._wake_msg
+        monotonic = time.monotonic
+        if self._rcvtimeo != -1:
+            self._set_rcvtimeo(-1)
+        while not self._halt:
+            if until():
+                return True
+            if self._notices:
+                self._deliver_notices()
+                continue
+            if deadline != _INF:
+                left = deadline - monotonic()
+                if left < _SHORT:
+                    if left <= 0:
+                        return False
+                    self._set_rcvtimeo(int(left * 1000) + 1)
+            try:
+                frame = recv(copy=False)
+            except again:
+                continue
+            first = frame.bytes
+            if frame.more:
+                extra = []
+                while frame.more:
+                    frame = recv(copy=False)
+                    extra.append(frame.buffer)
+                handle(first, extra)
+            elif first != wake_msg:
+                handle(first, ())
+        return False
+
+    def _recv_loop(self) -> None:
+        me = self._recv_ident = threading.get_ident()
+        token = self._rx_token
+        stopping = self._stopping
+        monotonic = time.monotonic
+
+        def step_aside() -> bool:  # a thread is (or was just) in wait(): it reads
+            if self._waiting:
+                return True
+            if self._waited:
+                if monotonic() - self._wait_exit < _HANDBACK:
+                    return True
+                self._waited = False
+            return False
+
+        park = self._park
+        try:
+            while not stopping.is_set():
+                if step_aside():
+                    park.wait(_PARK if self._waiting else _HANDBACK)
+                    park.clear()
+                    continue
+                if not token.acquire(timeout=_HANDBACK):
+                    continue
+                self._rx_owner = me
+                try:
+                    if not stopping.is_set():
+                        self._read(step_aside)
+                finally:
+                    self._end_reading()
+                if self._sleepers:
+                    self._notify_sleepers()
+        except _zmq.ContextTerminated:
+            pass
+        except Exception:  # a bug here must not go unnoticed: peers would see this node as dead
+            log.exception("node %d: receiver thread crashed", self.node_id)
+            raise
+
+    def _end_reading(self) -> None:
+        """Give the read token back. After stop() the reader closes the PULL socket itself: stop() closes it
+        only if it gets the token, which a listener that does not return may keep (closing twice is fine)."""
+        self._rx_owner = None
+        if self._halt:
+            self._pull.close(0)
+        self._rx_token.release()
+
+    def _notify_sleepers(self) -> None:
+        with self._rx_cond:
+            self._rx_cond.notify_all()
+
+    def _send_wake(self) -> None:
+        with self._waker_lock:
+            if self._waker is not None:
+                try:
+                    self._waker.send(self._wake_msg, _NOBLOCK)
+                except _zmq.ZMQError:
+                    pass  # a wake-up is already queued (or the router is closing)
+
+    def wake(self) -> None:
+        """Make threads in ``wait`` check their condition now. Call it from another thread after changing
+        what such a condition reads (``task.wait_for`` does; messages delivered by the reader need no wake)."""
+        if self._sleepers:
+            self._notify_sleepers()
+        owner = self._rx_owner
+        if owner is not None and owner != self._recv_ident and owner != threading.get_ident():
+            self._send_wake()  # a waiter blocked in recv
+
+    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+        """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops.
+        Returns ``bool(until())`` at the end. ``until`` must have no side effects (it is called repeatedly).
+
+        Meanwhile the calling thread reads incoming messages itself and calls ``on_message`` for them on
+        this thread (the receiver thread steps aside), so a reply reaches the waiting thread without a
+        thread switch. ``until`` is checked after each message, on ``wake()``, and every 50 ms or so.
+        From inside ``on_message`` (the reading thread) nothing more is read until the listener returns,
+        so such a wait only sees what other threads change (and ``wake()``)."""
+        if until():
+            return True
+        me = threading.get_ident()
+        if not self._started or self._halt or self._rx_owner == me:
+            return self._wait_without_reading(until, timeout)
+        monotonic = time.monotonic
+        entered = monotonic()
+        deadline = entered + timeout if timeout < _INF else _INF
+        token = self._rx_token
+        with self._rx_lock:
+            self._waiting += 1
+        try:
+            while True:
+                if token.acquire(False):
+                    self._rx_owner = me
+                    try:
+                        done = not self._halt and self._read(until, deadline)
+                    except _zmq.ContextTerminated:
+                        done = False
+                    finally:
+                        self._end_reading()
+                    if self._sleepers:
+                        self._notify_sleepers()
+                    if done:
+                        return True
+                else:  # another thread reads: it delivers, and notifies us after each message
+                    if self._rx_owner == self._recv_ident:
+                        self._send_wake()  # the receiver thread is blocked in recv: make it step aside now
+                    cond = self._rx_cond
+                    with cond:
+                        self._sleepers += 1
+                        try:
+                            if token.locked() and not until():
+                                cond.wait(max(0.0, min(deadline - monotonic(), 0.05)))
+                        finally:
+                            self._sleepers -= 1
+                if until():
+                    return True
+                if self._halt or monotonic() >= deadline:
+                    return bool(until())
+        finally:
+            with self._rx_lock:
+                self._waiting -= 1
+                last = not self._waiting
+            self._wait_exit = now = monotonic()
+            self._waited = True
+            if last and now - entered > _PARK:
+                self._park.set()  # a long wait: the receiver thread may be asleep for _PARK s; read again now
+
+    def _wait_without_reading(self, until: Callable[[], Any], timeout: float) -> bool:
+        """``wait`` for a thread that cannot read: inside ``on_message`` (the reader is busy in it), or with
+        the router not running. Sleeps in slices, woken by the reader's deliveries and by ``wake()``."""
+        monotonic = time.monotonic
+        deadline = monotonic() + timeout if timeout < _INF else _INF
+        cond = self._rx_cond
+        while not until() and not self._stopping.is_set():
+            left = deadline - monotonic()
+            if left <= 0:
+                break
+            with cond:
+                self._sleepers += 1
+                try:
+                    cond.wait(min(left, 0.05))
+                finally:
+                    self._sleepers -= 1
+        return bool(until())
+
+    def _handle(self, first: bytes, extra: Sequence[Any]) -> None:
+        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames."""
+        header = self._open(first, extra)
+        if header is None:
+            return
+        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
+        body = first[_MAC_LEN:]
+        if kind == K_DATA:
+            try:
+                event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE)
+            except codec.DecodeError as e:
+                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
+                return
+            peer = self._peers.get(sender)
+            if peer is not None and peer.session == session:
+                peer.rx_count += 1
+                if not peer.alive:
+                    self._revive(peer)
+            self.stats["received"] += 1
+            if event == FINISH:
+                self._finish_seen = True
+            self._deliver(event, args, kwargs)
+            return
+        try:
+            value = codec.decode(body[_HEADER_SIZE:], extra)
+        except codec.DecodeError as e:
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
+            return
+        peer = self._peers.get(sender)
+        if peer is not None and peer.session == session:
+            peer.rx_count += 1
+            if not peer.alive and kind == K_HEARTBEAT:
+                self._revive(peer)
+        self.stats["control_received"] += 1
+        if kind == K_HEARTBEAT:
+            return
+        if kind == K_BYE:
+            if peer is not None and peer.session == session and peer.alive:
+                log.info("node %d: node %d left", self.node_id, sender)
+                self._lose(peer, PEER_LEFT)
+                self._deliver_notices()
+            return
+        if not isinstance(value, dict) or not isinstance(value.get("address"), str) \
+                or not isinstance(value.get("token"), int):
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
+            return
+        try:
+            if kind == K_HELLO:
+                self._on_hello(sender, session, value)
+            else:
+                self._on_ack(sender, session, value)
+        except Exception as e:  # e.g. an announced address ZeroMQ cannot connect to
+            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
+        self._deliver_notices()
+
+    def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
+        self._deliveries += 1
+        self._handler_event = event
+        self._in_handler = True
+        try:
+            self._on_message(event, args, kwargs)  # type: ignore[misc]
+        except Exception:
+            log.exception("node %d: listener of remote event %r raised", self.node_id, event)
+        finally:
+            self._in_handler = False
+        if self._sleepers:
+            self._notify_sleepers()
+
+    def _deliver_notices(self) -> None:
+        while self._notices:
+            event, args = self._notices.popleft()
+            self._deliver(event, args, {})

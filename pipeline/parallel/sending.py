@@ -1,0 +1,176 @@
+"""Sending on the bus (``ZmqRouter.emit``) and backpressure.
+
+High-water marks bound every queue. A sender whose peer does not keep up blocks in ``emit`` (polling in
+short slices, released by ``stop`` or by the peer being declared dead) for at most ``send_timeout`` seconds,
+then gets ``BackpressureTimeout``. Nothing is dropped silently: a message for a dead or unknown peer is
+counted in ``stats["undeliverable"]`` and logged. Once ``"__finish__"`` was sent or received, a send no
+longer waits under backpressure (the message is counted as undeliverable and logged), so finishing never
+hangs on a stalled peer.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, List, Optional, Sequence
+
+import zmq as _zmq
+
+from . import codec
+from .liveness import _Peer
+from .wire import FINISH, K_DATA, _digest, _pack_seq
+
+log = logging.getLogger("rlpipe.parallel")
+_NOBLOCK = _zmq.NOBLOCK
+_zsend: Any = getattr(getattr(_zmq, "backend", None), "Socket", _zmq.Socket).send  # without pyzmq's Python layer
+
+
+class BackpressureTimeout(TimeoutError):
+    """A peer did not accept a message within ``send_timeout`` seconds (it is alive but not reading)."""
+
+
+
+class Sending:
+    """``emit`` and the bounded, backpressured send; a mixin of ``ZmqRouter`` (uses its ``_peers``, ``_hmac``,
+    ``stats``, ``_stopped``, ``_finish_seen`` and ``_frames``)."""
+
+    def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
+        """Send ``event`` to every connected peer (``to=None``) or to node ``to``, exactly once each.
+
+        Blocks under backpressure (bounded by ``send_timeout``). Raises ``codec.EncodeError`` for values
+        the safe codec cannot carry. A message for a dead or unknown peer is counted and logged."""
+        if not self._started or self._stopped:
+            raise RuntimeError(f"node {self.node_id}: emit({event!r}) on a router that is not running "
+                               "(call start() first; after stop() build a new router)")
+        if type(event) is not str:
+            if not isinstance(event, str):
+                raise TypeError(f"event names are str, got {type(event).__name__} {event!r}")
+            event = str.__str__(event)
+        meta, buffers = codec.encode_event(event, args if type(args) is tuple else tuple(args),
+                                           kwargs if type(kwargs) is dict else dict(kwargs or {}))
+        if buffers:
+            # Snapshot large payloads (e.g. weights an optimizer updates in place right after emit), so that
+            # what is sent to every peer is what the MAC covers; frames then go out without another copy.
+            buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
+            digest = _digest(buffers)
+        else:
+            digest = b""
+        if to is None:
+            targets = [p for p in list(self._peers.values()) if p.alive]  # list(): atomic snapshot
+        else:
+            p = self._peers.get(to if type(to) is int else int(to))  # one dict lookup: atomic
+            if p is None or not p.alive:
+                self.stats["undeliverable"] += 1
+                log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
+                            "dead or gone" if p is not None else
+                            f"not connected (connected: {self.peers}; topology {self.topology})")
+                return
+            targets = (p,)
+        for p in targets:
+            if not buffers and p.lock.acquire(False):
+                # The common case: one frame, nobody else is sending to this peer and its queue has room.
+                try:
+                    sock = p.sock
+                    if p.alive and sock is not None:
+                        body = p.data_prefix + _pack_seq(p.next_seq, 0) + meta
+                        h = self._hmac.copy()
+                        h.update(body)
+                        try:
+                            _zsend(sock, h.digest() + body, _NOBLOCK)
+                        except _zmq.Again:
+                            pass  # queue full: the bounded wait of _send_to
+                        else:
+                            p.next_seq += 1
+                            self.stats["sent"] += 1
+                            continue
+                finally:
+                    p.lock.release()
+            self._send_to(p, K_DATA, meta, buffers, digest, event)
+        if event == FINISH:
+            self._finish_seen = True
+
+    def _send_to(self, p: _Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
+                 what: str, timeout: Optional[float] = None) -> bool:
+        """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
+        ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout."""
+        lock = p.lock
+        patient = timeout is None
+        wait = self.send_timeout if patient else timeout
+        deadline = time.monotonic() + wait
+        got = lock.acquire(False) or (wait > 0 and lock.acquire(timeout=wait))
+        if not got:
+            if patient:
+                self.stats["undeliverable"] += 1
+                raise BackpressureTimeout(f"node {self.node_id}: waited {wait:.1f} s for other threads sending "
+                                          f"to node {p.node_id}")
+            return False
+        try:
+            if not p.alive or p.sock is None:
+                ok = False
+            else:
+                frames = self._frames(kind, p.node_id, p.session, p.next_seq, meta, buffers, digest)
+                try:
+                    ok = self._send(p.sock, frames, deadline, p)
+                except BackpressureTimeout:
+                    if patient:
+                        self.stats["undeliverable"] += 1
+                        raise
+                    ok = False
+                if ok:
+                    p.next_seq += 1
+        finally:
+            p.lock.release()
+        if kind == K_DATA:
+            if ok:
+                self.stats["sent"] += 1
+            else:
+                self.stats["undeliverable"] += 1
+                log.warning("node %d: event %r for node %d not delivered: the peer died or the router stopped",
+                            self.node_id, what, p.node_id)
+        elif ok:
+            self.stats["control_sent"] += 1
+        return ok
+
+    def _send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[_Peer],
+              flushing: bool = False) -> bool:
+        """Send one message; under backpressure wait in short slices until ``block_until``.
+        Returns False if the peer died or the router stopped meanwhile."""
+        zmq = _zmq
+        big = len(frames) > 1
+        if not big:  # the common case: one frame that fits
+            try:
+                sock.send(frames[0], zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                pass
+        while True:
+            try:
+                if big:
+                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                else:
+                    sock.send(frames[0], zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                pass
+            if peer is not None and not peer.alive:
+                return False
+            now = time.monotonic()
+            if now >= block_until:
+                raise BackpressureTimeout(
+                    f"node {self.node_id}: node {peer.node_id if peer else '?'} accepted no message for "
+                    f"{self.send_timeout:.1f} s (its queue of {self.hwm} messages is full and it is alive but "
+                    "not reading, or it is not connected yet); raise send_timeout or make it consume faster")
+            if (self._stopped or self._finish_seen) and not flushing:
+                if self._finish_seen and not self._stopped:
+                    log.warning("node %d: the run is finishing; not waiting for node %s to accept more",
+                                self.node_id, peer.node_id if peer else "?")
+                return False  # stop() is running or the run finished: let go of the peer's lock
+            sock.poll(int(min(0.05, block_until - now) * 1000) + 1, zmq.POLLOUT)
+
+    @staticmethod
+    def _send_nowait(sock: Any, frames: List[Any]) -> bool:
+        zmq = _zmq
+        try:
+            sock.send(frames[0], zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
