@@ -14,7 +14,6 @@ when a C compiler was available, else numpy does the same work; ``RLPIPE_NO_EXT=
 """
 from .buffer import ACTIONS, Buffer, BufferedData, DequeBuffer, Middleware, SampledBatch
 from .buffer_middleware import (
-    PriorityExperienceReplay,
     clone_object,
     group_sample,
     padding,
@@ -23,6 +22,8 @@ from .buffer_middleware import (
     use_time_check,
 )
 from .columns import collate, to_treetensor
+from .per import PriorityExperienceReplay
+from .storage import SlotStorage, StorageListener
 
 __all__ = [
     "ACTIONS",
@@ -31,6 +32,8 @@ __all__ = [
     "DequeBuffer",
     "Middleware",
     "SampledBatch",
+    "SlotStorage",
+    "StorageListener",
     "PriorityExperienceReplay",
     "clone_object",
     "group_sample",

@@ -8,10 +8,13 @@ tagged so that they come back as the same types.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from .storage import SlotStorage
 
 _TAG = "__rlpipe__"
 
@@ -85,3 +88,45 @@ def decode(x: Any) -> Any:
     if isinstance(x, list):
         return [decode(v) for v in x]
     return x
+
+
+def storage_payload(s: "SlotStorage") -> dict:
+    """Everything ``DequeBuffer.save_data`` writes (the caller holds ``s.lock``)."""
+    if s.syncers:
+        s.sync(s.ordered_slots().copy())
+    order = s.ordered_slots().tolist()
+    return {
+        "format": "rlpipe.DequeBuffer",
+        "version": 1,
+        "size": s.size,
+        "next_id": s.next_id,
+        "ids": [s.items[k].index for k in order],
+        "data": [encode(s.items[k].data, "data") for k in order],
+        "meta": [encode(s.items[k].meta, "meta") for k in order],
+    }
+
+
+def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
+    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError, ...
+        raise ValueError(f"load_data({path!r}): not a buffer file saved by save_data, or it contains "
+                         f"objects that are not allowed to load ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != "rlpipe.DequeBuffer":
+        raise ValueError(f"load_data({path!r}): not a buffer file saved by DequeBuffer.save_data")
+    ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
+    if not (len(ids) == len(datas) == len(metas)):
+        raise ValueError(f"load_data({path!r}): corrupt file (lengths differ)")
+    if any(int(a) >= int(b) for a, b in zip(ids, ids[1:])):
+        raise ValueError(f"load_data({path!r}): corrupt file (indices not increasing)")
+    with lock:
+        s.clear()
+        start = max(0, len(ids) - s.size)
+        for i in range(start, len(ids)):
+            s.next_id = int(ids[i])  # push assigns exactly the saved index
+            s.push(decode(datas[i]), decode(metas[i]))
+        s.next_id = max(int(payload["next_id"]), (int(ids[-1]) + 1) if ids else 0)
+        s.groups = {}
+        for listener in s.listeners:
+            listener.on_load()

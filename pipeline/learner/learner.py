@@ -174,6 +174,9 @@ class Learner:
 
         self.metrics = MetricsLogger()
         self.last_outputs: Dict[str, Dict[str, _Tensor]] = {}
+        # set by data-parallel groups: called as gradient_sync(gradients, rows) right after
+        # compute_gradients, it replaces the gradients by their mean over all learners
+        self.gradient_sync: Optional[Callable[[Dict[str, List[nn.Parameter]], Dict[str, int]], None]] = None
         self._reset_call_scratch()
 
     # ================================================================== hooks to override
@@ -481,6 +484,8 @@ class Learner:
                         "or a dict with 'total_loss'"
                     )
         grads = self.compute_gradients(losses)
+        if self.gradient_sync is not None:
+            self.gradient_sync(grads, rows)
         grads = self.postprocess_gradients(grads)
         self.apply_gradients(grads)
         last = self._call_last_loss

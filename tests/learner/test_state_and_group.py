@@ -163,12 +163,6 @@ def test_remote_learners_need_ray(monkeypatch):
         LearnerGroup(RecordingLearner, num_learners=2)
 
 
-def test_remote_learners_with_ray_are_not_there_yet(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
-    with pytest.raises(NotImplementedError, match="distributed"):
-        LearnerGroup(RecordingLearner, num_learners=2)
-
-
 def test_plan_shards_splits_rows_and_agrees_on_minibatch_count():
     batch = {"p": index_batch(10), "q": index_batch(3)}
     shards, k = plan_shards(batch, 2, minibatch_size=4, num_epochs=2)

@@ -1,0 +1,347 @@
+"""Slot storage: where a :class:`~pipeline.data.DequeBuffer` (and its views) keep their items.
+
+Layout (all operations O(1) except where noted):
+
+* items live in fixed *slots* (``size`` of them) that never move; ``index -> slot`` is a dict;
+* a dense array of occupied slots gives uniform sampling in O(k) (swap-remove on delete);
+* an order array (slots in push order, with tombstones for deleted items) gives FIFO eviction,
+  ``get(offset)`` and ``sample_range``; it is compacted with one vectorised numpy pass, lazily,
+  only when an ordered operation runs after an interior delete;
+* optional numpy columns (:class:`~pipeline.data.columns.Columns`) mirror the data when items
+  share a structure, so ``sample_batch`` gathers tensors without touching Python objects;
+* ``groupby`` indexes (meta key -> group -> ids in push order, :mod:`.group_index`) are built on
+  first use and then kept up to date incrementally.
+
+The storage interface
+---------------------
+What a buffer middleware that keeps per-slot state (prioritized replay) or an alternative storage
+(e.g. a frame-efficient pixel storage) may rely on. The caller always holds ``storage.lock``.
+
+Read-only state: ``size`` (slots), ``count`` (items stored), ``lock`` (re-entrant, shared with every
+buffer view), ``rng`` (the buffer's ``numpy.random.Generator``), ``items`` (slot -> stored
+:class:`BufferedData` or None), ``dense[:count]`` (the occupied slots, in no order),
+``slot_id`` (slot -> item index, -1 when free), ``id2slot`` (index -> slot), ``version`` (changes
+at every push or removal: equal versions mean the same slots hold the same items), ``pushes``.
+
+Methods: ``ordered_slots()`` (occupied slots oldest first), ``result(slots, sync=True)`` (the
+stored items of these slots as a sample list), ``sync(slots)`` (let lazy meta writers bring these
+slots' meta up to date), ``add_listener(listener)``.
+
+Listeners (:class:`StorageListener`) hear about every change of the slots, whichever buffer view
+made it: ``on_push(slot, item)``, ``on_remove(slot)``, ``on_clear()``, ``on_load()`` (contents
+replaced wholesale: rebuild from ``dense[:count]``). A listener that also has
+``sync_meta(slots)`` writes item meta lazily and is asked to bring it up to date before any item
+is handed out.
+
+To store data differently (fewer bytes per item, shared frames), subclass :class:`SlotStorage` and
+pass an instance as ``DequeBuffer(size, storage=...)``. ``push(data, meta)`` stores an item and
+returns it; ``items[slot].data`` is what ``sample()`` hands out; :meth:`SlotStorage.make_columns`
+builds the columnar mirror that ``sample_batch`` gathers from (anything with ``ok`` (bool per
+slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -> batch``; raise
+:class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Dict, Iterable, List, Optional, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from .columns import Columns, Unsupported
+from .group_index import GroupIndex, sample_groups
+from .item import BufferedData, _Sampled, _SlotIds
+
+__all__ = ["SlotStorage", "StorageListener", "BufferedData"]
+
+
+@runtime_checkable
+class StorageListener(Protocol):
+    """Hears every change of a :class:`SlotStorage`'s slots (see the module docstring)."""
+
+    def on_push(self, slot: int, item: BufferedData) -> None: ...
+
+    def on_remove(self, slot: int) -> None: ...
+
+    def on_clear(self) -> None: ...
+
+    def on_load(self) -> None: ...
+
+
+class SlotStorage:
+    """The shared state behind a buffer and its views (see the module docstring). Callers hold ``lock``."""
+
+    def __init__(self, size: int, columnar: Optional[bool], seed: Optional[int]) -> None:
+        self.size = size
+        self.lock = threading.RLock()
+        if seed is None:
+            seed = int(np.random.randint(0, 2**62, dtype=np.int64))  # follows np.random.seed()
+        self.rng = np.random.default_rng(seed)
+        self.columnar = columnar
+        self.listeners: List[Any] = []
+        self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
+        self._alloc()
+
+    def _alloc(self) -> None:
+        size = self.size
+        self.items: List[Optional[BufferedData]] = [None] * size
+        self.slot_id = np.full(size, -1, dtype=np.int64)
+        self.id2slot: Dict[int, int] = {}
+        self.free: List[int] = list(range(size - 1, -1, -1))
+        self.dense = np.zeros(size, dtype=np.int64)
+        self.dense_pos = [0] * size
+        self.count = 0
+        self.ocap = max(2 * size, 16)
+        self.order = np.full(self.ocap, -1, dtype=np.int64)
+        self.opos = np.zeros(size, dtype=np.int64)
+        self.otail = 0
+        self.ohead = 0
+        self.otomb = 0
+        self.next_id = 0
+        self.pushes = 0
+        self.version = 0  # bumped by every push and removal: equal versions mean unchanged slots
+        self.groups: Dict[str, GroupIndex] = {}
+        self.columns: Optional[Columns] = None
+        self.columns_unsupported = False
+        self.pending: List[int] = []  # slots whose column rows are stale
+        self._rbuf = np.zeros(0, dtype=np.int64)
+        self._rpos = 0
+        self._rn = self._rn_prev = -1
+
+    # ------------------------------------------------------------------ core mutations
+    def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+        if meta is None:
+            m: Dict[str, Any] = {}
+        elif isinstance(meta, Mapping):
+            m = dict(meta)
+        else:
+            raise TypeError(f"push(meta=...) must be a dict or None, got {type(meta).__name__}")
+        if self.count >= self.size:
+            self.remove_slot(int(self.order[self.otail]))
+        slot = self.free.pop()
+        idx = self.next_id
+        self.next_id = idx + 1
+        self.pushes += 1
+        self.version += 1
+        item = BufferedData(data, idx, m)
+        self.items[slot] = item
+        self.id2slot[idx] = slot
+        self.slot_id[slot] = idx
+        c = self.count
+        self.dense[c] = slot
+        self.dense_pos[slot] = c
+        self.count = c + 1
+        h = self.ohead
+        if h == self.ocap:
+            self.compact_order()
+            h = self.ohead
+        self.order[h] = slot
+        self.opos[slot] = h
+        self.ohead = h + 1
+        if self.columns is not None:
+            self.columns.ok[slot] = False
+            self.pending.append(slot)  # copied into the columns at the next sample_batch
+            if len(self.pending) >= self.size:
+                self.ensure_columns()
+        elif self.columnar and not self.columns_unsupported:
+            self.ensure_columns()
+        if self.groups:
+            for key, gi in list(self.groups.items()):
+                try:
+                    gi.add(item)
+                except TypeError:  # unhashable group value: drop the index; sample() will report it
+                    del self.groups[key]
+        if self.listeners:
+            for listener in self.listeners:
+                listener.on_push(slot, item)
+        return item
+
+    def remove_slot(self, slot: int) -> None:
+        item = self.items[slot]
+        self.items[slot] = None
+        self.version += 1
+        del self.id2slot[item.index]
+        self.slot_id[slot] = -1
+        p = self.dense_pos[slot]
+        last = self.count - 1
+        if p != last:
+            ls = int(self.dense[last])
+            self.dense[p] = ls
+            self.dense_pos[ls] = p
+        self.count = last
+        op = int(self.opos[slot])
+        self.order[op] = -1
+        if op == self.otail:
+            t = op + 1
+            head = self.ohead
+            order = self.order
+            while t < head and order[t] < 0:
+                t += 1
+                self.otomb -= 1
+            self.otail = t
+            if t == head:
+                self.otail = self.ohead = 0
+                self.otomb = 0
+        else:
+            self.otomb += 1
+        self.free.append(slot)
+        if self.groups:
+            for gi in self.groups.values():
+                gi.remove(item.index, self.id2slot)
+        for listener in self.listeners:
+            listener.on_remove(slot)
+
+    def clear(self) -> None:
+        cols, next_id, pushes, version = self.columns, self.next_id, self.pushes, self.version
+        self._alloc()
+        self.next_id, self.pushes, self.version = next_id, pushes + 1, version + 1
+        if cols is not None:
+            cols.ok[:] = False
+            self.columns = cols
+        for listener in self.listeners:
+            listener.on_clear()
+
+    def compact_order(self) -> None:
+        seg = self.order[self.otail:self.ohead]
+        live = seg[seg >= 0]
+        n = len(live)
+        self.order[:n] = live
+        self.order[n:max(self.ohead, n)] = -1
+        self.opos[live] = np.arange(n)
+        self.otail = 0
+        self.ohead = n
+        self.otomb = 0
+
+    def ordered_slots(self) -> np.ndarray:
+        """Slots of the live items, oldest first (a view; do not keep it)."""
+        if self.otomb:
+            self.compact_order()
+        return self.order[self.otail:self.ohead]
+
+    # ------------------------------------------------------------------ columns / groups
+    def ensure_columns(self) -> Optional[Columns]:
+        """Create the columns if needed and bring every live row up to date."""
+        if self.columns is None:
+            if self.columns_unsupported or not self.count:
+                return None
+            example = self.items[int(self.dense[0])].data
+            try:
+                cols = self.make_columns(example)
+            except Unsupported:
+                self.columns_unsupported = True
+                return None
+            self.columns = cols
+            self.pending = self.dense[: self.count].tolist()
+        if self.pending:
+            items = self.items
+            slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
+            self.pending = []
+            self.columns.write_many(slots, [items[s].data for s in slots])
+        return self.columns
+
+    def draw(self, n: int, k: int, replace: bool) -> np.ndarray:
+        """``k`` uniform offsets in ``[0, n)`` (distinct unless ``replace``)."""
+        if not replace and k * 4 > n:
+            return self.rng.choice(n, k, replace=False)
+        p = self._rpos
+        if n != self._rn or p + k > len(self._rbuf):
+            # a block of random offsets for this n (a full buffer keeps n fixed, so blocks are reused)
+            self._rbuf = self.rng.integers(0, n, max(8192, k)) if n == self._rn_prev else \
+                self.rng.integers(0, n, k)
+            self._rn_prev = self._rn = n
+            p = 0
+        self._rpos = p + k
+        offs = self._rbuf[p:p + k]
+        if replace or len(set(offs.tolist())) == k:
+            return offs
+        return self.rng.choice(n, k, replace=False)  # a duplicate: redraw the whole sample
+
+    def group_index(self, key: str) -> GroupIndex:
+        gi = self.groups.get(key)
+        if gi is None:
+            gi = GroupIndex(key)
+            items = self.items
+            for s in self.ordered_slots().tolist():
+                gi.add(items[s])
+            self.groups[key] = gi
+        return gi
+
+    def make_columns(self, example: Any) -> Columns:
+        """The columnar mirror for items shaped like ``example`` (raise ``Unsupported`` if none)."""
+        return Columns(self.size, example)
+
+    def add_listener(self, listener: StorageListener) -> None:
+        """Tell ``listener`` about every later change (and about lazy meta, if it has ``sync_meta``)."""
+        self.listeners.append(listener)
+        if hasattr(listener, "sync_meta"):
+            self.syncers.append(listener)
+
+    def sync(self, slots: Any) -> None:
+        """Let middleware that writes meta lazily (PER priorities) bring these slots' meta up to date."""
+        for syncer in self.syncers:
+            syncer.sync_meta(slots)
+
+    # ------------------------------------------------------------------ sampling
+    def _result(self, slots: np.ndarray, sync: bool = True) -> _Sampled:
+        if sync and self.syncers:
+            self.sync(slots)
+        res = _Sampled(map(self.items.__getitem__, slots.tolist()))
+        res.slots = slots
+        res.ref = tuple(res)
+        res.pushes = self.pushes
+        res.version = self.version
+        res.columns = None
+        return res
+
+    result = _result  # the public name (see the storage interface)
+
+    def sample_uniform(self, size: int, replace: bool, sample_range: Optional[slice],
+                       ignore_insufficient: bool, sync: bool = True) -> _Sampled:
+        if sample_range is None:
+            pool = self.dense
+            n = self.count
+        else:
+            pool = self.ordered_slots()[sample_range]
+            n = len(pool)
+        k = size
+        if k > 0 and (n == 0 or (not replace and k > n)):
+            if not ignore_insufficient:
+                where = "" if sample_range is None else f" in sample_range {sample_range}"
+                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
+                                 f"the buffer holds {n}{where}; push more data first or pass "
+                                 "ignore_insufficient=True")
+            k = 0 if n == 0 else (k if replace else n)
+        if k == 0:
+            return self._result(np.zeros(0, dtype=np.int64))
+        return self._result(pool[self.draw(n, k, replace)], sync)
+
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True) -> _Sampled:
+        if type(indices) is _SlotIds:
+            slots = indices.slots
+            if getattr(indices, "version", None) == self.version or self.slot_id[slots].tolist() == indices:
+                return self._result(slots, sync)
+        if isinstance(indices, (int, np.integer)):
+            raise TypeError("sample(indices=...) takes a list of indices, not a single index")
+        if isinstance(indices, np.ndarray):
+            indices = indices.tolist()
+        elif isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
+        id2slot = self.id2slot
+        try:
+            slots = [id2slot[i] for i in indices]
+        except KeyError as e:
+            if not ignore_missing:
+                raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
+                               "evicted); pass ignore_insufficient=True to skip missing indices") from None
+            slots = [id2slot[i] for i in indices if i in id2slot]
+        return self._result(np.array(slots, dtype=np.int64), sync)
+
+    def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
+                      sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
+        return sample_groups(self, size, key, unroll_len, replace, sample_range, ignore_insufficient)
+
+
+
+#: the old private name
+_Storage = SlotStorage
