@@ -65,7 +65,8 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
 
     ``env_id``: a ``...NoFrameskip-v4`` id or an ``ALE/...-v5`` id (made with ``frameskip=1`` and
     no sticky actions unless ``kwargs`` say otherwise, i.e. the v4 settings). ``training`` adds
-    episodic life and reward clipping. ``kwargs`` go to ``gymnasium.make``.
+    episodic life and reward clipping. ``max_episode_steps`` truncates games after that many agent
+    steps (default: ALE's own limit of 108k frames). ``kwargs`` go to ``gymnasium.make``.
     """
     try:
         import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with OpenCV)
@@ -77,10 +78,12 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
     if env_id.startswith('ALE/'):
         kwargs.setdefault('frameskip', 1)
         kwargs.setdefault('repeat_action_probability', 0.0)
-    env = make_gym_env(env_id, max_episode_steps, **kwargs)
+    env = make_gym_env(env_id, None, **kwargs)
     env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip,
                                           screen_size=screen_size, terminal_on_life_loss=False,
                                           grayscale_obs=True, scale_obs=False)
+    if max_episode_steps is not None:  # in agent steps (the ALE env underneath counts frames)
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
     if training:
         env = gym.wrappers.RecordEpisodeStatistics(env)  # raw score and length of the whole game
         env = EpisodicLifeEnv(env)

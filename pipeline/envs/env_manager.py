@@ -295,9 +295,12 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        act_list = actions.tolist() if self._discrete else list(actions)
+        if self.backend == 'envpool':
+            act: Any = actions  # EnvPool takes the batch as an array
+        else:  # one action per env: Python ints for discrete actions (as gymnasium envs expect), rows else
+            act = actions.tolist() if self._discrete else list(actions)
         next_obs, after, reward, terminated, truncated, infos, final_infos = \
-            self._backend.step(ids, act_list, self._keep_infos)
+            self._backend.step(ids, act, self._keep_infos)
         ep_ret, ep_len = self._ep_return, self._ep_len
         if n == self.env_num and env_ids is None:
             ep_ret += reward

@@ -82,10 +82,11 @@ class EnvPoolBackend:
         obs, _ = self._pool.reset()
         return np.array(obs)
 
-    def _actions(self, act_list: List[Any]) -> np.ndarray:
+    def _actions(self, actions: Any) -> np.ndarray:
+        a = np.asarray(actions)
         if self._discrete:
-            return np.asarray(act_list, dtype=np.int32)
-        return np.asarray(act_list, dtype=np.float32).reshape(len(act_list), *self.action_space.shape)
+            return a.astype(np.int32, copy=False)
+        return a.astype(np.float32, copy=False).reshape(len(a), *self.action_space.shape)
 
     @staticmethod
     def _rows(order: np.ndarray, env_id: np.ndarray) -> Optional[np.ndarray]:
@@ -97,9 +98,10 @@ class EnvPoolBackend:
         lookup = {e: k for k, e in enumerate(order.tolist())}
         return np.fromiter((lookup[e] for e in env_id.tolist()), dtype=np.int64, count=len(env_id))
 
-    def step(self, ids: np.ndarray, act_list: List[Any], keep_infos: bool) -> StepArrays:
+    def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
+        """As :meth:`SyncBackend.step`, with the actions as one array."""
         env_id = self._all_ids if len(ids) == self._env_num else ids.astype(np.int32)
-        obs, rew, te, tr, info = self._pool.step(self._actions(act_list), env_id)
+        obs, rew, te, tr, info = self._pool.step(self._actions(actions), env_id)
         pos = self._rows(info['env_id'], env_id)
         next_obs, rew, te, tr = np.asarray(obs), np.asarray(rew), np.asarray(te), np.asarray(tr)
         if pos is not None:
@@ -115,7 +117,7 @@ class EnvPoolBackend:
         if done.any():
             rows = np.flatnonzero(done)
             d_ids = env_id[rows]
-            robs, _, _, _, rinfo = self._pool.step(self._actions([act_list[j] for j in rows]), d_ids)
+            robs, _, _, _, rinfo = self._pool.step(self._actions(actions)[rows], d_ids)  # actions ignored
             rpos = self._rows(rinfo['env_id'], d_ids)
             robs = np.asarray(robs)
             after = next_obs.copy()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import select
 import signal
 import tempfile
 import time
@@ -200,19 +201,41 @@ class SubprocessBackend:
             self._fail(self._dead_worker_error(i), e)
 
     def _recv_all(self, ids: Sequence[int]) -> List[Any]:
-        out = []
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        for i in ids:
-            pipe = self._pipes[i]
-            if deadline is not None and not pipe.poll(max(0.0, deadline - time.monotonic())):
-                self._fail(self._hung_worker_error(i))
+        """Each listed worker's answer, in order; one ``poll`` call waits for all of them (no
+        per-pipe selector), with one deadline for the whole step."""
+        pipes = self._pipes
+        out: List[Any] = [None] * len(ids)
+        if self._timeout is None:
+            waiting = list(range(len(ids)))
+        else:
+            poller = select.poll()
+            fd_of = {}
+            for j, i in enumerate(ids):
+                fd = pipes[i].fileno()
+                fd_of[fd] = j
+                poller.register(fd, select.POLLIN)
+            deadline = time.monotonic() + self._timeout
+            waiting = []
+            while fd_of:
+                events = poller.poll(max(0.0, deadline - time.monotonic()) * 1000.0)
+                if not events:
+                    j = min(fd_of.values())
+                    self._fail(self._hung_worker_error(ids[j]))
+                for fd, _ in events:
+                    j = fd_of.pop(fd, None)
+                    if j is not None:
+                        poller.unregister(fd)
+                        waiting.append(j)
+            waiting.sort()
+        for j in waiting:
+            i = ids[j]
             try:
-                result, ok = pipe.recv()
+                result, ok = pipes[i].recv()
             except (EOFError, OSError) as e:
                 self._fail(self._dead_worker_error(i), e)
             if not ok:
                 self._fail(self._raised_error(i))
-            out.append(result)
+            out[j] = result
         return out
 
     def _fail(self, err: EnvWorkerError, cause: Optional[BaseException] = None) -> None:
