@@ -51,18 +51,17 @@ class Context:
         """Return a fresh context of the same type with the kept keys carried and ``total_step`` + 1."""
         # Attributes are set one by one (not by assigning ``__dict__``) so that the new instance keeps
         # CPython's shared-key dict and the middleware's attribute writes stay cheap.
-        cls = self.__class__
+        cls = type(self)
         factories = cls._renew_factories
         if factories is None:
             factories = _factories_of(cls)
-        old = self.__dict__
         new = object.__new__(cls)
-        new.total_step = old["total_step"] + 1
-        if factories:
-            for name, factory in factories:
-                setattr(new, name, factory())
+        new.total_step = self.total_step + 1
+        for name, factory in factories:
+            setattr(new, name, factory())
         kept = self._kept_keys
         if kept:
+            old = self.__dict__  # only read when there are kept keys: it costs a dict on a fresh instance
             for key in kept:
                 if key in old:
                     setattr(new, key, old[key])

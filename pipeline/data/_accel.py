@@ -12,7 +12,7 @@ import os
 from types import ModuleType
 from typing import Optional
 
-__all__ = ["EXT", "kernel_name", "load"]
+__all__ = ["EXT", "kernel_name", "load", "state_without_ext", "ext_from_state"]
 
 
 def load() -> Optional[ModuleType]:
@@ -35,3 +35,18 @@ EXT: Optional[ModuleType] = load()
 def kernel_name(ext: Optional[ModuleType]) -> str:
     """``"C"`` or ``"numpy"``."""
     return "numpy" if ext is None else "C"
+
+
+def state_without_ext(obj: object) -> dict:
+    """``obj.__dict__`` with its ``_ext`` module replaced by a flag (modules cannot be copied or
+    pickled): for ``__getstate__`` of objects that hold the kernels."""
+    state = obj.__dict__.copy()
+    state["_ext"] = state.get("_ext") is not None
+    return state
+
+
+def ext_from_state(state: dict) -> dict:
+    """Inverse of :func:`state_without_ext` (the kernels of this process, if they were in use)."""
+    state = dict(state)
+    state["_ext"] = EXT if state.get("_ext") else None
+    return state

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from .columns import collate
-from .item import BufferedData, _Sampled
+from .item import BufferedData, _Sampled, copy_repeats
 
 if TYPE_CHECKING:
     from .buffer import DequeBuffer
@@ -55,6 +55,7 @@ class SampledBatch:
                     live = [s.id2slot[it.index] for it in out if it is not None]
                     if live:
                         s.sync(np.array(live, dtype=np.int64))
+                copy_repeats(out)  # sample_batch(replace=True): repeats are copies
             self._items = out
             self._storage = self._slots = None
         return self._items
@@ -85,7 +86,7 @@ def sample_batch(buf: "DequeBuffer", size: int, replace: bool = False, sample_ra
                 if cols.ok[slots].all():
                     return SampledBatch(cols.gather(slots), s.slot_id[slots].tolist(), None,
                                         _storage=s, _slots=slots)
-                items = s._result(slots)
+                items = s._result(slots, True, replace)
                 return SampledBatch(collate([it.data for it in items]), [it.index for it in items], None, items)
             fast = buf._fast
             if (fast is not None and cols is not None and not kwargs and sample_range is None and not replace

@@ -56,6 +56,9 @@ class DequeBuffer(Buffer):
         self._s = storage if storage is not None else SlotStorage(size, columnar, seed)
         super().__init__(size, self._s.lock)
 
+    def _copied_lock(self) -> Any:
+        return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
+
     def __repr__(self) -> str:
         return f"DequeBuffer(size={self.size}, count={self._s.count}, middleware={len(self._middleware)})"
 
@@ -126,7 +129,7 @@ class DequeBuffer(Buffer):
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            return s.take_ids(indices, ignore_insufficient, not _columns_only)
+            return s.take_ids(indices, ignore_insufficient, not _columns_only, replace)
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
             if groupby is None:

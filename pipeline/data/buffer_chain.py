@@ -45,6 +45,26 @@ class Buffer:
         self._middleware: List[Middleware] = []
         self._build_chains()
 
+    # ------------------------------------------------------------------ copies
+    _NOT_COPIED = ("_lock", "_fast", "_c_push", "_c_sample", "_c_update", "_c_update_many", "_c_delete", "_c_clear")
+
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` / ``pickle`` (in-process use): the copy is an independent buffer with
+        its own lock; its middleware are copied with it (middleware that refer to the buffer refer
+        to the copy). Middleware that cannot be copied (e.g. closures for pickle) raise."""
+        state = self.__dict__.copy()
+        for k in self._NOT_COPIED:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = self._copied_lock()
+        self._build_chains()
+
+    def _copied_lock(self) -> Any:
+        return threading.RLock()
+
     # ------------------------------------------------------------------ middleware
     def use(self, middleware: Middleware) -> "Buffer":
         """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 
-from .item import BufferedData
+from .item import BufferedData, copy_repeats
 
 if TYPE_CHECKING:
     from .storage import SlotStorage
@@ -155,6 +155,13 @@ def sample_groups(st: "SlotStorage", size: Optional[int], key: str, unroll_len: 
         out.append([items[id2slot[i]] for i in window])
     if st.syncers and out:
         st.sync(np.array([id2slot[it.index] for g in out for it in g], dtype=np.int64))
+    if replace and len(out) > 1:  # a group (or overlapping windows) drawn twice: copies, not aliases
+        seen = 0
+        flat = [it for g in out for it in g]
+        copy_repeats(flat)
+        for g in out:
+            g[:] = flat[seen:seen + len(g)]
+            seen += len(g)
     return out
 
 

@@ -1,18 +1,29 @@
 """What a buffer stores and returns: :class:`BufferedData` and the sample lists the storage builds."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, List
 
-__all__ = ["BufferedData"]
+__all__ = ["BufferedData", "copy_repeats"]
 
 
 @dataclass(slots=True, eq=False)
 class BufferedData:
     """One stored item: ``data`` (what was pushed), ``index`` (stable unique id) and ``meta`` (dict).
 
-    Sampled items are the stored objects themselves (no copy); change them through
-    :meth:`Buffer.update`, or use the ``clone_object()`` middleware to get private copies.
+    What a sample shares with the buffer:
+
+    * ``sample()`` / ``get()`` / ``get_by_index()`` return the stored :class:`BufferedData` objects
+      themselves (no copy, for speed): changing ``item.data`` or ``item.meta`` in place changes what
+      the buffer holds. Change stored items through :meth:`Buffer.update` instead.
+    * An item that appears more than once in one sample (``replace=True``, repeated ``indices``,
+      ``groupby`` with ``replace=True``, ``padding``) is the stored object the first time and a deep
+      copy (data and meta) every other time: repeats never alias each other.
+    * ``sample_batch().data`` is always new memory (tensors gathered or stacked from the items);
+      non-numeric fields are plain lists holding the stored objects themselves.
+    * With the ``clone_object()`` middleware every sampled item is a full deep copy (and pushed /
+      updated data are copied on the way in), so nothing is shared in either direction.
     """
 
     data: Any
@@ -30,3 +41,19 @@ class _SlotIds(list):
     """A list of indices that also carries their slots (a shortcut for middleware such as PER)."""
 
     __slots__ = ("slots", "version")
+
+
+def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
+    """Replace, in place, every item of ``items[start:]`` that is an object already seen in ``items``
+    by a deep copy (data and meta), so that no two entries of a sample are the same object."""
+    seen = set(map(id, items[:start]))
+    for j in range(start, len(items)):
+        it = items[j]
+        if it is None:  # an item evicted before SampledBatch.items was read
+            continue
+        k = id(it)
+        if k in seen:
+            items[j] = BufferedData(copy.deepcopy(it.data), it.index, copy.deepcopy(it.meta))
+        else:
+            seen.add(k)
+    return items

@@ -98,6 +98,12 @@ class PriorityExperienceReplay(PrioritySampling, PriorityUpdates):
             storage.add_listener(self)  # on_push/on_remove/on_clear/on_load, and sync_meta
             self.on_load()
 
+    def __getstate__(self) -> dict:  # copy.deepcopy / pickle (with the buffer): not the kernels module
+        return _accel.state_without_ext(self)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(_accel.ext_from_state(state))
+
     @property
     def kernel(self) -> str:
         """Which hot loops run: ``"C"`` (the compiled ``_per_kernels`` extension) or ``"numpy"``

@@ -104,6 +104,12 @@ class SumMinTree:
     by itself: the owner (the PER middleware) calls it under the buffer's lock.
     """
 
+    def __getstate__(self) -> dict:  # copy.deepcopy / pickle: the kernels module is not copied
+        return _accel.state_without_ext(self)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(_accel.ext_from_state(state))
+
     def __init__(self, capacity: int, fanout: int = _B, ext: Optional[ModuleType] = _DEFAULT) -> None:  # type: ignore[assignment]
         if capacity < 1:
             raise ValueError(f"SumMinTree capacity must be >= 1, got {capacity}")

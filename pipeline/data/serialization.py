@@ -107,26 +107,53 @@ def storage_payload(s: "SlotStorage") -> dict:
 
 
 def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
-    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote."""
+    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote.
+
+    The whole file is checked and decoded into a new storage first; only then are its contents
+    swapped into ``s`` (so a bad file leaves the buffer as it was). Raises ``ValueError`` naming
+    what is wrong: not a buffer file, missing keys, ids that are not integers >= 0 or not strictly
+    increasing (duplicates), lengths that differ, data that does not decode.
+    """
+    from .storage import SlotStorage
+
+    where = f"load_data({path!r})"
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError, ...
-        raise ValueError(f"load_data({path!r}): not a buffer file saved by save_data, or it contains "
+        raise ValueError(f"{where}: not a buffer file saved by save_data, or it contains "
                          f"objects that are not allowed to load ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != "rlpipe.DequeBuffer":
-        raise ValueError(f"load_data({path!r}): not a buffer file saved by DequeBuffer.save_data")
-    ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
+        raise ValueError(f"{where}: not a buffer file saved by DequeBuffer.save_data")
+    missing = [k for k in ("ids", "data", "meta", "next_id") if k not in payload]
+    if missing:
+        raise ValueError(f"{where}: corrupt buffer file, missing {', '.join(map(repr, missing))}; "
+                         "the buffer was not changed")
+    ids, datas, metas, next_id = payload["ids"], payload["data"], payload["meta"], payload["next_id"]
+    if not all(isinstance(x, list) for x in (ids, datas, metas)):
+        raise ValueError(f"{where}: corrupt buffer file ('ids', 'data' and 'meta' must be lists)")
     if not (len(ids) == len(datas) == len(metas)):
-        raise ValueError(f"load_data({path!r}): corrupt file (lengths differ)")
-    if any(int(a) >= int(b) for a, b in zip(ids, ids[1:])):
-        raise ValueError(f"load_data({path!r}): corrupt file (indices not increasing)")
+        raise ValueError(f"{where}: corrupt file (lengths differ: {len(ids)} ids, {len(datas)} data, "
+                         f"{len(metas)} meta)")
+    if not all(type(i) is int and i >= 0 for i in ids) or not (type(next_id) is int and next_id >= 0):
+        raise ValueError(f"{where}: corrupt file (ids and next_id must be integers >= 0)")
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise ValueError(f"{where}: corrupt file (ids not strictly increasing: duplicate or out-of-order ids)")
+    start = max(0, len(ids) - s.size)
+    try:
+        items = [(decode(datas[i]), decode(metas[i])) for i in range(start, len(ids))]
+    except Exception as e:  # noqa: BLE001 - whatever a damaged entry raises
+        raise ValueError(f"{where}: corrupt file, an item does not decode ({type(e).__name__}: {e}); "
+                         "the buffer was not changed") from None
+    for _, meta in items:
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: corrupt file (an item's meta is a {type(meta).__name__}, not a dict)")
+    new = SlotStorage(s.size, s.columnar, 0)
+    for i, (data, meta) in zip(range(start, len(ids)), items):
+        new.next_id = ids[i]  # push assigns exactly the saved index
+        new.push(data, meta)
+    new.next_id = max(next_id, ids[-1] + 1 if ids else 0)
     with lock:
-        s.clear()
-        start = max(0, len(ids) - s.size)
-        for i in range(start, len(ids)):
-            s.next_id = int(ids[i])  # push assigns exactly the saved index
-            s.push(decode(datas[i]), decode(metas[i]))
-        s.next_id = max(int(payload["next_id"]), (int(ids[-1]) + 1) if ids else 0)
-        s.groups = {}
+        s.adopt(new)
         for listener in s.listeners:
+            listener.on_clear()
             listener.on_load()

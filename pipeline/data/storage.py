@@ -51,7 +51,7 @@ import torch
 
 from .columns import Columns, Unsupported
 from .group_index import GroupIndex, sample_groups
-from .item import BufferedData, _Sampled, _SlotIds
+from .item import BufferedData, _Sampled, _SlotIds, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -82,6 +82,15 @@ class SlotStorage:
         self.listeners: List[Any] = []
         self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
+
+    def __getstate__(self) -> dict:  # copy.deepcopy / pickle: a copy gets its own lock
+        state = self.__dict__.copy()
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     def _alloc(self) -> None:
         size = self.size
@@ -202,6 +211,19 @@ class SlotStorage:
         for listener in self.listeners:
             listener.on_clear()
 
+    def adopt(self, other: "SlotStorage") -> None:
+        """Take ``other``'s contents (items, indexes, columns), keeping this storage's lock, random
+        generator, settings and listeners (``load_data``: the caller then tells the listeners)."""
+        version, pushes = self.version, self.pushes
+        keep = {"size", "lock", "rng", "columnar", "listeners", "syncers"}
+        for k, v in other.__dict__.items():
+            if k not in keep:
+                setattr(self, k, v)
+        # later than anything seen before: no cached (version, slots) pair may match the new contents
+        self.version = version + other.version + 1
+        self.pushes = pushes + other.pushes + 1
+        self.groups = {}
+
     def compact_order(self) -> None:
         seg = self.order[self.otail:self.ohead]
         live = seg[seg >= 0]
@@ -283,10 +305,15 @@ class SlotStorage:
             syncer.sync_meta(slots)
 
     # ------------------------------------------------------------------ sampling
-    def _result(self, slots: np.ndarray, sync: bool = True) -> _Sampled:
+    def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> _Sampled:
+        """The stored items of ``slots`` as a sample list; ``repeats``: ``slots`` may hold a slot
+        twice, and every repeat then becomes a deep copy (see :class:`BufferedData`)."""
         if sync and self.syncers:
             self.sync(slots)
-        res = _Sampled(map(self.items.__getitem__, slots.tolist()))
+        sl = slots.tolist()
+        res = _Sampled(map(self.items.__getitem__, sl))
+        if repeats and len(sl) > 1 and len(set(sl)) < len(sl):
+            copy_repeats(res)
         res.slots = slots
         res.ref = tuple(res)
         res.pushes = self.pushes
@@ -314,13 +341,16 @@ class SlotStorage:
             k = 0 if n == 0 else (k if replace else n)
         if k == 0:
             return self._result(np.zeros(0, dtype=np.int64))
-        return self._result(pool[self.draw(n, k, replace)], sync)
+        return self._result(pool[self.draw(n, k, replace)], sync, replace)
 
-    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True) -> _Sampled:
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True,
+                 replace: bool = True) -> _Sampled:
+        """The items of ``indices``. ``replace=False`` is a middleware's promise that its
+        :class:`_SlotIds` hold no index twice (caller-given lists are always checked for repeats)."""
         if type(indices) is _SlotIds:
             slots = indices.slots
             if getattr(indices, "version", None) == self.version or self.slot_id[slots].tolist() == indices:
-                return self._result(slots, sync)
+                return self._result(slots, sync, replace)
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
@@ -335,7 +365,7 @@ class SlotStorage:
                 raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
                                "evicted); pass ignore_insufficient=True to skip missing indices") from None
             slots = [id2slot[i] for i in indices if i in id2slot]
-        return self._result(np.array(slots, dtype=np.int64), sync)
+        return self._result(np.array(slots, dtype=np.int64), sync, True)
 
     def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                       sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:

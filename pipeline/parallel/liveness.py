@@ -21,7 +21,7 @@ log = logging.getLogger("rlpipe.parallel")
 
 class _Peer:
     __slots__ = ("node_id", "session", "address", "labels", "roles", "sock", "lock", "next_seq", "last_seen",
-                 "alive", "warned", "data_prefix", "rx_count", "rx_mark")
+                 "alive", "warned", "data_prefix", "rx_count", "rx_mark", "dead_since")
 
     def __init__(self, node_id: int, session: int, address: str, labels: Iterable[str], roles: Iterable[str],
                  sock: Any, data_prefix: bytes = b"") -> None:
@@ -39,6 +39,7 @@ class _Peer:
         self.last_seen = time.monotonic()
         self.alive = True
         self.warned = False
+        self.dead_since = 0.0  # when it was declared dead (its socket is closed some time later)
 
 
 class Liveness:
@@ -79,11 +80,18 @@ class Liveness:
             return {"address": p.address, "labels": set(p.labels), "roles": set(p.roles), "alive": p.alive}
 
     def _register(self, node_id: int, session: int, info: Dict[str, Any], sock: Any = None) -> _Peer:
-        """Create or refresh the peer entry for (node_id, session); caller holds the state lock."""
+        """Create or refresh the peer entry for (node_id, session); caller holds the state lock. The entry of a
+        known incarnation is kept (a dead one is revived), so its sequence numbers never restart."""
         old = self._peers.get(node_id)
-        if old is not None and old.session == session and old.alive:
+        if old is not None and old.session == session:
             if sock is not None:
-                sock.close(0)
+                if old.sock is None and old.lock.acquire(timeout=1.0):
+                    old.sock, sock = sock, None
+                    old.lock.release()
+                if sock is not None:
+                    sock.close(0)
+            if not old.alive:
+                self._wake_peer(old)
             return old
         if old is not None:
             if old.alive:
@@ -117,20 +125,40 @@ class Liveness:
                         p.node_id)
 
     def _lose(self, p: _Peer, event: str) -> None:
+        """Mark ``p`` dead (silent too long) or gone (it said BYE). A dead peer keeps its entry, its sequence
+        numbers and, for a while, its socket: what is queued there still reaches it if it comes back, and it
+        keeps getting heartbeats, so that two nodes that both declared the other dead find each other again."""
         with self._state_lock:
             if not p.alive:
                 return
-            self._close_peer(p)
+            if event == PEER_DEAD:
+                p.alive = False
+                p.dead_since = time.monotonic()
+            else:
+                self._close_peer(p)
             self._peer_change.notify_all()
         self._notices.append((event, (p.node_id,)))
         if event == PEER_DEAD and self.stop_on_peer_failure:
             self._notices.append((FINISH, ()))
 
     def _revive(self, p: _Peer) -> None:
-        log.warning("node %d: node %d, declared dead, is sending again; reconnecting", self.node_id, p.node_id)
+        """``p``, declared dead, sent an authenticated message of the same session: it is alive again."""
         with self._state_lock:
-            self._peers.pop(p.node_id, None)
-            self._register(p.node_id, p.session, {"address": p.address, "labels": p.labels, "roles": p.roles})
+            if p.alive or self._peers.get(p.node_id) is not p or self._stopping.is_set():
+                return
+            log.warning("node %d: node %d, declared dead, is sending again; reconnecting", self.node_id, p.node_id)
+            self._wake_peer(p)
+
+    def _wake_peer(self, p: _Peer) -> None:
+        """Revive a dead entry in place (caller holds the state lock): same sequence numbers, same socket if
+        it is still open, so that every message after the revival arrives exactly once."""
+        if p.sock is None:
+            p.sock = self._new_push(p.address)
+        p.alive = True
+        p.rx_mark = p.rx_count
+        p.last_seen = time.monotonic()
+        self._notices.append((PEER_JOINED, (p.node_id,)))
+        self._peer_change.notify_all()
 
     def _monitor_loop(self) -> None:
         hb = codec.encode(None)[0]
@@ -138,8 +166,15 @@ class Liveness:
         probe_every = min(0.2, self.heartbeat_interval)
         next_beat = 0.0
         busy_no, long_busy, busy_since, warned = -1, False, 0.0, False
+        keep_dead = max(30.0, 10 * self.heartbeat_timeout)
+        last_tick = time.monotonic()
         while not stopping.is_set():
             now = time.monotonic()
+            if now - last_tick > max(1.0, self.heartbeat_timeout / 2):
+                # This thread did not run for a while (the process was paused: SIGSTOP, a VM or GC pause, or
+                # starved): nobody here read anything either, so the peers' silence means nothing yet.
+                self._grace_from = now
+            last_tick = now
             # The readers only count messages per peer; the time a peer was last heard of is taken here.
             for p in list(self._peers.values()):
                 n = p.rx_count
@@ -180,8 +215,16 @@ class Liveness:
                 next_beat = now + self.heartbeat_interval
                 with self._state_lock:
                     peers = [p for p in self._peers.values() if p.alive]
+                    dead = [p for p in self._peers.values() if not p.alive and p.sock is not None]
                 for p in peers:
                     self._send_to(p, K_HEARTBEAT, hb, (), b"", "heartbeat", timeout=0.0)
+                for p in dead:  # a dead peer that comes back hears from us and revives us in turn
+                    if now - p.dead_since > keep_dead:
+                        with self._state_lock:
+                            if not p.alive:
+                                self._close_peer(p)
+                    else:
+                        self._send_to(p, K_HEARTBEAT, hb, (), b"", "heartbeat", timeout=0.0, to_dead=True)
                 for p in peers:
                     if self._in_handler:
                         break  # our reader is busy in a listener: peers' silence means nothing now

@@ -79,10 +79,21 @@ class Reader:
                 continue
             first = frame.bytes
             if frame.more:
+                # ZeroMQ hands over a multipart message once all of it arrived, each frame within
+                # max_frame_size (MAXMSGSIZE); the sum is checked here, before any hashing or decoding.
                 extra = []
+                total = len(first)
+                cap = self.max_message_size
                 while frame.more:
                     frame = recv(copy=False)
-                    extra.append(frame.buffer)
+                    total += len(frame)
+                    if total <= cap:
+                        extra.append(frame.buffer)
+                if total > cap:
+                    extra.clear()
+                    self._drop("oversize", f"a message of {total} bytes (max_message_size {cap}): not checked "
+                               "or decoded (raise max_message_size on every node if it was genuine)")
+                    continue
                 handle(first, extra)
             elif first != wake_msg:
                 handle(first, ())
@@ -239,16 +250,26 @@ class Reader:
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
         body = first[_MAC_LEN:]
         if kind == K_DATA:
+            # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
+            # can take many seconds on a loaded machine) must not make this node hold the peers' silence
+            # against them (the heartbeat thread sees the reader busy, see liveness).
+            self._deliveries += 1
+            self._handler_event = "(decoding a message)"
+            self._in_handler = True
             try:
                 event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE)
             except codec.DecodeError as e:
+                self._in_handler = False
                 self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
                 return
             peer = self._peers.get(sender)
             if peer is not None and peer.session == session:
                 peer.rx_count += 1
                 if not peer.alive:
-                    self._revive(peer)
+                    try:
+                        self._revive(peer)
+                    except Exception:
+                        log.exception("node %d: could not reconnect to node %d", self.node_id, sender)
             self.stats["received"] += 1
             if event == FINISH:
                 self._finish_seen = True

@@ -51,18 +51,29 @@ class Sending:
             # Snapshot large payloads (e.g. weights an optimizer updates in place right after emit), so that
             # what is sent to every peer is what the MAC covers; frames then go out without another copy.
             buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
+            self._check_size(event, len(meta), buffers)
             digest = _digest(buffers)
         else:
+            if len(meta) > self.max_frame_size:
+                self._check_size(event, len(meta), buffers)
             digest = b""
         if to is None:
             targets = [p for p in list(self._peers.values()) if p.alive]  # list(): atomic snapshot
+            if not targets:  # a broadcast that reaches nobody is not sent either: say so
+                self.stats["undeliverable"] += 1
+                n = self.stats["undeliverable"]
+                if n <= 5 or n % 1000 == 0:
+                    log.warning("node %d: event %r not sent: no peer is connected [%d undeliverable so far]",
+                                self.node_id, event, n)
         else:
             p = self._peers.get(to if type(to) is int else int(to))  # one dict lookup: atomic
             if p is None or not p.alive:
                 self.stats["undeliverable"] += 1
-                log.warning("node %d: event %r for node %s not sent: that node is %s", self.node_id, event, to,
-                            "dead or gone" if p is not None else
-                            f"not connected (connected: {self.peers}; topology {self.topology})")
+                n = self.stats["undeliverable"]
+                if n <= 5 or n % 1000 == 0:
+                    log.warning("node %d: event %r for node %s not sent: that node is %s [%d undeliverable so far]",
+                                self.node_id, event, to, "dead or gone" if p is not None else
+                                f"not connected (connected: {self.peers}; topology {self.topology})", n)
                 return
             targets = (p,)
         for p in targets:
@@ -88,10 +99,21 @@ class Sending:
         if event == FINISH:
             self._finish_seen = True
 
+    def _check_size(self, event: str, meta_size: int, buffers: Sequence[bytes]) -> None:
+        """Refuse a message the peers would drop for its size (their caps are assumed equal to ours)."""
+        biggest = max([meta_size, *map(len, buffers)])
+        total = meta_size + sum(map(len, buffers))
+        if biggest > self.max_frame_size or total > self.max_message_size:
+            raise ValueError(
+                f"node {self.node_id}: event {event!r} is too large to send: {total} bytes in all, the largest "
+                f"part {biggest} bytes (max_message_size {self.max_message_size}, max_frame_size "
+                f"{self.max_frame_size}); raise both caps on every node (ZmqRouter arguments) or send less")
+
     def _send_to(self, p: _Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
-                 what: str, timeout: Optional[float] = None) -> bool:
+                 what: str, timeout: Optional[float] = None, to_dead: bool = False) -> bool:
         """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
-        ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout."""
+        ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout.
+        ``to_dead``: send even though ``p`` is declared dead (heartbeats that let it revive us)."""
         lock = p.lock
         patient = timeout is None
         wait = self.send_timeout if patient else timeout
@@ -104,12 +126,12 @@ class Sending:
                                           f"to node {p.node_id}")
             return False
         try:
-            if not p.alive or p.sock is None:
+            if not (p.alive or to_dead) or p.sock is None:
                 ok = False
             else:
                 frames = self._frames(kind, p.node_id, p.session, p.next_seq, meta, buffers, digest)
                 try:
-                    ok = self._send(p.sock, frames, deadline, p)
+                    ok = self._send(p.sock, frames, deadline, None if to_dead else p)
                 except BackpressureTimeout:
                     if patient:
                         self.stats["undeliverable"] += 1

@@ -16,6 +16,8 @@ import logging
 import struct
 from typing import Any, List, Optional, Sequence, Tuple
 
+from .replay import ReplayWindow
+
 log = logging.getLogger("rlpipe.parallel")
 
 # Event names the bus itself delivers or sends.
@@ -102,18 +104,21 @@ class Framing:
                 self._drop("misrouted", f"{_KIND_NAMES[kind]} from node {sender} for node {dest} (session "
                            f"{dest_session:x}), this is node {self.node_id} (session {self.session:x})")
                 return None
-            rx_key = (sender, session)
-            last = self._rx_seq.get(rx_key, 0)
-            if seq != last + 1:
-                if seq <= last:
-                    self._drop("duplicates",
-                               f"{_KIND_NAMES[kind]} #{seq} from node {sender} already seen (#{last})")
+            window = self._rx_seq.get((sender, session))
+            if window is None:
+                window = self._rx_seq[(sender, session)] = ReplayWindow()
+            if seq == window.floor + 1 and not window.above:  # in order: ReplayWindow.accept's fast path
+                window.floor = window.top = seq
+            else:
+                lost = window.accept(seq)
+                if lost < 0:
+                    self._drop("duplicates", f"{_KIND_NAMES[kind]} #{seq} from node {sender} refused by the "
+                               f"anti-replay window (seen before, or older than the window)")
                     return None
-                if last:
-                    self.stats["gaps"] += 1
-                    log.warning("node %d: %d message(s) from node %d missing before #%d", self.node_id,
-                                seq - last - 1, sender, seq)
-            self._rx_seq[rx_key] = seq
+                if lost:
+                    self.stats["gaps"] += lost
+                    log.warning("node %d: %d message(s) from node %d never arrived (lost on the way)",
+                                self.node_id, lost, sender)
         return magic, version, kind, sender, session, dest, dest_session, seq, nbufs
 
     def _drop(self, counter: str, why: str) -> None:

@@ -76,7 +76,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         hwm: high-water mark (messages) of each send and receive queue.
         linger: seconds ``stop`` waits to flush messages still queued.
         stop_on_peer_failure: also deliver ``"__finish__"`` when a peer is declared dead.
-        max_message_size: larger incoming frames make ZeroMQ drop the connection (bytes; -1: no limit).
+        max_frame_size, max_message_size: caps (bytes) on one frame and on a whole message (all its frames),
+            which bound what a sender, authenticated or not, makes this node hold. ZeroMQ drops the connection
+            of a sender of a larger frame before buffering it; a message whose frames add up to more is dropped
+            and counted (``stats["oversize"]``) before it is authenticated or decoded. ``emit`` refuses to send
+            more (``ValueError``). Defaults: 256 MiB per frame (one tensor), 512 MiB per message; set the same
+            values on every node.
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
             (machines in a group need clocks synchronised to within this, e.g. by NTP).
         slow_listener_warning: log a warning once a listener of a remote event has run this long (s): while it
@@ -93,7 +98,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
                  heartbeat_interval: float = 0.5, heartbeat_timeout: float = 5.0,
                  expected_peers: Optional[int] = None, startup_timeout: float = 30.0,
                  send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
-                 stop_on_peer_failure: bool = False, max_message_size: int = 1 << 31,
+                 stop_on_peer_failure: bool = False, max_frame_size: int = 256 << 20,
+                 max_message_size: int = 512 << 20,
                  hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
@@ -114,7 +120,11 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.hwm = int(hwm)
         self.linger = float(linger)
         self.stop_on_peer_failure = bool(stop_on_peer_failure)
+        self.max_frame_size = int(max_frame_size)
         self.max_message_size = int(max_message_size)
+        if not 0 < self.max_frame_size <= self.max_message_size:
+            raise ValueError(f"max_frame_size ({max_frame_size}) must be positive and at most max_message_size "
+                             f"({max_message_size})")
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
@@ -128,11 +138,11 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "stale_hello", "control_sent", "control_received"), 0)
+             "gaps", "stale_hello", "oversize", "control_sent", "control_received"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
-        self._rx_seq: Dict[tuple, int] = {}
+        self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._notices: deque = deque()
         self._stopping = threading.Event()
@@ -195,7 +205,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
             pull.setsockopt(zmq.IPV6, 1)
         pull.setsockopt(zmq.RCVHWM, self.hwm)
         pull.setsockopt(zmq.LINGER, 0)
-        pull.setsockopt(zmq.MAXMSGSIZE, self.max_message_size)
+        pull.setsockopt(zmq.MAXMSGSIZE, self.max_frame_size)
         try:
             if self.bind_address.startswith("ipc://"):
                 os.makedirs(os.path.dirname(self.bind_address[len("ipc://"):]) or ".", exist_ok=True)

@@ -1,0 +1,86 @@
+"""``task.serial`` and ``task.parallel``: several middleware combined into one.
+
+``serial(a, b)`` runs ``a`` then ``b`` in the calling thread (backward parts in reverse). ``parallel(a, b)``
+runs the branches concurrently on a thread pool of its own (one thread per branch, so branches that wait
+for each other cannot starve, and a parallel nested in another has its own threads): first every branch's
+forward part, then, in the step's backward phase, every branch's backward part. A branch that raises is
+reported once all branches have ended.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import GeneratorType
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from .phases import Middleware, finish, is_void, name_of, run_parts, start
+
+
+def serial(*fns: Middleware) -> Middleware:
+    """One middleware that runs ``fns`` in order, their backward parts in reverse."""
+    fns = tuple(f for f in fns if not is_void(f))
+
+    def _serial(ctx: Any):
+        stack: List[GeneratorType] = []
+        run_parts(fns, ctx, stack, backward=False)
+        yield
+        run_parts((), None, stack)
+
+    _serial.__name__ = _serial.__qualname__ = "serial(" + ", ".join(name_of(f) for f in fns) + ")"
+    _serial.__branches__ = fns
+    return _serial
+
+
+class Parallel:
+    """One middleware that runs its branches concurrently (see the module docstring)."""
+
+    def __init__(self, fns: Sequence[Middleware]) -> None:
+        self.branches = tuple(f for f in fns if not is_void(f))
+        self.__name__ = self.__qualname__ = "parallel(" + ", ".join(name_of(f) for f in self.branches) + ")"
+        self.__branches__ = self.branches
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+
+    def __call__(self, ctx: Any):
+        started, error = self._on_all(start, [(fn, ctx) for fn in self.branches])
+        started = [g for g in started if g is not None]
+        if error is not None:
+            for g in started:
+                g.close()
+            raise error
+        return self._backward(started)
+
+    def _backward(self, started: List[GeneratorType]):
+        yield
+        _, error = self._on_all(finish, [(g,) for g in started])
+        if error is not None:
+            raise error
+
+    def _on_all(self, fn: Callable, calls: List[tuple]) -> Tuple[List[Any], Optional[BaseException]]:
+        """``fn(*args)`` for every ``args`` in ``calls`` at once: the results (None where it raised) and the
+        first error, once all calls ended."""
+        if not calls:
+            return [], None
+        if len(calls) == 1:  # one branch: no thread needed
+            try:
+                return [fn(*calls[0])], None
+            except BaseException as e:
+                return [None], e
+        pool = self._threads()
+        futures = [pool.submit(fn, *args) for args in calls]
+        errors = [f.exception() for f in futures]
+        results = [None if e is not None else f.result() for f, e in zip(futures, errors)]
+        return results, next((e for e in errors if e is not None), None)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=len(self.branches), thread_name_prefix="rlpipe-parallel")
+            return self._pool
+
+    def close(self) -> None:
+        """Let the pool's threads end (``task.stop`` calls it); the next call starts new ones."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
