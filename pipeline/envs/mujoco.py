@@ -23,7 +23,8 @@ def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[
     env = make_gym_env(env_id, max_episode_steps, **kwargs)
     if not isinstance(env.action_space, gym.spaces.Box):
         raise ValueError(f'{env_id!r} has a {type(env.action_space).__name__} action space; expected Box')
-    env = gym.wrappers.RescaleAction(env, -1.0, 1.0)
+    shape, dtype = env.action_space.shape, env.action_space.dtype
+    env = gym.wrappers.RescaleAction(env, np.full(shape, -1.0, dtype), np.full(shape, 1.0, dtype))
     space = env.observation_space
     f32 = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
     return gym.wrappers.TransformObservation(env, _to_float32, f32)
