@@ -179,3 +179,25 @@ def test_bad_backend_and_timeout():
         EnvManager('CartPole-v1', 2, backend='threads')
     with pytest.raises(ValueError, match='step_timeout'):
         EnvManager('CartPole-v1', 2, backend='subprocess', step_timeout=0)
+
+
+def scored_env():
+    """Rewards t (raw) seen halved by a training-only wrapper; RecordEpisodeStatistics underneath."""
+    env = gym.wrappers.RecordEpisodeStatistics(CountEnv(3))
+    return gym.wrappers.TransformReward(env, halve)
+
+
+def halve(r):
+    return r / 2
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_raw_score_reaches_episode_info_and_collector_logs(backend):
+    from contexts import OnlineRLContext
+    from middleware import StepCollector
+    with make_mgr(backend, [scored_env, lambda: CountEnv(3)]) as m:
+        col = StepCollector({'policy': {'collect': {'n_sample': 6}}}, lambda obs: np.zeros(len(obs), np.int64), m)
+        ctx = OnlineRLContext()
+        col(ctx)
+    assert ctx.info_for_logging['collect_episode_return'] == [3.0, 6.0]   # what the learner saw
+    assert ctx.info_for_logging['collect_score'] == [6.0]                 # env 0's raw score (1+2+3)
