@@ -4,7 +4,7 @@ An Atari transition ``{obs: [4, 84, 84], next_obs: [4, 84, 84], action, reward, 
 frames, of which usually only one is new: the stack of step ``t+1`` repeats 3 frames of step ``t``,
 and ``next_obs`` repeats ``obs`` shifted (with n-step returns, the ``obs`` of a later transition).
 :class:`FrameStorage` keeps every distinct frame once in a :class:`FramePool` (reference counted,
-found again by a hash of its bytes and an exact comparison) and stores per transition only the
+found again by a CRC-32 of its bytes and an exact comparison) and stores per transition only the
 ids of its frames plus the small fields. Stacks are gathered from the pool when a batch is built
 (``sample_batch``) or an item's ``data`` is read (``sample``, ``get``): the buffer's API, its
 middleware (PER, n-step data, ``update``) and the data handed out are unchanged. Sharing is by
@@ -16,6 +16,7 @@ Use: ``DequeBuffer(size, storage=FrameStorage(size))``. A 100k-transition Pong b
 from __future__ import annotations
 
 import sys
+import zlib
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -54,10 +55,13 @@ class FramePool:
         return self.live * self.frames[0].nbytes
 
     def add(self, frame: np.ndarray) -> int:
-        """The id of ``frame`` (an existing one if the same frame is stored), with one more reference."""
-        key = hash(frame.tobytes())
+        """The id of ``frame`` (an existing one if the same frame is stored), with one more reference.
+
+        Frames are found again by a CRC-32 of their bytes and confirmed by an exact comparison."""
+        frame = np.ascontiguousarray(frame)
+        key = zlib.crc32(frame)
         fid = self._by_key.get(key)
-        if fid is not None and np.array_equal(self.frames[fid], frame):
+        if fid is not None and self.frames[fid].tobytes() == frame.tobytes():
             self.refs[fid] += 1
             return fid
         if not self.free:
@@ -65,7 +69,7 @@ class FramePool:
         fid = self.free.pop()
         self.frames[fid] = frame
         self.refs[fid] = 1
-        if key not in self._by_key:
+        if key not in self._by_key:  # on a CRC collision the newer frame is stored without a key
             self._by_key[key] = fid
             self._key[fid] = key
         return fid
