@@ -72,6 +72,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="file with the shared key (default: $RLPIPE_KEY, $RLPIPE_KEY_FILE, or a random key "
                           "for runs on this machine only)")
     run.add_argument("--log-level", default="INFO")
+    ray_opts = run.add_argument_group("Ray backend (--backend ray; pip install rlpipe[ray])")
+    ray_opts.add_argument("--backend", choices=["processes", "ray"], default="processes",
+                          help="processes: local child processes (or this cluster task's node with --platform); "
+                               "ray: every node as a Ray actor, on the Ray cluster at --address (auto|HOST:PORT) "
+                               "or on a local Ray when --address is not given")
+    for role in ("learner", "collector", "evaluator"):
+        ray_opts.add_argument(f"--{role}-cpus", type=float, default=1.0, help=f"Ray CPUs per {role} node")
+        ray_opts.add_argument(f"--{role}-gpus", type=float, default=0.0, help=f"Ray GPUs per {role} node")
+    ray_opts.add_argument("--max-restarts", type=int, default=0,
+                          help="restarts per node whose actor dies or whose main raises (the node gets "
+                               "RLPIPE_RESTARTS and the examples resume from their newest checkpoint)")
     run.add_argument("main_args", nargs=argparse.REMAINDER,
                      help="arguments for the main function's own parser, after '--' (e.g. -- --seed 3)")
     return ap
@@ -82,6 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="[launcher] %(asctime)s %(levelname)s %(message)s")
+    if args.backend == "ray":
+        return _run_on_ray(args)
     from .keys import MissingKeyError
     from .launch import Launcher, plan_cluster_node, plan_nodes
     attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
@@ -108,6 +121,32 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"rlpipe run: error: --package {args.package!r} is not a directory", file=sys.stderr)
         return 2
     return launcher.run()
+
+
+def _run_on_ray(args: argparse.Namespace) -> int:
+    from .ray_launch import run_on_ray
+
+    if args.platform != "local" or args.attach_to or args.protocol != "tcp":
+        print("rlpipe run: error: --backend ray places the nodes itself: drop --platform, --attach-to and "
+              "--protocol", file=sys.stderr)
+        return 2
+    address = None if args.address == "127.0.0.1" else args.address  # --address names the Ray cluster here
+    os.environ["RLPIPE_LOG_LEVEL"] = args.log_level.upper()
+    try:
+        results = run_on_ray(
+            args.main, args.parallel_workers, package=args.package,
+            main_args=args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args,
+            roles=args.roles, labels=args.labels, topology=args.topology, address=address,
+            cpus={r: getattr(args, f"{r}_cpus") for r in ("learner", "collector", "evaluator")},
+            gpus={r: getattr(args, f"{r}_gpus") for r in ("learner", "collector", "evaluator")},
+            max_restarts=args.max_restarts, stop_on_failure=args.stop_on_failure,
+            heartbeat_interval=args.heartbeat_interval, heartbeat_timeout=args.heartbeat_timeout,
+            startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure)
+    except (ValueError, ImportError, TimeoutError) as e:
+        print(f"rlpipe run: error: {e}", file=sys.stderr)
+        return 2
+    failed = {i: r for i, r in results.items() if isinstance(r, BaseException)}
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import zmq as _zmq
 
 from . import codec
-from .wire import _HEADER_SIZE, _INF, _MAC_LEN, _KIND_NAMES, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT
+from .wire import _HEADER_SIZE, _INF, _MAC_LEN, _NONCE, _KIND_NAMES, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -257,7 +257,8 @@ class Reader:
             self._handler_event = "(decoding a message)"
             self._in_handler = True
             try:
-                event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE)
+                event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE + _NONCE if extra else
+                                                         _HEADER_SIZE)
             except codec.DecodeError as e:
                 self._in_handler = False
                 self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
@@ -276,7 +277,7 @@ class Reader:
             self._deliver(event, args, kwargs)
             return
         try:
-            value = codec.decode(body[_HEADER_SIZE:], extra)
+            value = codec.decode(body[_HEADER_SIZE + _NONCE if extra else _HEADER_SIZE:], extra)
         except codec.DecodeError as e:
             self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
             return

@@ -17,7 +17,7 @@ import zmq as _zmq
 
 from . import codec
 from .liveness import _Peer
-from .wire import FINISH, K_DATA, _digest, _pack_seq
+from .wire import FINISH, K_DATA, _pack_seq
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -52,7 +52,7 @@ class Sending:
             # what is sent to every peer is what the MAC covers; frames then go out without another copy.
             buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
             self._check_size(event, len(meta), buffers)
-            digest = _digest(buffers)
+            digest = self._seal(buffers)
         else:
             if len(meta) > self.max_frame_size:
                 self._check_size(event, len(meta), buffers)
@@ -167,7 +167,7 @@ class Sending:
         while True:
             try:
                 if big:
-                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                    sock.send_multipart(frames, zmq.NOBLOCK)  # small frames copied, large ones (>= 64 KiB) not
                 else:
                     sock.send(frames[0], zmq.NOBLOCK)
                 return True

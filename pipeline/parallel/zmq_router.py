@@ -43,8 +43,8 @@ from .reader import Reader
 from .sending import BackpressureTimeout, Sending
 # Re-exported: these names were importable from this module before it was split.
 from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing, _digest,
-                   is_local_address)
+                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing,
+                   is_local_address, require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -132,6 +132,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
         base = hmac.new(self._key, digestmod="sha256")
         self._hmac = getattr(base, "_hmac", None) or base
+        # One-time Poly1305 keys of the extra frames come from HMAC(payload key, nonce); the payload key is
+        # derived from the shared key, so that the first-frame MAC key is never used for anything else.
+        require_payload_mac()
+        payload_key = hmac.new(self._key, b"rlpipe payload-mac key v2", "sha256").digest()
+        otk = hmac.new(payload_key, digestmod="sha256")
+        self._otk_base = getattr(otk, "_hmac", None) or otk
         self.session = secrets.randbits(63) | 1
         self.address: Optional[str] = None  # the announced address, known after start()
         self._seeds = self._seed_addresses()
