@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 
 def _factories_of(cls: type) -> Tuple[Tuple[str, Any], ...]:
@@ -127,3 +127,7 @@ class OfflineRLContext(Context):
     info_for_logging: Dict[str, Any] = field(default_factory=dict)
 
     _default_kept = ("trained_env_step", "train_epoch", "train_iter", "last_eval_iter", "last_eval_value")
+
+
+RLContext = Union[OnlineRLContext, OfflineRLContext]
+"""The context type of middleware that work in online and offline pipelines (trainer, fetcher, logger...)."""

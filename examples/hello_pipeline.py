@@ -5,16 +5,17 @@
 import random
 
 from contexts import OnlineRLContext
-from pipeline import Role, for_roles, task
+from pipeline import Role, for_all_roles, for_roles, task
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["trajectories", "env_step"])
 def collector(ctx: OnlineRLContext) -> None:
     """Writes ``ctx.trajectories`` (8 fake transitions) and advances ``ctx.env_step``."""
     ctx.trajectories = [{"obs": random.random(), "reward": 1.0} for _ in range(8)]
     ctx.env_step += len(ctx.trajectories)
 
 
+@for_all_roles(reads=["trajectories"])  # checked when task.run starts: a collector must come first
 def pusher(buffer: list):
     def _pusher(ctx: OnlineRLContext) -> None:
         """Reads ``ctx.trajectories``; appends them to ``buffer``."""
@@ -22,7 +23,7 @@ def pusher(buffer: list):
     return _pusher
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_iter"], writes=["train_iter"])
 def trainer(ctx: OnlineRLContext):
     """Reads the buffer size; advances ``ctx.train_iter``; reports after the step (backward part)."""
     ctx.train_iter += 1

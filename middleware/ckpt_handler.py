@@ -8,6 +8,7 @@ from typing import Any, Dict, Generator, Optional, Union
 
 import torch
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['CkptSaver', 'save_checkpoint', 'load_checkpoint', 'COUNTER_KEYS']
@@ -24,7 +25,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def save_checkpoint(path: str, policy: Any, ctx: Any = None, extra: Optional[Dict[str, Any]] = None) -> str:
+def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Dict[str, Any]] = None) -> str:
     """Write ``{'policy': policy.state_dict(), 'counters': {...}, 'extra': {...}}`` atomically.
 
     Only tensors and plain Python values are stored, so the file loads with
@@ -43,7 +44,7 @@ def save_checkpoint(path: str, policy: Any, ctx: Any = None, extra: Optional[Dic
     return path
 
 
-def load_checkpoint(path: str, policy: Any = None, ctx: Any = None) -> Dict[str, Any]:
+def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = None) -> Dict[str, Any]:
     """Load a checkpoint safely (``weights_only=True``); restore ``policy`` and ``ctx`` counters
     when given. Returns the loaded dict. A file with anything but tensors and plain data raises
     ``ValueError`` instead of running code."""
@@ -63,7 +64,8 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Any = None) -> Dict[str,
     return state
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_iter", "eval_value?", "env_step?"],
+           writes=["train_iter", "env_step", "env_episode", "last_eval_iter", "last_eval_value"])
 class CkptSaver:
     """Save ``policy`` checkpoints under ``<save_dir>/ckpt/``.
 
@@ -98,14 +100,14 @@ class CkptSaver:
         self.paths: Dict[str, str] = {}
         self._resumed = resume_from is None
 
-    def _save(self, name: str, ctx: Any) -> str:
+    def _save(self, name: str, ctx: RLContext) -> str:
         path = os.path.join(self.dir, name)
         save_checkpoint(path, self.policy, ctx, {'best_eval': float(self.best_eval)})
         self.last_path = path
         self.paths[name] = path
         return path
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: RLContext) -> Generator:
         from pipeline import task
 
         if not self._resumed:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping
 
+from contexts import OnlineRLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['StepCollector', 'EpisodeCollector']
@@ -24,7 +25,7 @@ def _transitions(step: Any) -> List[Dict[str, Any]]:
              'terminated': te[j], 'truncated': tr[j], 'env_id': ids[j]} for j in range(len(ids))]
 
 
-def _log_finished(ctx: Any, finished: List[Any]) -> None:
+def _log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
     if finished:
         info = ctx.info_for_logging
         info.setdefault('collect_episode_return', []).extend(e.episode_return for e in finished)
@@ -34,7 +35,8 @@ def _log_finished(ctx: Any, finished: List[Any]) -> None:
             info.setdefault('collect_score', []).extend(scores)
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["trajectories", "env_step", "env_episode", "info_for_logging"])
 class StepCollector:
     """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
 
@@ -58,7 +60,7 @@ class StepCollector:
         self.env = env
         self._forward = policy.forward if hasattr(policy, 'forward') else policy
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         env = self.env
         if env.needs_reset:
             env.reset()
@@ -78,7 +80,8 @@ class StepCollector:
         ctx.trajectories = out
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
+           writes=["episodes", "env_step", "env_episode", "info_for_logging"])
 class EpisodeCollector:
     """Collect at least ``cfg.policy.collect.n_episode`` complete episodes.
 
@@ -98,7 +101,7 @@ class EpisodeCollector:
         self._forward = policy.forward if hasattr(policy, 'forward') else policy
         self._partial: Dict[int, List[Dict[str, Any]]] = {}
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         env = self.env
         if env.needs_reset:
             env.reset()

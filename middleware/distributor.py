@@ -38,7 +38,9 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Generator, List, Mapping, Optional, Set, Tuple
 
-from pipeline.roles import Role
+from contexts import OnlineRLContext
+from pipeline.contracts import Fields
+from pipeline.roles import Role, for_all_roles
 
 __all__ = ['ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger']
 
@@ -354,7 +356,16 @@ class ContextExchanger:
             self._w.cv.notify_all()
 
     # ----------------------------------------------------------------- the middleware
-    def __call__(self, ctx: Any) -> Generator:
+    def __fields__(self, roles: Set[Any]) -> Fields:
+        """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
+        counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
+        if self.is_learner:
+            received = ["trajectories", "episodes", "info_for_logging", "eval_value"] + counters
+            return Fields.of(reads=["train_iter"], writes=received, owner="ContextExchanger")
+        return Fields.of(reads=["trajectories?", "episodes?"], writes=["train_iter"] + counters,
+                         owner="ContextExchanger")
+
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)
         if self.is_collector:
@@ -363,7 +374,7 @@ class ContextExchanger:
             return self._evaluator_step(ctx)
         return self._other_step(ctx)
 
-    def _learner_step(self, ctx: Any) -> Generator:
+    def _learner_step(self, ctx: OnlineRLContext) -> Generator:
         self._learner_forward(ctx)
         self._apply_eval(ctx)
         yield
@@ -379,7 +390,7 @@ class ContextExchanger:
         log.info('%r at finish: %s; batches received per collector %s', self,
                  ', '.join(f'{k} {v}' for k, v in self.stats.items()), self.received_from or '-')
 
-    def _learner_forward(self, ctx: Any) -> None:
+    def _learner_forward(self, ctx: OnlineRLContext) -> None:
         task = _task()
         if not self._queue and not task.finish:
             def give_up() -> Optional[str]:
@@ -438,13 +449,13 @@ class ContextExchanger:
         os.remove(path)
         return data
 
-    def _send_update(self, ctx: Any) -> None:
+    def _send_update(self, ctx: OnlineRLContext) -> None:
         task = _task()
         task.emit(EV_LEARNER, {'node': self.node_id, 'train_iter': int(ctx.train_iter),
                                'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode),
                                'acks': dict(self._consumed)}, only_remote=True)
 
-    def _apply_update(self, ctx: Any) -> None:
+    def _apply_update(self, ctx: OnlineRLContext) -> None:
         with self._w.cv:
             u, n = self._update, self._update_n
         if u is None or n == self._applied_n:
@@ -456,7 +467,7 @@ class ContextExchanger:
         if u['env_episode'] > ctx.env_episode:
             ctx.env_episode = int(u['env_episode'])
 
-    def _apply_eval(self, ctx: Any) -> None:
+    def _apply_eval(self, ctx: OnlineRLContext) -> None:
         with self._w.cv:
             e, n = self._eval, self._eval_n
         if e is None or n == self._applied_eval_n:
@@ -472,7 +483,7 @@ class ContextExchanger:
         acked = int(u['acks'].get(self.node_id, 0)) if u is not None else 0
         return self._sent - acked
 
-    def _collector_step(self, ctx: Any) -> Generator:
+    def _collector_step(self, ctx: OnlineRLContext) -> Generator:
         task = _task()
         if self._sent and self._unacked() > self.skip_n_iter and not task.finish:
             def give_up() -> Optional[str]:
@@ -521,7 +532,7 @@ class ContextExchanger:
             self._final_wait(ctx)
             self._log_stats()
 
-    def _evaluator_step(self, ctx: Any) -> Generator:
+    def _evaluator_step(self, ctx: OnlineRLContext) -> Generator:
         task = _task()
         if self._steps and not task.finish:
             def give_up() -> Optional[str]:
@@ -534,7 +545,7 @@ class ContextExchanger:
         yield
         self._send_eval(ctx)
 
-    def _send_eval(self, ctx: Any) -> None:
+    def _send_eval(self, ctx: OnlineRLContext) -> None:
         """Evaluator: send this step's evaluation (if any) and, when finishing, the final result."""
         task = _task()
         ev = getattr(ctx, 'eval_value', None)
@@ -545,14 +556,14 @@ class ContextExchanger:
             task.emit(EV_FINAL, {'node': self.node_id, 'eval_value': float(ctx.last_eval_value),
                                  'train_iter': int(ctx.last_eval_iter)}, only_remote=True)
 
-    def _other_step(self, ctx: Any) -> Generator:
+    def _other_step(self, ctx: OnlineRLContext) -> Generator:
         self._apply_update(ctx)
         self._apply_eval(ctx)
         yield
         if _task().finish:
             self._final_wait(ctx)
 
-    def _final_wait(self, ctx: Any) -> None:
+    def _final_wait(self, ctx: OnlineRLContext) -> None:
         """In the finishing step: wait (bounded) for every live evaluator's final result, then load it."""
         evaluators = [i for i, r in self._alive.items() if 'evaluator' in r]
         if not evaluators:
@@ -583,6 +594,7 @@ class ContextExchanger:
 
 
 # ---------------------------------------------------------------------------------------------- model
+@for_all_roles(reads=["train_iter"])
 class PeriodicalModelExchanger:
     """Send a model's weights from one node, load them on the others (a generator middleware).
 
@@ -656,10 +668,10 @@ class PeriodicalModelExchanger:
             self._senders.discard(int(node_id))
             self._w.cv.notify_all()
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         return self._send_step(ctx) if self.mode == 'send' else self._receive_step(ctx)
 
-    def _send_step(self, ctx: Any) -> Generator:
+    def _send_step(self, ctx: OnlineRLContext) -> Generator:
         yield
         it = int(ctx.train_iter)
         if self.version < 0 or it - self.version >= self.period:
@@ -671,7 +683,7 @@ class PeriodicalModelExchanger:
     def _newer(self) -> bool:
         return self._newest is not None and self._newest[0] > self.version
 
-    def _receive_step(self, ctx: Any) -> Generator:
+    def _receive_step(self, ctx: OnlineRLContext) -> Generator:
         task = _task()
         if (self.stale_toleration is not None and self._uses >= self.stale_toleration and not self._newer()
                 and not task.finish):

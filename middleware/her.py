@@ -12,6 +12,9 @@ from typing import Any, Callable, List, Mapping, Optional
 
 import numpy as np
 
+from contexts import OnlineRLContext
+from pipeline.contracts import buffered
+from pipeline.protocols import EpisodeRelabeler
 from pipeline.roles import Role, for_roles
 
 from .reward import reward_step
@@ -21,15 +24,20 @@ __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator"]
 log = logging.getLogger(__name__)
 
 
-def _check_model(her_reward_model: Any) -> None:
-    if not hasattr(her_reward_model, "estimate"):
-        raise TypeError(
-            f"her_reward_model needs an estimate(episodes) method (e.g. pipeline.reward_model.HerRewardModel); "
-            f"got {type(her_reward_model).__name__}"
-        )
+def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
+    """Its ``relabel(episodes)`` (``pipeline.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
+    if isinstance(her_reward_model, EpisodeRelabeler):
+        return her_reward_model.relabel
+    if hasattr(her_reward_model, "estimate"):
+        return her_reward_model.estimate
+    raise TypeError(
+        f"her_reward_model needs a relabel(episodes) method (or the older name estimate(episodes); e.g. "
+        f"pipeline.reward_model.HerRewardModel); "
+        f"got {type(her_reward_model).__name__}"
+    )
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer"], writes=["train_data"])
 def her_data_enhancer(
     cfg: Mapping,
     buffer_: Any,
@@ -41,14 +49,14 @@ def her_data_enhancer(
 
     Reads the buffer only. Writes ``ctx.train_data``: a ``treetensor.torch.Tensor`` batch of the
     relabelled transitions (``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ...; one
-    row per transition ``her_reward_model.estimate`` returned), or ``None`` when the buffer holds
+    row per transition ``her_reward_model.relabel`` returned), or ``None`` when the buffer holds
     fewer than ``episode_size`` episodes (default ``her_reward_model.episode_size``).
 
     When ``her_reward_model`` has no ``sample_per_episode`` limit and the relabelled data has more
     than ``cfg.policy.learn.batch_size`` rows, a uniform subset of ``batch_size`` rows is kept.
     Role: LEARNER.
     """
-    _check_model(her_reward_model)
+    relabel = _relabel_fn(her_reward_model)
     n_ep = int(episode_size if episode_size is not None else getattr(her_reward_model, "episode_size", 16))
     if n_ep < 1:
         raise ValueError(f"episode_size must be >= 1, got {n_ep}")
@@ -57,7 +65,7 @@ def her_data_enhancer(
         batch_size = cfg["policy"]["learn"].get("batch_size")
     rng = np.random.default_rng(seed)
 
-    def _enhance(ctx: Any) -> None:
+    def _enhance(ctx: OnlineRLContext) -> None:
         from pipeline.policy.common import collate_transitions, to_tree
 
         if buffer_.count() < n_ep:
@@ -70,7 +78,7 @@ def her_data_enhancer(
                     f"her_data_enhancer expects buffer items to be whole episodes (lists of transitions), got "
                     f"{type(ep).__name__}; collect with EpisodeCollector so data_pusher pushes ctx.episodes"
                 )
-        data = her_reward_model.estimate(episodes)
+        data = relabel(episodes)
         if not data:
             ctx.train_data = None
             return
@@ -79,10 +87,11 @@ def her_data_enhancer(
             data = [data[i] for i in pick]
         ctx.train_data = to_tree(collate_transitions(data))
 
+    _enhance.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
     return _enhance
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class HERLearner:
     """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
 
@@ -120,12 +129,13 @@ class HERLearner:
         if self.update_per_collect < 1:
             raise ValueError(f"policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}")
         self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
+        self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
         self.reward_model = reward_model
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         outputs: List[Any] = []
         enhance, train, reward = self._enhancer, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):
@@ -139,7 +149,8 @@ class HERLearner:
         ctx.train_output = outputs
 
 
-@for_roles(Role.EVALUATOR)
+@for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
+           writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
     policy: Any,
     env: Any,
@@ -166,7 +177,7 @@ def goal_success_evaluator(
     if n_episode < 1 or eval_freq < 1:
         raise ValueError(f"n_episode and eval_freq must be >= 1, got {n_episode}, {eval_freq}")
 
-    def _evaluate(ctx: Any) -> None:
+    def _evaluate(ctx: OnlineRLContext) -> None:
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
         returns, lengths = evaluate_episodes(policy, env, n_episode)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Mapping, Optional
 
+from contexts import RLContext
+from pipeline.contracts import buffered
 from pipeline.roles import Role, for_roles
 
 from .functional.data_processor import offpolicy_data_fetcher
@@ -15,7 +17,7 @@ __all__ = ['OffPolicyLearner']
 log = logging.getLogger(__name__)
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class OffPolicyLearner:
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 
@@ -53,12 +55,13 @@ class OffPolicyLearner:
         if self.update_per_collect < 1:
             raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
+        self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
         self._trainer = trainer(cfg, policy, log_freq=log_freq)
         self.reward_model = reward_model
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: RLContext) -> None:
         outputs: List[Any] = []
         fetch, train, reward = self._fetcher, self._trainer, self._reward_step
         for _ in range(self.update_per_collect):

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ["reward_estimator"]
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
 def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Callable[[Any], None]:
     """Put ``reward_model``'s reward into ``ctx.train_data`` (after the fetcher, before the trainer).
 
@@ -55,7 +56,7 @@ def reward_step(reward_model: Any, train: bool = True, require_train: bool = Fal
         raise TypeError(f"{type(reward_model).__name__} has no train(data); pass train=False")
     estimate = reward_model.estimate
 
-    def _estimate(ctx: Any) -> None:
+    def _estimate(ctx: RLContext) -> None:
         data = ctx.train_data
         if data is None:
             return

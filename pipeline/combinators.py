@@ -38,6 +38,7 @@ class Parallel:
         self.branches = tuple(f for f in fns if not is_void(f))
         self.__name__ = self.__qualname__ = "parallel(" + ", ".join(name_of(f) for f in self.branches) + ")"
         self.__branches__ = self.branches
+        self.__concurrent__ = True  # for the fields check: branches do not see each other's writes
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
 

@@ -1,4 +1,4 @@
-"""Configuration: easydict defaults per policy, and a merge that checks user overrides.
+"""Configuration: each policy's schema (defaults, types, ranges), a checked merge, ``--set`` overrides.
 
 Usage::
 
@@ -6,21 +6,31 @@ Usage::
     cfg = compile_config({'env': {'env_id': 'CartPole-v1', 'stop_value': 475}}, policy='dqn')
     cfg.policy.learn.batch_size  # -> 64
 
-``merge_config`` refuses keys that the defaults do not have (with close-match suggestions) and
-values whose type does not fit the default's type; every problem is listed in one
-``ConfigError``.  Sections named in ``FREE_FORM_KEYS`` (e.g. ``env.env_kwargs``) accept any key.
+Every policy declares its config once, as a schema (:mod:`pipeline.config_schema`) next to the
+policy: ``DQN_CONFIG`` in :mod:`pipeline.policy.dqn`, ``SAC_CONFIG`` in :mod:`pipeline.policy.sac`.
+:func:`compile_config` merges the user's overrides into the defaults and lists, in one
+``ConfigError`` raised before anything is built, every unknown key (with close-match
+suggestions), every value whose type or range the schema refuses (naming the key and what is
+allowed) and every inconsistency between values that the policy checks (e.g. a soft target update
+without ``target_theta``). :func:`apply_overrides` turns command-line ``KEY=VALUE`` strings (the
+examples' ``--set``) into overrides.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+import importlib
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from easydict import EasyDict
 
+from . import config_schema as S
+
 __all__ = [
-    'ConfigError', 'dqn_default_config', 'get_default_config', 'merge_config', 'compile_config',
-    'register_default_config', 'FREE_FORM_KEYS',
+    'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
+    'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
+    'FREE_FORM_KEYS',
 ]
 
 
@@ -33,151 +43,91 @@ class ConfigError(ValueError):
         super().__init__(msg)
 
 
-# Dotted paths whose value is a free-form mapping: any keys are accepted below them.
+# Dotted paths whose value is a free-form mapping for configs without a schema (schemas declare
+# theirs with ``FreeForm``): any keys are accepted below them.
 FREE_FORM_KEYS = {'env.env_kwargs', 'policy.model.extra', 'policy.learn.optimizer_kwargs'}
 
-# Keys whose default is None but whose type is known, so that wrong types are still caught.
-_NONE_DEFAULT_TYPES: Dict[str, tuple] = {
-    'env.max_episode_steps': (int,),
-    'env.stop_value': (int, float),
-    'policy.model.obs_shape': (int, list, tuple),
-    'policy.model.action_shape': (int,),
-    'policy.model.head_hidden_size': (int,),
-    'policy.learn.grad_clip': (int, float),
-    'policy.learn.target_theta': (int, float),
-    'seed': (int,),
-}
+Checker = Callable[[EasyDict], List[str]]
+
+# policy name -> module defining ``CONFIG_SCHEMA`` and ``check_config(cfg) -> [messages]``;
+# imported on first use (the policies import torch).
+_POLICY_MODULES: Dict[str, str] = {'dqn': 'pipeline.policy.dqn', 'sac': 'pipeline.policy.sac'}
+_REGISTERED: Dict[str, Tuple[Mapping, Optional[Checker]]] = {}
+_LEGACY_DEFAULTS: Dict[str, Callable[[], Mapping]] = {}
 
 
-def dqn_default_config() -> EasyDict:
-    """Default DQN config (DI-engine 0.5.3's CartPole DQN settings where they apply).
-
-    Sections: ``exp_name``, ``seed``, ``env`` (env id, env counts, stop value), ``policy``
-    (``model``, ``learn``, ``collect``, ``eval``, ``other.eps``, ``other.replay_buffer``).
-    """
-    return EasyDict({
-        'exp_name': 'cartpole_dqn',
-        'seed': 0,
-        'env': {
-            'env_id': 'CartPole-v0',
-            'collector_env_num': 8,
-            'evaluator_env_num': 5,
-            'n_evaluator_episode': 5,
-            'stop_value': 195,
-            'max_episode_steps': None,
-            'env_kwargs': {},
-        },
-        'policy': {
-            'type': 'dqn',
-            'cuda': False,
-            'discount_factor': 0.97,
-            'nstep': 1,
-            'model': {
-                'obs_shape': None,            # inferred from the env when None
-                'action_shape': None,         # inferred from the env when None
-                'encoder_hidden_size_list': [128, 128, 64],
-                'dueling': True,
-                'head_hidden_size': None,     # defaults to the last encoder size
-                'head_layer_num': 1,
-                'extra': {},
-            },
-            'learn': {
-                'update_per_collect': 5,
-                'batch_size': 64,
-                'learning_rate': 1e-3,
-                'optimizer': 'adam',
-                'optimizer_kwargs': {},
-                'double_dqn': True,
-                'loss': 'mse',                # 'mse' or 'huber'
-                'target_update_type': 'hard',  # 'hard' or 'soft'
-                'target_update_freq': 100,    # hard update: every this many train iterations
-                'target_theta': None,         # soft update: target <- theta*online + (1-theta)*target
-                'grad_clip': None,            # max global grad norm, None for no clipping
-                'truncation_as_terminal': True,  # DI-engine treats a time-limit end as terminal
-                'learning_starts': 64,        # fetch nothing until the buffer holds this many
-            },
-            'collect': {
-                'n_sample': 8,
-                'n_episode': 8,               # used by EpisodeCollector
-                'unroll_len': 1,
-            },
-            'eval': {
-                'evaluator': {'eval_freq': 40},
-            },
-            'other': {
-                'eps': {'type': 'exp', 'start': 0.95, 'end': 0.1, 'decay': 10000},
-                'replay_buffer': {
-                    'replay_buffer_size': 20000,
-                    'priority': False,
-                    'priority_IS_weight': False,
-                    'priority_power_factor': 0.6,
-                    'IS_weight_power_factor': 0.4,
-                    'IS_weight_anneal_train_iter': 100000,
-                },
-            },
-        },
-    })
+def register_policy_config(policy: str, schema: Mapping, check: Optional[Checker] = None) -> None:
+    """Declare ``policy``'s config: its schema and an optional cross-value ``check(cfg) -> [messages]``."""
+    _REGISTERED[policy] = (schema, check)
 
 
-_DEFAULTS = {'dqn': dqn_default_config}
+def register_default_config(policy: str, factory: Callable[[], Mapping]) -> None:
+    """Register ``factory() -> dict`` as the defaults of ``policy`` (type-checked against the
+    defaults' types only; prefer :func:`register_policy_config` with a schema)."""
+    _LEGACY_DEFAULTS[policy] = factory
 
 
-def register_default_config(policy: str, factory) -> None:
-    """Register ``factory() -> EasyDict`` as the defaults for ``policy``."""
-    _DEFAULTS[policy] = factory
+def _lookup(policy: str) -> Optional[Tuple[Mapping, Optional[Checker]]]:
+    if policy not in _REGISTERED and policy in _POLICY_MODULES:
+        mod = importlib.import_module(_POLICY_MODULES[policy])
+        _REGISTERED.setdefault(policy, (mod.CONFIG_SCHEMA, getattr(mod, 'check_config', None)))
+    return _REGISTERED.get(policy)
+
+
+def _known() -> List[str]:
+    return sorted(set(_POLICY_MODULES) | set(_REGISTERED) | set(_LEGACY_DEFAULTS))
+
+
+def get_schema(policy: str = 'dqn') -> Mapping:
+    """The config schema of ``policy`` (see :mod:`pipeline.config_schema`)."""
+    found = _lookup(policy)
+    if found is None:
+        raise ValueError(f'no config schema for policy {policy!r}; known policies: {_known()}')
+    return found[0]
 
 
 def get_default_config(policy: str = 'dqn') -> EasyDict:
     """A fresh copy of the defaults for ``policy`` (e.g. ``'dqn'``)."""
-    try:
-        return _DEFAULTS[policy]()
-    except KeyError:
-        raise ValueError(
-            f'no default config for policy {policy!r}; known policies: {sorted(_DEFAULTS)}'
-        ) from None
+    if policy in _LEGACY_DEFAULTS:
+        return EasyDict(copy.deepcopy(_to_dict(_LEGACY_DEFAULTS[policy]())))
+    found = _lookup(policy)
+    if found is None:
+        raise ValueError(f'no default config for policy {policy!r}; known policies: {_known()}')
+    return EasyDict(S.defaults(found[0]))
+
+
+def dqn_default_config() -> EasyDict:
+    """Default DQN config (declared in :data:`pipeline.policy.dqn.DQN_CONFIG`)."""
+    return get_default_config('dqn')
 
 
 def _type_ok(default: Any, value: Any, path: str) -> Optional[str]:
-    """None if ``value`` fits ``default``'s type, else a message."""
-    if value is None:
-        return None  # None always means "unset / use the fallback"
-    if default is None:
-        allowed = _NONE_DEFAULT_TYPES.get(path)
-        if allowed is None or (isinstance(value, allowed) and not isinstance(value, bool)):
-            return None
-        names = ' or '.join(t.__name__ for t in allowed)
-        return f'{path}: expected {names} (or None), got {type(value).__name__} {value!r}'
+    """For keys without a schema: None if ``value`` fits ``default``'s type, else a message."""
+    if value is None or default is None:
+        return None  # None means "unset / use the fallback"; a None default says nothing about the type
     if isinstance(default, bool):
-        ok = isinstance(value, bool)
-        want = 'bool'
+        ok, want = isinstance(value, bool), 'bool'
     elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        want = 'int'
+        ok, want = isinstance(value, int) and not isinstance(value, bool), 'int'
     elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        want = 'float (or int)'
+        ok, want = isinstance(value, (int, float)) and not isinstance(value, bool), 'float (or int)'
     elif isinstance(default, str):
-        ok = isinstance(value, str)
-        want = 'str'
+        ok, want = isinstance(value, str), 'str'
     elif isinstance(default, (list, tuple)):
-        ok = isinstance(value, (list, tuple))
-        want = 'list or tuple'
+        ok, want = isinstance(value, (list, tuple)), 'list or tuple'
     elif isinstance(default, Mapping):
-        ok = isinstance(value, Mapping)
-        want = 'mapping (dict)'
+        ok, want = isinstance(value, Mapping), 'mapping (dict)'
     else:
-        ok = isinstance(value, type(default))
-        want = type(default).__name__
-    if ok:
-        return None
-    return f'{path}: expected {want}, got {type(value).__name__} {value!r}'
+        ok, want = isinstance(value, type(default)), type(default).__name__
+    return None if ok else f'{path}: expected {want}, got {type(value).__name__} {value!r}'
 
 
-def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out: dict) -> None:
+def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out: dict,
+           free: set, schema: Optional[Mapping]) -> None:
     for key, value in user.items():
         path = f'{prefix}{key}'
         if key not in default:
-            if prefix[:-1] in FREE_FORM_KEYS:
+            if prefix[:-1] in free:
                 out[key] = copy.deepcopy(value)
                 continue
             close = difflib.get_close_matches(str(key), [str(k) for k in default], n=3, cutoff=0.6)
@@ -186,13 +136,19 @@ def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out:
             errors.append(f'{path}: unknown key{hint}; known keys here: {known}')
             continue
         dv = default[key]
-        msg = _type_ok(dv, value, path)
+        spec = schema.get(key) if isinstance(schema, Mapping) else None
+        if isinstance(spec, S.Spec):
+            msg = spec.problem(value, path)
+        elif isinstance(spec, Mapping) and not isinstance(value, Mapping):
+            msg = f'{path}: expected mapping (a config section), got {type(value).__name__} {value!r}'
+        else:
+            msg = _type_ok(dv, value, path)
         if msg is not None:
             errors.append(msg)
             continue
-        if isinstance(dv, Mapping) and isinstance(value, Mapping) and path not in FREE_FORM_KEYS:
+        if isinstance(dv, Mapping) and isinstance(value, Mapping) and path not in free:
             sub = dict(out[key]) if isinstance(out.get(key), Mapping) else {}
-            _merge(dv, value, path + '.', errors, sub)
+            _merge(dv, value, path + '.', errors, sub, free, spec if isinstance(spec, Mapping) else None)
             out[key] = sub
         elif isinstance(dv, Mapping) and isinstance(value, Mapping):
             merged = dict(dv)
@@ -202,21 +158,39 @@ def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out:
             out[key] = copy.deepcopy(value)
 
 
+def _schema_for(default: Mapping) -> Optional[Mapping]:
+    """The registered schema of the policy named by ``default['policy']['type']``, if any."""
+    try:
+        name = default['policy']['type']
+    except (KeyError, TypeError):
+        return None
+    found = _lookup(name) if isinstance(name, str) else None
+    return found[0] if found else None
+
+
+def _merge_collect(default: Mapping, user: Optional[Mapping], schema: Optional[Mapping]) -> Tuple[dict, List[str]]:
+    out = copy.deepcopy(_to_dict(default))
+    if user is None:
+        return out, []
+    if not isinstance(user, Mapping):
+        return out, [f'config overrides must be a mapping (dict), got {type(user).__name__}']
+    free = set(FREE_FORM_KEYS) | (set(S.free_form_paths(schema)) if schema else set())
+    errors: List[str] = []
+    _merge(default, user, '', errors, out, free, schema)
+    return out, errors
+
+
 def merge_config(default: Mapping, user: Optional[Mapping]) -> EasyDict:
     """Return ``default`` updated recursively with ``user``; neither input is modified.
 
+    When ``default['policy']['type']`` names a policy with a schema, each value is checked against
+    it (type and range); other keys are checked against the default's type (an int is accepted
+    where a float is expected, a bool is never an int, ``None`` means "unset").
+
     Raises:
-        ConfigError: listing every unknown key (with suggestions) and every value whose type does
-            not fit the default (an int is accepted where a float is expected; a bool is never an
-            int; ``None`` is accepted anywhere and means "unset").
+        ConfigError: listing every unknown key (with suggestions) and every refused value.
     """
-    if user is None:
-        return EasyDict(copy.deepcopy(dict(default)))
-    if not isinstance(user, Mapping):
-        raise ConfigError([f'config overrides must be a mapping (dict), got {type(user).__name__}'])
-    out = copy.deepcopy(_to_dict(default))
-    errors: List[str] = []
-    _merge(default, user, '', errors, out)
+    out, errors = _merge_collect(default, user, _schema_for(default))
     if errors:
         raise ConfigError(errors)
     return EasyDict(out)
@@ -230,45 +204,64 @@ def _to_dict(x: Any) -> Any:
     return x
 
 
-def _check_values(cfg: EasyDict) -> None:
-    errors = []
-    p = cfg.policy
-    if p.learn.target_update_type not in ('hard', 'soft'):
-        errors.append(f"policy.learn.target_update_type: expected 'hard' or 'soft', "
-                      f'got {p.learn.target_update_type!r}')
-    if p.learn.target_update_type == 'soft' and p.learn.target_theta is None:
-        errors.append('policy.learn.target_theta: soft target update needs a theta in (0, 1], e.g. 0.005')
-    if p.learn.target_theta is not None and not (0.0 < p.learn.target_theta <= 1.0):
-        errors.append(f'policy.learn.target_theta: must be in (0, 1], got {p.learn.target_theta}')
-    if p.learn.loss not in ('mse', 'huber'):
-        errors.append(f"policy.learn.loss: expected 'mse' or 'huber', got {p.learn.loss!r}")
-    for path, v in [('policy.nstep', p.nstep), ('policy.learn.batch_size', p.learn.batch_size),
-                    ('policy.learn.update_per_collect', p.learn.update_per_collect),
-                    ('policy.collect.n_sample', p.collect.n_sample),
-                    ('env.collector_env_num', cfg.env.collector_env_num),
-                    ('env.evaluator_env_num', cfg.env.evaluator_env_num),
-                    ('env.n_evaluator_episode', cfg.env.n_evaluator_episode)]:
-        if v < 1:
-            errors.append(f'{path}: must be >= 1, got {v}')
-    if not (0.0 <= p.discount_factor <= 1.0):
-        errors.append(f'policy.discount_factor: must be in [0, 1], got {p.discount_factor}')
-    eps = p.other.eps
-    if eps.type not in ('exp', 'linear'):
-        errors.append(f"policy.other.eps.type: expected 'exp' or 'linear', got {eps.type!r}")
-    if errors:
-        raise ConfigError(errors)
-
-
 def compile_config(user: Optional[Mapping] = None, policy: str = 'dqn') -> EasyDict:
-    """Defaults of ``policy`` merged with ``user`` overrides, then value-checked.
+    """Defaults of ``policy`` merged with ``user`` overrides, every value checked before anything is built.
 
     ``user`` may also carry ``policy.type``; it must match ``policy``.
+
+    Raises:
+        ConfigError: listing every problem at once (unknown keys, values outside the schema's
+            types and ranges, values that contradict each other).
     """
-    cfg = merge_config(get_default_config(policy), user)
-    if cfg.policy.type != policy:
-        raise ConfigError([f'policy.type: {cfg.policy.type!r} does not match policy={policy!r}'])
-    _check_values(cfg)
+    default = get_default_config(policy)
+    found = None if policy in _LEGACY_DEFAULTS else _lookup(policy)
+    schema, check = found if found else (None, None)
+    out, errors = _merge_collect(default, user, schema)
+    cfg = EasyDict(out)
+    ptype = cfg.get('policy', {}).get('type') if isinstance(cfg.get('policy'), Mapping) else None
+    if ptype != policy:
+        errors.append(f'policy.type: {ptype!r} does not match policy={policy!r}')
+    elif check is not None:
+        errors.extend(check(cfg))  # bad values were not merged: the check sees valid ones only
+    if errors:
+        raise ConfigError(errors)
     return cfg
+
+
+def parse_override(item: str) -> Tuple[str, Any]:
+    """``'policy.learn.learning_rate=1e-3'`` -> ``('policy.learn.learning_rate', 0.001)``.
+
+    The value is read as a Python literal (numbers, ``True``, ``None``, lists, quoted strings);
+    anything else is kept as a plain string.
+    """
+    key, sep, text = item.partition('=')
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split('.')):
+        raise ValueError(f'an override is KEY=VALUE with a dotted KEY (e.g. policy.learn.batch_size=32), got {item!r}')
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        value = text.strip()
+    return key, value
+
+
+def apply_overrides(user: Optional[Mapping], items: Iterable[str]) -> dict:
+    """A copy of ``user`` with every ``KEY=VALUE`` of ``items`` set at its dotted key.
+
+    This is what the examples' ``--set`` does; ``compile_config`` then checks the result, so a
+    wrong key or value is reported with the others. Raises ValueError for an item without ``=``.
+    """
+    out = copy.deepcopy(_to_dict(user)) if user is not None else {}
+    for item in items:
+        key, value = parse_override(item)
+        node = out
+        *parents, leaf = key.split('.')
+        for part in parents:
+            nxt = node.get(part)
+            node[part] = dict(nxt) if isinstance(nxt, Mapping) else {}
+            node = node[part]
+        node[leaf] = value
+    return out
 
 
 def flatten_keys(cfg: Mapping, prefix: str = '') -> Iterable[str]:

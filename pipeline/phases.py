@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterable, List, Optional
 
 from contexts import Context
 
-from .roles import roles_of
 
 Middleware = Callable[[Context], Any]
 
@@ -105,9 +104,9 @@ class Locked:
     def __init__(self, fn: Middleware, lock: Any) -> None:
         self.fn, self.lock = fn, lock
         self.__name__ = name_of(fn)
-        roles = roles_of(fn)
-        if roles is not None:
-            self.__roles__ = roles
+        for mark in ("__roles__", "__fields__", "__provided__", "__branches__", "__concurrent__"):
+            if hasattr(fn, mark):
+                setattr(self, mark, getattr(fn, mark))
 
     def __call__(self, ctx: Context) -> Any:
         with self.lock:

@@ -8,9 +8,12 @@ constructed or registered.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
-from typing import Any, Callable, FrozenSet, Iterable, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, TypeVar, Union
+
+from .contracts import Fields
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,9 +48,10 @@ def roles_of(fn: Any) -> Optional[FrozenSet[Role]]:
     return getattr(fn, "__roles__", None)
 
 
-def _mark(obj: Any, roles: FrozenSet[Role]) -> Any:
+def _mark(obj: Any, marks: Dict[str, Any]) -> Any:
     try:
-        obj.__roles__ = roles
+        for name, value in marks.items():
+            setattr(obj, name, value)
         return obj
     except (AttributeError, TypeError):
         # Objects that refuse attributes (bound methods, builtins) get a thin marked wrapper.
@@ -55,28 +59,20 @@ def _mark(obj: Any, roles: FrozenSet[Role]) -> Any:
         def marked(ctx):
             return obj(ctx)
 
-        marked.__roles__ = roles
+        for name, value in marks.items():
+            setattr(marked, name, value)
         return marked
 
 
-def for_roles(*roles: RoleLike) -> Callable[[F], F]:
-    """Declare the roles a middleware belongs to.
-
-    Decorate a middleware function, a factory that returns a middleware, or a middleware class::
-
-        @for_roles(Role.LEARNER)
-        def trainer(cfg, learner): ...      # the returned middleware is marked
-
-        @for_roles(Role.COLLECTOR)
-        class StepCollector: ...            # instances are marked
-    """
-    marked_roles = frozenset(as_role(r) for r in roles)
-    if not marked_roles:
-        raise ValueError("for_roles needs at least one role")
+def _marking(marks: Dict[str, Any]) -> Callable[[F], F]:
+    """A decorator that sets ``marks`` on a middleware class, a middleware, or what a factory returns."""
 
     def decorate(target: F) -> F:
+        if "__fields__" in marks and not marks["__fields__"].owner:
+            marks["__fields__"] = dataclasses.replace(marks["__fields__"], owner=target.__qualname__)
         if isinstance(target, type):
-            target.__roles__ = marked_roles
+            for name, value in marks.items():
+                setattr(target, name, value)
             return target
 
         @functools.wraps(target)
@@ -86,12 +82,40 @@ def for_roles(*roles: RoleLike) -> Callable[[F], F]:
                 return out
             if not callable(out):  # a decorated plain middleware returned its generator: nothing to mark
                 return out
-            return _mark(out, marked_roles)
+            return _mark(out, marks)
 
-        factory.__roles__ = marked_roles
+        for name, value in marks.items():
+            setattr(factory, name, value)
         return factory  # type: ignore[return-value]
 
     return decorate
+
+
+def for_roles(*roles: RoleLike, reads: Iterable[str] = (), writes: Iterable[str] = ()) -> Callable[[F], F]:
+    """Declare the roles a middleware belongs to and the context fields it reads and writes.
+
+    Decorate a middleware function, a factory that returns a middleware, or a middleware class::
+
+        @for_roles(Role.LEARNER, reads=["train_data"], writes=["train_output", "train_iter"])
+        def trainer(cfg, learner): ...      # the returned middleware is marked
+
+        @for_roles(Role.COLLECTOR)
+        class StepCollector: ...            # instances are marked
+
+    ``reads``/``writes`` (see ``pipeline.contracts``) are checked when ``task.run`` starts.
+    """
+    marked_roles = frozenset(as_role(r) for r in roles)
+    if not marked_roles:
+        raise ValueError("for_roles needs at least one role (use for_all_roles to declare only fields)")
+    marks: Dict[str, Any] = {"__roles__": marked_roles}
+    if reads or writes:
+        marks["__fields__"] = Fields.of(reads, writes)
+    return _marking(marks)
+
+
+def for_all_roles(reads: Iterable[str] = (), writes: Iterable[str] = ()) -> Callable[[F], F]:
+    """Declare the context fields of a middleware that runs on every node (see ``for_roles``)."""
+    return _marking({"__fields__": Fields.of(reads, writes)})
 
 
 def normalize_roles(roles: Optional[Iterable[RoleLike]]) -> set:

@@ -13,15 +13,19 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import GeneratorType
-from typing import Any, Callable, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, TextIO, Union
 
 from contexts import Context
 
 from . import combinators
+from .contracts import check_chain, check_mode, report
 from .events import FINISH_EVENT, UNCLAIMED_LIMIT, TaskEvents
 from .phases import Locked, Middleware, Void, finish, is_void, name_of, run_parts, start
 from .roles import Role, RoleLike, as_role, normalize_roles, roles_of
 from .router import LocalRouter, Router, default_router
+
+if TYPE_CHECKING:
+    from .describe import Description
 
 __all__ = ["Task", "task", "Middleware", "FINISH_EVENT", "UNCLAIMED_LIMIT"]
 
@@ -33,12 +37,14 @@ class Task(TaskEvents):
 
     def __init__(self) -> None:
         self._running = False
+        # ``rlpipe describe`` sets it: ``run`` calls it (it describes the pipeline and raises) instead of stepping
+        self.instead_of_run: Optional[Callable[["Task"], None]] = None
         self._reset()
 
     # ------------------------------------------------------------------ lifecycle
     def _reset(self, async_mode: bool = False, n_async_workers: int = 3, ctx: Optional[Context] = None,
                labels: Optional[Iterable[str]] = None, roles: Optional[Iterable[RoleLike]] = None,
-               router: Optional[Router] = None) -> None:
+               router: Optional[Router] = None, fields_check: Optional[str] = None) -> None:
         self.ctx: Context = ctx if ctx is not None else Context()
         self._ran_ctx: Optional[Context] = None  # the context of the last step run (task.ctx after run)
         self._middleware: List[Middleware] = []
@@ -57,21 +63,25 @@ class Task(TaskEvents):
         self.router: Router = router if router is not None else LocalRouter()
         self.router.labels = set(labels if labels is not None else self.router.labels) | self._automatic_labels()
         self._parallels: List[combinators.Parallel] = []
+        self._fields_check = check_mode(fields_check)
+        self._checked: Optional[tuple] = None  # the registrations the fields check last ran on
 
     def start(self, async_mode: bool = False, n_async_workers: int = 3, ctx: Optional[Context] = None,
               labels: Optional[Iterable[str]] = None, roles: Optional[Iterable[RoleLike]] = None,
-              router: Optional[Router] = None) -> "Task":
+              router: Optional[Router] = None, fields_check: Optional[str] = None) -> "Task":
         """Reset all state and start. Use as a context manager: ``with task.start(ctx=...):``.
 
         ``roles`` (e.g. ``[Role.LEARNER]``) are known from here on, before middleware are constructed.
         ``router`` defaults to the one the launcher configured (a ``LocalRouter`` in a single process).
+        ``fields_check``: what ``run`` does with a miswired chain (``pipeline.contracts``): ``"warn"``
+        (default, or ``$RLPIPE_FIELDS_CHECK``), ``"error"`` or ``"off"``.
         """
         if self._running:
             self.stop()
         router = router if router is not None else default_router()
         if roles is None:  # a launcher gives the node's roles to its router
             roles = getattr(router, "roles", None) or None
-        self._reset(async_mode, n_async_workers, ctx, labels, roles, router)
+        self._reset(async_mode, n_async_workers, ctx, labels, roles, router, fields_check)
         self._running = True
         try:
             self.router.start(self._on_remote)
@@ -153,6 +163,9 @@ class Task(TaskEvents):
         chain = self._chain()
         if not chain:
             raise RuntimeError("task.run() with no middleware: register some with task.use(fn) first")
+        if self.instead_of_run is not None:
+            self.instead_of_run(self)
+        self._check_fields()
         has_pool = self._executor is not None
         if has_pool:  # the forward phase ends by waiting for the work handed to the thread pool
             chain.append(self._wait_pending_middleware)
@@ -175,6 +188,36 @@ class Task(TaskEvents):
             raise
         if steps:
             self._ran_ctx = self.ctx
+
+    def _check_fields(self) -> None:
+        """Once per set of registrations: report reads that nothing before them provides on this node."""
+        registered = tuple(self._middleware)
+        if registered == self._checked or self._fields_check == "off":
+            return
+        self._checked = registered
+        active = [fn for fn in registered if self._active(fn)]
+        skipped = [fn for fn in registered if not self._active(fn)]
+        provided = set(getattr(self.ctx, "_kept_keys", ())) | {"total_step"}
+        report(check_chain(active, provided, self._roles, skipped), self._fields_check)
+
+    def describe(self, nodes: Optional[Dict[int, Iterable[RoleLike]]] = None, out: Optional[str] = None,
+                 stream: Optional[TextIO] = None) -> "Description":
+        """Print the pipeline as a table (middleware in order, roles, reads/writes, wiring problems).
+
+        ``nodes`` ({node id: roles}) describes a multi-node run of this pipeline: which node runs what and
+        which fields cross the bus. ``out`` writes ``<out>.mmd`` (Mermaid; with graphviz also ``.dot`` and
+        ``.svg``). Prints to ``stream`` (default ``sys.stdout``). Returns the ``pipeline.describe.Description``.
+        """
+        from .describe import describe_registered
+
+        d = describe_registered(list(self._middleware), set(getattr(self.ctx, "_kept_keys", ())) | {"total_step"},
+                                nodes, (self.router.node_id, self._roles))
+        stream = stream if stream is not None else sys.stdout
+        print(d.table(), file=stream)
+        if out:
+            for path in d.write(out):
+                print(f"wrote {path}", file=stream)
+        return d
 
     def forward(self, fn: Middleware, ctx: Optional[Context] = None) -> Optional[GeneratorType]:
         """Run ``fn``'s forward part; its backward part joins the step's backward stack."""

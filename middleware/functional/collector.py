@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
 
+from contexts import OnlineRLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
@@ -16,7 +17,7 @@ def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
     return eps_schedule(e['type'], float(e['start']), float(e['end']), int(e['decay']))
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["collect_kwargs"])
 def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
     """Set the exploration rate from the env-step count.
 
@@ -26,7 +27,7 @@ def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
     """
     eps_at = _eps_fn(cfg)
 
-    def _eps_greedy(ctx: Any) -> None:
+    def _eps_greedy(ctx: OnlineRLContext) -> None:
         ctx.collect_kwargs['eps'] = eps_at(ctx.env_step)
 
     return _eps_greedy
@@ -90,7 +91,7 @@ class NStepAccumulator:
         self._pending.clear()
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["trajectories"], writes=["trajectories"])
 def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     """Replace ``ctx.trajectories`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).
@@ -103,7 +104,7 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     """
     acc = NStepAccumulator(int(cfg['policy']['nstep']), float(cfg['policy']['discount_factor']))
 
-    def _nstep(ctx: Any) -> None:
+    def _nstep(ctx: OnlineRLContext) -> None:
         if not ctx.trajectories:
             return
         out: List[Dict[str, Any]] = []

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from contexts import RLContext
+from pipeline.contracts import buffered
+from pipeline.data.collate import collate
+from pipeline.data.protocols import BatchSampling, ReplayBuffer, wants_priorities
 from pipeline.roles import Role, for_roles
 
 __all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per']
@@ -15,24 +19,25 @@ __all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per']
 log = logging.getLogger(__name__)
 
 
-def _is_per(mw: Any) -> bool:
-    return type(mw).__name__ == 'PriorityExperienceReplay'
-
-
 def uses_per(buffer_: Any) -> bool:
-    """True when ``buffer_`` has a ``PriorityExperienceReplay`` middleware."""
-    return any(_is_per(m) for m in getattr(buffer_, 'middleware', ()))
+    """True when a middleware of ``buffer_`` takes priorities back (``PriorityExperienceReplay``, or
+    any middleware with ``wants_priorities = True``: :class:`pipeline.data.protocols.PriorityFeedback`)."""
+    return wants_priorities(buffer_)
 
 
-def _sample_kwargs(buffer_: Any, ctx: Any) -> Dict[str, Any]:
+def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
+    """Extra ``sample`` arguments the buffer's middleware ask for (``SampleArguments``: e.g.
+    ``staleness_check`` needs the current train iteration)."""
+    out: Dict[str, Any] = {}
     for m in getattr(buffer_, 'middleware', ()):
-        if getattr(m, '__name__', '') == 'staleness_check_mw':
-            return {'train_iter_sample_data': ctx.train_iter}
-    return {}
+        fn = getattr(m, 'sample_kwargs', None)
+        if fn is not None:
+            out.update(fn(ctx.train_iter))
+    return out
 
 
-@for_roles(Role.LEARNER)
-def data_pusher(cfg: Mapping, buffer_: Any, group_by_env: bool = True) -> Callable[[Any], None]:
+@for_roles(Role.LEARNER, reads=["trajectories|episodes", "train_iter"], writes=["@buffer"])
+def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
     Reads ``ctx.trajectories`` (a list of transitions: each is pushed as one item) or, when that is
@@ -48,7 +53,7 @@ def data_pusher(cfg: Mapping, buffer_: Any, group_by_env: bool = True) -> Callab
     collector's trajectories reach the learner node with its context and are pushed there.
     """
 
-    def _push(ctx: Any) -> None:
+    def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
         if ctx.trajectories:
             push = buffer_.push
@@ -102,35 +107,43 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: Any, size: int, ctx: Any) -> Tuple[Dict[str, torch.Tensor], Any]:
-    """(dict of tensors with 'weight' if PER IS weights, indices) for ``size`` rows."""
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any]:
+    """(batch dict with 'weight' if PER IS weights, indices) for ``size`` rows: the buffer's own
+    batch (``sample_batch``: numpy columns gathered into tensors) is used as it is."""
     kw = _sample_kwargs(buffer_, ctx)
-    if hasattr(buffer_, 'sample_batch'):
+    if isinstance(buffer_, BatchSampling):
         sb = buffer_.sample_batch(size, **kw)
         data = sb.data
-        if not isinstance(data, dict):
-            raise TypeError(f'buffer items must be dicts of tensors/arrays/numbers to be batched; got '
-                            f'{type(data).__name__}')
+        if type(data) is not dict:
+            if not isinstance(data, MappingABC):
+                raise TypeError(f'buffer items must be dicts of tensors/arrays/numbers to be batched; got '
+                                f'{type(data).__name__}')
+            data = dict(data)
         if sb.weight is not None:
             data = dict(data)
             data['weight'] = sb.weight
         return data, sb.index
-    from pipeline.policy.common import collate_transitions
-
     items = buffer_.sample(size, **kw)
-    data = collate_transitions([it.data for it in items])
+    data = collate([it.data for it in items])
+    if not isinstance(data, dict):
+        raise TypeError(f'buffer items must be dicts of tensors/arrays/numbers to be batched; got '
+                        f'{type(items[0].data).__name__}')
     if items and 'priority_IS' in items[0].meta:
         data['weight'] = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
     return data, [it.index for it in items]
 
 
-def _cat(parts: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+def _cat(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
     keys = parts[0].keys()
     for p in parts[1:]:
         if p.keys() != keys:
             raise ValueError(f'offpolicy_data_fetcher: buffers hold items with different keys '
                              f'({sorted(keys)} vs {sorted(p.keys())})')
-    return {k: torch.cat([p[k] for p in parts]) for k in keys}
+    out = {}
+    for k in keys:
+        col = [p[k] for p in parts]
+        out[k] = torch.cat(col) if isinstance(col[0], torch.Tensor) else [x for c in col for x in c]
+    return out
 
 
 def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None:
@@ -155,7 +168,7 @@ def _priority_of(train_output: Any) -> Any:
     return None
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
 def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False
                            ) -> Callable[[Any], Generator]:
     """Sample one training batch of ``cfg.policy.learn.batch_size`` rows from ``buffer_``.
@@ -164,24 +177,25 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     by weight and concatenated), or a dict of buffers (``ctx.train_data`` becomes a dict of batches
     with the same keys).
 
-    Reads ``ctx.train_iter`` (for ``staleness_check`` buffers). Writes ``ctx.train_data``: a
-    ``treetensor.torch.Tensor`` batch (``weight`` holds the importance-sampling weights when the
-    buffer uses prioritized replay), or ``None`` when a buffer holds fewer than
-    ``max(batch_size, cfg.policy.learn.learning_starts)`` items.
+    Reads ``ctx.train_iter`` (for ``staleness_check`` buffers). Writes ``ctx.train_data``: the
+    buffer's batch as it comes from ``sample_batch``, a plain dict ``field -> [batch_size, ...]
+    tensor`` (fields that are not numbers or arrays, e.g. strings, are plain lists; ``weight`` holds
+    the importance-sampling weights when the buffer uses prioritized replay; use
+    :func:`pipeline.data.to_treetensor` for attribute access), or ``None`` when a buffer holds fewer
+    than ``max(batch_size, cfg.policy.learn.learning_starts)`` items.
 
-    Backward part (after the yield): when a buffer uses ``PriorityExperienceReplay``, reads
+    Backward part (after the yield): when a buffer uses ``PriorityExperienceReplay`` (any middleware
+    with ``wants_priorities``), reads
     ``ctx.train_output['priority']`` (one value per row, e.g. ``|TD error|``) and writes it back
     as the sampled items' priorities. ``OffPolicyLearner`` runs this right after each train step.
     Role: LEARNER.
     """
-    from pipeline.policy.common import to_tree
-
     learn = cfg['policy']['learn']
     batch_size = int(learn['batch_size'])
     min_count = max(batch_size, int(learn.get('learning_starts', batch_size) or batch_size))
     kind, bufs = _normalise_buffers(buffer_)
 
-    def _fetch(ctx: Any) -> Generator:
+    def _fetch(ctx: RLContext) -> Generator:
         if kind == 'single':
             if bufs.count() < min_count:
                 if data_shortage_warning:
@@ -191,7 +205,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
                 yield
                 return
             data, index = _sample_one(bufs, batch_size, ctx)
-            ctx.train_data = to_tree(data)
+            ctx.train_data = data
             yield
             if uses_per(bufs):
                 pr = _priority_of(ctx.train_output)
@@ -218,7 +232,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
                 for p in parts:
                     if 'weight' not in p:
                         p['weight'] = torch.ones(len(next(iter(p.values()))), dtype=torch.float32)
-            ctx.train_data = to_tree(_cat(parts))
+            ctx.train_data = _cat(parts)
             yield
             pr = None
             start = 0
@@ -239,7 +253,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
             out, indices = {}, {}
             for name, b in bufs.items():
                 d, idx = _sample_one(b, batch_size, ctx)
-                out[name] = to_tree(d)
+                out[name] = d
                 indices[name] = idx
             ctx.train_data = out
             yield
@@ -256,4 +270,5 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
                                          f'has no "priority" for it')
                     _write_priorities(b, indices[name], pr)
 
+    _fetch.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
     return _fetch

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes']
@@ -51,7 +52,8 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     return np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64)
 
 
-@for_roles(Role.EVALUATOR)
+@for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?"],
+           writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any], None]:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations, over ``cfg.env.n_evaluator_episode`` episodes.
@@ -71,7 +73,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any) -> Callable[[Any]
     n_episode = int(cfg['env']['n_evaluator_episode'])
     stop_value = cfg['env'].get('stop_value')
 
-    def _evaluate(ctx: Any) -> None:
+    def _evaluate(ctx: RLContext) -> None:
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
         returns, lengths = evaluate_episodes(policy, env, n_episode)

@@ -9,7 +9,8 @@ import time
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, List, Optional
 
-from pipeline.roles import Role  # noqa: F401  (documented: not gated)
+from contexts import RLContext
+from pipeline.roles import for_all_roles
 
 __all__ = ['online_logger', 'scalar_means']
 
@@ -52,6 +53,8 @@ def scalar_means(train_output: Any) -> Dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
+@for_all_roles(reads=["train_output?", "eval_value?", "eval_output?", "info_for_logging?", "env_step?",
+                      "train_iter?", "env_episode?"])
 def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None, record_train_iter: bool = False,
                   train_show_freq: int = 100, progress: bool = True, progress_interval: float = 2.0,
                   tensorboard: bool = True, stream: Any = None) -> Callable[[Any], None]:
@@ -87,7 +90,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                 log.warning('online_logger: TensorBoard unavailable (%s); scalars are not written', e)
         return state['writer']
 
-    def _log(ctx: Any) -> None:
+    def _log(ctx: RLContext) -> None:
         now = time.monotonic()
         if state['t0'] is None:
             state['t0'] = now

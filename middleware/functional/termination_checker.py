@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from contexts import RLContext
+from pipeline.roles import for_all_roles
+
 __all__ = ['termination_checker']
 
 
+@for_all_roles(reads=["env_step?", "train_iter?"])
 def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Optional[int] = None
                         ) -> Callable[[Any], None]:
     """Set ``task.finish`` once ``ctx.env_step >= max_env_step`` or ``ctx.train_iter >= max_train_iter``.
@@ -18,7 +22,7 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
             raise ValueError(f'termination_checker: {name} must be an int >= 0 or None, got {v!r}')
     from pipeline import task
 
-    def _check(ctx: Any) -> None:
+    def _check(ctx: RLContext) -> None:
         if max_env_step is not None and ctx.env_step >= max_env_step:
             task.finish = True
         elif max_train_iter is not None and ctx.train_iter >= max_train_iter:

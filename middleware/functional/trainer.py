@@ -5,6 +5,7 @@ import logging
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, Mapping
 
+from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
 __all__ = ['trainer', 'flatten_update_result']
@@ -51,7 +52,7 @@ def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
     return out
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["train_data", "env_step?"], writes=["train_output", "train_iter"])
 def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
     """One training iteration on ``ctx.train_data``.
 
@@ -69,7 +70,7 @@ def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], 
         raise TypeError(f'trainer needs a learner with update(batch=..., timesteps=...) (e.g. '
                         f'policy.learn_mode); got {type(learner).__name__}')
 
-    def _train(ctx: Any) -> None:
+    def _train(ctx: RLContext) -> None:
         if ctx.train_data is None:
             return
         result = learner.update(batch=ctx.train_data,

@@ -21,7 +21,7 @@ from .buffer_middleware import (
     staleness_check,
     use_time_check,
 )
-from .columns import collate, to_treetensor
+from .collate import collate, collate_transitions, stack_transitions, to_treetensor
 from .per import PriorityExperienceReplay
 from .storage import SlotStorage, StorageListener
 
@@ -42,5 +42,7 @@ __all__ = [
     "staleness_check",
     "use_time_check",
     "collate",
+    "collate_transitions",
+    "stack_transitions",
     "to_treetensor",
 ]

@@ -206,11 +206,12 @@ class GroupSample(_BufferMiddleware):
 
     __name__ = "group_sample_mw"
 
-    def __init__(self, size_in_group: int, ordered_in_group: bool) -> None:
+    def __init__(self, size_in_group: int, ordered_in_group: bool, max_use_in_group: bool = True) -> None:
         if isinstance(size_in_group, bool) or not isinstance(size_in_group, int) or size_in_group < 1:
             raise ValueError(f"group_sample: size_in_group must be an integer >= 1, got {size_in_group!r}")
         self.size_in_group = size_in_group
         self.ordered_in_group = ordered_in_group
+        self.max_use_in_group = bool(max_use_in_group)
 
     def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
         if action != "sample":
@@ -221,21 +222,26 @@ class GroupSample(_BufferMiddleware):
         n = self.size_in_group
         out = []
         for g in res:
-            if len(g) <= n:
+            if len(g) <= n and (self.max_use_in_group or not self.ordered_in_group):
                 out.append(list(g))
             elif self.ordered_in_group:
-                start = random.randint(0, len(g) - n)
+                # max_use_in_group: a full window; else the window may start anywhere and end short
+                start = random.randint(0, len(g) - n) if self.max_use_in_group else random.randrange(len(g))
                 out.append(list(g[start:start + n]))
             else:
                 out.append(random.sample(list(g), n))
         return out
 
 
-def group_sample(size_in_group: int, ordered_in_group: bool = True) -> Callable:
+def group_sample(size_in_group: int, ordered_in_group: bool = True, max_use_in_group: bool = True) -> Callable:
     """With ``sample(..., groupby=key)``: keep at most ``size_in_group`` items of each group --
     a random contiguous run in push order (``ordered_in_group``) or a random subset in random order.
-    Shorter groups are returned whole (combine with :func:`padding` to fill them)."""
-    return GroupSample(size_in_group, ordered_in_group)
+    Shorter groups are returned whole (combine with :func:`padding` to fill them).
+
+    ``max_use_in_group`` (ordered runs only, DI-engine's option): True (default) takes a full run of
+    ``size_in_group`` items whenever the group has them; False starts the run at any item of the
+    group, so runs that start near the group's end are shorter."""
+    return GroupSample(size_in_group, ordered_in_group, max_use_in_group)
 
 
 class Padding(_BufferMiddleware):
@@ -244,8 +250,8 @@ class Padding(_BufferMiddleware):
     __name__ = "padding_mw"
 
     def __init__(self, policy: str, size: Optional[int]) -> None:
-        if policy not in ("random", "last", "zero"):
-            raise ValueError(f"padding: policy must be 'random', 'last' or 'zero', got {policy!r}")
+        if policy not in ("random", "last", "zero", "none"):
+            raise ValueError(f"padding: policy must be 'random', 'last', 'zero' or 'none', got {policy!r}")
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"padding: size must be an integer >= 1 or None, got {size!r}")
         self.policy = policy
@@ -256,8 +262,10 @@ class Padding(_BufferMiddleware):
             src = random.choice(g)
         elif self.policy == "last":
             src = g[-1]
-        else:
+        elif self.policy == "zero":
             return BufferedData(_zeros_like(g[0].data), -1, {"padding": True})
+        else:  # "none": a placeholder without data
+            return BufferedData(None, -1, {"padding": True})
         # a copy: a padding item never shares data with the item it repeats (or with the buffer)
         return BufferedData(copy.deepcopy(src.data), src.index, {**copy.deepcopy(src.meta), "padding": True})
 
@@ -282,7 +290,9 @@ def padding(policy: str = "random", size: Optional[int] = None) -> Callable:
     group of the result).
 
     ``policy``: ``"random"`` repeats random items of the group, ``"last"`` repeats the last item,
-    ``"zero"`` adds items whose data are zeros shaped like the group's first item (index -1).
+    ``"zero"`` adds items whose data are zeros shaped like the group's first item (index -1),
+    ``"none"`` adds placeholders whose data is ``None`` (index -1; DI-engine's ``"none"`` also sets
+    index and meta to None: here meta stays a dict so ``meta["padding"]`` can be read).
     Padding items are new :class:`BufferedData` with ``meta["padding"] = True`` holding deep copies
     of the repeated item's data (the real items are returned unchanged). Other samples pass through.
     """

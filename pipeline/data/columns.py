@@ -1,96 +1,17 @@
-"""Collation of transitions into batches, and the columnar mirror used by ``sample_batch``."""
+"""The columnar mirror used by ``sample_batch`` (numpy columns per field, gathered into tensors).
+
+Turning lists of transitions into batches otherwise lives in :mod:`pipeline.data.collate`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
 
-__all__ = ["collate", "to_treetensor"]
+from .collate import collate, to_treetensor  # noqa: F401 - old import path
 
-
-def collate(items: Sequence[Any]) -> Any:
-    """Stack a list of same-structured samples into a batch of torch tensors.
-
-    Dicts (any ``Mapping``) are collated key by key, tuples/lists element by element; torch tensors
-    are stacked, numpy arrays and numpy scalars become stacked tensors, Python ``bool``/``int``/
-    ``float`` become ``bool``/``int64``/``float32`` tensors of shape ``[B]``. Anything else (strings,
-    ``None``, objects) is returned as a plain list.
-
-    Example: ``collate([{"obs": t1, "reward": 1.0}, {"obs": t2, "reward": 0.0}])`` returns
-    ``{"obs": tensor[2, ...], "reward": tensor([1., 0.])}``.
-    """
-    if not isinstance(items, (list, tuple)):
-        items = list(items)
-    if len(items) == 0:
-        raise ValueError("collate() needs at least one item")
-    first = items[0]
-    if isinstance(first, Mapping):
-        n = len(first)
-        if any(len(d) != n for d in items):
-            raise ValueError("collate(): items do not share the same keys")
-        try:
-            return {k: collate([d[k] for d in items]) for k in first}
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"collate(): items do not share the same keys ({e!r})") from None
-    if isinstance(first, torch.Tensor):
-        return torch.stack(items)
-    if isinstance(first, np.ndarray):
-        return torch.from_numpy(np.stack(items))
-    if isinstance(first, bool):
-        return torch.tensor(items, dtype=torch.bool)
-    if isinstance(first, int):
-        return torch.tensor(items, dtype=torch.int64)
-    if isinstance(first, float):
-        return torch.tensor(items, dtype=torch.float32)
-    if isinstance(first, np.generic):
-        return torch.from_numpy(np.array(items))
-    if isinstance(first, (tuple, list)) and not isinstance(first, str):
-        n = len(first)
-        if any(len(x) != n for x in items):
-            raise ValueError("collate(): sequences in the items have different lengths")
-        out = [collate([x[i] for x in items]) for i in range(n)]
-        return tuple(out) if isinstance(first, tuple) else out
-    return list(items)
-
-
-def to_treetensor(batch: Any) -> Any:
-    """Wrap a (nested) dict of tensors as a ``treetensor.torch.Tensor`` (imports treetensor lazily).
-
-    Leaves are shared, not copied. When every leaf is already a tensor the tree is built straight from
-    a storage (a few microseconds); ``ttorch.as_tensor`` formats every leaf with ``repr`` while
-    building (about 12 ms for a CartPole batch), so it only serves batches with other leaves.
-    """
-    import warnings
-
-    with warnings.catch_warnings():  # treevalue warns about a deprecated torch API at import
-        warnings.simplefilter("ignore", FutureWarning)
-        import treetensor.torch as ttorch  # lazy: treetensor is slow to import
-
-    if isinstance(batch, ttorch.Tensor):
-        return batch
-    if isinstance(batch, Mapping) and _all_tensor_leaves(batch):
-        try:
-            from treevalue.tree.common.storage import create_storage
-        except ImportError:  # another treevalue layout: the slow, public path
-            return ttorch.as_tensor(batch)
-        return ttorch.Tensor(create_storage(_plain_dicts(batch)))
-    return ttorch.as_tensor(batch)
-
-
-def _all_tensor_leaves(d: Mapping) -> bool:
-    for v in d.values():
-        if isinstance(v, Mapping):
-            if not _all_tensor_leaves(v):
-                return False
-        elif not isinstance(v, torch.Tensor):
-            return False
-    return True
-
-
-def _plain_dicts(d: Mapping) -> dict:
-    return {k: _plain_dicts(v) if isinstance(v, Mapping) else v for k, v in d.items()}
+__all__ = ["Columns", "Unsupported", "collate", "to_treetensor"]
 
 
 class Unsupported(Exception):

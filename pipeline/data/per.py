@@ -17,7 +17,7 @@ from . import _accel
 from .batching import SampledBatch
 from .buffer import DequeBuffer
 from .buffer_chain import _args2, _args3
-from .columns import collate
+from .collate import collate
 from .item import BufferedData, _Sampled, _SlotIds
 from .per_sampling import PrioritySampling
 from .per_update import PriorityUpdates, _check_priority, _valid_priority
@@ -60,6 +60,9 @@ class PriorityExperienceReplay(PrioritySampling, PriorityUpdates):
     """
 
     _FLOOR = 1e-10
+    #: the capability pipeline middleware look for (``pipeline.data.protocols.PriorityFeedback``): the
+    #: fetcher writes the learner's per-row priorities back after each train step
+    wants_priorities = True
 
     def __init__(self, buffer: DequeBuffer, IS_weight: bool = True, priority_power_factor: float = 0.6,
                  IS_weight_power_factor: float = 0.4, IS_weight_anneal_train_iter: float = 1e5) -> None:

@@ -1,5 +1,9 @@
 """Row operations on per-module batches: dicts of tensors (possibly nested) or treetensor trees.
 
+A leaf that is a plain list (a non-numeric field such as strings) has one entry per row.
+Building a batch from transitions lives in :mod:`pipeline.data.collate` (``stack_transitions``
+is re-exported here).
+
 treetensor is never imported here: a tree can only exist if the caller imported it already, so
 the check looks it up in ``sys.modules``.
 """
@@ -11,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any, List, Optional, Sequence
 
 import torch
+
+from pipeline.data.collate import stack_transitions  # noqa: F401 - the batch path lives there
 
 __all__ = [
     "is_tree",
@@ -79,7 +85,7 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
         raise ValueError(f"{where} is empty (no tensors); pass at least one tensor with a batch axis")
     n = None
     for leaf in leaves:
-        shape = getattr(leaf, "shape", None)
+        shape = (len(leaf),) if type(leaf) is list else getattr(leaf, "shape", None)  # lists: one entry per row
         if shape is None or len(shape) == 0:
             raise ValueError(
                 f"{where} holds a leaf without a batch axis ({type(leaf).__name__} "
@@ -112,6 +118,8 @@ def take_rows(batch: Any, index: torch.Tensor) -> Any:
 def _take(x: Any, index: torch.Tensor) -> Any:
     if isinstance(x, torch.Tensor) and x.device != index.device:
         index = index.to(x.device)
+    if type(x) is list:  # a non-numeric field (e.g. strings) travels as a plain list
+        return [x[i] for i in index.tolist()]
     if not isinstance(x, torch.Tensor) and not is_tree(x):
         return x[index.numpy()]  # numpy arrays
     return x[index]
@@ -126,6 +134,8 @@ def cat_rows(parts: Sequence[Any]) -> Any:
         return {k: cat_rows([p[k] for p in parts]) for k in first}
     if isinstance(first, torch.Tensor):
         return torch.cat(list(parts), dim=0)
+    if type(first) is list:
+        return [x for p in parts for x in p]
     if is_tree(first):
         import treetensor.torch as ttorch
 
@@ -151,51 +161,6 @@ def split_rows(batch: Any, n: int) -> List[Any]:
         stop = start + base + (1 if i < extra else 0)
         out.append(slice_rows(batch, start, stop))
         start = stop
-    return out
-
-
-def _stack_leaves(values: list, where: str) -> Any:
-    first = values[0]
-    if isinstance(first, torch.Tensor):
-        return torch.stack(values, dim=0)
-    import numpy as np
-
-    try:
-        arr = np.stack([np.asarray(v) for v in values], axis=0)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"cannot stack the values of {where} into a tensor: {exc}") from exc
-    try:
-        if arr.dtype == np.float64:  # python floats: use torch's default float dtype (float32)
-            return torch.as_tensor(arr, dtype=torch.get_default_dtype())
-        return torch.as_tensor(arr)
-    except TypeError as exc:
-        raise ValueError(f"the values of {where} ({arr.dtype}) cannot become a tensor: {exc}") from exc
-
-
-def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> Any:
-    """Stack a sequence of transitions (dicts of tensors/arrays/numbers, or trees) into a batch."""
-    if not transitions:
-        raise ValueError(f"{where} has no transitions")
-    first = transitions[0]
-    if is_tree(first):
-        import treetensor.torch as ttorch
-
-        return ttorch.stack(list(transitions), dim=0)
-    if not isinstance(first, Mapping):
-        raise TypeError(
-            f"{where}: a transition must be a dict (field -> value) or a treetensor tree, "
-            f"got {type(first).__name__}"
-        )
-    out = {}
-    for key, v in first.items():
-        try:
-            column = [t[key] for t in transitions]
-        except KeyError as exc:
-            raise ValueError(f"{where}: transitions do not all have field {key!r}") from exc
-        if isinstance(v, Mapping):
-            out[key] = stack_transitions(column, where=f"{where}[{key!r}]")
-        else:
-            out[key] = _stack_leaves(column, f"{where}[{key!r}]")
     return out
 
 

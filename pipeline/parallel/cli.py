@@ -85,12 +85,23 @@ def _parser() -> argparse.ArgumentParser:
                                "RLPIPE_RESTARTS and the examples resume from their newest checkpoint)")
     run.add_argument("main_args", nargs=argparse.REMAINDER,
                      help="arguments for the main function's own parser, after '--' (e.g. -- --seed 3)")
+    desc = sub.add_parser("describe", help="print a pipeline's middleware, roles and context fields (runs no step)")
+    desc.add_argument("--main", required=True, help="the pipeline's main: package.module.function")
+    desc.add_argument("--package", default=".", help="directory to import --main from")
+    desc.add_argument("--roles", default=None, help="describe a multi-node run: roles per node, 'learner:collector'")
+    desc.add_argument("--out", default="pipeline", help="diagram: <out>.mmd (with graphviz also .dot and .svg)")
+    desc.add_argument("main_args", nargs=argparse.REMAINDER, help="arguments for the main, after '--'")
     return ap
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``rlpipe`` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "describe":
+        from ..describe import describe_main, parse_nodes
+        describe_main(args.main, args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args,
+                      args.package, parse_nodes(args.roles), args.out)
+        return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="[launcher] %(asctime)s %(levelname)s %(message)s")
     if args.backend == "ray":

@@ -1,17 +1,12 @@
-"""Policies: DQN (learn/collect/eval modes), its Q-network, and batch helpers.
+"""Policies: DQN and SAC (learn/collect/eval modes on a shared :class:`Policy` base), models, batch helpers.
 
-``pipeline.learner`` is imported only when a policy's ``learn_mode`` is first used.
+Each policy's config schema lives in its module (``DQN_CONFIG`` in :mod:`pipeline.policy.dqn`,
+``SAC_CONFIG`` in :mod:`pipeline.policy.sac`); ``pipeline.config.compile_config`` checks against it.
 """
+from .base import ActingMode, Policy
 from .common import collate_transitions, eps_schedule, to_tree
-from .dqn import DQNCollectMode, DQNEvalMode, DQNPolicy, dqn_targets, get_learner_class
+from .dqn import DQNCollectMode, DQNEvalMode, DQNLearner, DQNPolicy, dqn_targets, get_learner_class
 from .model import DQNModel, mlp
 
-
-def __getattr__(name: str):
-    if name == 'DQNLearner':
-        return get_learner_class()
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-
-
-__all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'DQNModel', 'mlp', 'dqn_targets',
-           'collate_transitions', 'eps_schedule', 'to_tree', 'get_learner_class']
+__all__ = ['Policy', 'ActingMode', 'DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'DQNModel', 'mlp',
+           'dqn_targets', 'collate_transitions', 'eps_schedule', 'to_tree', 'get_learner_class']

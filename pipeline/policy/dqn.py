@@ -14,21 +14,109 @@ with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from easydict import EasyDict
+
+from ..learner import Learner
+from ..config_schema import Bool, Choice, Float, FreeForm, Int, IntList, Shape, Str, defaults
+from .base import ActingMode, Policy, optimizer_factory, optimizer_problems, policy_section
 from .model import DQNModel
 
-__all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets']
+__all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets', 'DQN_CONFIG', 'CONFIG_SCHEMA',
+           'dqn_default_config', 'check_config']
+
+_OPTIMIZERS = ('adam', 'adamw', 'sgd', 'rmsprop')
+
+# DQN's config: every key's default, type and range (DI-engine 0.5.3's CartPole DQN settings where
+# they apply). ``pipeline.config.compile_config(user, policy='dqn')`` merges and checks against it.
+DQN_CONFIG = {
+    'exp_name': Str('cartpole_dqn'),
+    'seed': Int(0, min=0),
+    'env': {
+        'env_id': Str('CartPole-v0'),
+        'collector_env_num': Int(8, min=1),
+        'evaluator_env_num': Int(5, min=1),
+        'n_evaluator_episode': Int(5, min=1),
+        'stop_value': Float(195, allow_inf=True, optional=True),  # None: never stop on eval return
+        'max_episode_steps': Int(None, min=1, optional=True),
+        'env_kwargs': FreeForm(),
+    },
+    'policy': {
+        'type': Str('dqn'),
+        'cuda': Bool(False),
+        'discount_factor': Float(0.97, min=0, max=1),
+        'nstep': Int(1, min=1),
+        'model': {
+            'obs_shape': Shape(None, optional=True),             # inferred from the env when None
+            'action_shape': Int(None, min=1, optional=True),     # inferred from the env when None
+            'encoder_hidden_size_list': IntList([128, 128, 64], item_min=1),
+            'dueling': Bool(True),
+            'head_hidden_size': Int(None, min=1, optional=True),  # defaults to the last encoder size
+            'head_layer_num': Int(1, min=0),
+            'extra': FreeForm(),
+        },
+        'learn': {
+            'update_per_collect': Int(5, min=1),
+            'batch_size': Int(64, min=1),
+            'learning_rate': Float(1e-3, gt=0, max=1),
+            'optimizer': Choice('adam', _OPTIMIZERS, ignore_case=True),
+            'optimizer_kwargs': FreeForm(),
+            'double_dqn': Bool(True),
+            'loss': Choice('mse', ('mse', 'huber')),
+            'target_update_type': Choice('hard', ('hard', 'soft')),
+            'target_update_freq': Int(100, min=1),     # hard update: every this many train iterations
+            'target_theta': Float(None, gt=0, max=1, optional=True),  # soft: target <- theta*online + (1-theta)*target
+            'grad_clip': Float(None, gt=0, optional=True),  # max global grad norm, None for no clipping
+            'truncation_as_terminal': Bool(True),      # DI-engine treats a time-limit end as terminal
+            'learning_starts': Int(64, min=0),         # fetch nothing until the buffer holds this many
+        },
+        'collect': {
+            'n_sample': Int(8, min=1),
+            'n_episode': Int(8, min=1),                # used by EpisodeCollector
+            'unroll_len': Int(1, min=1),
+        },
+        'eval': {'evaluator': {'eval_freq': Int(40, min=1)}},
+        'other': {
+            'eps': {
+                'type': Choice('exp', ('exp', 'linear')),
+                'start': Float(0.95, min=0, max=1),
+                'end': Float(0.1, min=0, max=1),
+                'decay': Int(10000, min=1),
+            },
+            'replay_buffer': {
+                'replay_buffer_size': Int(20000, min=1),
+                'priority': Bool(False),
+                'priority_IS_weight': Bool(False),
+                'priority_power_factor': Float(0.6, min=0, max=1),
+                'IS_weight_power_factor': Float(0.4, min=0, max=1),
+                'IS_weight_anneal_train_iter': Int(100000, min=1),
+            },
+        },
+    },
+}
+CONFIG_SCHEMA = DQN_CONFIG
 
 
-def _policy_cfg(cfg: Mapping) -> Mapping:
-    """Accept a full config (with a ``policy`` section) or the policy section itself."""
-    return cfg['policy'] if 'policy' in cfg else cfg
+def dqn_default_config() -> EasyDict:
+    """The default DQN config (from :data:`DQN_CONFIG`)."""
+    return EasyDict(defaults(DQN_CONFIG))
+
+
+def check_config(cfg: Mapping) -> List[str]:
+    """What the schema cannot say: values that contradict each other, optimizer arguments."""
+    errors = []
+    lc = cfg['policy']['learn']
+    if lc['target_update_type'] == 'soft' and lc['target_theta'] is None:
+        errors.append('policy.learn.target_theta: a soft target update needs a theta in (0, 1], e.g. 0.005')
+    errors.extend(optimizer_problems(lc['optimizer'], lc['learning_rate'], lc['optimizer_kwargs'], 'policy.learn'))
+    return errors
+
 
 
 def dqn_targets(reward: torch.Tensor, done: torch.Tensor, next_q_target: torch.Tensor,
@@ -44,145 +132,120 @@ def dqn_targets(reward: torch.Tensor, done: torch.Tensor, next_q_target: torch.T
     return reward + gamma * (1.0 - done) * next_v
 
 
-def _make_learner_class():
-    from pipeline.learner import Learner
+class DQNLearner(Learner):
+    """DQN's learn mode: a ``Learner`` with the DQN TD loss and a target network.
 
-    class _DQNLearner(Learner):
-        """DQN's learn mode: a ``Learner`` with the DQN TD loss and a target network.
+    Loss outputs per update: ``total_loss``, ``q_value`` (mean Q of the taken actions) and
+    ``priority`` (``|TD error|`` per row, in ``last_outputs[module_id]['priority']``).
+    The target net is updated in ``after_gradient_based_update``: hard (copy every
+    ``target_update_freq`` updates) or soft (``theta``-lerp after every update).
+    """
 
-        Loss outputs per update: ``total_loss``, ``q_value`` (mean Q of the taken actions) and
-        ``priority`` (``|TD error|`` per row, in ``last_outputs[module_id]['priority']``).
-        The target net is updated in ``after_gradient_based_update``: hard (copy every
-        ``target_update_freq`` updates) or soft (``theta``-lerp after every update).
-        """
+    def __init__(self, model: nn.Module, cfg: Mapping) -> None:
+        p = policy_section(cfg)
+        lc = p['learn']
+        kwargs = dict(lr=lc['learning_rate'], grad_clip=lc.get('grad_clip'))
+        kwargs['optimizer'] = optimizer_factory(lc.get('optimizer', 'adam'), lc.get('optimizer_kwargs'))
+        super().__init__({Learner.DEFAULT_MODULE_ID: model}, **kwargs)
+        self.module_id = Learner.DEFAULT_MODULE_ID
+        self.model = model
+        self.target_model = copy.deepcopy(model)
+        self.target_model.requires_grad_(False)
+        self.gamma = float(p['discount_factor'])
+        self.nstep = int(p.get('nstep', 1))
+        self.double_dqn = bool(lc.get('double_dqn', True))
+        self.loss_type = lc.get('loss', 'mse')
+        self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
+        self.target_update_type = lc.get('target_update_type', 'hard')
+        self.target_update_freq = int(lc.get('target_update_freq', 100))
+        self.target_theta = lc.get('target_theta')
+        if self.target_update_type == 'soft' and not self.target_theta:
+            raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
+        self.train_iter = 0  # number of update() calls (learner iterations)
+        self._online_params = list(model.parameters())
+        self._target_params = list(self.target_model.parameters())
 
-        def __init__(self, model: nn.Module, cfg: Mapping) -> None:
-            p = _policy_cfg(cfg)
-            lc = p['learn']
-            kwargs = dict(lr=lc['learning_rate'], grad_clip=lc.get('grad_clip'))
-            opt_name = str(lc.get('optimizer', 'adam')).lower()
-            if opt_name not in ('adam', 'adamw', 'sgd', 'rmsprop'):
-                raise ValueError(f"policy.learn.optimizer: unknown {opt_name!r}; use adam, adamw, sgd or rmsprop")
-            opt_cls = {'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW, 'sgd': torch.optim.SGD,
-                       'rmsprop': torch.optim.RMSprop}[opt_name]
-            opt_kwargs = dict(lc.get('optimizer_kwargs') or {})
-            opt_kwargs.setdefault('foreach', True)  # multi-tensor kernels: ~2x faster steps for small nets on CPU
-            kwargs['optimizer'] = lambda params, lr: opt_cls(params, lr=lr, **opt_kwargs)
-            super().__init__({Learner.DEFAULT_MODULE_ID: model}, **kwargs)
-            self.module_id = Learner.DEFAULT_MODULE_ID
-            self.model = model
-            self.target_model = copy.deepcopy(model)
-            self.target_model.requires_grad_(False)
-            self.gamma = float(p['discount_factor'])
-            self.nstep = int(p.get('nstep', 1))
-            self.double_dqn = bool(lc.get('double_dqn', True))
-            self.loss_type = lc.get('loss', 'mse')
-            self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
-            self.target_update_type = lc.get('target_update_type', 'hard')
-            self.target_update_freq = int(lc.get('target_update_freq', 100))
-            self.target_theta = lc.get('target_theta')
-            if self.target_update_type == 'soft' and not self.target_theta:
-                raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
-            self.train_iter = 0  # number of update() calls (learner iterations)
-            self._online_params = list(model.parameters())
-            self._target_params = list(self.target_model.parameters())
+    # -- Learner hooks -------------------------------------------------------------
+    def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
+        return self.model(batch['obs'])
 
-        # -- Learner hooks -------------------------------------------------------------
-        def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
-            return self.model(batch['obs'])
-
-        def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: torch.Tensor) -> Dict[str, torch.Tensor]:
-            action = batch['action']
-            if action.dtype != torch.int64:
-                action = action.long()
-            if action.dim() == 1:
-                action = action.unsqueeze(1)
-            q_a = fwd_out.gather(1, action).squeeze(1)
-            keys = batch.keys() if hasattr(batch, 'keys') else ()
-            with torch.no_grad():
-                next_obs = batch['next_obs']
-                next_q_t = self.target_model(next_obs)
-                next_q_o = self.model(next_obs) if self.double_dqn else None
-                done = batch['terminated']
-                if self.truncation_as_terminal and 'truncated' in keys:
-                    done = done | batch['truncated']
-                done = done.to(q_a.dtype)
-                if 'nstep' in keys:
-                    gamma = torch.pow(self.gamma, batch['nstep'].to(q_a.dtype))
-                elif self.nstep > 1:
-                    raise ValueError(
-                        f'policy.nstep={self.nstep} but the batch has no "nstep" column: add '
-                        f'nstep_reward_enhancer(cfg) after the collector so transitions carry '
-                        f'n-step returns')
-                else:
-                    gamma = self.gamma
-                reward = batch['reward']
-                if reward.dtype != q_a.dtype:
-                    reward = reward.to(q_a.dtype)
-                target = dqn_targets(reward, done, next_q_t, next_q_o, gamma)
-            td = q_a - target
-            if self.loss_type == 'huber':
-                per_row = F.smooth_l1_loss(q_a, target, reduction='none')
+    def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: torch.Tensor) -> Dict[str, torch.Tensor]:
+        action = batch['action']
+        if action.dtype != torch.int64:
+            action = action.long()
+        if action.dim() == 1:
+            action = action.unsqueeze(1)
+        q_a = fwd_out.gather(1, action).squeeze(1)
+        keys = batch.keys() if hasattr(batch, 'keys') else ()
+        with torch.no_grad():
+            next_obs = batch['next_obs']
+            next_q_t = self.target_model(next_obs)
+            next_q_o = self.model(next_obs) if self.double_dqn else None
+            done = batch['terminated']
+            if self.truncation_as_terminal and 'truncated' in keys:
+                done = done | batch['truncated']
+            done = done.to(q_a.dtype)
+            if 'nstep' in keys:
+                gamma = torch.pow(self.gamma, batch['nstep'].to(q_a.dtype))
+            elif self.nstep > 1:
+                raise ValueError(
+                    f'policy.nstep={self.nstep} but the batch has no "nstep" column: add '
+                    f'nstep_reward_enhancer(cfg) after the collector so transitions carry '
+                    f'n-step returns')
             else:
-                per_row = td.pow(2)
-            if 'weight' in keys:
-                loss = (per_row * batch['weight'].to(per_row.dtype)).mean()
-            else:
-                loss = per_row.mean()
-            return {'total_loss': loss, 'q_value': q_a.detach().mean(), 'priority': td.detach().abs()}
+                gamma = self.gamma
+            reward = batch['reward']
+            if reward.dtype != q_a.dtype:
+                reward = reward.to(q_a.dtype)
+            target = dqn_targets(reward, done, next_q_t, next_q_o, gamma)
+        td = q_a - target
+        if self.loss_type == 'huber':
+            per_row = F.smooth_l1_loss(q_a, target, reduction='none')
+        else:
+            per_row = td.pow(2)
+        if 'weight' in keys:
+            loss = (per_row * batch['weight'].to(per_row.dtype)).mean()
+        else:
+            loss = per_row.mean()
+        return {'total_loss': loss, 'q_value': q_a.detach().mean(), 'priority': td.detach().abs()}
 
-        def after_gradient_based_update(self, timesteps: Any = None) -> None:
-            super().after_gradient_based_update(timesteps)
-            self.train_iter += 1
-            if self.target_update_type == 'soft':
-                with torch.no_grad():
-                    torch._foreach_lerp_(self._target_params, self._online_params, float(self.target_theta))
-            elif self.train_iter % self.target_update_freq == 0:
-                self.sync_target()
-
-        # -- DQN extras ------------------------------------------------------------------
-        def sync_target(self) -> None:
-            """Copy the online weights into the target network."""
+    def after_gradient_based_update(self, timesteps: Any = None) -> None:
+        super().after_gradient_based_update(timesteps)
+        self.train_iter += 1
+        if self.target_update_type == 'soft':
             with torch.no_grad():
-                torch._foreach_copy_(self._target_params, self._online_params)
+                torch._foreach_lerp_(self._target_params, self._online_params, float(self.target_theta))
+        elif self.train_iter % self.target_update_freq == 0:
+            self.sync_target()
 
-        @property
-        def optimizer(self) -> torch.optim.Optimizer:
-            """The Q-network's optimizer."""
-            return self.optimizers[self.module_id]
+    # -- DQN extras ------------------------------------------------------------------
+    def sync_target(self) -> None:
+        """Copy the online weights into the target network."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._target_params, self._online_params)
 
-        def get_extra_state(self) -> Dict[str, Any]:
-            """Target net and DQN iteration counter (tensors and plain values only)."""
-            return {'target_model': self.target_model.state_dict(), 'train_iter': int(self.train_iter)}
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The Q-network's optimizer."""
+        return self.optimizers[self.module_id]
 
-        def set_extra_state(self, state: Dict[str, Any]) -> None:
-            if 'target_model' in state:
-                self.target_model.load_state_dict(state['target_model'])
-            if 'train_iter' in state:
-                self.train_iter = int(state['train_iter'])
+    def get_extra_state(self) -> Dict[str, Any]:
+        """Target net and DQN iteration counter (tensors and plain values only)."""
+        return {'target_model': self.target_model.state_dict(), 'train_iter': int(self.train_iter)}
 
-    _DQNLearner.__name__ = _DQNLearner.__qualname__ = 'DQNLearner'
-    return _DQNLearner
-
-
-_LEARNER_CLS = None
-
-
-def __getattr__(name: str):  # lazily build DQNLearner (it subclasses pipeline.learner.Learner)
-    if name == 'DQNLearner':
-        return get_learner_class()
-    raise AttributeError(name)
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        if 'target_model' in state:
+            self.target_model.load_state_dict(state['target_model'])
+        if 'train_iter' in state:
+            self.train_iter = int(state['train_iter'])
 
 
-def get_learner_class():
-    """The ``DQNLearner`` class (built on first use so that ``pipeline.learner`` loads lazily)."""
-    global _LEARNER_CLS
-    if _LEARNER_CLS is None:
-        _LEARNER_CLS = _make_learner_class()
-    return _LEARNER_CLS
+def get_learner_class() -> type:
+    """``DQNLearner`` (kept for callers of the old lazy factory)."""
+    return DQNLearner
 
 
-class DQNCollectMode:
+class DQNCollectMode(ActingMode):
     """Eps-greedy acting for a batch of envs: ``forward(obs [N, ...], eps) -> actions [N] int64``.
 
     Runs the online network under ``torch.no_grad`` with no tree conversions; random actions come
@@ -209,11 +272,8 @@ class DQNCollectMode:
 
     __call__ = forward
 
-    def reset(self, env_ids: Any = None) -> None:
-        """No per-env state (kept for API symmetry with recurrent policies)."""
 
-
-class DQNEvalMode:
+class DQNEvalMode(ActingMode):
     """Greedy acting: ``forward(obs [N, ...]) -> actions [N] int64``."""
 
     def __init__(self, model: nn.Module) -> None:
@@ -228,11 +288,8 @@ class DQNEvalMode:
 
     __call__ = forward
 
-    def reset(self, env_ids: Any = None) -> None:
-        """No per-env state."""
 
-
-class DQNPolicy:
+class DQNPolicy(Policy):
     """DQN with its learn, collect and eval modes sharing one Q-network.
 
     Args:
@@ -244,12 +301,12 @@ class DQNPolicy:
         seed: seeds torch (model init) and the collect mode's exploration generator.
 
     The learner (and its optimizer) is built on first access to ``learn_mode``, so collector or
-    evaluator nodes never build one.
+    evaluator nodes never build one. ``state_dict()`` is ``{'model': ..., 'learn': ...}``.
     """
 
     def __init__(self, cfg: Mapping, model: Optional[nn.Module] = None, obs_shape: Any = None,
                  action_shape: Optional[int] = None, seed: Optional[int] = None) -> None:
-        self.cfg = _policy_cfg(cfg)
+        super().__init__(cfg)
         mc = self.cfg['model']
         obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
         action_shape = action_shape if action_shape is not None else mc.get('action_shape')
@@ -269,50 +326,15 @@ class DQNPolicy:
         self.model = model
         self.action_shape = int(action_shape)
         self._seed = seed
-        self._learn = None
-        self._collect = None
-        self._eval = None
-        self._pending_learn_state: Optional[Mapping[str, Any]] = None
 
-    @property
-    def learn_mode(self):
-        """The :class:`DQNLearner` (built on first access)."""
-        if self._learn is None:
-            self._learn = get_learner_class()(self.model, self.cfg)
-            if self._pending_learn_state is not None:
-                self._learn.set_state(self._pending_learn_state)
-                self._pending_learn_state = None
-        return self._learn
+    def networks(self) -> Dict[str, nn.Module]:
+        return {'model': self.model}
 
-    @property
-    def collect_mode(self) -> DQNCollectMode:
-        if self._collect is None:
-            self._collect = DQNCollectMode(self.model, self.action_shape, self._seed)
-        return self._collect
+    def _build_learner(self) -> DQNLearner:
+        return DQNLearner(self.model, self.cfg)
 
-    @property
-    def eval_mode(self) -> DQNEvalMode:
-        if self._eval is None:
-            self._eval = DQNEvalMode(self.model)
-        return self._eval
+    def _build_collect_mode(self) -> DQNCollectMode:
+        return DQNCollectMode(self.model, self.action_shape, self._seed)
 
-    def state_dict(self) -> Dict[str, Any]:
-        """``{'model': ..., 'learn': {...}}`` with the learner's part only if it was built."""
-        sd: Dict[str, Any] = {'model': self.model.state_dict()}
-        if self._learn is not None:
-            sd['learn'] = self._learn.get_state()
-        elif self._pending_learn_state is not None:
-            sd['learn'] = self._pending_learn_state
-        return sd
-
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        """Load a ``state_dict()``; the learner part waits until the learner is built."""
-        if 'model' not in sd:
-            raise KeyError(f'not a DQNPolicy state dict: no "model" key (keys: {list(sd)})')
-        self.model.load_state_dict(sd['model'])
-        learn = sd.get('learn')
-        if learn is not None:
-            if self._learn is not None:
-                self._learn.set_state(learn)
-            else:
-                self._pending_learn_state = learn
+    def _build_eval_mode(self) -> DQNEvalMode:
+        return DQNEvalMode(self.model)

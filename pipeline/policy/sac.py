@@ -12,7 +12,7 @@ and a learned temperature, with three modes:
 - ``eval_mode``: ``forward(obs) -> actions``, deterministic (``tanh`` of the mean).
 
 Actions live in ``[-1, 1]^act_dim`` (scale them in the env if needed).
-Config: :func:`sac_default_config`, merged with ``pipeline.config.merge_config``.
+Config: :data:`SAC_CONFIG` (defaults, types, ranges), checked by ``pipeline.config.compile_config(user, policy='sac')``.
 """
 from __future__ import annotations
 
@@ -23,67 +23,69 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from easydict import EasyDict
 from torch import nn
 
-__all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "sac_default_config", "get_sac_learner_class"]
+from ..config_schema import Bool, Float, FreeForm, Int, IntList, Shape, Str, defaults
+from ..learner import Learner
+from .base import ActingMode, Policy, policy_section
+from .model import mlp
+
+__all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "CONFIG_SCHEMA", "sac_default_config",
+           "get_sac_learner_class"]
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-def sac_default_config():
-    """Default SAC config (an ``EasyDict``); override with ``pipeline.config.merge_config``."""
-    from easydict import EasyDict
-
-    return EasyDict(
-        {
-            "exp_name": "sac",
-            "seed": 0,
-            "env": {
-                "env_id": None,
-                "collector_env_num": 4,
-                "evaluator_env_num": 4,
-                "n_evaluator_episode": 20,
-                "stop_value": None,
-                "max_episode_steps": None,
-                "env_kwargs": {},
-            },
-            "policy": {
-                "type": "sac",
-                "cuda": False,
-                "discount_factor": 0.98,
-                "model": {
-                    "obs_shape": None,
-                    "action_shape": None,
-                    "actor_hidden_size_list": [128, 128],
-                    "critic_hidden_size_list": [128, 128],
-                },
-                "learn": {
-                    "update_per_collect": 16,
-                    "batch_size": 128,
-                    "learning_rate_actor": 1e-3,
-                    "learning_rate_critic": 1e-3,
-                    "learning_rate_alpha": 1e-3,
-                    "target_theta": 0.05,
-                    "init_alpha": 0.2,
-                    "auto_alpha": True,
-                    "target_entropy": None,  # default: -action_dim
-                    "grad_clip": None,
-                    "truncation_as_terminal": False,
-                    "learning_starts": 256,
-                },
-                "collect": {"n_sample": 64, "n_episode": 8, "random_collect_size": 1000},
-                "eval": {"evaluator": {"eval_freq": 200}},
-                "other": {"replay_buffer": {"replay_buffer_size": 100000}},
-            },
-        }
-    )
+# SAC's config: every key's default, type and range; ``compile_config(user, policy='sac')`` checks against it.
+SAC_CONFIG = {
+    "exp_name": Str("sac"),
+    "seed": Int(0, min=0),
+    "env": {
+        "env_id": Str(None, optional=True),
+        "collector_env_num": Int(4, min=1),
+        "evaluator_env_num": Int(4, min=1),
+        "n_evaluator_episode": Int(20, min=1),
+        "stop_value": Float(None, allow_inf=True, optional=True),
+        "max_episode_steps": Int(None, min=1, optional=True),
+        "env_kwargs": FreeForm(),
+    },
+    "policy": {
+        "type": Str("sac"),
+        "cuda": Bool(False),
+        "discount_factor": Float(0.98, min=0, max=1),
+        "model": {
+            "obs_shape": Shape(None, optional=True),
+            "action_shape": Shape(None, optional=True),
+            "actor_hidden_size_list": IntList([128, 128], item_min=1),
+            "critic_hidden_size_list": IntList([128, 128], item_min=1),
+        },
+        "learn": {
+            "update_per_collect": Int(16, min=1),
+            "batch_size": Int(128, min=1),
+            "learning_rate_actor": Float(1e-3, gt=0, max=1),
+            "learning_rate_critic": Float(1e-3, gt=0, max=1),
+            "learning_rate_alpha": Float(1e-3, gt=0, max=1),
+            "target_theta": Float(0.05, gt=0, max=1),
+            "init_alpha": Float(0.2, gt=0, max=1e3),
+            "auto_alpha": Bool(True),
+            "target_entropy": Float(None, optional=True),  # default: -action_dim
+            "grad_clip": Float(None, gt=0, optional=True),
+            "truncation_as_terminal": Bool(False),
+            "learning_starts": Int(256, min=0),
+        },
+        "collect": {"n_sample": Int(64, min=1), "n_episode": Int(8, min=1), "random_collect_size": Int(1000, min=0)},
+        "eval": {"evaluator": {"eval_freq": Int(200, min=1)}},
+        "other": {"replay_buffer": {"replay_buffer_size": Int(100000, min=1)}},
+    },
+}
+CONFIG_SCHEMA = SAC_CONFIG
 
 
-def _mlp(sizes: Sequence[int]) -> nn.Sequential:
-    layers = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers)
+def sac_default_config() -> EasyDict:
+    """The default SAC config (from :data:`SAC_CONFIG`); check overrides with
+    ``pipeline.config.compile_config(user, policy='sac')``."""
+    return EasyDict(defaults(SAC_CONFIG))
 
 
 class SACActor(nn.Module):
@@ -91,7 +93,7 @@ class SACActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
         super().__init__()
-        self.body = _mlp([obs_dim, *hidden])
+        self.body = mlp([obs_dim, *hidden])
         self.mu = nn.Linear(hidden[-1], act_dim)
         self.log_std = nn.Linear(hidden[-1], act_dim)
         self.act_dim = act_dim
@@ -120,8 +122,8 @@ class TwinQCritic(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (128, 128)) -> None:
         super().__init__()
-        self.q1 = nn.Sequential(_mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
-        self.q2 = nn.Sequential(_mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
+        self.q1 = nn.Sequential(mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
+        self.q2 = nn.Sequential(mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor):
         x = torch.cat([obs, action], dim=-1)
@@ -134,137 +136,115 @@ class _LogAlpha(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha), dtype=torch.float32))
 
 
-def _policy_cfg(cfg: Mapping) -> Mapping:
-    return cfg["policy"] if "policy" in cfg else cfg
+class SACLearner(Learner):
+    """SAC's learn mode: modules ``actor``, ``critic``, ``alpha``, one optimizer each.
 
+    Per update: critic loss (MSE to ``r + gamma (1 - terminated) (min Q_targ(s', a') - alpha
+    log pi(a'|s'))``), actor loss (``alpha log pi - min Q`` with the critic's weights held
+    fixed), temperature loss (``-log_alpha (log pi + target_entropy)``) when ``auto_alpha``;
+    then a soft target update with ``target_theta``. Outputs ``total_loss`` per module plus
+    ``q_value``, ``entropy`` (``-log pi``) and ``alpha``.
+    """
 
-def _make_learner_class():
-    from pipeline.learner import Learner
+    def __init__(self, actor: SACActor, critic: TwinQCritic, cfg: Mapping) -> None:
+        p = policy_section(cfg)
+        lc = p["learn"]
+        self.auto_alpha = bool(lc.get("auto_alpha", True))
+        alpha_mod = _LogAlpha(float(lc.get("init_alpha", 0.2)))
+        modules = {"actor": actor, "critic": critic}
+        lrs = {"actor": lc["learning_rate_actor"], "critic": lc["learning_rate_critic"]}
+        if self.auto_alpha:
+            modules["alpha"] = alpha_mod
+            lrs["alpha"] = lc["learning_rate_alpha"]
+        super().__init__(modules, lr=lrs, grad_clip=lc.get("grad_clip"))
+        self.actor, self.critic, self.alpha_mod = actor, critic, alpha_mod
+        self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        self.gamma = float(p["discount_factor"])
+        self.theta = float(lc.get("target_theta", 0.005))
+        if not 0.0 < self.theta <= 1.0:
+            raise ValueError(f"policy.learn.target_theta must be in (0, 1], got {self.theta}")
+        te = lc.get("target_entropy")
+        self.target_entropy = float(-actor.act_dim if te is None else te)
+        self.truncation_as_terminal = bool(lc.get("truncation_as_terminal", False))
+        self.train_iter = 0
+        self._critic_params = list(critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
 
-    class _SACLearner(Learner):
-        """SAC's learn mode: modules ``actor``, ``critic``, ``alpha``, one optimizer each.
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.alpha_mod.log_alpha.detach().exp()
 
-        Per update: critic loss (MSE to ``r + gamma (1 - terminated) (min Q_targ(s', a') - alpha
-        log pi(a'|s'))``), actor loss (``alpha log pi - min Q`` with the critic's weights held
-        fixed), temperature loss (``-log_alpha (log pi + target_entropy)``) when ``auto_alpha``;
-        then a soft target update with ``target_theta``. Outputs ``total_loss`` per module plus
-        ``q_value``, ``entropy`` (``-log pi``) and ``alpha``.
-        """
+    def update(self, batch: Any = None, **kwargs: Any) -> Any:
+        """``Learner.update``; a single batch is given to all three modules."""
+        if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
+            batch = {mid: batch for mid in self.modules}
+        return super().update(batch=batch, **kwargs)
 
-        def __init__(self, actor: SACActor, critic: TwinQCritic, cfg: Mapping) -> None:
-            p = _policy_cfg(cfg)
-            lc = p["learn"]
-            self.auto_alpha = bool(lc.get("auto_alpha", True))
-            alpha_mod = _LogAlpha(float(lc.get("init_alpha", 0.2)))
-            modules = {"actor": actor, "critic": critic}
-            lrs = {"actor": lc["learning_rate_actor"], "critic": lc["learning_rate_critic"]}
-            if self.auto_alpha:
-                modules["alpha"] = alpha_mod
-                lrs["alpha"] = lc["learning_rate_alpha"]
-            super().__init__(modules, lr=lrs, grad_clip=lc.get("grad_clip"))
-            self.actor, self.critic, self.alpha_mod = actor, critic, alpha_mod
-            self.target_critic = copy.deepcopy(critic).requires_grad_(False)
-            self.gamma = float(p["discount_factor"])
-            self.theta = float(lc.get("target_theta", 0.005))
-            if not 0.0 < self.theta <= 1.0:
-                raise ValueError(f"policy.learn.target_theta must be in (0, 1], got {self.theta}")
-            te = lc.get("target_entropy")
-            self.target_entropy = float(-actor.act_dim if te is None else te)
-            self.truncation_as_terminal = bool(lc.get("truncation_as_terminal", False))
-            self.train_iter = 0
-            self._critic_params = list(critic.parameters())
-            self._target_params = list(self.target_critic.parameters())
+    def forward_train(self, module_id: str, batch: Any) -> Any:
+        return None  # everything happens in compute_losses (the losses share forward passes)
 
-        @property
-        def alpha(self) -> torch.Tensor:
-            return self.alpha_mod.log_alpha.detach().exp()
+    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+        b = batch["critic"]
+        keys = b.keys() if hasattr(b, "keys") else ()
+        obs, next_obs = b["obs"].float(), b["next_obs"].float()
+        action = b["action"].float()
+        if action.dim() == 1:
+            action = action.unsqueeze(-1)
+        reward = b["reward"].float()
+        done = b["terminated"]
+        if self.truncation_as_terminal and "truncated" in keys:
+            done = done | b["truncated"]
+        done = done.float()
+        alpha = self.alpha
+        with torch.no_grad():
+            na, nlogp = self.actor.sample(next_obs)
+            tq1, tq2 = self.target_critic(next_obs, na)
+            target = reward + self.gamma * (1.0 - done) * (torch.min(tq1, tq2) - alpha * nlogp)
+        q1, q2 = self.critic(obs, action)
+        per_row = (q1 - target).pow(2) + (q2 - target).pow(2)
+        if "weight" in keys:
+            per_row = per_row * b["weight"].float()
+        critic_loss = per_row.mean()
 
-        def update(self, batch: Any = None, **kwargs: Any) -> Any:
-            """``Learner.update``; a single batch is given to all three modules."""
-            if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
-                batch = {mid: batch for mid in self.modules}
-            return super().update(batch=batch, **kwargs)
+        a, logp = self.actor.sample(obs)
+        frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
+        pq1, pq2 = torch.func.functional_call(self.critic, frozen, (obs, a))
+        actor_loss = (alpha * logp - torch.min(pq1, pq2)).mean()
+        out: Dict[str, Any] = {
+            "critic": {"total_loss": critic_loss, "q_value": q1.detach().mean()},
+            "actor": {"total_loss": actor_loss, "entropy": -logp.detach().mean(), "alpha": alpha},
+        }
+        if self.auto_alpha:
+            alpha_loss = -(self.alpha_mod.log_alpha * (logp.detach() + self.target_entropy)).mean()
+            out["alpha"] = {"total_loss": alpha_loss}
+        return out
 
-        def forward_train(self, module_id: str, batch: Any) -> Any:
-            return None  # everything happens in compute_losses (the losses share forward passes)
+    def after_gradient_based_update(self, timesteps: Any = None) -> None:
+        super().after_gradient_based_update(timesteps)
+        self.train_iter += 1
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
 
-        def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
-            b = batch["critic"]
-            keys = b.keys() if hasattr(b, "keys") else ()
-            obs, next_obs = b["obs"].float(), b["next_obs"].float()
-            action = b["action"].float()
-            if action.dim() == 1:
-                action = action.unsqueeze(-1)
-            reward = b["reward"].float()
-            done = b["terminated"]
-            if self.truncation_as_terminal and "truncated" in keys:
-                done = done | b["truncated"]
-            done = done.float()
-            alpha = self.alpha
+    def get_extra_state(self) -> Dict[str, Any]:
+        return {"target_critic": self.target_critic.state_dict(), "train_iter": int(self.train_iter),
+                "log_alpha": self.alpha_mod.log_alpha.detach().clone()}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        if "target_critic" in state:
+            self.target_critic.load_state_dict(state["target_critic"])
+        if "train_iter" in state:
+            self.train_iter = int(state["train_iter"])
+        if "log_alpha" in state:
             with torch.no_grad():
-                na, nlogp = self.actor.sample(next_obs)
-                tq1, tq2 = self.target_critic(next_obs, na)
-                target = reward + self.gamma * (1.0 - done) * (torch.min(tq1, tq2) - alpha * nlogp)
-            q1, q2 = self.critic(obs, action)
-            per_row = (q1 - target).pow(2) + (q2 - target).pow(2)
-            if "weight" in keys:
-                per_row = per_row * b["weight"].float()
-            critic_loss = per_row.mean()
-
-            a, logp = self.actor.sample(obs)
-            frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
-            pq1, pq2 = torch.func.functional_call(self.critic, frozen, (obs, a))
-            actor_loss = (alpha * logp - torch.min(pq1, pq2)).mean()
-            out: Dict[str, Any] = {
-                "critic": {"total_loss": critic_loss, "q_value": q1.detach().mean()},
-                "actor": {"total_loss": actor_loss, "entropy": -logp.detach().mean(), "alpha": alpha},
-            }
-            if self.auto_alpha:
-                alpha_loss = -(self.alpha_mod.log_alpha * (logp.detach() + self.target_entropy)).mean()
-                out["alpha"] = {"total_loss": alpha_loss}
-            return out
-
-        def after_gradient_based_update(self, timesteps: Any = None) -> None:
-            super().after_gradient_based_update(timesteps)
-            self.train_iter += 1
-            with torch.no_grad():
-                torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
-
-        def get_extra_state(self) -> Dict[str, Any]:
-            return {"target_critic": self.target_critic.state_dict(), "train_iter": int(self.train_iter),
-                    "log_alpha": self.alpha_mod.log_alpha.detach().clone()}
-
-        def set_extra_state(self, state: Dict[str, Any]) -> None:
-            if "target_critic" in state:
-                self.target_critic.load_state_dict(state["target_critic"])
-            if "train_iter" in state:
-                self.train_iter = int(state["train_iter"])
-            if "log_alpha" in state:
-                with torch.no_grad():
-                    self.alpha_mod.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
-
-    _SACLearner.__name__ = _SACLearner.__qualname__ = "SACLearner"
-    return _SACLearner
+                self.alpha_mod.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
 
 
-_LEARNER_CLS = None
+def get_sac_learner_class() -> type:
+    """``SACLearner`` (kept for callers of the old lazy factory)."""
+    return SACLearner
 
 
-def get_sac_learner_class():
-    """The ``SACLearner`` class (built on first use so ``pipeline.learner`` loads lazily)."""
-    global _LEARNER_CLS
-    if _LEARNER_CLS is None:
-        _LEARNER_CLS = _make_learner_class()
-    return _LEARNER_CLS
-
-
-def __getattr__(name: str):
-    if name == "SACLearner":
-        return get_sac_learner_class()
-    raise AttributeError(name)
-
-
-class SACCollectMode:
+class SACCollectMode(ActingMode):
     """Stochastic actions ``[N, act_dim]`` (float32 numpy); uniform random for the first
     ``random_collect_size`` actions. Extra keyword arguments (e.g. ``eps``) are ignored."""
 
@@ -284,11 +264,8 @@ class SACCollectMode:
 
     __call__ = forward
 
-    def reset(self, env_ids: Any = None) -> None:
-        """No per-env state."""
 
-
-class SACEvalMode:
+class SACEvalMode(ActingMode):
     """Deterministic actions ``tanh(mean)``."""
 
     def __init__(self, actor: SACActor) -> None:
@@ -300,22 +277,21 @@ class SACEvalMode:
 
     __call__ = forward
 
-    def reset(self, env_ids: Any = None) -> None:
-        """No per-env state."""
 
-
-class SACPolicy:
+class SACPolicy(Policy):
     """SAC with learn, collect and eval modes sharing one actor.
 
     Args:
-        cfg: a config from :func:`sac_default_config` (merged) or its ``policy`` section.
+        cfg: a config from ``compile_config(user, policy='sac')`` or its ``policy`` section.
         obs_shape, action_shape: override ``policy.model`` (flat sizes).
         seed: seeds torch (network init) and the collect mode's random actions.
+
+    ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'learn': ...}``.
     """
 
     def __init__(self, cfg: Mapping, obs_shape: Optional[int] = None, action_shape: Optional[int] = None,
                  seed: Optional[int] = None) -> None:
-        self.cfg = _policy_cfg(cfg)
+        super().__init__(cfg)
         mc = self.cfg["model"]
         obs_shape = obs_shape if obs_shape is not None else mc.get("obs_shape")
         action_shape = action_shape if action_shape is not None else mc.get("action_shape")
@@ -328,40 +304,15 @@ class SACPolicy:
         self.actor = SACActor(obs_dim, act_dim, mc.get("actor_hidden_size_list", (128, 128)))
         self.critic = TwinQCritic(obs_dim, act_dim, mc.get("critic_hidden_size_list", (128, 128)))
         self._seed = seed
-        self._learn = None
-        self._collect = None
-        self._eval = None
 
-    @property
-    def learn_mode(self):
-        """The :class:`SACLearner` (built on first access)."""
-        if self._learn is None:
-            self._learn = get_sac_learner_class()(self.actor, self.critic, self.cfg)
-        return self._learn
+    def networks(self) -> Dict[str, nn.Module]:
+        return {"actor": self.actor, "critic": self.critic}
 
-    @property
-    def collect_mode(self) -> SACCollectMode:
-        if self._collect is None:
-            n = int(self.cfg["collect"].get("random_collect_size", 0) or 0)
-            self._collect = SACCollectMode(self.actor, n, self._seed)
-        return self._collect
+    def _build_learner(self) -> SACLearner:
+        return SACLearner(self.actor, self.critic, self.cfg)
 
-    @property
-    def eval_mode(self) -> SACEvalMode:
-        if self._eval is None:
-            self._eval = SACEvalMode(self.actor)
-        return self._eval
+    def _build_collect_mode(self) -> SACCollectMode:
+        return SACCollectMode(self.actor, int(self.cfg["collect"].get("random_collect_size", 0) or 0), self._seed)
 
-    def state_dict(self) -> Dict[str, Any]:
-        sd: Dict[str, Any] = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict()}
-        if self._learn is not None:
-            sd["learn"] = self._learn.get_state()
-        return sd
-
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        if "actor" not in sd or "critic" not in sd:
-            raise KeyError(f"not a SACPolicy state dict (keys: {list(sd)})")
-        self.actor.load_state_dict(sd["actor"])
-        self.critic.load_state_dict(sd["critic"])
-        if "learn" in sd:
-            self.learn_mode.set_state(sd["learn"])
+    def _build_eval_mode(self) -> SACEvalMode:
+        return SACEvalMode(self.actor)

@@ -1,7 +1,8 @@
 """Reward models: hindsight relabelling (HER) and intrinsic rewards (RND).
 
-Every reward model offers ``estimate(train_data)`` (returns new data with the reward it produces;
-never modifies its input) and ``train(data)`` (a no-op for models with nothing to learn).
+Two contracts (``pipeline.protocols``): a reward model (RND) offers ``estimate(train_data)`` (returns new
+data with the reward it produces; never modifies its input) and ``train(data)``; HER is an episode
+relabeler, ``relabel(episodes)`` (new transitions from whole episodes), with ``train(data)`` a no-op.
 """
 from .her import HER_STRATEGIES, HerRewardModel
 from .rnd import RndRewardModel, RunningMeanStd

@@ -134,7 +134,7 @@ class HerRewardModel:
         return 1 if self.strategy == "final" else self.k
 
     def output_size(self, episode_len: int) -> int:
-        """Transitions :meth:`estimate` returns for one episode of ``episode_len`` transitions."""
+        """Transitions :meth:`relabel` returns for one episode of ``episode_len`` transitions."""
         full = episode_len * (self.relabels_per_transition + int(self.keep_original))
         return full if self.sample_per_episode is None else min(full, self.sample_per_episode)
 
@@ -194,7 +194,7 @@ class HerRewardModel:
             j = self._rng.integers(0, T, size=t.shape[0])
         return t, j
 
-    def estimate(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
         """Relabel ``episodes`` (a list of episodes, or one episode) and flatten them.
 
         Returns a new list of transition dicts (the input is never modified): per episode, the

@@ -145,3 +145,32 @@ def test_sample_range_view_on_a_view():
     assert len(buf.sample(50)) == 50  # the base buffer is unrestricted
     with pytest.raises(ValueError):
         sample_range_view(buf, "x")
+
+
+def test_group_sample_max_use_in_group_false_allows_short_tail_runs():
+    import random as _random
+
+    from pipeline.data import group_sample as _group_sample
+
+    buf = DequeBuffer(50)
+    buf.use(_group_sample(3, max_use_in_group=False))
+    for i in range(5):
+        buf.push(i, meta={"g": 0})
+    _random.seed(0)
+    runs = [[it.data for it in buf.sample(1, groupby="g")[0]] for _ in range(200)]
+    assert all(r == list(range(r[0], r[0] + len(r))) for r in runs)  # contiguous, in push order
+    assert {len(r) for r in runs} == {1, 2, 3} and {r[0] for r in runs} == set(range(5))
+    full = DequeBuffer(50).use(_group_sample(3))
+    for i in range(5):
+        full.push(i, meta={"g": 0})
+    assert all(len(full.sample(1, groupby="g")[0]) == 3 for _ in range(50))
+
+
+def test_padding_none_adds_placeholders_without_data():
+    from pipeline.data import padding as _padding
+
+    buf = DequeBuffer(10).use(_padding("none", size=3))
+    buf.push("a", meta={"g": 0})
+    (g,) = buf.sample(1, groupby="g")
+    assert [it.data for it in g] == ["a", None, None]
+    assert [it.index for it in g[1:]] == [-1, -1] and all(it.meta["padding"] for it in g[1:])

@@ -71,9 +71,9 @@ def test_dqn_rnd_tiny_budget(no_rnd):
     assert r["train_iter"] == 8 * trained_steps
     assert r["rnd_train_iter"] == (0 if no_rnd else r["train_iter"])
     if r["train_iter"]:
-        assert r["train_data"].obs.shape == (64, 36) and r["train_data"].reward.shape == (64,)
+        assert r["train_data"]["obs"].shape == (64, 36) and r["train_data"]["reward"].shape == (64,)
         if not no_rnd:
-            assert (r["train_data"].reward > 0.001).any()  # env rewards are 0 or -0.0005: the bonus shows
+            assert (r["train_data"]["reward"] > 0.001).any()  # env rewards are 0 or -0.0005: the bonus shows
 
 
 def test_dqn_rnd_is_reproducible_per_seed():
@@ -81,5 +81,5 @@ def test_dqn_rnd_is_reproducible_per_seed():
     args = ["--size", "6", "--max-episodes", "14", "--quiet", "--seed", "3"]
     a, b = ex.main(args), ex.main(args)
     assert a["train_iter"] == b["train_iter"] > 0
-    assert torch.equal(a["train_data"].obs, b["train_data"].obs)
-    assert torch.equal(a["train_data"].reward, b["train_data"].reward)
+    assert torch.equal(a["train_data"]["obs"], b["train_data"]["obs"])
+    assert torch.equal(a["train_data"]["reward"], b["train_data"]["reward"])

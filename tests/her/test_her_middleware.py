@@ -162,12 +162,12 @@ def test_reward_estimator_changes_train_data_not_the_buffer():
     for _ in range(3):
         back = fetch(ctx)
         original = ctx.train_data
-        orig_reward = original.reward.clone()
+        orig_reward = original["reward"].clone()
         est(ctx)
         assert ctx.train_data is not original
-        assert torch.equal(original.reward, orig_reward)  # the fetched batch is untouched
-        assert (ctx.train_data.reward > orig_reward).all()  # intrinsic bonus is positive
-        assert torch.equal(ctx.train_data.obs, original.obs)
+        assert torch.equal(original["reward"], orig_reward)  # the fetched batch is untouched
+        assert (ctx.train_data["reward"] > orig_reward).all()  # intrinsic bonus is positive
+        assert torch.equal(ctx.train_data["obs"], original["obs"])
         back()
     assert [buf.get(i).data["reward"] for i in range(40)] == snapshot
     assert rnd.train_iter == 3

@@ -47,7 +47,7 @@ def test_goal_window_and_rewards_dict_obs(strategy):
     assert T == 30
     snapshot = [{k: (dict(v) if isinstance(v, dict) else v) for k, v in tr.items()} for tr in ep]
     her = HerRewardModel.from_env(env, strategy=strategy, k=3, seed=0)
-    out = her.estimate([ep])
+    out = her.relabel([ep])
     assert len(out) == her.output_size(T) == T * (1 + (1 if strategy == "final" else 3))
     ag_next = np.stack([tr["next_obs"]["achieved_goal"] for tr in ep])
     originals, relabelled = out[:T], out[T:]
@@ -95,7 +95,7 @@ def test_flat_torch_obs_bitflip_rewards_match_compute_reward():
     lay = env.goal_layout
     eps = [rollout(env, s, 8, flat=True, as_torch=True) for s in range(4)]
     her = HerRewardModel.from_env(env, strategy="future", k=4, seed=0, keep_original=False)
-    out = her.estimate(eps)
+    out = her.relabel(eps)
     assert len(out) == sum(len(e) for e in eps) * 4
     pos = 0
     for ep in eps:
@@ -122,7 +122,7 @@ def test_relabelling_produces_successes_where_originals_have_none():
     env = point_env()
     ep = rollout(env, 5, 30)
     assert all(tr["reward"] == -1.0 for tr in ep)
-    out = HerRewardModel.from_env(env, strategy="final", seed=0).estimate(ep)  # a single episode works too
+    out = HerRewardModel.from_env(env, strategy="final", seed=0).relabel(ep)  # a single episode works too
     assert out[len(ep) * 2 - 1]["reward"] == 0.0  # the last transition reaches the final goal
     assert sum(tr["reward"] == 0.0 for tr in out) >= 1
 
@@ -136,13 +136,13 @@ def test_bad_arguments_are_explained():
     with pytest.raises(TypeError, match="callable"):
         HerRewardModel(None)
     with pytest.raises(ValueError, match="goal-env observations"):
-        HerRewardModel(f).estimate([[{"obs": np.zeros(3), "next_obs": np.zeros(3), "reward": 0.0}]])
+        HerRewardModel(f).relabel([[{"obs": np.zeros(3), "next_obs": np.zeros(3), "reward": 0.0}]])
     with pytest.raises(KeyError, match="next_obs"):
-        HerRewardModel(f).estimate([[{"obs": np.zeros(3), "reward": 0.0}]])
+        HerRewardModel(f).relabel([[{"obs": np.zeros(3), "reward": 0.0}]])
     with pytest.raises(ValueError, match="vectorised"):
         env = point_env()
-        HerRewardModel(lambda a, d, i: 0.0, k=2).estimate(rollout(env, 0, 5))
-    assert HerRewardModel(f).estimate([]) == []
+        HerRewardModel(lambda a, d, i: 0.0, k=2).relabel(rollout(env, 0, 5))
+    assert HerRewardModel(f).relabel([]) == []
 
 
 def test_sample_per_episode_builds_a_uniform_subset():
@@ -153,7 +153,7 @@ def test_sample_per_episode_builds_a_uniform_subset():
     assert her.output_size(30) == 8
     n_orig = 0
     for _ in range(20):
-        out = her.estimate([ep, ep])
+        out = her.relabel([ep, ep])
         assert len(out) == 16
         for tr in out:
             goal = tr["obs"]["desired_goal"]
@@ -169,4 +169,4 @@ def test_sample_per_episode_builds_a_uniform_subset():
     with pytest.raises(ValueError, match="sample_per_episode"):
         HerRewardModel.from_env(env, sample_per_episode=0)
     with pytest.raises(TypeError, match="list of transition dicts"):
-        her.estimate([[np.zeros(3)]])
+        her.relabel([[np.zeros(3)]])

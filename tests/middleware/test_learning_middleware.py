@@ -71,7 +71,7 @@ def test_data_pusher_pushes_transitions_with_meta_and_leaves_ctx():
     assert push.__roles__ == frozenset({Role.LEARNER})
 
 
-def test_fetcher_none_until_enough_data_then_tree_batch():
+def test_fetcher_none_until_enough_data_then_plain_dict_batch():
     b = filled(3)
     fetch = offpolicy_data_fetcher(small_cfg(batch_size=4, learning_starts=5), b)
     ctx = OnlineRLContext()
@@ -82,10 +82,9 @@ def test_fetcher_none_until_enough_data_then_tree_batch():
         b.push(transition(i))
     g = fetch(ctx)
     next(g)
-    import treetensor.torch as ttorch
-    assert isinstance(ctx.train_data, ttorch.Tensor)
-    assert ctx.train_data.obs.shape == (4, 4) and ctx.train_data.action.dtype == torch.int64
-    assert len(set(ctx.train_data.reward.tolist())) == 4  # no replacement
+    assert type(ctx.train_data) is dict  # the buffer's batch as it is: no treetensor conversion
+    assert ctx.train_data['obs'].shape == (4, 4) and ctx.train_data['action'].dtype == torch.int64
+    assert len(set(ctx.train_data['reward'].tolist())) == 4  # no replacement
     assert 'weight' not in ctx.train_data.keys()
 
 
@@ -96,11 +95,11 @@ def test_fetcher_list_of_weighted_buffers_and_dict():
     fetch = offpolicy_data_fetcher(small_cfg(batch_size=8), [(b1, 3), (b2, 1)])
     ctx = OnlineRLContext()
     next(fetch(ctx))
-    r = ctx.train_data.reward.tolist()
+    r = ctx.train_data['reward'].tolist()
     assert len(r) == 8 and sum(x >= 100 for x in r) == 2
     fetch = offpolicy_data_fetcher(small_cfg(batch_size=4), {'a': b1, 'b': b2})
     next(fetch(ctx))
-    assert set(ctx.train_data) == {'a', 'b'} and ctx.train_data['b'].reward.min() >= 100
+    assert set(ctx.train_data) == {'a', 'b'} and ctx.train_data['b']['reward'].min() >= 100
     with pytest.raises(ValueError, match='pair'):
         offpolicy_data_fetcher(small_cfg(), [b1])
     with pytest.raises(TypeError):
@@ -113,8 +112,8 @@ def test_fetcher_writes_per_priorities_in_backward_part():
     ctx = OnlineRLContext()
     g = fetch(ctx)
     next(g)
-    assert ctx.train_data.weight.shape == (4,)
-    sampled = ctx.train_data.reward.long().tolist()  # reward i == item i
+    assert ctx.train_data['weight'].shape == (4,)
+    sampled = ctx.train_data['reward'].long().tolist()  # reward i == item i
     ctx.train_output = {'total_loss': 1.0, 'priority': torch.tensor([5.0, 6.0, 7.0, 8.0])}
     with pytest.raises(StopIteration):
         next(g)

@@ -33,16 +33,16 @@ def test_unknown_keys_reported_with_suggestions_and_all_errors_listed():
     text = str(e.value)
     assert "policy.learn.batchsize: unknown key (did you mean 'batch_size'?)" in text
     assert "evn: unknown key (did you mean 'env'?)" in text
-    assert 'policy.learn.learning_rate: expected float (or int), got str' in text
+    assert "policy.learn.learning_rate: expected a finite float in (0, 1], got str 'fast'" in text
 
 
 @pytest.mark.parametrize('override,fragment', [
-    ({'policy': {'nstep': 2.5}}, 'policy.nstep: expected int'),
-    ({'policy': {'nstep': True}}, 'policy.nstep: expected int'),
-    ({'policy': {'learn': {'double_dqn': 1}}}, 'double_dqn: expected bool'),
-    ({'policy': {'model': {'encoder_hidden_size_list': 64}}}, 'expected list or tuple'),
+    ({'policy': {'nstep': 2.5}}, 'policy.nstep: expected an int >= 1'),
+    ({'policy': {'nstep': True}}, 'policy.nstep: expected an int >= 1'),
+    ({'policy': {'learn': {'double_dqn': 1}}}, 'double_dqn: expected a bool'),
+    ({'policy': {'model': {'encoder_hidden_size_list': 64}}}, 'encoder_hidden_size_list: expected a non-empty list of ints >= 1'),
     ({'env': 'CartPole-v1'}, 'env: expected mapping'),
-    ({'policy': {'learn': {'grad_clip': 'x'}}}, 'grad_clip: expected int or float'),
+    ({'policy': {'learn': {'grad_clip': 'x'}}}, 'grad_clip: expected a finite float > 0 \\(or None\\)'),
 ])
 def test_wrong_types(override, fragment):
     with pytest.raises(ConfigError, match=fragment):
@@ -58,9 +58,9 @@ def test_free_form_sections_and_none():
 def test_value_checks():
     with pytest.raises(ConfigError, match='target_theta'):
         compile_config({'policy': {'learn': {'target_update_type': 'soft'}}})
-    with pytest.raises(ConfigError, match='must be >= 1'):
+    with pytest.raises(ConfigError, match='batch_size: must be an int >= 1, got 0'):
         compile_config({'policy': {'learn': {'batch_size': 0}}})
-    with pytest.raises(ConfigError, match="'hard' or 'soft'"):
+    with pytest.raises(ConfigError, match="target_update_type: must be one of 'hard', 'soft', got 'smooth'"):
         compile_config({'policy': {'learn': {'target_update_type': 'smooth'}}})
     with pytest.raises(ValueError, match='no default config'):
         compile_config({}, policy='ppo')

@@ -1,0 +1,84 @@
+"""What the rest of rlpipe may assume about a replay buffer and its middleware.
+
+Pipeline middleware (``data_pusher``, ``offpolicy_data_fetcher``, HER's fetcher, ...) are handed a
+buffer; these :class:`typing.Protocol` s say what they use, so any object with these methods works
+(``DequeBuffer`` and its views satisfy all of them). Capabilities of buffer middleware are found by
+attribute, never by class name:
+
+* :class:`PriorityFeedback`: a middleware whose sampling follows priorities that the learner writes
+  back (``buffer.update_many(index, meta={"priority": ...})`` after each train step);
+* :class:`SampleArguments`: a middleware that needs extra ``sample`` arguments from the pipeline
+  (``staleness_check`` needs the current train iteration).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Protocol, Sequence, runtime_checkable
+
+__all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments",
+           "wants_priorities", "sample_arguments"]
+
+
+@runtime_checkable
+class ReplayBuffer(Protocol):
+    """A buffer as pipeline middleware see it."""
+
+    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> Any:
+        """Store one item (a transition or a whole episode) with its meta."""
+
+    def sample(self, size: Optional[int] = None, **kwargs: Any) -> List[Any]:
+        """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them."""
+
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
+                    meta: Any = None) -> List[bool]:
+        """Batched update (e.g. ``meta={"priority": array}``)."""
+
+    def count(self) -> int:
+        """Number of stored items."""
+
+    @property
+    def middleware(self) -> List[Any]:
+        """The buffer's middleware, in call order."""
+
+
+@runtime_checkable
+class BatchSampling(Protocol):
+    """A buffer that hands out whole batches (``DequeBuffer.sample_batch``)."""
+
+    def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
+                     ignore_insufficient: bool = False, **kwargs: Any) -> Any:
+        """``.data`` (dict of ``[size, ...]`` tensors; non-numeric fields as lists), ``.index``,
+        ``.weight`` (importance-sampling weights or None)."""
+
+
+@runtime_checkable
+class PriorityFeedback(Protocol):
+    """Buffer middleware that wants the learner's per-row priorities back after each train step
+    (``PriorityExperienceReplay``). ``wants_priorities`` is True."""
+
+    wants_priorities: bool
+
+    def priority(self, index: int) -> Optional[float]:
+        """The current priority of item ``index`` (None if it is not stored)."""
+
+
+@runtime_checkable
+class SampleArguments(Protocol):
+    """Buffer middleware that needs extra ``sample`` keyword arguments from the pipeline."""
+
+    def sample_kwargs(self, train_iter: int) -> Dict[str, Any]:
+        """The extra ``sample`` arguments for the learner's current train iteration."""
+
+
+def wants_priorities(buffer: Any) -> bool:
+    """True when a middleware of ``buffer`` takes priorities back (:class:`PriorityFeedback`)."""
+    return any(getattr(m, "wants_priorities", False) is True for m in getattr(buffer, "middleware", ()))
+
+
+def sample_arguments(buffer: Any, train_iter: int) -> Dict[str, Any]:
+    """The extra ``sample`` arguments ``buffer``'s middleware need (:class:`SampleArguments`)."""
+    out: Dict[str, Any] = {}
+    for m in getattr(buffer, "middleware", ()):
+        fn = getattr(m, "sample_kwargs", None)
+        if fn is not None:
+            out.update(fn(train_iter))
+    return out

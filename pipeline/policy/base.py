@@ -1,0 +1,139 @@
+"""What every policy shares: learn/collect/eval modes built on first use, checkpoints of plain
+tensors, the ``policy`` config section, and named optimizers.
+
+A policy subclasses :class:`Policy` and implements ``networks()`` (the modules its state holds)
+and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG_SCHEMA`` and
+``check_config`` in the policy's module, found by ``pipeline.config.compile_config``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+
+import torch
+from torch import nn
+
+__all__ = ['Policy', 'ActingMode', 'policy_section', 'OPTIMIZERS', 'optimizer_factory', 'optimizer_problems']
+
+OPTIMIZERS: Dict[str, Callable[..., torch.optim.Optimizer]] = {
+    'adam': torch.optim.Adam, 'adamw': torch.optim.AdamW, 'sgd': torch.optim.SGD, 'rmsprop': torch.optim.RMSprop,
+}
+
+
+def policy_section(cfg: Mapping) -> Mapping:
+    """Accept a full config (with a ``policy`` section) or the policy section itself."""
+    return cfg['policy'] if 'policy' in cfg else cfg
+
+
+def optimizer_factory(name: str, kwargs: Optional[Mapping] = None) -> Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]:
+    """``factory(params, lr)`` for an optimizer named in :data:`OPTIMIZERS` (multi-tensor kernels
+    by default: ~2x faster steps for small nets on CPU)."""
+    key = str(name).lower()
+    if key not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+    cls = OPTIMIZERS[key]
+    opt_kwargs = dict(kwargs or {})
+    opt_kwargs.setdefault('foreach', True)
+    return lambda params, lr: cls(params, lr=lr, **opt_kwargs)
+
+
+def optimizer_problems(name: Any, lr: Any, kwargs: Any, where: str) -> List[str]:
+    """Messages for an optimizer that could not be built from ``name``/``lr``/``kwargs`` (tried on a
+    dummy parameter, so that a wrong keyword is reported with the other config errors)."""
+    try:
+        optimizer_factory(name, kwargs)([nn.Parameter(torch.zeros(1))], lr)
+    except (TypeError, ValueError) as exc:
+        return [f'{where}.optimizer_kwargs: {name!r} does not accept {dict(kwargs or {})!r}: {exc}']
+    return []
+
+
+class ActingMode:
+    """Base of collect/eval modes: ``mode(obs, ...)`` is ``mode.forward(obs, ...)``; no per-env state."""
+
+    def forward(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(obs, *args, **kwargs)
+
+    def reset(self, env_ids: Any = None) -> None:
+        """No per-env state (kept for API symmetry with recurrent policies)."""
+
+
+class Policy:
+    """A policy's three modes sharing its networks, each built on first access.
+
+    ``learn_mode`` (a ``pipeline.learner.Learner``) is built only when used, so collector and
+    evaluator nodes never build a learner or an optimizer. ``state_dict()`` holds each network's
+    tensors and, once built, the learner's state (all loadable with ``weights_only=True``); a
+    learner state loaded before the learner exists waits until it is built.
+    """
+
+    def __init__(self, cfg: Mapping) -> None:
+        self.cfg = policy_section(cfg)
+        self._learn: Any = None
+        self._collect: Any = None
+        self._eval: Any = None
+        self._pending_learn_state: Optional[Mapping[str, Any]] = None
+
+    # -- to implement -----------------------------------------------------------------
+    def networks(self) -> Dict[str, nn.Module]:
+        """name -> module: what ``state_dict`` saves (e.g. ``{'model': q_net}``)."""
+        raise NotImplementedError
+
+    def _build_learner(self) -> Any:
+        raise NotImplementedError
+
+    def _build_collect_mode(self) -> Any:
+        raise NotImplementedError
+
+    def _build_eval_mode(self) -> Any:
+        raise NotImplementedError
+
+    # -- modes ------------------------------------------------------------------------
+    @property
+    def learn_mode(self) -> Any:
+        """The learner (built on first access)."""
+        if self._learn is None:
+            self._learn = self._build_learner()
+            if self._pending_learn_state is not None:
+                self._learn.set_state(self._pending_learn_state)
+                self._pending_learn_state = None
+        return self._learn
+
+    @property
+    def collect_mode(self) -> Any:
+        if self._collect is None:
+            self._collect = self._build_collect_mode()
+        return self._collect
+
+    @property
+    def eval_mode(self) -> Any:
+        if self._eval is None:
+            self._eval = self._build_eval_mode()
+        return self._eval
+
+    # -- state ------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """``{network name: state_dict, ..., 'learn': learner state}`` (``learn`` only once known)."""
+        sd: Dict[str, Any] = {name: m.state_dict() for name, m in self.networks().items()}
+        if self._learn is not None:
+            sd['learn'] = self._learn.get_state()
+        elif self._pending_learn_state is not None:
+            sd['learn'] = self._pending_learn_state
+        return sd
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Load a ``state_dict()``; the learner part waits until the learner is built."""
+        nets = self.networks()
+        missing = [name for name in nets if name not in sd]
+        if missing:
+            raise KeyError(f'not a {type(self).__name__} state dict: no {", ".join(map(repr, missing))} '
+                           f'(keys: {list(sd)})')
+        for name, m in nets.items():
+            m.load_state_dict(sd[name])
+        learn = sd.get('learn')
+        if learn is not None:
+            if self._learn is not None:
+                self._learn.set_state(learn)
+            else:
+                self._pending_learn_state = learn
