@@ -35,9 +35,46 @@ def _log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
             info.setdefault('collect_score', []).extend(scores)
 
 
+def _collect_count(cfg: Mapping, key: str) -> int:
+    n = int(cfg['policy']['collect'][key])
+    if n < 1:
+        raise ValueError(f'policy.collect.{key} must be >= 1, got {n}')
+    return n
+
+
+class _EnvCollector:
+    """What both collectors share: the policy's collect mode on an ``EnvManager``, one env step at a time."""
+
+    def __init__(self, policy: Any, env: Any) -> None:
+        self.policy = policy
+        self.env = env
+        self._forward = policy.forward if hasattr(policy, 'forward') else policy
+
+    def _reset_if_needed(self) -> bool:
+        """Reset the env (and the policy's per-env state) before the first call; True if it did."""
+        if not self.env.needs_reset:
+            return False
+        self.env.reset()
+        if hasattr(self.policy, 'reset'):
+            self.policy.reset()
+        return True
+
+    def _step(self, ctx: OnlineRLContext, kwargs: Mapping) -> Any:
+        """One step of every env; counts env steps and finished episodes on ``ctx``; returns the ``EnvStep``."""
+        env = self.env
+        step = env.step(self._forward(env.obs, **kwargs))
+        ctx.env_step += len(step.env_ids)
+        if step.finished:
+            ctx.env_episode += len(step.finished)
+            _log_finished(ctx, step.finished)
+            if hasattr(self.policy, 'reset'):
+                self.policy.reset([e.env_id for e in step.finished])
+        return step
+
+
 @for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
            writes=["trajectories", "env_step", "env_episode", "info_for_logging"])
-class StepCollector:
+class StepCollector(_EnvCollector):
     """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
 
     Reads ``ctx.collect_kwargs`` (passed to ``policy.forward(obs, **collect_kwargs)``, e.g.
@@ -53,36 +90,21 @@ class StepCollector:
     """
 
     def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
-        self.n_sample = int(cfg['policy']['collect']['n_sample'])
-        if self.n_sample < 1:
-            raise ValueError(f'policy.collect.n_sample must be >= 1, got {self.n_sample}')
-        self.policy = policy
-        self.env = env
-        self._forward = policy.forward if hasattr(policy, 'forward') else policy
+        super().__init__(policy, env)
+        self.n_sample = _collect_count(cfg, 'n_sample')
 
     def __call__(self, ctx: OnlineRLContext) -> None:
-        env = self.env
-        if env.needs_reset:
-            env.reset()
-            if hasattr(self.policy, 'reset'):
-                self.policy.reset()
+        self._reset_if_needed()
         kwargs = ctx.collect_kwargs
         out: List[Dict[str, Any]] = []
         while len(out) < self.n_sample:
-            step = env.step(self._forward(env.obs, **kwargs))
-            out.extend(_transitions(step))
-            ctx.env_step += len(step.env_ids)
-            if step.finished:
-                ctx.env_episode += len(step.finished)
-                _log_finished(ctx, step.finished)
-                if hasattr(self.policy, 'reset'):
-                    self.policy.reset([e.env_id for e in step.finished])
+            out.extend(_transitions(self._step(ctx, kwargs)))
         ctx.trajectories = out
 
 
 @for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
            writes=["episodes", "env_step", "env_episode", "info_for_logging"])
-class EpisodeCollector:
+class EpisodeCollector(_EnvCollector):
     """Collect at least ``cfg.policy.collect.n_episode`` complete episodes.
 
     Episodes in progress when a call returns are continued by the next call (no data is thrown
@@ -93,34 +115,19 @@ class EpisodeCollector:
     """
 
     def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
-        self.n_episode = int(cfg['policy']['collect']['n_episode'])
-        if self.n_episode < 1:
-            raise ValueError(f'policy.collect.n_episode must be >= 1, got {self.n_episode}')
-        self.policy = policy
-        self.env = env
-        self._forward = policy.forward if hasattr(policy, 'forward') else policy
+        super().__init__(policy, env)
+        self.n_episode = _collect_count(cfg, 'n_episode')
         self._partial: Dict[int, List[Dict[str, Any]]] = {}
 
     def __call__(self, ctx: OnlineRLContext) -> None:
-        env = self.env
-        if env.needs_reset:
-            env.reset()
+        if self._reset_if_needed():
             self._partial.clear()
-            if hasattr(self.policy, 'reset'):
-                self.policy.reset()
         kwargs = ctx.collect_kwargs
         done_eps: List[List[Dict[str, Any]]] = []
         partial = self._partial
         while len(done_eps) < self.n_episode:
-            step = env.step(self._forward(env.obs, **kwargs))
-            for t in _transitions(step):
+            for t in _transitions(self._step(ctx, kwargs)):
                 partial.setdefault(t['env_id'], []).append(t)
                 if t['terminated'] or t['truncated']:
                     done_eps.append(partial.pop(t['env_id']))
-            ctx.env_step += len(step.env_ids)
-            if step.finished:
-                ctx.env_episode += len(step.finished)
-                _log_finished(ctx, step.finished)
-                if hasattr(self.policy, 'reset'):
-                    self.policy.reset([e.env_id for e in step.finished])
         ctx.episodes = done_eps

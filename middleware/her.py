@@ -8,7 +8,7 @@ and trains on the flattened, collated transitions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from pipeline.contracts import buffered
 from pipeline.protocols import EpisodeRelabeler
 from pipeline.roles import Role, for_roles
 
-from .reward import reward_step
+from .learner import TrainRounds
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator"]
 
@@ -92,7 +92,7 @@ def her_data_enhancer(
 
 
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
-class HERLearner:
+class HERLearner(TrainRounds):
     """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
 
     Each round runs :func:`her_data_enhancer` (a fresh relabelled batch) then the trainer
@@ -123,30 +123,12 @@ class HERLearner:
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
-        from .functional.trainer import trainer
-
-        self.update_per_collect = int(cfg["policy"]["learn"]["update_per_collect"])
-        if self.update_per_collect < 1:
-            raise ValueError(f"policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}")
+        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model)
         self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-        self._trainer = trainer(cfg, policy, log_freq=log_freq)
-        self.reward_model = reward_model
-        self._reward_step = (reward_step(reward_model, train=train_reward_model)
-                             if reward_model is not None else None)
 
-    def __call__(self, ctx: OnlineRLContext) -> None:
-        outputs: List[Any] = []
-        enhance, train, reward = self._enhancer, self._trainer, self._reward_step
-        for _ in range(self.update_per_collect):
-            enhance(ctx)
-            if ctx.train_data is None:
-                break
-            if reward is not None:
-                reward(ctx)
-            train(ctx)
-            outputs.append(ctx.train_output)
-        ctx.train_output = outputs
+    def _next_batch(self, ctx: OnlineRLContext) -> None:
+        self._enhancer(ctx)
 
 
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],

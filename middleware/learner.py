@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from contexts import RLContext
 from pipeline.contracts import buffered
@@ -12,13 +12,55 @@ from .functional.data_processor import offpolicy_data_fetcher
 from .functional.trainer import trainer
 from .reward import reward_step
 
-__all__ = ['OffPolicyLearner']
+__all__ = ['OffPolicyLearner', 'TrainRounds']
 
 log = logging.getLogger(__name__)
 
 
+class TrainRounds:
+    """``cfg.policy.learn.update_per_collect`` rounds of: next batch -> (reward step) -> train.
+
+    The loop shared by :class:`OffPolicyLearner` and ``middleware.her.HERLearner``; a subclass
+    says where a round's batch comes from in :meth:`_next_batch`, which sets ``ctx.train_data``
+    (None: too little data, the rounds stop) and may return a callable to run once the round is
+    over (e.g. a fetcher's backward part writing priorities). Writes ``ctx.train_output`` (the list
+    of every round's output dict, empty when nothing was trained).
+    """
+
+    def __init__(self, cfg: Mapping, policy: Any, reward_model: Optional[Any] = None, log_freq: int = 100,
+                 train_reward_model: bool = True) -> None:
+        self.cfg = cfg
+        self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
+        if self.update_per_collect < 1:
+            raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
+        self._trainer = trainer(cfg, policy, log_freq=log_freq)
+        self.reward_model = reward_model
+        self._reward_step = (reward_step(reward_model, train=train_reward_model)
+                             if reward_model is not None else None)
+
+    def _next_batch(self, ctx: RLContext) -> Optional[Callable[[], Any]]:
+        raise NotImplementedError
+
+    def __call__(self, ctx: RLContext) -> None:
+        outputs: List[Any] = []
+        next_batch, train, reward = self._next_batch, self._trainer, self._reward_step
+        for _ in range(self.update_per_collect):
+            after = next_batch(ctx)
+            if ctx.train_data is None:
+                if after is not None:
+                    after()
+                break
+            if reward is not None:
+                reward(ctx)
+            train(ctx)
+            outputs.append(ctx.train_output)
+            if after is not None:
+                after()  # e.g. write PER priorities from this round's ctx.train_output
+        ctx.train_output = outputs
+
+
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
-class OffPolicyLearner:
+class OffPolicyLearner(TrainRounds):
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 
     Each round: fetch a batch from ``buffer_`` (:func:`offpolicy_data_fetcher`), let
@@ -50,28 +92,9 @@ class OffPolicyLearner:
                  log_freq: int = 100, train_reward_model: bool = True) -> None:
         from pipeline import task
 
-        self.cfg = cfg
-        self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
-        if self.update_per_collect < 1:
-            raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
+        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model)
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-        self._trainer = trainer(cfg, policy, log_freq=log_freq)
-        self.reward_model = reward_model
-        self._reward_step = (reward_step(reward_model, train=train_reward_model)
-                             if reward_model is not None else None)
 
-    def __call__(self, ctx: RLContext) -> None:
-        outputs: List[Any] = []
-        fetch, train, reward = self._fetcher, self._trainer, self._reward_step
-        for _ in range(self.update_per_collect):
-            backward = fetch(ctx)
-            if ctx.train_data is None:
-                backward()
-                break
-            if reward is not None:
-                reward(ctx)
-            train(ctx)
-            outputs.append(ctx.train_output)
-            backward()  # e.g. write PER priorities from this round's ctx.train_output
-        ctx.train_output = outputs
+    def _next_batch(self, ctx: RLContext) -> Callable[[], Any]:
+        return self._fetcher(ctx)

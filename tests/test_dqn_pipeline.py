@@ -15,14 +15,6 @@ from pipeline.envs import EnvManager
 from pipeline.policy import DQNPolicy
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def build(tmp_path, per=False, nstep=1):
     cfg = compile_config({
         'exp_name': str(tmp_path / 'exp'),

@@ -1,18 +1,6 @@
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny nets on a shared 2-core machine: one intra-op thread avoids oversubscription stalls."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 import gymnasium as gym
 import numpy as np
+import pytest
 
 
 class FixedLengthEnv(gym.Env):
@@ -66,7 +54,5 @@ def zero_policy():
 
 
 @pytest.fixture
-def cfg():
-    from pipeline.config import compile_config
-
-    return compile_config({'policy': {'model': {'obs_shape': 4, 'action_shape': 2}}})
+def cfg(small_dqn_cfg):
+    return small_dqn_cfg()

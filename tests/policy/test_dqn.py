@@ -10,10 +10,6 @@ from pipeline.config import compile_config
 from pipeline.policy import DQNModel, DQNPolicy, dqn_targets, to_tree
 
 
-def make_cfg(**learn):
-    return compile_config({'policy': {'model': {'obs_shape': 4, 'action_shape': 2}, 'learn': learn}})
-
-
 class ConstQ(nn.Module):
     """Q(s, a) = bias[a] for every s (a trainable bias, zero weights)."""
 
@@ -66,8 +62,8 @@ def loss_of(policy, b):
     return out['default_policy']['total_loss'].peek()
 
 
-def test_loss_uses_nstep_discount_truncation_and_weights():
-    cfg = make_cfg(truncation_as_terminal=False, double_dqn=False)
+def test_loss_uses_nstep_discount_truncation_and_weights(small_dqn_cfg):
+    cfg = small_dqn_cfg(truncation_as_terminal=False, double_dqn=False)
     pol = DQNPolicy(cfg, model=ConstQ((1.0, 2.0)))
     # Q(s,0)=1, max Q(s')=2: target = 1 + 0.97**k * 2 * (1 - done)
     b = batch(2, nstep=torch.tensor([1, 3]), terminated=torch.tensor([False, False]))
@@ -79,7 +75,7 @@ def test_loss_uses_nstep_discount_truncation_and_weights():
     exp = np.mean([0.0, (1 - (1 + 0.97 * 2)) ** 2])  # truncation bootstraps
     assert loss_of(pol, b) == pytest.approx(exp, rel=1e-5)
 
-    cfg2 = make_cfg(truncation_as_terminal=True, double_dqn=False)
+    cfg2 = small_dqn_cfg(truncation_as_terminal=True, double_dqn=False)
     pol = DQNPolicy(cfg2, model=ConstQ((1.0, 2.0)))
     assert loss_of(pol, b) == pytest.approx(0.0, abs=1e-7)  # both ends terminal: target = r = 1 = Q
 
@@ -104,9 +100,9 @@ def test_huber_loss():
     assert loss_of(pol, b) == pytest.approx(2.5)  # |td| = 3 -> 3 - 0.5
 
 
-def test_learning_reduces_loss_on_fixed_batch_and_accepts_trees():
+def test_learning_reduces_loss_on_fixed_batch_and_accepts_trees(small_dqn_cfg):
     torch.manual_seed(0)
-    pol = DQNPolicy(make_cfg(), seed=0)
+    pol = DQNPolicy(small_dqn_cfg(), seed=0)
     b = batch(64, terminated=torch.ones(64, dtype=torch.bool), reward=torch.randn(64),
               action=torch.randint(0, 2, (64,)))
     first = loss_of(pol, to_tree(b))
@@ -116,8 +112,8 @@ def test_learning_reduces_loss_on_fixed_batch_and_accepts_trees():
     assert pol.learn_mode.train_iter == 81
 
 
-def test_hard_and_soft_target_updates():
-    pol = DQNPolicy(make_cfg(target_update_freq=3), seed=0)
+def test_hard_and_soft_target_updates(small_dqn_cfg):
+    pol = DQNPolicy(small_dqn_cfg(target_update_freq=3), seed=0)
     L = pol.learn_mode
     t0 = copy.deepcopy(L.target_model.state_dict())
     for i in range(2):
@@ -127,7 +123,7 @@ def test_hard_and_soft_target_updates():
     online = L.model.state_dict()
     assert all(torch.equal(online[k], v) for k, v in L.target_model.state_dict().items())
 
-    pol = DQNPolicy(make_cfg(target_update_type='soft', target_theta=0.25), seed=0)
+    pol = DQNPolicy(small_dqn_cfg(target_update_type='soft', target_theta=0.25), seed=0)
     L = pol.learn_mode
     before = [p.clone() for p in L.target_model.parameters()]
     L.update(batch=batch())
@@ -135,8 +131,8 @@ def test_hard_and_soft_target_updates():
         assert torch.allclose(t, 0.75 * b_ + 0.25 * o, atol=1e-6)
 
 
-def test_grad_clip_is_applied():
-    pol = DQNPolicy(make_cfg(grad_clip=1e-3, learning_rate=1.0), model=ConstQ((0.0, 0.0)), action_shape=2,
+def test_grad_clip_is_applied(small_dqn_cfg):
+    pol = DQNPolicy(small_dqn_cfg(grad_clip=1e-3, learning_rate=1.0), model=ConstQ((0.0, 0.0)), action_shape=2,
                     )
     L = pol.learn_mode
     assert L.grad_clip == 1e-3
@@ -147,8 +143,8 @@ def test_grad_clip_is_applied():
     assert float(total) <= 1e-3 * 2 + 1e-6  # one SGD step of a clipped gradient moves little
 
 
-def test_collect_and_eval_modes():
-    pol = DQNPolicy(make_cfg(), model=ConstQ((1.0, 2.0)), seed=0)
+def test_collect_and_eval_modes(small_dqn_cfg):
+    pol = DQNPolicy(small_dqn_cfg(), model=ConstQ((1.0, 2.0)), seed=0)
     obs = np.zeros((50, 4), np.float32)
     assert (pol.eval_mode.forward(obs) == 1).all()
     assert (pol.collect_mode.forward(obs, eps=0.0) == 1).all()
@@ -157,15 +153,15 @@ def test_collect_and_eval_modes():
     assert pol.collect_mode.forward(torch.zeros(3, 4, dtype=torch.float64)).dtype == np.int64
 
 
-def test_state_dict_roundtrip_is_weights_only_loadable():
-    pol = DQNPolicy(make_cfg(target_update_freq=2), seed=0)
+def test_state_dict_roundtrip_is_weights_only_loadable(small_dqn_cfg):
+    pol = DQNPolicy(small_dqn_cfg(target_update_freq=2), seed=0)
     for _ in range(3):
         pol.learn_mode.update(batch=batch())
     buf = io.BytesIO()
     torch.save(pol.state_dict(), buf)
     buf.seek(0)
     sd = torch.load(buf, weights_only=True)
-    other = DQNPolicy(make_cfg(target_update_freq=2), seed=1)
+    other = DQNPolicy(small_dqn_cfg(target_update_freq=2), seed=1)
     x = torch.randn(5, 4)
     assert not torch.allclose(other.model(x), pol.model(x))
     other.load_state_dict(sd)  # the learner part waits until learn_mode is built
