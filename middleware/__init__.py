@@ -4,8 +4,9 @@ Every middleware documents what it reads from and writes to the context, and the
 gated to (``pipeline.roles.for_roles``). Roles: collectors, ``eps_greedy_handler`` and
 ``nstep_reward_enhancer`` run on COLLECTOR nodes; ``interaction_evaluator`` on EVALUATOR nodes;
 ``data_pusher``, ``offpolicy_data_fetcher``, ``trainer``, ``OffPolicyLearner`` and ``CkptSaver`` on
-LEARNER nodes (the replay buffer lives with the learner); ``termination_checker`` and
-``online_logger`` everywhere. A node with no roles runs everything.
+LEARNER nodes (the replay buffer lives with the learner); on-policy (PPO): ``RolloutCollector`` on
+COLLECTOR nodes, ``gae_estimator`` and ``OnPolicyTrainer`` on LEARNER nodes, ``RolloutExchanger``
+between them; ``termination_checker`` and ``online_logger`` everywhere. A node with no roles runs everything.
 
 Importing this package loads neither gymnasium, treetensor nor tensorboard.
 """
@@ -15,12 +16,14 @@ from .functional import (NStepAccumulator, data_pusher, eps_greedy_handler, eval
                          interaction_evaluator, nstep_reward_enhancer, offpolicy_data_fetcher, online_logger,
                          termination_checker, trainer)
 from .learner import OffPolicyLearner
+from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_to_batch
 
 __all__ = [
     'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'save_checkpoint', 'load_checkpoint',
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
     'interaction_evaluator', 'evaluate_episodes', 'trainer', 'termination_checker', 'online_logger',
     'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',
+    'RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch', 'RolloutExchanger',
 ]
 
 
@@ -28,4 +31,7 @@ def __getattr__(name: str):
     if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger'):  # lazy: only parallel runs use them
         from . import distributor
         return getattr(distributor, name)
+    if name == 'RolloutExchanger':
+        from .onpolicy_exchanger import RolloutExchanger
+        return RolloutExchanger
     raise AttributeError(f"module 'middleware' has no attribute {name!r}")

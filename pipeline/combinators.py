@@ -4,7 +4,7 @@
 runs the branches concurrently on a thread pool of its own (one thread per branch, so branches that wait
 for each other cannot starve, and a parallel nested in another has its own threads): first every branch's
 forward part, then, in the step's backward phase, every branch's backward part. A branch that raises is
-reported once all branches have ended.
+reported once all branches have ended. Branches gated to roles this node lacks are skipped.
 """
 from __future__ import annotations
 
@@ -14,15 +14,25 @@ from types import GeneratorType
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .phases import Middleware, finish, is_void, name_of, run_parts, start
+from .roles import roles_of
 
 
-def serial(*fns: Middleware) -> Middleware:
-    """One middleware that runs ``fns`` in order, their backward parts in reverse."""
+def _on_this_node(fns: Sequence[Middleware], active: Optional[Callable[[Any], bool]]) -> Sequence[Middleware]:
+    """The branches the node's roles run (``active`` is the task's role test; None: all)."""
+    return fns if active is None else [f for f in fns if active(f)]
+
+
+def serial(*fns: Middleware, active: Optional[Callable[[Any], bool]] = None) -> Middleware:
+    """One middleware that runs ``fns`` in order, their backward parts in reverse.
+
+    ``active(fn)``: whether this node runs ``fn`` (role-gated branches are skipped like any middleware).
+    """
     fns = tuple(f for f in fns if not is_void(f))
+    active = active if any(roles_of(f) for f in fns) else None
 
     def _serial(ctx: Any):
         stack: List[GeneratorType] = []
-        run_parts(fns, ctx, stack, backward=False)
+        run_parts(_on_this_node(fns, active), ctx, stack, backward=False)
         yield
         run_parts((), None, stack)
 
@@ -34,8 +44,9 @@ def serial(*fns: Middleware) -> Middleware:
 class Parallel:
     """One middleware that runs its branches concurrently (see the module docstring)."""
 
-    def __init__(self, fns: Sequence[Middleware]) -> None:
+    def __init__(self, fns: Sequence[Middleware], active: Optional[Callable[[Any], bool]] = None) -> None:
         self.branches = tuple(f for f in fns if not is_void(f))
+        self._active = active if any(roles_of(f) for f in self.branches) else None
         self.__name__ = self.__qualname__ = "parallel(" + ", ".join(name_of(f) for f in self.branches) + ")"
         self.__branches__ = self.branches
         self.__concurrent__ = True  # for the fields check: branches do not see each other's writes
@@ -43,7 +54,7 @@ class Parallel:
         self._pool_lock = threading.Lock()
 
     def __call__(self, ctx: Any):
-        started, error = self._on_all(start, [(fn, ctx) for fn in self.branches])
+        started, error = self._on_all(start, [(fn, ctx) for fn in _on_this_node(self.branches, self._active)])
         started = [g for g in started if g is not None]
         if error is not None:
             for g in started:

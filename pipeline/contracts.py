@@ -133,6 +133,8 @@ def check_chain(chain: Sequence[Any], provided: Iterable[str], roles: Set[Any] =
     def visit(fn: Any, also_have: Set[str]) -> Set[str]:
         parts = branches_of(fn)
         if parts is not None:
+            parts = [p for p in parts if not roles or getattr(p, "__roles__", None) is None
+                     or not set(roles).isdisjoint(p.__roles__)]  # the branches this node runs
             if getattr(fn, "__concurrent__", False):  # parallel: branches see only what came before
                 written: Set[str] = set()
                 for part in parts:

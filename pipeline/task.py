@@ -278,7 +278,7 @@ class Task(TaskEvents):
     # ------------------------------------------------------------------ combinators and the thread pool
     def serial(self, *fns: Middleware) -> Middleware:
         """Combine middleware into one that runs them in order (backward parts in reverse)."""
-        return combinators.serial(*fns)
+        return combinators.serial(*fns, active=self._active)
 
     def parallel(self, *fns: Middleware) -> Middleware:
         """Combine middleware into one whose branches run concurrently on threads (in every mode).
@@ -286,7 +286,7 @@ class Task(TaskEvents):
         Forward parts run concurrently; in the step's backward phase the branches' backward parts do too.
         Use ``serial`` when the order matters.
         """
-        combined = combinators.Parallel(fns)
+        combined = combinators.Parallel(fns, active=self._active)
         self._parallels.append(combined)
         return combined
 

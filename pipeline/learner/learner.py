@@ -122,6 +122,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         # set by data-parallel groups: called as gradient_sync(gradients, rows) right after
         # compute_gradients, it replaces the gradients by their mean over all learners
         self.gradient_sync: Optional[Callable[[Dict[str, List[nn.Parameter]], Dict[str, int]], None]] = None
+        self._stop_call = False  # set by stop_update() during an update call
         self._reset_call_scratch()
 
     # ================================================================== hooks to override
@@ -216,6 +217,19 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         ``weights_seq_no`` and ``num_minibatch_updates_lifetime`` already include this call.
         """
 
+    def stop_update(self) -> None:
+        """End the running ``update`` call early (e.g. PPO's KL early stop), from a hook or the loss.
+
+        Called while a minibatch's losses are computed, that minibatch takes no optimizer step and
+        no further minibatch runs; ``num_minibatch_updates`` counts the steps taken, and the
+        after-hook and the metrics run as usual. Not with ``gradient_sync`` (the other learners
+        of a group would wait for this one's gradients).
+        """
+        if self.gradient_sync is not None:
+            raise RuntimeError("stop_update: this learner synchronises gradients with a group; a learner "
+                               "that stops alone would leave the others waiting")
+        self._stop_call = True
+
     def get_extra_state(self) -> Dict[str, Any]:
         """Extra subclass state saved with get_state (tensors, numbers, str, lists, dicts only)."""
         return {}
@@ -302,13 +316,15 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             t = ts.get(TS_KEY)
             self._apply_lr_schedules(self.num_env_steps_trained_lifetime if t is None else int(t))
         self._reset_call_scratch()
+        self._stop_call = False
         self.last_outputs = {}
         self.before_gradient_based_update(ts)
 
         step = self._update_minibatch
         n_updates = 0
         for mb, rows, env_rows in plan:
-            step(mb, rows, env_rows)
+            if step(mb, rows, env_rows) is False:  # stop_update() was called
+                break
             n_updates += 1
 
         # counters first, so the after-hook sees this call's updates (e.g. target-network sync)
@@ -334,7 +350,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
     def _pulled_to_module_batches(self, pulled: List[Any]) -> Dict[str, Any]:
         return self._combine([self._as_module_batches(b) for b in pulled])
 
-    def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> None:
+    def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train
         fwd_out = {mid: forward(mid, b) for mid, b in mb.items()}
         losses = self.compute_losses(mb, fwd_out)
@@ -347,6 +363,10 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
                         f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor "
                         "or a dict with 'total_loss'"
                     )
+        if self._stop_call:  # stop_update() during the losses: this minibatch takes no step
+            for mid, loss in losses.items():
+                self._call_last_loss.setdefault(mid, loss.detach())
+            return False
         grads = self.compute_gradients(losses)
         if self.gradient_sync is not None:
             self.gradient_sync(grads, rows)

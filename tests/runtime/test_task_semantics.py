@@ -121,3 +121,28 @@ def test_use_before_start_is_a_clear_error_not_a_silent_drop():
     with task.start():
         task.use(lambda ctx: None)  # fine once started
         task.run(1)
+
+
+def test_serial_and_parallel_skip_branches_of_other_roles():
+    from pipeline import Role, for_roles
+
+    ran = []
+
+    @for_roles(Role.LEARNER)
+    def learn(ctx):
+        ran.append("learn")
+
+    @for_roles(Role.COLLECTOR)
+    def collect(ctx):
+        ran.append("collect")
+
+    with task.start(roles=[Role.COLLECTOR]):
+        task.use(task.serial(learn, collect))
+        task.use(task.parallel(learn, collect))
+        task.run(1)
+    assert ran == ["collect", "collect"]
+    ran.clear()
+    with task.start():  # no roles: every branch runs
+        task.use(task.serial(learn, collect))
+        task.run(1)
+    assert ran == ["learn", "collect"]

@@ -1,0 +1,50 @@
+"""PPO on Pendulum-v1 (continuous actions): a fixed budget of 100k env steps, then a final evaluation.
+
+    python examples/ppo_pendulum.py [--seed 1]
+    rlpipe run --package . --main examples.ppo_pendulum.main --parallel-workers 4   # learner, 2 collectors, evaluator
+
+Hyperparameters (RL-Zoo's Pendulum-v1 PPO without gSDE, which rlpipe does not have): 4 envs x
+1,024 steps per rollout, minibatch 64, 10 epochs, gamma 0.9, GAE lambda 0.95, lr 1e-3 and clip
+range 0.2 (both constant), entropy 0, value coefficient 0.5, max grad norm 0.5, diagonal Gaussian
+with state-independent log-std (init 0), [64, 64] tanh actor and critic, observations and rewards
+normalised by running statistics (saved in the checkpoints). The env gets actions clipped to
+[-2, 2]; log-probabilities are of the unclipped samples.
+
+Measured with benchmarks/bench_ppo.py --pendulum (same hyperparameters and env steps, mean final
+eval return over 10 deterministic episodes, seeds 0-2): see README "PPO".
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+try:
+    from examples.ppo_cartpole import main as _ppo_main
+except ImportError:  # run as a script from another directory layout
+    from ppo_cartpole import main as _ppo_main
+
+USER_CONFIG = {
+    'exp_name': 'pendulum_ppo',
+    'env': {'env_id': 'Pendulum-v1', 'collector_env_num': 4, 'evaluator_env_num': 5,
+            'n_evaluator_episode': 10, 'stop_value': None},
+    'policy': {
+        'discount_factor': 0.9,
+        'gae_lambda': 0.95,
+        'model': {'normalize_obs': True, 'log_std_init': 0.0},
+        'learn': {'n_epochs': 10, 'batch_size': 64, 'learning_rate': 1e-3, 'lr_schedule': 'constant',
+                  'clip_range': 0.2, 'clip_schedule': 'constant', 'ent_coef': 0.0, 'normalize_reward': True,
+                  'total_env_steps': 100_000},
+        'collect': {'n_steps': 1024},
+        'eval': {'evaluator': {'eval_freq': 5}},
+    },
+}
+
+
+def main(argv=None) -> int:
+    return _ppo_main(argv, USER_CONFIG, __doc__)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

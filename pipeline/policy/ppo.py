@@ -1,0 +1,309 @@
+"""PPO: clipped surrogate, optional value clipping, entropy bonus, schedules, KL early stop.
+
+``PPOPolicy`` bundles one :class:`~pipeline.policy.ppo_model.ActorCritic` and three modes:
+
+- ``learn_mode``: a :class:`PPOLearner` (a ``pipeline.learner.Learner``); one
+  ``update(batch=..., minibatch_size=m, num_epochs=k, shuffle_batch_per_epoch=True)`` per rollout,
+  on a flat batch with ``obs``, ``action``, ``logp``, ``value``, ``advantage``, ``return``.
+- ``collect_mode``: ``forward(obs [N, ...]) -> dict(env_action, action, logp, value)`` (sampled;
+  continuous actions clipped for the env, log-probs of the unclipped sample) and ``value(obs)``.
+- ``eval_mode``: ``forward(obs) -> actions`` (argmax, or the clipped Gaussian mean).
+
+Config: ``ppo_default_config()`` (the RL-Zoo CartPole-v1 settings); ``make_ppo_config(user)`` merges
+and checks overrides. ``state_dict()`` holds tensors and plain values only (``weights_only`` loads).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import torch
+from easydict import EasyDict
+
+from pipeline.config import ConfigError, merge_config
+from pipeline.learner import Learner
+
+from .ppo_model import ActorCritic, logp_entropy, sample
+
+__all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
+           'make_ppo_config', 'linear_schedule']
+
+
+def ppo_default_config() -> EasyDict:
+    """PPO defaults: RL-Zoo's CartPole-v1 settings (8 envs x 32 steps, batch 256, 20 epochs, gamma 0.98,
+    lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly to 0 over ``total_env_steps``)."""
+    return EasyDict({
+        'exp_name': 'cartpole_ppo',
+        'seed': 0,
+        'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
+                'n_evaluator_episode': 10, 'stop_value': 475, 'max_episode_steps': None, 'env_kwargs': {}},
+        'policy': {
+            'type': 'ppo',
+            'discount_factor': 0.98,
+            'gae_lambda': 0.8,
+            'model': {'hidden': [64, 64], 'log_std_init': 0.0, 'normalize_obs': False},
+            'learn': {
+                'n_epochs': 20,
+                'batch_size': 256,            # minibatch rows
+                'learning_rate': 1e-3,
+                'lr_schedule': 'linear',      # 'linear' (to 0 at total_env_steps) or 'constant'
+                'clip_range': 0.2,
+                'clip_schedule': 'linear',
+                'clip_range_vf': None,        # value clipping around the rollout's values (None: off)
+                'vf_coef': 0.5,
+                'ent_coef': 0.0,
+                'normalize_advantage': True,  # per minibatch
+                'max_grad_norm': 0.5,         # global gradient norm clip
+                'target_kl': None,            # stop the epochs once approx-KL > 1.5 * target_kl
+                'normalize_reward': False,    # scale rewards by the running std of discounted returns
+                'adam_eps': 1e-5,
+                'total_env_steps': 100_000,   # horizon of the linear schedules
+            },
+            'collect': {'n_steps': 32},
+            'eval': {'evaluator': {'eval_freq': 4}},  # in train iterations (rollouts)
+        },
+    })
+
+
+def make_ppo_config(user: Optional[Mapping] = None) -> EasyDict:
+    """``ppo_default_config()`` merged with ``user`` (unknown keys and wrong types raise ``ConfigError``)."""
+    cfg = merge_config(ppo_default_config(), user)
+    lc, errors = cfg.policy.learn, []
+    for path, v in (('policy.learn.n_epochs', lc.n_epochs), ('policy.learn.batch_size', lc.batch_size),
+                    ('policy.collect.n_steps', cfg.policy.collect.n_steps),
+                    ('env.collector_env_num', cfg.env.collector_env_num),
+                    ('policy.learn.total_env_steps', lc.total_env_steps)):
+        if v < 1:
+            errors.append(f'{path}: must be >= 1, got {v}')
+    for name in ('lr_schedule', 'clip_schedule'):
+        if lc[name] not in ('linear', 'constant'):
+            errors.append(f"policy.learn.{name}: expected 'linear' or 'constant', got {lc[name]!r}")
+    if not 0 < lc.clip_range < 1:
+        errors.append(f'policy.learn.clip_range: must be in (0, 1), got {lc.clip_range}')
+    for name in ('discount_factor', 'gae_lambda'):
+        if not 0 <= cfg.policy[name] <= 1:
+            errors.append(f'policy.{name}: must be in [0, 1], got {cfg.policy[name]}')
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def linear_schedule(start: float, total: int):
+    """``t -> start * max(0, 1 - t / total)`` (Stable-Baselines3's linear schedule, floored at 0)."""
+    return lambda t: start * max(0.0, 1.0 - float(t) / total)
+
+
+def ppo_loss(pi_out: torch.Tensor, value: torch.Tensor, batch: Mapping[str, torch.Tensor],
+             log_std: Optional[torch.Tensor], clip_range: float, clip_range_vf: Optional[float] = None,
+             vf_coef: float = 0.5, ent_coef: float = 0.0, normalize_advantage: bool = True
+             ) -> Dict[str, torch.Tensor]:
+    """PPO's loss on one minibatch, with metrics (Stable-Baselines3's formulation).
+
+    ``total = -mean(min(r A, clip(r, 1-c, 1+c) A)) + vf_coef * value_loss - ent_coef * mean(entropy)``
+    with ``r = exp(logp - batch.logp)``, ``A`` the advantages (normalised over the minibatch when
+    ``normalize_advantage``); ``value_loss = mean((V - R)^2)`` or, with ``clip_range_vf``,
+    ``mean(max((V - R)^2, (V_old + clip(V - V_old, -cv, cv) - R)^2))``.
+    Metrics: ``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl`` (``mean((r - 1) - log r)``)
+    and ``clip_fraction`` (share of rows with ``|r - 1| > c``).
+    """
+    logp, entropy = logp_entropy(pi_out, batch['action'], log_std)
+    adv = batch['advantage']
+    if normalize_advantage and adv.shape[0] > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    log_ratio = logp - batch['logp']
+    ratio = log_ratio.exp()
+    pg_loss = -torch.min(ratio * adv, ratio.clamp(1.0 - clip_range, 1.0 + clip_range) * adv).mean()
+    ret = batch['return']
+    v_err = (value - ret).pow(2)
+    if clip_range_vf is not None:
+        old_v = batch['value']
+        v_clipped = old_v + (value - old_v).clamp(-clip_range_vf, clip_range_vf)
+        v_err = torch.max(v_err, (v_clipped - ret).pow(2))
+    value_loss = v_err.mean()
+    ent = entropy.mean()
+    total = pg_loss + vf_coef * value_loss - ent_coef * ent
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > clip_range).float().mean()
+    return {'total_loss': total, 'policy_loss': pg_loss.detach(), 'value_loss': value_loss.detach(),
+            'entropy': ent.detach(), 'approx_kl': approx_kl, 'clip_fraction': clip_fraction}
+
+
+class PPOLearner(Learner):
+    """PPO's learn mode. ``update(batch, minibatch_size, num_epochs, shuffle_batch_per_epoch=True,
+    timesteps=env_steps)`` once per rollout; the lr and clip-range schedules are evaluated at
+    ``timesteps`` (env steps sampled so far). With ``target_kl`` set, a minibatch whose approx-KL
+    exceeds ``1.5 * target_kl`` takes no step and ends the call (metric ``kl_early_stop``)."""
+
+    def __init__(self, model: ActorCritic, cfg: Mapping, seed: Optional[int] = None) -> None:
+        p = cfg['policy'] if 'policy' in cfg else cfg
+        lc = p['learn']
+        total = int(lc['total_env_steps'])
+        lr = float(lc['learning_rate'])
+        eps = float(lc.get('adam_eps', 1e-5))
+        super().__init__(
+            {Learner.DEFAULT_MODULE_ID: model}, lr=lr, grad_clip=lc.get('max_grad_norm'), seed=seed,
+            lr_schedule=linear_schedule(lr, total) if lc.get('lr_schedule', 'linear') == 'linear' else None,
+            optimizer=lambda params, lr_: torch.optim.Adam(params, lr=lr_, eps=eps, foreach=True))
+        self.model = model
+        self.clip_start = float(lc['clip_range'])
+        self.clip_schedule = (linear_schedule(self.clip_start, total)
+                              if lc.get('clip_schedule', 'linear') == 'linear' else (lambda t: self.clip_start))
+        self.clip_range = self.clip_start
+        self.clip_range_vf = lc.get('clip_range_vf')
+        self.vf_coef = float(lc.get('vf_coef', 0.5))
+        self.ent_coef = float(lc.get('ent_coef', 0.0))
+        self.normalize_advantage = bool(lc.get('normalize_advantage', True))
+        self.target_kl = lc.get('target_kl')
+        self.kl_stops = 0  # update calls ended early by the KL limit
+
+    def before_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
+        t = timesteps.get('num_env_steps_sampled_lifetime', self.num_env_steps_trained_lifetime)
+        # floored so that a clip range never reaches 0 (SB3's schedule reaches 0 at the very end)
+        self.clip_range = max(float(self.clip_schedule(int(t))), 1e-8)
+
+    def forward_train(self, module_id: str, batch: Any) -> Any:
+        return self.model(batch['obs'])
+
+    def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: Any) -> Dict[str, torch.Tensor]:
+        pi_out, value = fwd_out
+        out = ppo_loss(pi_out, value, batch, getattr(self.model, 'log_std', None), self.clip_range,
+                       self.clip_range_vf, self.vf_coef, self.ent_coef, self.normalize_advantage)
+        out['clip_range'] = self.clip_range
+        if self.target_kl is not None and float(out['approx_kl']) > 1.5 * self.target_kl:
+            self.kl_stops += 1
+            out['kl_early_stop'] = 1.0
+            self.stop_update()
+        return out
+
+    def get_extra_state(self) -> Dict[str, Any]:
+        return {'kl_stops': int(self.kl_stops)}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        self.kl_stops = int(state.get('kl_stops', 0))
+
+
+def _as_float_obs(obs: Any) -> torch.Tensor:
+    x = torch.as_tensor(obs)
+    return x if x.dtype == torch.float32 else x.float()
+
+
+class PPOCollectMode:
+    """Sample actions for a batch of envs: ``forward(obs) -> {'env_action', 'action', 'logp', 'value'}``
+    (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces."""
+
+    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None, seed: Optional[int] = None) -> None:
+        self.model = model
+        self.continuous = model.continuous
+        self.low = None if low is None else np.asarray(low, dtype=np.float32)
+        self.high = None if high is None else np.asarray(high, dtype=np.float32)
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+
+    def forward(self, obs: Any) -> Dict[str, np.ndarray]:
+        with torch.no_grad():
+            pi_out, value = self.model(_as_float_obs(obs))
+            action, logp = sample(pi_out, self.model.log_std if self.continuous else None, self.generator)
+        a = action.numpy()
+        env_a = np.clip(a, self.low, self.high) if self.continuous and self.low is not None else a
+        return {'env_action': env_a, 'action': a, 'logp': logp.numpy(), 'value': value.numpy()}
+
+    __call__ = forward
+
+    def value(self, obs: Any) -> np.ndarray:
+        """Critic values ``[N]`` of observations ``[N, ...]``."""
+        with torch.no_grad():
+            return self.model.value(_as_float_obs(obs)).numpy()
+
+
+class PPOEvalMode:
+    """Deterministic acting: ``forward(obs) -> actions`` (argmax, or the Gaussian mean clipped)."""
+
+    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None) -> None:
+        self.model, self.low, self.high = model, low, high
+
+    def forward(self, obs: Any) -> np.ndarray:
+        with torch.no_grad():
+            out = self.model.policy_out(_as_float_obs(obs))
+        if self.model.continuous:
+            a = out.numpy()
+            return np.clip(a, self.low, self.high) if self.low is not None else a
+        return out.argmax(-1).numpy()
+
+    __call__ = forward
+
+
+class PPOPolicy:
+    """PPO with learn, collect and eval modes sharing one actor-critic.
+
+    Args:
+        cfg: a config from :func:`make_ppo_config` (or its ``policy`` section).
+        observation_space, action_space: gymnasium spaces (``Discrete`` or ``Box`` actions); they
+            size the default model and give the clipping bounds of continuous actions.
+        model: an ``ActorCritic`` to use instead of the default one.
+        seed: seeds torch (model init), the action sampler and the minibatch shuffling.
+    """
+
+    def __init__(self, cfg: Mapping, observation_space: Any, action_space: Any,
+                 model: Optional[ActorCritic] = None, seed: Optional[int] = None) -> None:
+        self.cfg = cfg['policy'] if 'policy' in cfg else cfg
+        mc = self.cfg['model']
+        continuous = not hasattr(action_space, 'n')
+        if continuous and len(action_space.shape) != 1:
+            raise ValueError(f'PPOPolicy supports Discrete or 1-D Box action spaces, got {action_space}')
+        self.low = action_space.low if continuous else None
+        self.high = action_space.high if continuous else None
+        if seed is not None:
+            torch.manual_seed(seed)
+        if model is None:
+            model = ActorCritic(int(np.prod(observation_space.shape)),
+                                int(action_space.shape[0]) if continuous else int(action_space.n),
+                                continuous=continuous, hidden=tuple(mc['hidden']),
+                                log_std_init=float(mc.get('log_std_init', 0.0)),
+                                normalize_obs=bool(mc.get('normalize_obs', False)))
+        self.model = model
+        self._seed = seed
+        self._learn: Optional[PPOLearner] = None
+        self._collect: Optional[PPOCollectMode] = None
+        self._eval: Optional[PPOEvalMode] = None
+        self._pending_learn_state: Optional[Mapping[str, Any]] = None
+
+    @property
+    def learn_mode(self) -> PPOLearner:
+        if self._learn is None:
+            self._learn = PPOLearner(self.model, self.cfg, seed=self._seed)
+            if self._pending_learn_state is not None:
+                self._learn.set_state(self._pending_learn_state)
+                self._pending_learn_state = None
+        return self._learn
+
+    @property
+    def collect_mode(self) -> PPOCollectMode:
+        if self._collect is None:
+            self._collect = PPOCollectMode(self.model, self.low, self.high, seed=self._seed)
+        return self._collect
+
+    @property
+    def eval_mode(self) -> PPOEvalMode:
+        if self._eval is None:
+            self._eval = PPOEvalMode(self.model, self.low, self.high)
+        return self._eval
+
+    def state_dict(self) -> Dict[str, Any]:
+        """``{'model': ..., 'learn': ...}``; the model part holds the running obs/return statistics."""
+        sd: Dict[str, Any] = {'model': self.model.state_dict()}
+        if self._learn is not None:
+            sd['learn'] = self._learn.get_state()
+        elif self._pending_learn_state is not None:
+            sd['learn'] = self._pending_learn_state
+        return sd
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        if 'model' not in sd:
+            raise KeyError(f'not a PPOPolicy state dict: no "model" key (keys: {list(sd)})')
+        self.model.load_state_dict(sd['model'])
+        learn = sd.get('learn')
+        if learn is not None:
+            if self._learn is not None:
+                self._learn.set_state(learn)
+            else:
+                self._pending_learn_state = learn

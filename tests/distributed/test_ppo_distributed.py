@@ -1,0 +1,59 @@
+"""PPO's synchronous on-policy exchange: the example as 3 processes (learner, 2 collectors; the
+4-process run with an evaluator is the README's command), and
+the refusal of rollouts made with stale weights."""
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+from test_distributed_pipeline import _free_port_base
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_ppo_example_as_three_processes(tmp_path):
+    env = dict(os.environ)
+    env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
+    env.pop('RLPIPE_KEY', None)
+    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', ROOT, '--main',
+           'examples.ppo_cartpole.main', '--parallel-workers', '3', '--ports', str(_free_port_base(3)),
+           '--roles', 'learner:collector:collector',
+           '--startup-interval', '0', '--stop-grace', '5', '--',  # default heartbeats: a busy CI machine stalls
+           '--max-env-step', '3072', '--no-stop', '--exp-name', str(tmp_path / 'exp'),
+           '--set', 'policy.learn.n_epochs=2']
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    try:
+        out, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate(timeout=10)
+        raise AssertionError('the 3-process PPO run did not finish in 150 s:\n' + out[-4000:])
+    assert proc.returncode == 0, out[-4000:]
+    learner = re.search(r"RolloutExchanger \(node 0, learner\) at finish: (\{.*\})", out)
+    assert learner, out[-4000:]
+    stats = eval(learner.group(1), {})  # a dict of ints printed by the learner's own log line
+    # 2 collectors x 8 envs x 32 steps = 512 env steps per rollout set: 6 sets reach 3072
+    assert stats['rollouts_trained'] >= 12 and stats['rollouts_trained'] % 2 == 0, stats
+    assert stats['weights_sent'] >= 7 and stats['partial_sets'] == 0, stats
+    done = re.findall(r'after (\d+) env steps, (\d+) train iters', out)
+    assert done and all(int(s) >= 3072 for s, _ in done), done
+
+
+def test_stale_rollouts_are_refused_and_counted():
+    from middleware.onpolicy_exchanger import RolloutExchanger
+
+    ex = object.__new__(RolloutExchanger)  # the listeners alone, without a router
+    ex._cv = threading.Condition()
+    ex.stats = {'rollouts_received': 0, 'stale_refused': 0}
+    ex._rollouts, ex._roles, ex.version = {}, {}, 3
+    roll = {'obs': np.zeros((2, 1, 4), np.float32)}
+    ex._on_rollout({'node': 1, 'version': 2, 'rollout': roll})   # made with older weights
+    ex._on_rollout({'node': 1, 'version': 3, 'rollout': roll})
+    ex._on_rollout({'node': 1, 'version': 3, 'rollout': roll})   # a second one for the same version
+    ex._on_rollout({'node': 2, 'version': 4, 'rollout': roll})   # a version that does not exist yet
+    assert list(ex._rollouts) == [1]
+    assert ex.stats == {'rollouts_received': 4, 'stale_refused': 3}
