@@ -10,7 +10,6 @@ checkpoints and TensorBoard logs are (``tensorboard --logdir <exp>/log``).
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import logging
 import os
@@ -26,7 +25,7 @@ from middleware import (CkptSaver, ContextExchanger, ModelExchanger, OffPolicyLe
                         data_pusher, eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer,
                         online_logger, termination_checker)
 from pipeline import task  # noqa: E402
-from pipeline.config import compile_config  # noqa: E402
+from pipeline.config import apply_overrides, compile_config  # noqa: E402
 from pipeline.data import DequeBuffer, PriorityExperienceReplay  # noqa: E402
 from pipeline.envs import EnvManager  # noqa: E402
 from pipeline.policy import DQNPolicy  # noqa: E402
@@ -87,20 +86,10 @@ def main(argv=None) -> int:
     user['seed'] = args.seed
     if args.per:
         user['policy']['other']['replay_buffer'].update(priority=True, priority_IS_weight=True)
-    for item in args.set:
-        key, sep, value = item.partition('=')
-        if not sep:
-            ap.error(f'--set needs KEY=VALUE, got {item!r}')
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass  # a plain string
-        node = user
-        *parents, leaf = key.split('.')
-        for part in parents:
-            node[part] = dict(node.get(part, {}))
-            node = node[part]
-        node[leaf] = value
+    try:
+        user = apply_overrides(user, args.set)  # --set KEY=VALUE; compile_config checks keys and values
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = compile_config(user, policy='dqn')
 
     collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed)

@@ -231,17 +231,20 @@ def compile_config(user: Optional[Mapping] = None, policy: str = 'dqn') -> EasyD
 def parse_override(item: str) -> Tuple[str, Any]:
     """``'policy.learn.learning_rate=1e-3'`` -> ``('policy.learn.learning_rate', 0.001)``.
 
-    The value is read as a Python literal (numbers, ``True``, ``None``, lists, quoted strings);
-    anything else is kept as a plain string.
+    The value is read as a Python literal (numbers, ``True``, ``None``, lists, quoted strings) or
+    as ``inf``/``-inf``/``nan``; anything else is kept as a plain string.
     """
     key, sep, text = item.partition('=')
     key = key.strip()
     if not sep or not key or any(not part for part in key.split('.')):
         raise ValueError(f'an override is KEY=VALUE with a dotted KEY (e.g. policy.learn.batch_size=32), got {item!r}')
+    text = text.strip()
+    if text.lower() in ('inf', '+inf', '-inf', 'nan'):
+        return key, float(text)  # so that the check can say what is wrong with it
     try:
-        value = ast.literal_eval(text.strip())
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        value = text.strip()
+        value = text
     return key, value
 
 

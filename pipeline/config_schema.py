@@ -26,7 +26,7 @@ import math
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ['Spec', 'Int', 'Float', 'Bool', 'Str', 'Choice', 'IntList', 'Shape', 'FreeForm',
-           'defaults', 'check', 'free_form_paths', 'iter_specs', 'spec_at']
+           'defaults', 'check', 'free_form_paths', 'iter_specs', 'spec_at', 'run_section', 'env_section']
 
 
 def _num(x: float) -> str:
@@ -221,6 +221,25 @@ class FreeForm(Spec):
 
     def type_ok(self, value: Any) -> bool:
         return isinstance(value, Mapping)
+
+
+def run_section(exp_name: str, seed: int = 0) -> Dict[str, Spec]:
+    """The top-level keys every policy's config has: ``exp_name`` (output directory) and ``seed``."""
+    return {'exp_name': Str(exp_name), 'seed': Int(seed, min=0)}
+
+
+def env_section(env_id: Optional[str], *, collector_env_num: int, evaluator_env_num: int,
+                n_evaluator_episode: int, stop_value: Optional[float]) -> Dict[str, Spec]:
+    """The ``env`` section every policy's config has, with that policy's defaults."""
+    return {
+        'env_id': Str(env_id, optional=env_id is None),
+        'collector_env_num': Int(collector_env_num, min=1),
+        'evaluator_env_num': Int(evaluator_env_num, min=1),
+        'n_evaluator_episode': Int(n_evaluator_episode, min=1),
+        'stop_value': Float(stop_value, allow_inf=True, optional=True),  # None: never stop on the eval return
+        'max_episode_steps': Int(None, min=1, optional=True),
+        'env_kwargs': FreeForm(),  # passed to the env constructor
+    }
 
 
 def iter_specs(schema: Mapping, prefix: str = '') -> Iterator[Tuple[str, Spec]]:

@@ -10,7 +10,8 @@
   ``RewardModel``: it takes episodes, not a batch.
 
 ``isinstance(obj, Protocol)`` checks that the methods exist (``runtime_checkable``), not their signatures.
-The replay buffer's contract is ``pipeline.data.storage``'s.
+The replay buffer's contracts are in ``pipeline.data.protocols`` (``ReplayBuffer``, ``BatchSampling``,
+``PriorityFeedback``, ``SampleArguments``); a storage's in ``pipeline.data.storage``.
 """
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ class PriorityExperienceReplay(PrioritySampling, PriorityUpdates):
             data = cols.gather(slots)
             index = s.slot_id.take(slots).tolist()
         else:  # rare (data replaced since the last write-through): build items the usual way
-            items = s._result(slots)
+            items = s.result(slots)
             data = collate([it.data for it in items])
             index = [it.index for it in items]
         weight = torch.from_numpy(self._weights(slots)) if self.IS_weight else None
@@ -171,7 +171,7 @@ class PriorityExperienceReplay(PrioritySampling, PriorityUpdates):
         slots = self._draw(k, False)
         weights = self._weights(slots) if self.IS_weight else None
         self.sample_count += 1
-        res = s._result(slots, False)
+        res = s.result(slots, False)
         self._write_meta(res, slots, weights)
         self._last = (s.slot_id.take(slots).tolist(), slots, s.version, True, res)
         return res

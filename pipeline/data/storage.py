@@ -23,9 +23,12 @@ buffer view), ``rng`` (the buffer's ``numpy.random.Generator``), ``items`` (slot
 ``slot_id`` (slot -> item index, -1 when free), ``id2slot`` (index -> slot), ``version`` (changes
 at every push or removal: equal versions mean the same slots hold the same items), ``pushes``.
 
-Methods: ``ordered_slots()`` (occupied slots oldest first), ``result(slots, sync=True)`` (the
-stored items of these slots as a sample list), ``sync(slots)`` (let lazy meta writers bring these
-slots' meta up to date), ``add_listener(listener)``.
+Methods: ``ordered_slots()`` (occupied slots oldest first), ``result(slots, sync=True,
+repeats=False)`` (the stored items of these slots as a sample list; ``repeats``: a slot may appear
+twice, and its repeats become deep copies), ``sync(slots)`` (let lazy meta writers bring these
+slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
+contents: how ``load_data`` swaps in a fully decoded file; listeners then get ``on_clear()`` and
+``on_load()``). ``copy.deepcopy``/``pickle`` give a storage with its own lock.
 
 Listeners (:class:`StorageListener`) hear about every change of the slots, whichever buffer view
 made it: ``on_push(slot, item)``, ``on_remove(slot)``, ``on_clear()``, ``on_load()`` (contents

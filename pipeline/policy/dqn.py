@@ -24,7 +24,7 @@ from torch import nn
 from easydict import EasyDict
 
 from ..learner import Learner
-from ..config_schema import Bool, Choice, Float, FreeForm, Int, IntList, Shape, Str, defaults
+from ..config_schema import Bool, Choice, Float, FreeForm, Int, IntList, Shape, Str, defaults, env_section, run_section
 from .base import ActingMode, Policy, optimizer_factory, optimizer_problems, policy_section
 from .model import DQNModel
 
@@ -36,17 +36,8 @@ _OPTIMIZERS = ('adam', 'adamw', 'sgd', 'rmsprop')
 # DQN's config: every key's default, type and range (DI-engine 0.5.3's CartPole DQN settings where
 # they apply). ``pipeline.config.compile_config(user, policy='dqn')`` merges and checks against it.
 DQN_CONFIG = {
-    'exp_name': Str('cartpole_dqn'),
-    'seed': Int(0, min=0),
-    'env': {
-        'env_id': Str('CartPole-v0'),
-        'collector_env_num': Int(8, min=1),
-        'evaluator_env_num': Int(5, min=1),
-        'n_evaluator_episode': Int(5, min=1),
-        'stop_value': Float(195, allow_inf=True, optional=True),  # None: never stop on eval return
-        'max_episode_steps': Int(None, min=1, optional=True),
-        'env_kwargs': FreeForm(),
-    },
+    **run_section('cartpole_dqn'),
+    'env': env_section('CartPole-v0', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=5, stop_value=195),
     'policy': {
         'type': Str('dqn'),
         'cuda': Bool(False),

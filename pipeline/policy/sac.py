@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
-from ..config_schema import Bool, Float, FreeForm, Int, IntList, Shape, Str, defaults
+from ..config_schema import Bool, Float, Int, IntList, Shape, Str, defaults, env_section, run_section
 from ..learner import Learner
 from .base import ActingMode, Policy, policy_section
 from .model import mlp
@@ -39,17 +39,8 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 # SAC's config: every key's default, type and range; ``compile_config(user, policy='sac')`` checks against it.
 SAC_CONFIG = {
-    "exp_name": Str("sac"),
-    "seed": Int(0, min=0),
-    "env": {
-        "env_id": Str(None, optional=True),
-        "collector_env_num": Int(4, min=1),
-        "evaluator_env_num": Int(4, min=1),
-        "n_evaluator_episode": Int(20, min=1),
-        "stop_value": Float(None, allow_inf=True, optional=True),
-        "max_episode_steps": Int(None, min=1, optional=True),
-        "env_kwargs": FreeForm(),
-    },
+    **run_section("sac"),
+    "env": env_section(None, collector_env_num=4, evaluator_env_num=4, n_evaluator_episode=20, stop_value=None),
     "policy": {
         "type": Str("sac"),
         "cuda": Bool(False),

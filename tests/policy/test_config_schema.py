@@ -119,6 +119,7 @@ def test_apply_overrides_parses_values_and_feeds_the_check():
                    'env': {'env_id': 'CartPole-v1'}}
     assert user == {'policy': {'learn': {'batch_size': 64}}}  # not modified
     assert parse_override("exp_name='x=y'") == ('exp_name', 'x=y')
+    assert parse_override('policy.learn.learning_rate=inf') == ('policy.learn.learning_rate', INF)
     with pytest.raises(ValueError, match='KEY=VALUE'):
         apply_overrides({}, ['policy.learn.batch_size'])
     with pytest.raises(ConfigError, match='batch_size: must be an int >= 1, got 0'):
