@@ -11,7 +11,8 @@ middleware (PER, n-step data, ``update``) and the data handed out are unchanged.
 content only, so it is exact whatever the push order, env interleaving or episode boundaries.
 
 Use: ``DequeBuffer(size, storage=FrameStorage(size))``. A 100k-transition Pong buffer needs about
-0.75 GB here instead of about 5.6 GB for two full stacks per transition.
+0.8 GB here (measured in benchmarks/bench_envs.py) instead of about 7.4 GB with two full
+stacks per transition.
 """
 from __future__ import annotations
 
@@ -104,19 +105,22 @@ class FramePool:
 
 
 class _Packed:
-    """What a FrameItem really holds: the small fields and the frame ids of each pixel field."""
+    """What a FrameItem really holds: the small fields, and the frame ids of every pixel field in one
+    flat int32 array (``storage.pixel_keys`` order, ``storage.stack_len`` frames each)."""
 
     __slots__ = ('rest', 'ids', 'storage')
 
-    def __init__(self, rest: Dict[str, Any], ids: Dict[str, np.ndarray], storage: 'FrameStorage') -> None:
+    def __init__(self, rest: Dict[str, Any], ids: np.ndarray, storage: 'FrameStorage') -> None:
         self.rest, self.ids, self.storage = rest, ids, storage
 
     def unpack(self) -> Dict[str, Any]:
-        pool = self.storage.pool
+        st = self.storage
         out = dict(self.rest)
-        for k, ids in self.ids.items():
-            out[k] = pool.frames.take(ids, axis=0)
-        return out
+        frames = st.pool.frames.take(self.ids, axis=0)
+        n = st.stack_len
+        for j, k in enumerate(st.pixel_keys):
+            out[k] = frames[j * n:(j + 1) * n]
+        return {k: out[k] for k in st.key_order} if st.key_order and len(out) == len(st.key_order) else out
 
 
 class FrameItem(BufferedData):
@@ -143,9 +147,7 @@ class _FrameColumns:
 
     def __init__(self, storage: 'FrameStorage', capacity: int, example: _Packed) -> None:
         self.storage = storage
-        self.keys = list(example.ids)
-        self.order = storage.key_order
-        self.ids = {k: np.zeros((capacity, len(v)), dtype=np.int64) for k, v in example.ids.items()}
+        self.ids = np.zeros((capacity, len(example.ids)), dtype=np.int32)
         self.rest = Columns(capacity, example.rest)
         self.ok = self.rest.ok
 
@@ -153,27 +155,27 @@ class _FrameColumns:
         if not isinstance(data, _Packed):
             self.ok[slot] = False
             return
-        packed = data
-        self.rest.write(slot, packed.rest)
+        self.rest.write(slot, data.rest)
         if self.ok[slot]:
-            for k in self.keys:
-                ids = packed.ids.get(k)
-                if ids is None or len(ids) != self.ids[k].shape[1]:
-                    self.ok[slot] = False
-                    return
-                self.ids[k][slot] = ids
+            self.ids[slot] = data.ids
 
     def write_many(self, slots: List[int], datas: List[Any]) -> None:
         for s, d in zip(slots, datas):
             self.write(s, d)
 
+    def nbytes(self) -> int:
+        return self.ids.nbytes + sum(leaf[2].nbytes for leaf in self.rest._leaves)
+
     def gather(self, slots: np.ndarray) -> Dict[str, Any]:
+        st = self.storage
         out = self.rest.gather(slots)
-        frames = self.storage.pool.frames
-        for k in self.keys:
-            ids = self.ids[k].take(slots, axis=0)
-            out[k] = torch.from_numpy(frames.take(ids.reshape(-1), axis=0).reshape(ids.shape + frames.shape[1:]))
-        return {k: out[k] for k in self.order if k in out} if self.order else out
+        frames = st.pool.frames
+        ids = self.ids.take(slots, axis=0)                      # [B, K * n]
+        stacked = frames.take(ids.reshape(-1), axis=0).reshape(ids.shape + frames.shape[1:])
+        n = st.stack_len
+        for j, k in enumerate(st.pixel_keys):
+            out[k] = torch.from_numpy(stacked[:, j * n:(j + 1) * n])
+        return {k: out[k] for k in st.key_order if k in out} if st.key_order else out
 
 
 class FrameStorage(SlotStorage):
@@ -196,6 +198,7 @@ class FrameStorage(SlotStorage):
         self.pool: Optional[FramePool] = None
         self._pool_capacity = int(size * frames_per_item) + 64
         self.key_order: List[str] = []
+        self.stack_len = 0  # frames per stack, fixed by the first push
         super().__init__(size, True, seed)
 
     # ------------------------------------------------------------------ packing
@@ -213,9 +216,15 @@ class FrameStorage(SlotStorage):
         missing = [k for k in self.pixel_keys if k not in stacks]
         if missing:
             raise KeyError(f'FrameStorage: the transition has no {missing} (pixel_keys={self.pixel_keys})')
+        lens = {len(stacks[k]) for k in self.pixel_keys}
+        if len(lens) != 1 or (self.stack_len and lens != {self.stack_len}):
+            raise ValueError(f'FrameStorage: every pixel field must stack the same number of frames '
+                             f'({self.stack_len or "as the first push"}); got '
+                             f'{ {k: len(stacks[k]) for k in self.pixel_keys} }')
         if not self.key_order:
             self.key_order = list(data.keys())
-        ids = {k: self.pool.add_stack(s) for k, s in stacks.items()}
+            self.stack_len = lens.pop()
+        ids = np.concatenate([self.pool.add_stack(stacks[k]) for k in self.pixel_keys]).astype(np.int32)
         return _Packed(rest, ids, self)
 
     def _stack(self, key: str, v: Any) -> np.ndarray:
@@ -232,8 +241,7 @@ class FrameStorage(SlotStorage):
         return a
 
     def unpack_release(self, packed: _Packed) -> None:
-        for ids in packed.ids.values():
-            self.pool.release(ids)
+        self.pool.release(packed.ids)
 
     # ------------------------------------------------------------------ storage overrides
     def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
@@ -260,6 +268,27 @@ class FrameStorage(SlotStorage):
         if self.pool is not None:
             self.pool.clear()
 
+    def adopt(self, other: SlotStorage) -> None:
+        """Take ``other``'s contents (``load_data`` decodes a file into a plain storage first): its
+        items are pushed again, oldest first with their indices, so their frames are shared here too.
+        Listeners are not told (the caller tells them, as for :meth:`SlotStorage.adopt`)."""
+        version, pushes = self.version, self.pushes
+        listeners, syncers = self.listeners, self.syncers
+        self.listeners, self.syncers = [], []
+        try:
+            self.clear()
+            items = other.items
+            for slot in other.ordered_slots().tolist():
+                it = items[slot]
+                self.next_id = it.index  # push assigns exactly this index
+                self.push(it.data, it.meta)
+            self.next_id = other.next_id
+        finally:
+            self.listeners, self.syncers = listeners, syncers
+        self.version = version + other.version + 1
+        self.pushes = pushes + other.pushes + 1
+        self.groups = {}
+
     def ensure_columns(self) -> Optional[Any]:
         """As :meth:`SlotStorage.ensure_columns`, writing the packed records (no stacks rebuilt)."""
         if self.columns is None:
@@ -282,6 +311,5 @@ class FrameStorage(SlotStorage):
         """Bytes held: frames in use plus the per-slot columns (Python objects not counted)."""
         n = 0 if self.pool is None else self.pool.nbytes
         if self.columns is not None:
-            n += sum(a.nbytes for a in self.columns.ids.values())
-            n += sum(leaf[2].nbytes for leaf in self.columns.rest._leaves)
+            n += self.columns.nbytes()
         return n

@@ -7,12 +7,13 @@ any policy's model (DQN here; actor-critic heads for PPO take its features the s
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
 from torch import nn
 
-__all__ = ['NatureCNN', 'AtariQNetwork']
+__all__ = ['NatureCNN', 'AtariQNetwork', 'AtariActorCritic']
 
 
 class NatureCNN(nn.Module):
@@ -71,3 +72,42 @@ class AtariQNetwork(nn.Module):
             a = self.adv(x)
             return self.value(x) + a - a.mean(dim=-1, keepdim=True)
         return self.head(x)
+
+
+class AtariActorCritic(nn.Module):
+    """PPO's actor-critic for Atari: one :class:`NatureCNN` trunk shared by a policy head (logits,
+    orthogonal init 0.01) and a value head (init 1.0), as in the PPO Atari setups of Stable-Baselines3
+    and CleanRL. Same interface as :class:`pipeline.policy.ppo_model.ActorCritic` (``forward``,
+    ``policy_out``, ``value``, ``ret_norm``), so ``PPOPolicy(cfg, obs_space, act_space, model=...)``
+    takes it."""
+
+    continuous = False
+    obs_norm = None
+
+    def __init__(self, action_dim: int, in_channels: int = 4, feature_dim: int = 512) -> None:
+        super().__init__()
+        from .ppo_model import RunningMeanStd
+        if not isinstance(action_dim, int) or action_dim < 1:
+            raise ValueError(f'action_dim must be a positive int, got {action_dim!r}')
+        self.action_dim = action_dim
+        self.encoder = NatureCNN(in_channels, feature_dim)
+        self.pi_head = nn.Linear(feature_dim, action_dim)
+        self.v_head = nn.Linear(feature_dim, 1)
+        for m in self.encoder.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
+        for head, gain in ((self.pi_head, 0.01), (self.v_head, 1.0)):
+            nn.init.orthogonal_(head.weight, gain)
+            nn.init.zeros_(head.bias)
+        self.ret_norm = RunningMeanStd(())
+
+    def forward(self, obs: torch.Tensor):
+        x = self.encoder(obs)
+        return self.pi_head(x), self.v_head(x).squeeze(-1)
+
+    def policy_out(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi_head(self.encoder(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v_head(self.encoder(obs)).squeeze(-1)

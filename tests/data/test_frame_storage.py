@@ -109,6 +109,11 @@ def test_evicted_item_still_held_keeps_its_data_and_save_load_roundtrip(tmp_path
     a, b = fr.sample(indices=[35])[0].data, other.sample(indices=[35])[0].data
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+    assert other.storage.pool.live == fr.storage.pool.live            # loaded frames are shared again
+    for t in stream[40:55]:                                             # and evict normally
+        other.push(t)
+    assert other.count() == 10 and other.storage.pool.live < 8 * 10
+    np.testing.assert_array_equal(other.sample(indices=[54])[0].data['obs'], stream[54]['obs'])
     fr.clear()
     assert fr.count() == 0 and fr.storage.pool.live == 0
 

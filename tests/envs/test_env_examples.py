@@ -40,3 +40,14 @@ def test_sac_mujoco_smoke(tmp_path):
                  '--threads', str(torch.get_num_threads()), '--quiet'])
     assert r['env_step'] == 300 and r['buffer_count'] == 300 and r['env_episode'] == 3
     assert r['train_iter'] == 300 - 256 + 1             # one update per env step once 256 are stored
+
+
+@pytest.mark.skipif(not HAVE_ATARI, reason="ale-py / opencv not installed (pip install 'rlpipe[atari]')")
+def test_ppo_atari_smoke(tmp_path):
+    ex = load('ppo_atari')
+    r = ex.main(['--max-env-step', '256', '--env-num', '4', '--n-steps', '32', '--eval-episodes', '1',
+                 '--eval-freq', '100', '--max-episode-steps', '50', '--exp-name', str(tmp_path / 'ppo'),
+                 '--threads', str(torch.get_num_threads()), '--quiet'])
+    assert r['env_step'] == 256 and r['train_iter'] == 2    # two rollouts of 4 envs x 32 steps, one update each
+    assert r['env_episode'] >= 4
+    assert -50 <= r['last_eval_score'] <= 50

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -45,3 +46,18 @@ def test_dqn_policy_takes_the_atari_network():
     before = [p.clone() for p in policy.model.parameters()]
     policy.learn_mode.update(batch=batch)
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+
+
+def test_atari_actor_critic_plugs_into_ppo():
+    import gymnasium as gym
+    from pipeline.policy.conv import AtariActorCritic
+    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+    obs_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    model = AtariActorCritic(6)
+    policy = PPOPolicy(make_ppo_config({}), obs_space, gym.spaces.Discrete(6), model=model, seed=0)
+    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    out = policy.collect_mode.forward(obs)
+    assert out['action'].shape == (3,) and out['value'].shape == (3,) and (out['logp'] <= 0).all()
+    pi, v = model(torch.from_numpy(obs))
+    assert pi.shape == (3, 6) and v.shape == (3,)
+    assert policy.eval_mode.forward(obs).shape == (3,)
