@@ -15,7 +15,6 @@ Measured (2-core shared CPU, one torch thread, benchmarks/bench_ppo.py): see REA
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import logging
 import os
@@ -31,6 +30,7 @@ from middleware import (CkptSaver, OnPolicyTrainer, RolloutCollector, RolloutExc
                         gae_estimator, interaction_evaluator, online_logger, termination_checker)
 from pipeline.roles import Role  # noqa: E402
 from pipeline import task  # noqa: E402
+from pipeline.config import apply_overrides  # noqa: E402
 from pipeline.envs import EnvManager  # noqa: E402
 from pipeline.policy.ppo import PPOPolicy, make_ppo_config  # noqa: E402
 
@@ -48,23 +48,6 @@ USER_CONFIG = {
     },
 }
 
-
-def apply_overrides(user: dict, items: list, ap: argparse.ArgumentParser) -> None:
-    """``--set a.b.c=VALUE`` overrides (VALUE parsed as a Python literal, else a string)."""
-    for item in items:
-        key, sep, value = item.partition('=')
-        if not sep:
-            ap.error(f'--set needs KEY=VALUE, got {item!r}')
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass
-        node = user
-        *parents, leaf = key.split('.')
-        for part in parents:
-            node[part] = dict(node.get(part, {}))
-            node = node[part]
-        node[leaf] = value
 
 
 def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
@@ -85,7 +68,10 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
     user = copy.deepcopy(user_config)
     user['exp_name'] = args.exp_name or user['exp_name']
     user['seed'] = args.seed
-    apply_overrides(user, args.set, ap)
+    try:
+        user = apply_overrides(user, args.set)  # --set KEY=VALUE; make_ppo_config checks keys and values
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = make_ppo_config(user)
     if args.no_stop:
         cfg.env.stop_value = None
