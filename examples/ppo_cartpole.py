@@ -49,7 +49,6 @@ USER_CONFIG = {
 }
 
 
-
 def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--seed', type=int, default=0)
@@ -69,9 +68,9 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
     user['exp_name'] = args.exp_name or user['exp_name']
     user['seed'] = args.seed
     try:
-        user = apply_overrides(user, args.set)  # --set KEY=VALUE; make_ppo_config checks keys and values
-    except ValueError as exc:
-        ap.error(str(exc))
+        user = apply_overrides(user, args.set)
+    except ValueError as e:
+        ap.error(str(e))
     cfg = make_ppo_config(user)
     if args.no_stop:
         cfg.env.stop_value = None

@@ -29,8 +29,8 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger'):  # lazy: only parallel runs use them
-        from . import distributor
-        return getattr(distributor, name)
+        from . import exchange
+        return getattr(exchange, name)
     if name == 'RolloutExchanger':
         from .onpolicy_exchanger import RolloutExchanger
         return RolloutExchanger

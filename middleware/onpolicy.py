@@ -32,7 +32,8 @@ ROLLOUT_KEYS = ('obs', 'action', 'logp', 'value', 'reward', 'terminated', 'trunc
                 'disc_return')
 
 
-@for_roles(Role.COLLECTOR)
+@for_roles(Role.COLLECTOR, reads=["env_step", "env_episode"],
+           writes=["rollout", "env_step", "env_episode", "info_for_logging"])
 class RolloutCollector:
     """Collect one rollout of ``cfg.policy.collect.n_steps`` steps of every env per call.
 
@@ -103,7 +104,7 @@ class RolloutCollector:
                        'disc_return': disc, 'last_value': pol.value(env.obs)}
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["rollout"])  # adds keys to the rollout dict in place
 def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
     """Add GAE(lambda) advantages and value targets to ``ctx.rollout``.
 
@@ -148,7 +149,7 @@ def rollout_to_batch(rollout: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     return out
 
 
-@for_roles(Role.LEARNER)
+@for_roles(Role.LEARNER, reads=["rollout", "env_step?"], writes=["train_output", "train_iter"])
 class OnPolicyTrainer:
     """One ``learner.update`` per rollout: ``n_epochs`` epochs of ``batch_size``-row minibatches.
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Set
 
 import numpy as np
 
+from pipeline.contracts import Fields
 from pipeline.roles import Role
 
 __all__ = ['RolloutExchanger']
@@ -203,6 +204,19 @@ class RolloutExchanger:
         self.stats['weights_sent'] += 1
 
     # ------------------------------------------------------------------ the middleware
+    def __fields__(self, roles: Set[Any]) -> Fields:
+        """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
+        evals = ["last_eval_value", "last_eval_iter"]
+        if self.is_learner:
+            return Fields.of(reads=["train_iter", "env_step", "env_episode"],
+                             writes=["rollout", "env_step", "env_episode", "info_for_logging"] + evals,
+                             owner="RolloutExchanger")
+        if self.is_collector:
+            return Fields.of(reads=["rollout?", "info_for_logging?"],
+                             writes=["train_iter", "env_step", "env_episode"] + evals, owner="RolloutExchanger")
+        return Fields.of(reads=["eval_value?"], writes=["train_iter", "env_step", "env_episode"],
+                         owner="RolloutExchanger")
+
     def __call__(self, ctx: Any) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)

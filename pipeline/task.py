@@ -108,7 +108,9 @@ class Task(TaskEvents):
     def __enter__(self) -> "Task":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None and self._running and not self._finish and self.router.is_active:
+            self.finish = True  # a node that leaves normally ends the run of its peers too
         self.stop()
 
     @property

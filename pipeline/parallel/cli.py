@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds of silence after which a peer is declared dead")
     run.add_argument("--startup-timeout", type=float, default=30.0,
                      help="longest wait in task.start() for the expected peers")
+    run.add_argument("--peerless-timeout", type=float, default=15.0,
+                     help="a node whose every peer is gone (dead or left) this long finishes its run")
     run.add_argument("--stop-grace", type=float, default=10.0,
                      help="seconds nodes get to stop after SIGTERM before SIGKILL")
     run.add_argument("--key-file", default=None,
@@ -110,7 +112,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .launch import Launcher, plan_cluster_node, plan_nodes
     attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
     options = dict(heartbeat_interval=args.heartbeat_interval, heartbeat_timeout=args.heartbeat_timeout,
-                   startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure)
+                   startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure,
+                   peerless_timeout=args.peerless_timeout)
     try:
         if args.platform != "local":
             specs = plan_cluster_node(args.platform, ports=args.ports, topology=args.topology, attach_to=attach,

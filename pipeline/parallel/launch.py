@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..roles import Role
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
 
 log = logging.getLogger("rlpipe.launcher")
@@ -63,7 +64,9 @@ class NodeSpec:
     heartbeat_timeout: float = 5.0
     startup_timeout: float = 30.0
     stop_on_peer_failure: bool = False
+    peerless_timeout: float = 15.0
     advertise: Optional[str] = None
+    ipc_dir: Optional[str] = None  # a folder the launcher made for ipc sockets: removed by whoever stops last
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -77,7 +80,9 @@ class NodeSpec:
         return cls(**d)
 
     def router_kwargs(self) -> Dict[str, Any]:
-        return asdict(self) | {"peers": dict(self.peers)}
+        kwargs = asdict(self) | {"peers": dict(self.peers)}
+        del kwargs["ipc_dir"]
+        return kwargs
 
 
 def configure_from_env() -> Optional[NodeSpec]:
@@ -114,6 +119,24 @@ def _split_groups(text: Optional[str], n: int, what: str) -> List[List[str]]:
     return groups
 
 
+def _role_groups(roles: Optional[str], n: int) -> List[List[str]]:
+    """Per-node roles from ``--roles`` (default roles when None); an unknown role is refused here, at start,
+    with the valid ones, instead of crashing that node later while the others go on."""
+    if roles is None:
+        return default_roles(n)
+    if roles.strip().lower() == "none":
+        return [[] for _ in range(n)]
+    groups = _split_groups(roles, n, "roles")
+    valid = [r.value for r in Role]
+    for k, group in enumerate(groups):
+        for name in group:
+            if name.lower() not in valid:
+                where = f" (node {k} of {n})" if ":" in roles or ";" in roles else ""
+                raise ValueError(f"--roles {roles!r}: unknown role {name!r}{where}; valid roles: "
+                                 f"{', '.join(valid)} (or 'none')")
+    return [[name.lower() for name in group] for group in groups]
+
+
 def _ints(text: Optional[str], n: int, default_start: int, what: str) -> List[int]:
     if text is None or text == "":
         return list(range(default_start, default_start + n))
@@ -141,6 +164,15 @@ def plan_nodes(n: int, topology: str = "mesh", protocol: str = "tcp", address: s
     ids = _ints(node_ids, n, 0, "node-ids")
     if len(set(ids)) != n:
         raise ValueError(f"--node-ids must be unique, got {ids}")
+    advertise = router_options.get("advertise")
+    if advertise is not None:
+        from .zmq_router import announced_address
+        if protocol != "tcp":
+            raise ValueError("--advertise names a host for tcp; with --protocol ipc there is nothing to announce")
+        full = announced_address(advertise, "tcp://0.0.0.0:1") != announced_address(advertise, "tcp://0.0.0.0:2")
+        if not full and n > 1:
+            raise ValueError(f"--advertise {advertise!r} names a port, but {n} nodes are started here: give the "
+                             "host only (each node announces it with its own port)")
     if protocol == "tcp":
         port_list = _ints(ports, n, DEFAULT_PORT, "ports")
         host = f"[{address}]" if ":" in address else address
@@ -148,12 +180,9 @@ def plan_nodes(n: int, topology: str = "mesh", protocol: str = "tcp", address: s
     else:
         d = ipc_dir or tempfile.mkdtemp(prefix="rlpipe-")
         addrs = {i: f"ipc://{os.path.join(d, f'node-{i}.sock')}" for i in ids}
-    if roles is None:
-        role_groups = default_roles(n)
-    elif roles.strip().lower() == "none":
-        role_groups = [[] for _ in range(n)]
-    else:
-        role_groups = _split_groups(roles, n, "roles")
+        if ipc_dir is None:
+            router_options = dict(router_options, ipc_dir=d)
+    role_groups = _role_groups(roles, n)
     label_groups = _split_groups(labels, n, "labels")
     centre = min(ids)
     specs = []
@@ -175,12 +204,7 @@ def plan_cluster_node(platform: str, env: Optional[Dict[str, str]] = None, ports
     base_port = int(ports.split(",")[0]) if ports else DEFAULT_PORT
     rank, peers, listen = layout(platform, os.environ if env is None else env, base_port)
     n = len(peers)
-    if roles is None:
-        role_groups = default_roles(n)
-    elif roles.strip().lower() == "none":
-        role_groups = [[] for _ in range(n)]
-    else:
-        role_groups = _split_groups(roles, n, "roles")
+    role_groups = _role_groups(roles, n)
     order = sorted(peers)
     k = order.index(rank)
     expected = n - 1 + len(attach_to) if topology == "star" and rank == min(order) else None
@@ -240,6 +264,8 @@ class Launcher:
         self._stop_requested = False
 
     def _spawn(self, spec: NodeSpec) -> subprocess.Popen:
+        if spec.ipc_dir:
+            os.makedirs(spec.ipc_dir, exist_ok=True)  # the last node to stop removed it; a restart needs it
         env = dict(self.env)
         env[NODE_ENV] = spec.to_json()
         cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package,
@@ -270,6 +296,7 @@ class Launcher:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.remove_ipc_files()
         codes = list(self.returncodes.values())
         return max((abs(c) for c in codes), default=0) if any(codes) else 0
 
@@ -325,3 +352,26 @@ class Launcher:
             if p.returncode is not None:
                 self.returncodes.setdefault(i, p.returncode)
         self.procs.clear()
+
+    def remove_ipc_files(self) -> None:
+        """Remove the ipc socket files of nodes that could not (killed) and the folders this launcher made."""
+        remove_ipc_files(self.specs)
+
+
+def remove_ipc_files(specs: Sequence[NodeSpec]) -> None:
+    """Remove the ipc socket files of ``specs`` that are still there (only sockets) and the folders the
+    launcher made for them once they are empty. A node calls it for itself when it stops."""
+    import stat
+    for spec in specs:
+        if spec.address.startswith("ipc://"):
+            path = spec.address[len("ipc://"):]
+            try:
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+            except OSError:
+                pass
+    for d in {spec.ipc_dir for spec in specs if spec.ipc_dir}:
+        try:
+            os.rmdir(d)  # only when empty: the other nodes' sockets keep it
+        except OSError:
+            pass

@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, Iterable, List
 
 from . import codec
-from .wire import _PREFIX, _MAGIC, _VERSION, K_DATA, K_HEARTBEAT, FINISH, PEER_DEAD, PEER_JOINED
+from .wire import _PREFIX, _MAGIC, _VERSION, K_DATA, K_HEARTBEAT, PEER_DEAD, PEER_JOINED
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -139,7 +139,7 @@ class Liveness:
             self._peer_change.notify_all()
         self._notices.append((event, (p.node_id,)))
         if event == PEER_DEAD and self.stop_on_peer_failure:
-            self._notices.append((FINISH, ()))
+            self._end_run(f"node {p.node_id} is dead (--stop-on-failure)")
 
     def _revive(self, p: _Peer) -> None:
         """``p``, declared dead, sent an authenticated message of the same session: it is alive again."""
@@ -233,6 +233,7 @@ class Liveness:
                         log.error("node %d: node %d is dead (no message for %.1f s, heartbeat_timeout %.1f s)",
                                   self.node_id, p.node_id, silent, self.heartbeat_timeout)
                         self._lose(p, PEER_DEAD)
+                self._check_peerless(now)
                 if self._notices and self._rx_owner is not None:
                     self._send_wake()
             stopping.wait(0.05)

@@ -78,6 +78,7 @@ class Reader:
             except again:
                 continue
             first = frame.bytes
+            self._rx_frame = frame  # its remote address names a peer with another key (``keycheck``)
             if frame.more:
                 # ZeroMQ hands over a multipart message once all of it arrived, each frame within
                 # max_frame_size (MAXMSGSIZE); the sum is checked here, before any hashing or decoding.
@@ -273,7 +274,7 @@ class Reader:
                         log.exception("node %d: could not reconnect to node %d", self.node_id, sender)
             self.stats["received"] += 1
             if event == FINISH:
-                self._finish_seen = True
+                self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
             self._deliver(event, args, kwargs)
             return
         try:

@@ -97,7 +97,7 @@ class Sending:
                     p.lock.release()
             self._send_to(p, K_DATA, meta, buffers, digest, event)
         if event == FINISH:
-            self._finish_seen = True
+            self._spread_finish(alive_told=to is None)  # also to peers believed dead (``ending``)
 
     def _check_size(self, event: str, meta_size: int, buffers: Sequence[bytes]) -> None:
         """Refuse a message the peers would drop for its size (their caps are assumed equal to ours)."""

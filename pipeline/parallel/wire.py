@@ -131,6 +131,7 @@ class Framing:
             h.update(_payload_tag(self._otk_base, body[_HEADER_SIZE:_HEADER_SIZE + _NONCE], extra))
         if not _compare_digest(h.digest(), first[:_MAC_LEN]):
             self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
+            self._auth_failed(first)  # a peer with another key is named (``keycheck``)
             return None
         # Authenticated: only now is anything in the message parsed.
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(body)

@@ -17,7 +17,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env
+from .keycheck import KeyMismatchError
+from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env, remove_ipc_files
 
 log = logging.getLogger("rlpipe.worker")
 
@@ -120,10 +121,16 @@ def main(argv: Any = None) -> int:
     except KeyboardInterrupt:
         log.warning("node %s interrupted", node)
         return 130
+    except KeyMismatchError as e:  # a configuration error: restarting would not help
+        log.error("%s", e)
+        return 2
     except Exception:
         traceback.print_exc()
         log.error("node %s crashed (exit code %d)", node, CRASH_EXIT_CODE)
         return CRASH_EXIT_CODE
+    finally:
+        if spec is not None:
+            remove_ipc_files([spec])  # the launcher may be gone (killed): leave nothing in the temp folder
     return rc if isinstance(rc, int) else 0
 
 

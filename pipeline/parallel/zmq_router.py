@@ -36,7 +36,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ..router import Router
 from . import codec
-from .handshake import Handshake, _Probe  # noqa: F401  (_Probe: re-exported)
+from .ending import Ending
+from .handshake import Handshake, _Probe
+from .keycheck import KeyCheck, KeyMismatchError  # noqa: F401  (_Probe: re-exported)
 from .keys import resolve_key
 from .liveness import Liveness, _Peer  # noqa: F401
 from .reader import Reader
@@ -48,13 +50,45 @@ from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, F
 
 log = logging.getLogger("rlpipe.parallel")
 
-__all__ = ["ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED", "FINISH",
+__all__ = ["ZmqRouter", "BackpressureTimeout", "KeyMismatchError", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED", "FINISH",
            "is_local_address"]
 
 TOPOLOGIES = ("mesh", "star", "alone")
 
 
-class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
+def announced_address(advertise: str, bound: str) -> str:
+    """The address announced to peers for ``--advertise``: a full ``tcp://HOST:PORT`` (or ``ipc://``) as
+    given; a bare ``HOST`` (or ``tcp://HOST``) gets the port this node is bound to (``bound``). Anything else
+    is a ValueError that says what to give."""
+    text = advertise.strip()
+    if text.startswith(("ipc://", "inproc://")):
+        return text
+    if "://" in text and not text.startswith("tcp://"):
+        raise ValueError(f"--advertise {advertise!r}: give a host (e.g. 10.0.0.1 or node-a.example.org) or "
+                         "tcp://HOST:PORT")
+    host = text[len("tcp://"):] if text.startswith("tcp://") else text
+    port = ""
+    if host.startswith("["):  # [v6] or [v6]:port
+        end = host.find("]")
+        if end < 0:
+            raise ValueError(f"--advertise {advertise!r}: unclosed '[' in an IPv6 address")
+        host, port = host[:end + 1], host[end + 1:].lstrip(":")
+    elif host.count(":") == 1:
+        host, port = host.split(":")
+    elif host.count(":") > 1:  # a bare IPv6 address
+        host = f"[{host}]"
+    if not host or host in ("[]", "*") or any(c in host for c in "/ ") or (port and not port.isdigit()):
+        raise ValueError(f"--advertise {advertise!r}: give a host (e.g. 10.0.0.1 or node-a.example.org) or "
+                         "tcp://HOST:PORT")
+    if not port:
+        if not bound.startswith("tcp://"):
+            raise ValueError(f"--advertise {advertise!r}: a host can only be announced for a tcp address; this "
+                             f"node listens on {bound}")
+        port = bound.rsplit(":", 1)[1]
+    return f"tcp://{host}:{port}"
+
+
+class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing, Router):
     """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
 
     Args:
@@ -68,14 +102,17 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         labels, roles: this node's labels and roles, announced to peers (``peer_info``); ``roles`` is also
             read by the task runtime when ``task.start`` gets no roles.
         key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
-        advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0).
+        advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0 or NAT):
+            a host (``10.0.0.2``: announced with the bound port) or ``tcp://HOST:PORT``.
         heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
         expected_peers: ``start`` waits (at most ``startup_timeout`` s) until this many peers are connected.
             Default: the number of addresses this node connects to.
         send_timeout: longest time ``emit`` blocks on one peer under backpressure.
         hwm: high-water mark (messages) of each send and receive queue.
         linger: seconds ``stop`` waits to flush messages still queued.
-        stop_on_peer_failure: also deliver ``"__finish__"`` when a peer is declared dead.
+        stop_on_peer_failure: also finish the run (every node's) when a peer is declared dead.
+        peerless_timeout: a node whose every peer is gone (dead or left) for this long finishes its run; also
+            a node that expects peers and has none this long after ``startup_timeout`` (``ending``).
         max_frame_size, max_message_size: caps (bytes) on one frame and on a whole message (all its frames),
             which bound what a sender, authenticated or not, makes this node hold. ZeroMQ drops the connection
             of a sender of a larger frame before buffering it; a message whose frames add up to more is dropped
@@ -100,7 +137,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
                  send_timeout: float = 60.0, hwm: int = 128, linger: float = 2.0,
                  stop_on_peer_failure: bool = False, max_frame_size: int = 256 << 20,
                  max_message_size: int = 512 << 20,
-                 hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0) -> None:
+                 hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
+                 peerless_timeout: float = 15.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -112,6 +150,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.bind_address = address or "tcp://127.0.0.1:*"
         self.group: Dict[int, str] = {int(k): v for k, v in (peers or {}).items()}
         self.attach_to = list(attach_to)
+        if advertise is not None:
+            announced_address(advertise, "tcp://0.0.0.0:1")  # refuse a malformed one now, with its reason
         self.advertise = advertise
         self.heartbeat_interval = float(heartbeat_interval)
         self.heartbeat_timeout = float(heartbeat_timeout)
@@ -127,6 +167,10 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
                              f"({max_message_size})")
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
+        if not peerless_timeout >= 0:
+            raise ValueError(f"peerless_timeout must be a number of seconds >= 0, got {peerless_timeout!r}")
+        self.peerless_timeout = float(peerless_timeout)
+        self._started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
@@ -144,7 +188,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "stale_hello", "oversize", "control_sent", "control_received"), 0)
+             "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
@@ -204,6 +248,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True
+        self._started_at = time.monotonic()
         self._on_message = on_message
         self._ctx = zmq.Context()
         pull = self._ctx.socket(zmq.PULL)
@@ -228,7 +273,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         self._waker.setsockopt(zmq.SNDHWM, 2)
         self._waker.setsockopt(zmq.LINGER, 0)
         self._waker.connect("inproc://rlpipe-wake")
-        self.address = self.advertise or self._announceable(bound)
+        self.address = announced_address(self.advertise, bound) if self.advertise else self._announceable(bound)
         for a in self._seeds:
             if is_local_address(a) != is_local_address(self.address) and not self.advertise:
                 log.warning("node %d listens on %s but connects to %s: the peer cannot connect back unless "
@@ -245,10 +290,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
             self._threads.append(t)
         if self.expected_peers:
             try:
-                self.wait_for_peers(self.expected_peers, self.startup_timeout)
+                ok = self.wait_for_peers(self.expected_peers, self.startup_timeout)
             except BaseException:  # e.g. Ctrl-C while waiting: do not leave threads and sockets behind
                 self.stop()
                 raise
+            if not ok and self._check_keys(time.monotonic()):
+                self.stop()  # raises KeyMismatchError
 
     def _announceable(self, bound: str) -> str:
         if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
@@ -326,9 +373,16 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Framing, Router):
         if closer.is_alive():
             log.warning("node %d: ZeroMQ context did not close within %.1f s; leaving it", self.node_id,
                         self.linger + 2.0)
+        if self.bind_address.startswith("ipc://"):  # ZeroMQ leaves the socket file behind
+            try:
+                os.unlink(self.bind_address[len("ipc://"):])
+            except OSError:
+                pass
         self._peer_change_notify()
         log.info("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
+        if self._key_error:
+            raise KeyMismatchError(self._key_error)
 
     def __repr__(self) -> str:
         return (f"ZmqRouter(node_id={self.node_id}, address={self.address or self.bind_address!r}, "

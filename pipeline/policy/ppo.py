@@ -24,6 +24,7 @@ from pipeline.config import compile_config
 from pipeline.config_schema import Bool, Choice, Float, Int, IntList, Str, defaults, env_section, run_section
 from pipeline.learner import Learner
 
+from .base import ActingMode, Policy
 from .ppo_model import ActorCritic, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
@@ -177,7 +178,7 @@ def _as_float_obs(obs: Any) -> torch.Tensor:
     return x if x.dtype == torch.float32 else x.float()
 
 
-class PPOCollectMode:
+class PPOCollectMode(ActingMode):
     """Sample actions for a batch of envs: ``forward(obs) -> {'env_action', 'action', 'logp', 'value'}``
     (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces."""
 
@@ -196,15 +197,13 @@ class PPOCollectMode:
         env_a = np.clip(a, self.low, self.high) if self.continuous and self.low is not None else a
         return {'env_action': env_a, 'action': a, 'logp': logp.numpy(), 'value': value.numpy()}
 
-    __call__ = forward
-
     def value(self, obs: Any) -> np.ndarray:
         """Critic values ``[N]`` of observations ``[N, ...]``."""
         with torch.no_grad():
             return self.model.value(_as_float_obs(obs)).numpy()
 
 
-class PPOEvalMode:
+class PPOEvalMode(ActingMode):
     """Deterministic acting: ``forward(obs) -> actions`` (argmax, or the Gaussian mean clipped)."""
 
     def __init__(self, model: ActorCritic, low: Any = None, high: Any = None) -> None:
@@ -218,11 +217,9 @@ class PPOEvalMode:
             return np.clip(a, self.low, self.high) if self.low is not None else a
         return out.argmax(-1).numpy()
 
-    __call__ = forward
 
-
-class PPOPolicy:
-    """PPO with learn, collect and eval modes sharing one actor-critic.
+class PPOPolicy(Policy):
+    """PPO with learn, collect and eval modes sharing one actor-critic (built on first use).
 
     Args:
         cfg: a config from :func:`make_ppo_config` (or its ``policy`` section).
@@ -234,7 +231,7 @@ class PPOPolicy:
 
     def __init__(self, cfg: Mapping, observation_space: Any, action_space: Any,
                  model: Optional[ActorCritic] = None, seed: Optional[int] = None) -> None:
-        self.cfg = cfg['policy'] if 'policy' in cfg else cfg
+        super().__init__(cfg)
         mc = self.cfg['model']
         continuous = not hasattr(action_space, 'n')
         if continuous and len(action_space.shape) != 1:
@@ -251,48 +248,16 @@ class PPOPolicy:
                                 normalize_obs=bool(mc.get('normalize_obs', False)))
         self.model = model
         self._seed = seed
-        self._learn: Optional[PPOLearner] = None
-        self._collect: Optional[PPOCollectMode] = None
-        self._eval: Optional[PPOEvalMode] = None
-        self._pending_learn_state: Optional[Mapping[str, Any]] = None
 
-    @property
-    def learn_mode(self) -> PPOLearner:
-        if self._learn is None:
-            self._learn = PPOLearner(self.model, self.cfg, seed=self._seed)
-            if self._pending_learn_state is not None:
-                self._learn.set_state(self._pending_learn_state)
-                self._pending_learn_state = None
-        return self._learn
+    def networks(self) -> Dict[str, torch.nn.Module]:
+        """``{'model': actor-critic}``; its state holds the running obs/return statistics too."""
+        return {'model': self.model}
 
-    @property
-    def collect_mode(self) -> PPOCollectMode:
-        if self._collect is None:
-            self._collect = PPOCollectMode(self.model, self.low, self.high, seed=self._seed)
-        return self._collect
+    def _build_learner(self) -> PPOLearner:
+        return PPOLearner(self.model, self.cfg, seed=self._seed)
 
-    @property
-    def eval_mode(self) -> PPOEvalMode:
-        if self._eval is None:
-            self._eval = PPOEvalMode(self.model, self.low, self.high)
-        return self._eval
+    def _build_collect_mode(self) -> PPOCollectMode:
+        return PPOCollectMode(self.model, self.low, self.high, seed=self._seed)
 
-    def state_dict(self) -> Dict[str, Any]:
-        """``{'model': ..., 'learn': ...}``; the model part holds the running obs/return statistics."""
-        sd: Dict[str, Any] = {'model': self.model.state_dict()}
-        if self._learn is not None:
-            sd['learn'] = self._learn.get_state()
-        elif self._pending_learn_state is not None:
-            sd['learn'] = self._pending_learn_state
-        return sd
-
-    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
-        if 'model' not in sd:
-            raise KeyError(f'not a PPOPolicy state dict: no "model" key (keys: {list(sd)})')
-        self.model.load_state_dict(sd['model'])
-        learn = sd.get('learn')
-        if learn is not None:
-            if self._learn is not None:
-                self._learn.set_state(learn)
-            else:
-                self._pending_learn_state = learn
+    def _build_eval_mode(self) -> PPOEvalMode:
+        return PPOEvalMode(self.model, self.low, self.high)

@@ -110,6 +110,8 @@ def toy_main() -> int:
     ap.add_argument('--step-sleep', type=float, default=0.02)
     ap.add_argument('--period', type=int, default=0, help='>0: PeriodicalModelExchanger with this period')
     ap.add_argument('--stale', type=int, default=None, help='its stale_toleration')
+    ap.add_argument('--storage', default=None, help="ContextExchanger's storage directory")
+    ap.add_argument('--forge', default='', help='comma list of file references the collector sends as batches')
     args = ap.parse_args()
     torch.set_num_threads(1)
     from middleware import ContextExchanger, ModelExchanger, PeriodicalModelExchanger, termination_checker
@@ -129,6 +131,14 @@ def toy_main() -> int:
         ctx.env_step += 3
         time.sleep(args.step_sleep)
 
+    @for_roles(Role.COLLECTOR)
+    def forge(ctx):  # batch messages naming files that are not batch files of the storage directory
+        if ctx.total_step == 3:
+            for ref in filter(None, args.forge.split(',')):
+                task.emit_to(0, 'ctx_exchanger.data', {'file': ref, 'node': task.router.node_id,
+                                                       'inc': cx.incarnation, 'seq': next(cx._seq)})
+                cx._sent += 1
+
     received = []
 
     @for_roles(Role.LEARNER)
@@ -142,7 +152,7 @@ def toy_main() -> int:
 
     t0 = time.monotonic()
     with task.start(ctx=OnlineRLContext()):
-        cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost)
+        cx = ContextExchanger(wait_timeout=5.0, on_collector_lost=args.on_lost, storage=args.storage)
         if args.period:
             mode = 'send' if task.has_role(Role.LEARNER) else 'receive'
             mx = PeriodicalModelExchanger(model, mode=mode, period=args.period, stale_toleration=args.stale)
@@ -151,6 +161,7 @@ def toy_main() -> int:
         task.use(cx)
         task.use(mx)
         task.use(collect)
+        task.use(forge)
         task.use(learn)
         task.use(termination_checker(max_train_iter=args.max_train_iter))
         task.run()
@@ -162,4 +173,81 @@ def toy_main() -> int:
     record['longest_use_of_one_version'] = max(runs, default=0)
     record['versions_monotonic'] = all(a <= b for a, b in zip(seen_versions, seen_versions[1:]))
     _write(args.out, record)
+    return 0
+
+
+def fault_main() -> int:
+    """Learner + collectors whose every transition carries a unique id (node, pid, k), for the fault test.
+
+    Collectors append the ids of each batch the ContextExchanger sent to ``<out>/sent-<node>-<pid>.txt`` (one
+    line per batch, written after the send); a collector with ``--kill-node`` id kills itself (SIGKILL) once,
+    after ``--kill-after`` steps, when the learner has consumed all it sent. The learner records every id it
+    merged and finishes the run once ``<out>/finish-now`` exists."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--kill-node', type=int, default=-1)
+    ap.add_argument('--kill-after', type=int, default=30)
+    args = ap.parse_args()
+    from middleware import ContextExchanger
+
+    me, pid = None, os.getpid()
+    counter = itertools.count()
+    sent_log = None
+
+    @for_roles(Role.COLLECTOR)
+    def collect(ctx):
+        if me == args.kill_node and ctx.total_step >= args.kill_after:
+            marker = os.path.join(args.out, f'killed-{me}')
+            if not os.path.exists(marker):
+                end = time.monotonic() + 20
+                while cx._unacked() and time.monotonic() < end:  # all it sent was consumed: nothing in flight
+                    time.sleep(0.01)
+                open(marker, 'w').close()
+                os.kill(pid, signal.SIGKILL)
+        ctx.trajectories = [{'obs': np.zeros(3, np.float32), 'src': [me, pid, next(counter)]} for _ in range(3)]
+        ctx.env_step += 3
+        time.sleep(0.02)
+
+    def log_sent(ctx):  # before the exchanger in the chain: its backward part runs after the send
+        n0 = cx.stats['batches_sent'] if hasattr(cx, 'stats') else 0
+        yield
+        if sent_log is not None and cx.stats['batches_sent'] > n0:
+            sent_log.write(' '.join('%d:%d:%d' % tuple(t['src']) for t in ctx.trajectories) + '\n')
+            sent_log.flush()
+
+    received = []
+
+    @for_roles(Role.LEARNER)
+    def learn(ctx):
+        for t in ctx.trajectories or ():
+            received.append('%d:%d:%d' % tuple(int(x) for x in t['src']))
+        if ctx.trajectories:
+            ctx.train_iter += 1
+        if os.path.exists(os.path.join(args.out, 'finish-now')):
+            task.finish = True
+        time.sleep(0.01)
+
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.monotonic()
+    with task.start(ctx=OnlineRLContext()):
+        me = task.router.node_id
+        with open(os.path.join(args.out, f'pid-{me}-{pid}'), 'w'):
+            pass
+        if task.has_role(Role.COLLECTOR):
+            sent_log = open(os.path.join(args.out, f'sent-{me}-{pid}.txt'), 'w')
+        cx = ContextExchanger(wait_timeout=5.0)
+        task.use(log_sent)
+        task.use(cx)
+        task.use(collect)
+        task.use(learn)
+        task.run()
+        record = _record(task.ctx, cx, None, t0)
+        record['bus_stats'] = dict(task.router.stats)
+    record['received'] = received
+    record['pid'] = pid
+    if sent_log is not None:
+        sent_log.close()
+    path = os.path.join(args.out, f'node-{me}-{pid}.json')
+    with open(path, 'w') as f:
+        json.dump(record, f)
     return 0

@@ -43,6 +43,28 @@ def make_dqn():
     return DQNPolicy(cfg, seed=0).learn_mode
 
 
+def make_ppo():
+    import gymnasium as gym
+
+    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+
+    # advantages normalised per minibatch would differ between a shard and the whole batch
+    cfg = make_ppo_config({"policy": {"learn": {"normalize_advantage": False}}})
+    return PPOPolicy(cfg, gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Discrete(2), seed=0).learn_mode
+
+
+def ppo_data(n, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "obs": torch.randn(n, 4, generator=g),
+        "action": torch.randint(0, 2, (n,), generator=g),
+        "logp": torch.full((n,), -0.69) + 0.05 * torch.randn(n, generator=g),
+        "advantage": torch.randn(n, generator=g),
+        "return": torch.randn(n, generator=g),
+        "value": torch.randn(n, generator=g),
+    }
+
+
 def data(n, seed=1):
     g = torch.Generator().manual_seed(seed)
     return {"x": torch.randn(n, 3, generator=g), "y": torch.randn(n, generator=g)}
@@ -105,6 +127,7 @@ def test_shard_plan_never_leaves_a_learner_empty():
 @pytest.mark.parametrize("factory,make_batch,rows", [
     (functools.partial(make_regression, grad_clip=0.5), data, 16),
     (make_dqn, dqn_data, 32),
+    (make_ppo, ppo_data, 32),
 ])
 def test_two_learners_stay_identical_and_match_one_learner(local_ray, factory, make_batch, rows):
     group = LearnerGroup(factory, num_learners=2, num_cpus_per_learner=0.25)

@@ -96,19 +96,26 @@ def test_key_from_file(monkeypatch, tmp_path):
 
 
 def test_two_routers_with_different_keys_do_not_talk():
-    got = []
+    """Nothing from the other key is delivered; after the startup timeout both sides name the other and give
+    up: the connecting side's start raises, the other ends its run (a local "__finish__") and its stop
+    raises."""
+    from pipeline.parallel.zmq_router import KeyMismatchError
+    got_a, got_b = [], []
     a = ZmqRouter(0, "tcp://127.0.0.1:*", key=b"a" * 32, startup_timeout=0.5, heartbeat_interval=0.1)
-    a.start(lambda *m: got.append(m))
+    a.start(lambda *m: got_a.append(m))
     b = ZmqRouter(1, "tcp://127.0.0.1:*", key=b"b" * 32, attach_to=[a.address], startup_timeout=0.5,
                   heartbeat_interval=0.1)
-    b.start(lambda *m: got.append(m))
     try:
+        with pytest.raises(KeyMismatchError, match=f"peer at {a.address} signs with a different key"):
+            b.start(lambda *m: got_b.append(m))
         assert a.peers == [] and b.peers == []
         assert wait_until(lambda: a.stats["auth_failed"] > 0)
-        assert got == []
+        assert wait_until(lambda: got_a == [("__finish__", (), {})], timeout=30)  # nothing else came through
+        assert all(m[0] == "__finish__" for m in got_b)
     finally:
         b.stop()
-        a.stop()
+        with pytest.raises(KeyMismatchError, match="peer at 127.0.0.1 signs with a different key"):
+            a.stop()
 
 
 def test_backpressure_blocks_instead_of_dropping_and_is_bounded():

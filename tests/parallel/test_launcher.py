@@ -154,6 +154,11 @@ def test_per_role_entry_scripts_join_with_attach_to(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--roles", "learner:collector:evaluator"], "--roles lists 3 node groups"),
     (["--node-ids", "1,1"], "--node-ids must be unique"),
+    (["--roles", "learner:colector"],
+     "unknown role 'colector' (node 1 of 2); valid roles: learner, collector, evaluator, fetcher"),
+    (["--roles", "lerner,collector"], "unknown role 'lerner'; valid roles: learner, collector"),
+    (["--advertise", "tcp://10.0.0.1:5000"], "names a port, but 2 nodes are started here: give the host only"),
+    (["--advertise", "http://10.0.0.1"], "give a host (e.g. 10.0.0.1"),
     (["--address", "10.11.12.13"], "no shared key for a run across machines"),
     (["--attach-to", "tcp://127.0.0.1:1"], "no shared key"),
     (["--package", "/nonexistent-dir"], "is not a directory"),
@@ -162,3 +167,83 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
     p = subprocess.run(_run_cmd(2, *args), env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def _ipc_leftovers(tmp):
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+
+
+def test_ipc_run_leaves_nothing_in_the_temp_folder_after_a_clean_stop(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.run(_run_cmd(2, "--protocol", "ipc"), env=_env(tmp_path, TMPDIR=str(tmp)), cwd=ROOT,
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    assert len(_results(tmp_path)) == 2
+    assert _ipc_leftovers(tmp) == []  # no rlpipe-* folder, no node-*.sock
+
+
+@pytest.mark.parametrize("how", ["launcher SIGKILL", "node SIGKILL then launcher SIGTERM"])
+def test_ipc_files_are_removed_when_the_launcher_or_a_node_is_killed(tmp_path, how):
+    """SIGKILL of the launcher: its nodes stop (they die with it) and remove their sockets and folder. A node
+    killed with SIGKILL cannot clean up: its launcher removes what it left when it stops."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(_run_cmd(2, "--protocol", "ipc"), env=_env(tmp_path, RLPIPE_TEST_HANG="1",
+                                                                       TMPDIR=str(tmp)),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = []
+    try:
+        assert _wait_files(tmp_path, "hanging-*", 2)
+        pids = [r["pid"] for r in _results(tmp_path).values()]
+        assert len(list(tmp.rglob("node-*.sock"))) == 2
+        if how == "launcher SIGKILL":
+            proc.kill()
+        else:
+            os.kill(pids[0], signal.SIGKILL)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        end = time.monotonic() + 30
+        while (any(_alive(p) for p in pids) or _ipc_leftovers(tmp)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+        assert _ipc_leftovers(tmp) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_nodes_with_different_keys_say_so_and_exit_with_an_error(tmp_path):
+    """Two launchers as on two machines, with different RLPIPE_KEY: both name the other side ("peer at ADDR
+    signs with a different key") and exit with an error after the startup timeout instead of running alone."""
+    p0, p1 = free_ports(2)
+    base = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+            "parallel_launch_main.main", "--heartbeat-timeout", "2", "--stop-grace", "5", "--startup-timeout", "3"]
+    a = subprocess.Popen(base + ["--roles", "learner", "--node-ids", "0", "--ports", str(p0)],
+                         env=_env(tmp_path, RLPIPE_KEY="ab" * 32, RLPIPE_TEST_PEERS="1"), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(base + ["--roles", "collector", "--node-ids", "1", "--ports", str(p1), "--attach-to",
+                                 f"tcp://127.0.0.1:{p0}"],
+                         env=_env(tmp_path, RLPIPE_KEY="cd" * 32, RLPIPE_TEST_PEERS="1"), cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errs = []
+    try:
+        for p in (a, b):
+            errs.append(p.communicate(timeout=120)[1])
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    err_a, err_b = errs
+    assert a.returncode == 2 and b.returncode == 2, err_a[-3000:] + err_b[-3000:]
+    assert "peer at 127.0.0.1 signs with a different key" in err_a, err_a[-3000:]
+    assert f"peer at tcp://127.0.0.1:{p0} signs with a different key" in err_b, err_b[-3000:]
+    for err in errs:
+        assert "no peer could be authenticated" in err and "set the same RLPIPE_KEY" in err
+        assert "Traceback" not in err

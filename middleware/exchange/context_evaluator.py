@@ -1,0 +1,35 @@
+"""The evaluator's side of ``ContextExchanger``: evaluate at the learner's pace, send results to everybody."""
+from __future__ import annotations
+
+from typing import Any, Generator, Optional, Set
+
+from contexts import OnlineRLContext
+
+from .context import ContextExchanger
+from .shared import current_task
+
+
+class EvaluatorContextExchanger(ContextExchanger):
+    """``ContextExchanger`` on a node with the evaluator role and no learner role (see ``ContextExchanger``)."""
+
+    role_name = 'evaluator'
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._steps = 0
+        super().__init__(*args, **kwargs)
+
+    def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
+        self._finish_if_no_learner(node_id, roles)
+
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
+        task = current_task()
+        if self._steps and not task.finish:
+            def give_up() -> Optional[str]:
+                return None if self._with_role('learner') else 'no learner is alive'
+
+            seen = self._applied_n
+            self._w.wait(lambda: self._update_n != seen, self.wait_timeout, give_up, 'a learner update')
+        self._steps += 1
+        self._apply_update(ctx)
+        yield
+        self._send_eval(ctx)

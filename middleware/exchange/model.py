@@ -1,0 +1,141 @@
+"""``PeriodicalModelExchanger`` and ``ModelExchanger``: send a model's weights from the learner, load the
+newest version on the other nodes."""
+from __future__ import annotations
+
+from typing import Any, Dict, Generator, Optional, Set, Tuple
+
+from contexts import OnlineRLContext
+from pipeline.roles import Role, for_all_roles
+
+from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, inactive_void
+
+
+@for_all_roles(reads=["train_iter"])
+class PeriodicalModelExchanger:
+    """Send a model's weights from one node, load them on the others (a generator middleware).
+
+    ``mode='send'`` (the learner): in the backward part of the first step and then whenever
+    ``ctx.train_iter`` advanced by at least ``period`` since the last send, sends the model's
+    ``state_dict()`` (a dict of tensors; the safe codec carries no pickles) with ``version = ctx.train_iter``
+    to every node.
+
+    ``mode='receive'``: keeps the newest version that arrived; the forward part loads it into ``model``
+    before the node acts (when it is newer than the loaded one). With ``stale_toleration=N``, one version is
+    used for at most N steps: then the node waits (at most ``wait_timeout`` s, released by finish and by
+    the loss of every sender) for a newer one. ``None``: never wait. A collector that waits sends no data
+    meanwhile: if the learner needs that data to reach its next send (one collector, ``period`` larger than
+    the batches the collector has in flight), the wait only ends by its timeout; keep ``stale_toleration``
+    at least ``period + skip_n_iter + 1`` in that case.
+
+    Reads ``ctx.train_iter`` (sender). Writes nothing to the context; ``self.version`` is the loaded (or
+    sent) version, ``self.stats`` counts sends, loads and waits. In a single process it is
+    ``task.void()``.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        void = inactive_void(cls.__name__)
+        return void if void is not None else super().__new__(cls)
+
+    def __init__(self, model: Any, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
+                 wait_timeout: float = 10.0, event_name: str = EV_MODEL) -> None:
+        if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
+            raise TypeError(f'{type(self).__name__}: model must be a torch.nn.Module (state_dict/load_state_dict); '
+                            f'got {type(model).__name__}')
+        if mode not in ('send', 'receive'):
+            raise ValueError(f"{type(self).__name__}: mode must be 'send' or 'receive', got {mode!r}")
+        if not isinstance(period, int) or isinstance(period, bool) or period < 1:
+            raise ValueError(f'{type(self).__name__}: period must be an int >= 1 (train iterations), got {period!r}')
+        if stale_toleration is not None and (not isinstance(stale_toleration, int) or stale_toleration < 1):
+            raise ValueError(f'{type(self).__name__}: stale_toleration must be None or an int >= 1, '
+                             f'got {stale_toleration!r}')
+        task = current_task()
+        self.model = model
+        self.mode = mode
+        self.period = period
+        self.stale_toleration = stale_toleration
+        self.wait_timeout = float(wait_timeout)
+        self.event_name = event_name
+        self.router = task.router
+        self.node_id = int(self.router.node_id)
+        self.version = -1
+        self.stats: Dict[str, int] = {'sent': 0, 'received': 0, 'loaded': 0, 'waits': 0, 'wait_timeouts': 0}
+        self._w = Waiter()
+        self._newest: Optional[Tuple[int, Dict[str, Any]]] = None
+        self._uses = 0
+        self._senders: Set[int] = set()
+        self._had_sender = False
+        if mode == 'receive':
+            task.on(event_name, self._on_model)
+            for ev in PEER_LOST:
+                task.on(ev, self._on_lost)
+
+    def _on_model(self, msg: Dict[str, Any]) -> None:
+        version = int(msg['version'])
+        with self._w.cv:
+            self.stats['received'] += 1
+            self._senders.add(int(msg['node']))
+            self._had_sender = True
+            if self._newest is None or version > self._newest[0]:
+                self._newest = (version, msg['state'])
+            self._w.cv.notify_all()
+
+    def _on_lost(self, node_id: int, *_: Any, **__: Any) -> None:
+        with self._w.cv:
+            self._senders.discard(int(node_id))
+            self._w.cv.notify_all()
+
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
+        return self._send_step(ctx) if self.mode == 'send' else self._receive_step(ctx)
+
+    def _send_step(self, ctx: OnlineRLContext) -> Generator:
+        yield
+        it = int(ctx.train_iter)
+        if self.version < 0 or it - self.version >= self.period:
+            state = {k: v.detach() for k, v in self.model.state_dict().items()}
+            current_task().emit(self.event_name, {'node': self.node_id, 'version': it, 'state': state},
+                                only_remote=True)
+            self.version = it
+            self.stats['sent'] += 1
+
+    def _newer(self) -> bool:
+        return self._newest is not None and self._newest[0] > self.version
+
+    def _receive_step(self, ctx: OnlineRLContext) -> Generator:
+        task = current_task()
+        if (self.stale_toleration is not None and self._uses >= self.stale_toleration and not self._newer()
+                and not task.finish):
+            self.stats['waits'] += 1
+
+            def give_up() -> Optional[str]:
+                return 'the model sender is gone' if self._had_sender and not self._senders else None
+
+            why = self._w.wait(self._newer, self.wait_timeout, give_up,
+                               f'a model newer than version {self.version} (stale_toleration '
+                               f'{self.stale_toleration})')
+            if why == 'timeout':
+                self.stats['wait_timeouts'] += 1
+        with self._w.cv:
+            newest = self._newest if self._newer() else None
+        if newest is not None:
+            self.model.load_state_dict(newest[1])
+            self.version = newest[0]
+            self.stats['loaded'] += 1
+            self._uses = 0
+        self._uses += 1
+        yield
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}(node {self.node_id}, mode={self.mode!r}, version {self.version})'
+
+
+class ModelExchanger(PeriodicalModelExchanger):
+    """``PeriodicalModelExchanger`` with the mode from the node's roles: the learner sends its model's
+    weights after every train step (``period=1``), every other node loads the newest version it received
+    before acting. ``stale_toleration`` as in ``PeriodicalModelExchanger``. In a single process it is
+    ``task.void()``."""
+
+    def __init__(self, model: Any, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
+                 period: int = 1) -> None:
+        mode = 'send' if Role.LEARNER in current_task().roles else 'receive'
+        super().__init__(model, mode=mode, period=period, stale_toleration=stale_toleration,
+                         wait_timeout=wait_timeout)
