@@ -5,6 +5,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Dict, List
 
+import numpy as np
+import torch
+
 __all__ = ["BufferedData", "copy_repeats"]
 
 
@@ -53,7 +56,29 @@ def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
             continue
         k = id(it)
         if k in seen:
-            items[j] = BufferedData(copy.deepcopy(it.data), it.index, copy.deepcopy(it.meta))
+            items[j] = BufferedData(deep_copy(it.data), it.index, deep_copy(it.meta))
         else:
             seen.add(k)
     return items
+
+
+_ATOMS = (int, float, bool, str, bytes, type(None))
+
+
+def deep_copy(x: Any) -> Any:
+    """``copy.deepcopy`` with fast paths for what transitions are made of (dicts, lists, tuples,
+    tensors, numpy arrays, numbers, strings); anything else goes to ``copy.deepcopy``."""
+    t = type(x)
+    if t is dict:
+        return {k: deep_copy(v) for k, v in x.items()}
+    if t in _ATOMS:
+        return x
+    if t is torch.Tensor and not x.requires_grad:
+        return x.clone()
+    if t is np.ndarray and x.dtype.kind in "biufc":
+        return x.copy()
+    if t is list:
+        return [deep_copy(v) for v in x]
+    if t is tuple:
+        return tuple(deep_copy(v) for v in x)
+    return copy.deepcopy(x)
