@@ -176,7 +176,10 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
         collector_env.seed(cfg.seed + 1000 * task.router.node_id)
         evaluator = interaction_evaluator(cfg, policy.eval_mode, evaluator_env,
                                           max_episode_return=_max_return(cfg),
-                                          min_collect_return=EVAL_MIN_COLLECT_RETURN, max_eval_gap=MAX_EVAL_GAP)
+                                          # the screen reads this node's training episodes: none without collectors
+                                          min_collect_return=EVAL_MIN_COLLECT_RETURN
+                                          if task.has_role('collector') else None,
+                                          max_eval_gap=MAX_EVAL_GAP)
         task.use(ContextExchanger())  # under `rlpipe run --parallel-workers N`; no-ops in one process
         task.use(ModelExchanger(policy.model))
         task.use(eps_greedy_handler(cfg))

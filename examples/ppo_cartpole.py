@@ -10,7 +10,11 @@ Settings: RL-Zoo's CartPole-v1 PPO (8 envs x 32 steps = 256 rows per rollout, mi
 Evaluation every 4 rollouts (1,024 env steps). It stops by itself when solved (or after
 --max-env-step) and prints env steps and wall time.
 
-Measured (2-core shared CPU, one torch thread, benchmarks/bench_ppo.py): see README "PPO".
+Measured on a shared 2-core CPU (one torch thread, other jobs running; 2026-12-01): seed 0 solved
+after 18,688 env steps (73 rollouts, mean eval return 489.1) in 28.5 s wall time; as 4 processes
+(``rlpipe run ... --parallel-workers 4``: learner, 2 collectors, evaluator) the learner solved after
+11,008 env steps (22 rollout sets of 2 x 256 rows) in 31-33 s, with no stale rollout trained on.
+Side-by-side timings and SB3: ``python benchmarks/bench_ppo.py [--solve]``.
 """
 from __future__ import annotations
 

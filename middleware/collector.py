@@ -30,6 +30,9 @@ def _log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
         info = ctx.info_for_logging
         info.setdefault('collect_episode_return', []).extend(e.episode_return for e in finished)
         info.setdefault('collect_episode_length', []).extend(e.length for e in finished)
+        scores = [e.score for e in finished if getattr(e, 'score', None) is not None]
+        if scores:  # raw game scores under training-only wrappers (Atari: clipped rewards, episodic life)
+            info.setdefault('collect_score', []).extend(scores)
 
 
 def _collect_count(cfg: Mapping, key: str) -> int:
@@ -79,7 +82,8 @@ class StepCollector(_EnvCollector):
     transition dicts ``obs, action, reward, next_obs, terminated, truncated, env_id``, in time
     order), advances ``ctx.env_step`` (by the transitions collected) and ``ctx.env_episode`` (by the
     episodes finished), and appends finished episodes' returns/lengths to
-    ``ctx.info_for_logging['collect_episode_return' / 'collect_episode_length']``.
+    ``ctx.info_for_logging['collect_episode_return' / 'collect_episode_length']`` (and raw game
+    scores, when the env reports them, to ``['collect_score']``).
 
     ``policy`` is a collect mode (``forward(obs [N, ...], **kwargs) -> actions [N]``); ``env`` an
     ``EnvManager`` (reset on the first call; episodes continue across calls). Role: COLLECTOR.

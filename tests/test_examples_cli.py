@@ -65,7 +65,7 @@ def test_bad_resume_or_play_paths_fail_at_once_with_a_message(tmp_path):
     junk = tmp_path / 'junk.pth.tar'
     junk.write_bytes(b'garbage' * 20)
     cases = [(['--resume', 'nope.pth.tar'], 'no checkpoint at'), (['--resume', str(tmp_path)], 'is a directory'),
-             (['--set', 'nokeyvalue'], '--set needs KEY=VALUE'), (['--middleware', 'nomodule'], 'MODULE:FACTORY'),
+             (['--set', 'nokeyvalue'], 'an override is KEY=VALUE'), (['--middleware', 'nomodule'], 'MODULE:FACTORY'),
              (['--render'], '--render and --video go with --play'), (['--resume', str(junk)], 'not a checkpoint file')]
     for argv, words in cases:
         p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), *argv],

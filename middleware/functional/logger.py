@@ -197,6 +197,10 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
             w = writer()
             if w is not None:
                 w.add_scalar('collect/episode_return_mean', sum(rets) / len(rets), x)
+        if info and info.get('collect_score'):
+            w = writer()
+            if w is not None:
+                w.add_scalar('collect/score_mean', sum(info['collect_score']) / len(info['collect_score']), x)
         ev = getattr(ctx, 'eval_value', -math.inf)
         if ev is not None and ev > -math.inf:
             state['last_eval'] = ev

@@ -1,4 +1,5 @@
-"""Environments: a vectorised gymnasium env manager (gymnasium is imported lazily)."""
-from .env_manager import EnvManager, EnvStep, EpisodeInfo, UnknownEnvError, make_gym_env
+"""Environments: a vectorised gymnasium env manager with sync / subprocess / EnvPool backends
+(gymnasium is imported lazily), Atari and MuJoCo helpers."""
+from .env_manager import BACKENDS, EnvManager, EnvStep, EnvWorkerError, EpisodeInfo, UnknownEnvError, make_gym_env
 
-__all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'UnknownEnvError', 'make_gym_env']
+__all__ = ['BACKENDS', 'EnvManager', 'EnvStep', 'EnvWorkerError', 'EpisodeInfo', 'UnknownEnvError', 'make_gym_env']

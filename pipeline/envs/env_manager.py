@@ -1,8 +1,9 @@
 """A vectorised, auto-resetting env manager over gymnasium, with numpy-batched env-side work.
 
-All envs live in this process and are stepped in turn; observations, rewards and flags are
-written into numpy arrays, so a collector sees one ``[env_num, ...]`` batch per step and no
-per-env Python objects besides what gymnasium itself returns.
+Backends: ``'sync'`` (every env in this process, stepped in turn), ``'subprocess'`` (one worker
+process per env on gymnasium's ``AsyncVectorEnv`` with shared memory) and ``'envpool'`` (EnvPool's
+C++ thread pool, optional extra). Observations, rewards and flags come back as numpy arrays, so a
+collector sees one ``[env_num, ...]`` batch per step whatever the backend.
 
 Termination (the MDP ended: no bootstrapping) and truncation (a time limit cut the episode:
 bootstrapping from ``next_obs`` is correct) are kept apart in every step result.
@@ -14,7 +15,12 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Un
 
 import numpy as np
 
-__all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'UnknownEnvError', 'make_gym_env']
+from .subprocess_backend import EnvWorkerError
+
+__all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'EnvWorkerError', 'UnknownEnvError', 'make_gym_env',
+           'BACKENDS']
+
+BACKENDS = ('sync', 'subprocess', 'envpool')
 
 
 class UnknownEnvError(ValueError):
@@ -22,12 +28,18 @@ class UnknownEnvError(ValueError):
 
 
 class EpisodeInfo(NamedTuple):
-    """One finished episode: which env, its undiscounted return and length, and how it ended."""
+    """One finished episode: which env, its undiscounted return and length, and how it ended.
+
+    ``score`` is the game's raw score when the env reports one at the end of a game in
+    ``info['episode']['r']`` (gymnasium's ``RecordEpisodeStatistics`` placed under training-only
+    wrappers such as reward clipping and episodic life: see :mod:`pipeline.envs.atari`); else None.
+    """
     env_id: int
     episode_return: float
     length: int
     terminated: bool
     truncated: bool
+    score: Optional[float] = None
 
 
 class EnvStep(NamedTuple):
@@ -53,13 +65,55 @@ class EnvStep(NamedTuple):
         return self.terminated | self.truncated
 
 
+def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
+    """The rlpipe extra to install when ``gymnasium.make(env_id)`` failed for want of a package."""
+    import gymnasium as gym
+
+    text = f'{env_id} {err}'.lower()
+    if isinstance(err, gym.error.DependencyNotInstalled):
+        if 'mujoco' in text:
+            return 'mujoco'
+        if 'ale' in text or 'atari' in text:
+            return 'atari'
+    if env_id.startswith('ALE/') or 'NoFrameskip' in env_id:
+        try:
+            import ale_py  # noqa: F401
+        except ImportError:
+            return 'atari'
+    return None
+
+
+def _register_ale() -> bool:
+    """Register ALE's Atari ids with gymnasium if ``ale-py`` is installed; True if it is."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    import gymnasium as gym
+    gym.register_envs(ale_py)
+    return True
+
+
 def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any):
-    """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered."""
+    """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
+    ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
     import gymnasium as gym  # lazy: gymnasium is not imported by ``import pipeline``
 
     try:
-        return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
-    except gym.error.Error as e:
+        try:
+            return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+        except (gym.error.NameNotFound, gym.error.NamespaceNotFound):
+            if not _register_ale():  # Atari ids exist only once ale_py is imported
+                raise
+            return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+    except (gym.error.Error, ImportError) as e:
+        extra = _missing_extra(str(env_id), e)
+        if extra is not None:
+            pkg = {'atari': 'ale-py', 'mujoco': 'mujoco'}[extra]
+            raise ImportError(f'gymnasium env {env_id!r} needs the {pkg!r} package, which is not installed: '
+                              f"pip install 'rlpipe[{extra}]'") from e
+        if isinstance(e, ImportError):
+            raise
         # NameNotFound, VersionNotFound, NamespaceNotFound, DeprecatedEnv, ...
         names = list(gym.registry.keys())
         close = difflib.get_close_matches(str(env_id), names, n=4, cutoff=0.5)
@@ -73,53 +127,77 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs:
 EnvSpec = Union[str, Callable[[], Any]]
 
 
+class _MakeEnv:
+    """A picklable ``make_gym_env`` call (subprocess workers may be started with spawn)."""
+
+    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, Any]) -> None:
+        self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
+
+    def __call__(self) -> Any:
+        return make_gym_env(self.env_id, self.max_episode_steps, **self.kwargs)
+
+
 class EnvManager:
     """Run ``env_num`` copies of an environment in lock step, auto-resetting finished episodes.
 
     Args:
         env: a gymnasium env id (e.g. ``'CartPole-v1'``), a callable returning an env, or a list
-            of ``env_num`` such callables.
+            of ``env_num`` such callables. With ``backend='envpool'``: an EnvPool task id.
         env_num: number of envs.
         seed: base seed; env ``i`` is reset with ``seed + i`` on the first reset (later resets
-            continue each env's own random stream, so episodes differ but runs repeat exactly).
+            continue each env's own random stream, so episodes differ but runs repeat exactly, and
+            the ``sync`` and ``subprocess`` backends give the same trajectories for the same seed).
             ``None`` leaves seeding to gymnasium.
         max_episode_steps: time limit passed to ``gymnasium.make`` (ids only).
-        env_kwargs: extra keyword arguments for ``gymnasium.make``.
+        env_kwargs: extra keyword arguments for ``gymnasium.make`` (or ``envpool.make_gymnasium``).
         keep_infos: return per-env ``info`` dicts in each ``EnvStep`` (off by default: cheaper).
+        backend: ``'sync'`` (in this process), ``'subprocess'`` (one process per env, gymnasium's
+            ``AsyncVectorEnv`` with shared memory: for envs whose step costs more than a pipe round
+            trip, e.g. Atari, MuJoCo) or ``'envpool'`` (``pip install 'rlpipe[envpool]'``).
+        step_timeout: ``subprocess`` only: seconds to wait for a worker before reporting it as hung
+            (``EnvWorkerError`` with its stack); ``None`` waits forever.
+        start_method: ``subprocess`` only: multiprocessing start method (default: the platform's).
+
+    Every backend keeps termination and truncation apart, returns the true final observation of a
+    finished episode in ``EnvStep.next_obs``, resets finished envs at once and reports finished
+    episodes' returns and lengths. A failing ``subprocess`` worker raises ``EnvWorkerError`` (env
+    index and worker traceback); ``close()`` never waits on a hung worker for long.
 
     Usage::
 
-        mgr = EnvManager('CartPole-v1', 4, seed=0)
+        mgr = EnvManager('CartPole-v1', 4, seed=0, backend='subprocess')
         obs = mgr.reset()                       # [4, 4] float32
         step = mgr.step(np.zeros(4, np.int64))  # EnvStep; mgr.obs holds the next observations
+        mgr.close()
     """
 
     def __init__(self, env: Union[EnvSpec, Sequence[Callable[[], Any]]], env_num: int = 1,
                  seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
-                 env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False) -> None:
+                 env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False,
+                 backend: str = 'sync', step_timeout: Optional[float] = 60.0,
+                 start_method: Optional[str] = None) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:
             raise ValueError(f'env_num must be a positive int, got {env_num!r}')
+        if backend not in BACKENDS:
+            raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}')
         env_kwargs = dict(env_kwargs or {})
-        if isinstance(env, (list, tuple)):
-            if len(env) != env_num:
-                raise ValueError(f'got {len(env)} env factories but env_num={env_num}; pass one per env')
-            fns = list(env)
-        elif isinstance(env, str):
-            env_id = env
-            make_gym_env(env_id, max_episode_steps, **env_kwargs).close()  # fail fast on a bad id
-            fns = [lambda: make_gym_env(env_id, max_episode_steps, **env_kwargs)] * env_num
-        elif callable(env):
-            fns = [env] * env_num
-        else:
-            raise TypeError(f'env must be an env id str, a callable returning an env, or a list of '
-                            f'callables; got {type(env).__name__}')
         self.env_num = env_num
-        self._envs = [fn() for fn in fns]
+        self.backend = backend
         self._seed = seed
         self._keep_infos = keep_infos
-        e0 = self._envs[0]
-        self.observation_space = e0.observation_space
-        self.action_space = e0.action_space
+        if backend == 'envpool':
+            from .envpool_backend import EnvPoolBackend
+            self._backend: Any = EnvPoolBackend(env, env_num, seed, env_kwargs, max_episode_steps)
+        else:
+            fns = self._env_fns(env, env_num, max_episode_steps, env_kwargs)
+            if backend == 'subprocess':
+                from .subprocess_backend import SubprocessBackend
+                self._backend = SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method)
+            else:
+                from .sync_backend import SyncBackend
+                self._backend = SyncBackend(fns)
+        self.observation_space = self._backend.observation_space
+        self.action_space = self._backend.action_space
         import gymnasium as gym
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._obs: Optional[np.ndarray] = None
@@ -128,6 +206,21 @@ class EnvManager:
         self._all_ids = np.arange(env_num, dtype=np.int64)
         self._closed = False
         self._first_reset = True
+
+    @staticmethod
+    def _env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
+                 env_kwargs: Dict[str, Any]) -> List[Callable[[], Any]]:
+        if isinstance(env, (list, tuple)):
+            if len(env) != env_num:
+                raise ValueError(f'got {len(env)} env factories but env_num={env_num}; pass one per env')
+            return list(env)
+        if isinstance(env, str):
+            make_gym_env(env, max_episode_steps, **env_kwargs).close()  # fail fast on a bad id
+            return [_MakeEnv(env, max_episode_steps, env_kwargs)] * env_num
+        if callable(env):
+            return [env] * env_num
+        raise TypeError(f'env must be an env id str, a callable returning an env, or a list of '
+                        f'callables; got {type(env).__name__}')
 
     # ------------------------------------------------------------------ properties
     @property
@@ -172,16 +265,11 @@ class EnvManager:
         if seed is not None:
             self._seed = seed
             self._first_reset = True
-        first = []
-        for i, env in enumerate(self._envs):
-            if self._first_reset and self._seed is not None:
-                o, _ = env.reset(seed=self._seed + i)
-                env.action_space.seed(self._seed + i)
-            else:
-                o, _ = env.reset()
-            first.append(o)
+        seeds = None
+        if self._first_reset and self._seed is not None:
+            seeds = [self._seed + i for i in range(self.env_num)]
+        self._obs = self._backend.reset(seeds)
         self._first_reset = False
-        self._obs = np.stack(first)
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
         return self._obs
@@ -207,46 +295,43 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        act_list = actions.tolist() if self._discrete else list(actions)
-        next_obs = np.empty_like(obs)
-        reward = np.empty(n, dtype=np.float32)
-        terminated = np.empty(n, dtype=bool)
-        truncated = np.empty(n, dtype=bool)
-        infos: Optional[List[dict]] = [] if self._keep_infos else None
-        finished: List[EpisodeInfo] = []
-        envs = self._envs
+        if self.backend == 'envpool':
+            act: Any = actions  # EnvPool takes the batch as an array
+        else:  # one action per env: Python ints for discrete actions (as gymnasium envs expect), rows else
+            act = actions.tolist() if self._discrete else list(actions)
+        next_obs, after, reward, terminated, truncated, infos, final_infos = \
+            self._backend.step(ids, act, self._keep_infos)
         ep_ret, ep_len = self._ep_return, self._ep_len
-        new_obs = obs_all.copy()
-        for j in range(n):
-            i = int(ids[j])
-            o, r, te, tr, info = envs[i].step(act_list[j])
-            next_obs[j] = o
-            reward[j] = r
-            terminated[j] = te
-            truncated[j] = tr
-            ep_ret[i] += r
-            ep_len[i] += 1
-            if infos is not None:
-                infos.append(info)
-            if te or tr:
-                finished.append(EpisodeInfo(i, float(ep_ret[i]), int(ep_len[i]), bool(te), bool(tr)))
+        if n == self.env_num and env_ids is None:
+            ep_ret += reward
+            ep_len += 1
+            self._obs = after
+        else:
+            ep_ret[ids] += reward
+            ep_len[ids] += 1
+            new_obs = obs_all.copy()
+            new_obs[ids] = after
+            self._obs = new_obs
+        finished: List[EpisodeInfo] = []
+        if final_infos:
+            for j in sorted(final_infos):
+                i = int(ids[j])
+                stats = final_infos[j].get('episode')
+                score = float(np.asarray(stats['r']).reshape(-1)[0]) if isinstance(stats, dict) and 'r' in stats \
+                    else None
+                finished.append(EpisodeInfo(i, float(ep_ret[i]), int(ep_len[i]), bool(terminated[j]),
+                                            bool(truncated[j]), score))
                 ep_ret[i] = 0.0
                 ep_len[i] = 0
-                o, _ = envs[i].reset()
-            new_obs[i] = o
-        self._obs = new_obs
-        return EnvStep(ids, obs, actions, reward, next_obs, terminated, truncated, finished, infos)
+        return EnvStep(ids, obs, actions, reward.astype(np.float32), next_obs, terminated, truncated,
+                       finished, infos)
 
     def close(self) -> None:
-        """Close every env (idempotent)."""
+        """Close every env (idempotent; never waits long on a hung subprocess worker)."""
         if self._closed:
             return
-        for env in self._envs:
-            try:
-                env.close()
-            except Exception:  # pragma: no cover - closing must not raise
-                pass
         self._closed = True
+        self._backend.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -258,9 +343,16 @@ class EnvManager:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        if not getattr(self, '_closed', True) and hasattr(self, '_backend'):
+            try:
+                self.close()
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
     def __len__(self) -> int:
         return self.env_num
 
     def __repr__(self) -> str:
-        return f'EnvManager(env_num={self.env_num}, obs_space={self.observation_space}, ' \
-               f'action_space={self.action_space})'
+        return f'EnvManager(env_num={self.env_num}, backend={self.backend!r}, ' \
+               f'obs_space={self.observation_space}, action_space={self.action_space})'

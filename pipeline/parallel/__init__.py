@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ZmqRouter", "Parallel", "BackpressureTimeout", "configure", "MissingKeyError", "PEER_DEAD",
-           "PEER_LEFT", "PEER_JOINED"]
+__all__ = ["ZmqRouter", "Parallel", "BackpressureTimeout", "configure", "MissingKeyError", "KeyMismatchError",
+           "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("ZmqRouter", "Parallel", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
         from . import zmq_router
         return zmq_router.ZmqRouter if name == "Parallel" else getattr(zmq_router, name)
+    if name == "KeyMismatchError":
+        from .keycheck import KeyMismatchError
+        return KeyMismatchError
     if name == "MissingKeyError":
         from .keys import MissingKeyError
         return MissingKeyError

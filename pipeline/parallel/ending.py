@@ -9,13 +9,14 @@
   ``"__finish__"`` event is delivered locally, so ``task.run`` ends and ``task.wait_for`` returns). The clock
   starts when the last peer was lost, or, for a node that expects peers, when its startup timeout ran out
   without any. A node that expects nobody (it waits for others to attach) waits for its first peer.
+* A peer that connects after this node saw the finish is told too (a late joiner of the job).
 * A node leaving ``with task.start()`` normally finishes the run of its peers (``Task.__exit__``).
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from . import codec
 from .wire import FINISH, K_DATA
@@ -30,6 +31,7 @@ class Ending:
     _finish_meta: Optional[bytes] = None
     _alone_since: Optional[float] = None
     _ended_alone = False
+    _finish_owed: Optional[List[Any]] = None  # peers that connected after the finish
 
     def _finish_frames_meta(self) -> bytes:
         if self._finish_meta is None:
@@ -92,9 +94,23 @@ class Ending:
         self._notices.append((FINISH, ()))
         self._send_wake()
 
+    def _owe_finish(self, p: Any) -> None:
+        """``p`` connected (caller holds the state lock): after the finish, it is told on the next tick."""
+        if self._finish_seen:
+            if self._finish_owed is None:
+                self._finish_owed = []
+            self._finish_owed.append(p)
+
     def _check_peerless(self, now: float) -> None:
         """The heartbeat thread's check of the peerless bound (see the module docstring) and of peers that
-        sign with another key (``keycheck``)."""
+        sign with another key (``keycheck``); it also tells the finish to peers that joined after it."""
+        owed = self._finish_owed
+        if owed:
+            self._finish_owed = None
+            meta = self._finish_frames_meta()
+            for p in owed:
+                if not self._send_to(p, K_DATA, meta, (), b"", FINISH, timeout=0.2):
+                    self._send_finish_over_new_connection(p, meta)
         if self._finish_seen or self._ended_alone:
             self._alone_since = None
             return

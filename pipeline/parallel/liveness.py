@@ -109,6 +109,7 @@ class Liveness:
                  info["address"], sorted(peer.roles) or "-", sorted(peer.labels) or "-")
         self._notices.append((PEER_JOINED, (node_id,)))
         self._peer_change.notify_all()
+        self._owe_finish(peer)  # a node that joins after the finish still hears of it (``ending``)
         return peer
 
     def _close_peer(self, p: _Peer) -> None:

@@ -349,11 +349,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             self._probes.clear()
             peers = list(self._peers.values())
         for p in peers:
-            p.alive = False
+            was_alive, p.alive = p.alive, False
             got = p.lock.acquire(timeout=1.0)
             try:
                 if p.sock is not None:
-                    p.sock.close()  # with LINGER: queued messages get up to `linger` s to go out
+                    # With LINGER, queued messages get up to `linger` s to go out; not to a peer declared dead.
+                    p.sock.close(None if was_alive else 0)
                     p.sock = None
             finally:
                 if got:

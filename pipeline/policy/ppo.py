@@ -9,8 +9,8 @@
   continuous actions clipped for the env, log-probs of the unclipped sample) and ``value(obs)``.
 - ``eval_mode``: ``forward(obs) -> actions`` (argmax, or the clipped Gaussian mean).
 
-Config: ``ppo_default_config()`` (the RL-Zoo CartPole-v1 settings); ``make_ppo_config(user)`` merges
-and checks overrides. ``state_dict()`` holds tensors and plain values only (``weights_only`` loads).
+Config: :data:`PPO_CONFIG` (defaults, types, ranges: the RL-Zoo CartPole-v1 settings);
+``make_ppo_config(user)`` = ``compile_config(user, policy='ppo')`` merges and checks overrides. ``state_dict()`` holds tensors and plain values only (``weights_only`` loads).
 """
 from __future__ import annotations
 
@@ -20,73 +20,62 @@ import numpy as np
 import torch
 from easydict import EasyDict
 
-from pipeline.config import ConfigError, merge_config
+from pipeline.config import compile_config
+from pipeline.config_schema import Bool, Choice, Float, Int, IntList, Str, defaults, env_section, run_section
 from pipeline.learner import Learner
 
 from .base import ActingMode, Policy
 from .ppo_model import ActorCritic, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
-           'make_ppo_config', 'linear_schedule']
+           'make_ppo_config', 'linear_schedule', 'PPO_CONFIG', 'CONFIG_SCHEMA']
+
+
+# PPO's config: every key's default, type and range (RL-Zoo's CartPole-v1 settings: 8 envs x 32 steps,
+# batch 256, 20 epochs, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly to 0 over
+# ``total_env_steps``). ``compile_config(user, policy='ppo')`` (or ``make_ppo_config``) checks against it.
+PPO_CONFIG = {
+    **run_section('cartpole_ppo'),
+    'env': env_section('CartPole-v1', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=10,
+                       stop_value=475),
+    'policy': {
+        'type': Str('ppo'),
+        'discount_factor': Float(0.98, min=0, max=1),
+        'gae_lambda': Float(0.8, min=0, max=1),
+        'model': {'hidden': IntList([64, 64], item_min=1), 'log_std_init': Float(0.0, min=-20, max=2),
+                  'normalize_obs': Bool(False)},
+        'learn': {
+            'n_epochs': Int(20, min=1),
+            'batch_size': Int(256, min=1),             # minibatch rows
+            'learning_rate': Float(1e-3, gt=0, max=1),
+            'lr_schedule': Choice('linear', ('linear', 'constant')),   # 'linear': to 0 at total_env_steps
+            'clip_range': Float(0.2, gt=0, lt=1),
+            'clip_schedule': Choice('linear', ('linear', 'constant')),
+            'clip_range_vf': Float(None, gt=0, optional=True),  # value clipping around the rollout's values
+            'vf_coef': Float(0.5, min=0),
+            'ent_coef': Float(0.0, min=0),
+            'normalize_advantage': Bool(True),         # per minibatch
+            'max_grad_norm': Float(0.5, gt=0, optional=True),  # global gradient norm clip
+            'target_kl': Float(None, gt=0, optional=True),     # stop the epochs once approx-KL > 1.5 * target_kl
+            'normalize_reward': Bool(False),           # scale rewards by the running std of discounted returns
+            'adam_eps': Float(1e-5, gt=0, max=1),
+            'total_env_steps': Int(100_000, min=1),    # horizon of the linear schedules
+        },
+        'collect': {'n_steps': Int(32, min=1)},
+        'eval': {'evaluator': {'eval_freq': Int(4, min=1)}},  # in train iterations (rollouts)
+    },
+}
+CONFIG_SCHEMA = PPO_CONFIG
 
 
 def ppo_default_config() -> EasyDict:
-    """PPO defaults: RL-Zoo's CartPole-v1 settings (8 envs x 32 steps, batch 256, 20 epochs, gamma 0.98,
-    lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly to 0 over ``total_env_steps``)."""
-    return EasyDict({
-        'exp_name': 'cartpole_ppo',
-        'seed': 0,
-        'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
-                'n_evaluator_episode': 10, 'stop_value': 475, 'max_episode_steps': None, 'env_kwargs': {}},
-        'policy': {
-            'type': 'ppo',
-            'discount_factor': 0.98,
-            'gae_lambda': 0.8,
-            'model': {'hidden': [64, 64], 'log_std_init': 0.0, 'normalize_obs': False},
-            'learn': {
-                'n_epochs': 20,
-                'batch_size': 256,            # minibatch rows
-                'learning_rate': 1e-3,
-                'lr_schedule': 'linear',      # 'linear' (to 0 at total_env_steps) or 'constant'
-                'clip_range': 0.2,
-                'clip_schedule': 'linear',
-                'clip_range_vf': None,        # value clipping around the rollout's values (None: off)
-                'vf_coef': 0.5,
-                'ent_coef': 0.0,
-                'normalize_advantage': True,  # per minibatch
-                'max_grad_norm': 0.5,         # global gradient norm clip
-                'target_kl': None,            # stop the epochs once approx-KL > 1.5 * target_kl
-                'normalize_reward': False,    # scale rewards by the running std of discounted returns
-                'adam_eps': 1e-5,
-                'total_env_steps': 100_000,   # horizon of the linear schedules
-            },
-            'collect': {'n_steps': 32},
-            'eval': {'evaluator': {'eval_freq': 4}},  # in train iterations (rollouts)
-        },
-    })
+    """The default PPO config (from :data:`PPO_CONFIG`)."""
+    return EasyDict(defaults(PPO_CONFIG))
 
 
 def make_ppo_config(user: Optional[Mapping] = None) -> EasyDict:
-    """``ppo_default_config()`` merged with ``user`` (unknown keys and wrong types raise ``ConfigError``)."""
-    cfg = merge_config(ppo_default_config(), user)
-    lc, errors = cfg.policy.learn, []
-    for path, v in (('policy.learn.n_epochs', lc.n_epochs), ('policy.learn.batch_size', lc.batch_size),
-                    ('policy.collect.n_steps', cfg.policy.collect.n_steps),
-                    ('env.collector_env_num', cfg.env.collector_env_num),
-                    ('policy.learn.total_env_steps', lc.total_env_steps)):
-        if v < 1:
-            errors.append(f'{path}: must be >= 1, got {v}')
-    for name in ('lr_schedule', 'clip_schedule'):
-        if lc[name] not in ('linear', 'constant'):
-            errors.append(f"policy.learn.{name}: expected 'linear' or 'constant', got {lc[name]!r}")
-    if not 0 < lc.clip_range < 1:
-        errors.append(f'policy.learn.clip_range: must be in (0, 1), got {lc.clip_range}')
-    for name in ('discount_factor', 'gae_lambda'):
-        if not 0 <= cfg.policy[name] <= 1:
-            errors.append(f'policy.{name}: must be in [0, 1], got {cfg.policy[name]}')
-    if errors:
-        raise ConfigError(errors)
-    return cfg
+    """``compile_config(user, policy='ppo')``: the defaults merged with ``user``, every value checked."""
+    return compile_config(user, policy='ppo')
 
 
 def linear_schedule(start: float, total: int):

@@ -6,6 +6,7 @@ Config: ``router`` (ZmqRouter kwargs), ``mode``:
   ``leave``   waits for its peers, runs ``finish_after`` steps with task.run(max_step) and leaves the block;
   ``wait``    task.wait_for("never") without a timeout (released only by a finish or the peerless bound);
   ``finish_when_dead``  sets task.finish once node ``dead`` is declared dead, then stays up ``linger_after`` s.
+``announce``: an event it sends once its ``wait_peers`` are connected; ``wait_event``: one it waits for first.
 """
 import json
 import os
@@ -35,6 +36,12 @@ def main() -> None:
         while not want <= set(task.router.peers) and time.monotonic() < end:
             time.sleep(0.02)
         out["peers_at_start"] = task.router.peers
+        if cfg.get("announce"):  # e.g. the middle node: its peers are all connected
+            for _ in range(20):
+                task.emit(cfg["announce"], only_remote=True)
+                time.sleep(0.05)
+        if cfg.get("wait_event"):
+            out["got_event"] = task.wait_for(cfg["wait_event"], timeout=60) is not None
 
         def step(ctx):
             steps[0] += 1

@@ -49,9 +49,11 @@ def test_finish_reaches_a_node_two_hops_away(topology):
                    {"node_id": 2, "address": g[2], "topology": "alone", "attach_to": [g[1]]}]
         waits = [[1], [0, 2], [1]]
     cfgs = [{"router": routers[i], "mode": "run", "wait_peers": waits[i]} for i in range(3)]
-    cfgs[2]["mode"] = "finish"
-    cfgs[2]["finish_after"] = 30
+    middle = 0 if topology == "star" else 1
+    cfgs[middle]["announce"] = "connected"  # the middle node has both neighbours: the path exists
+    cfgs[2].update(mode="finish", finish_after=30, wait_event="connected")
     outs = results([start(c) for c in cfgs])
+    assert outs[2]["got_event"]
     assert all(o["finished"] for o in outs)
     assert sorted(outs[1]["peers_at_start"]) == waits[1]  # 1 and 2 are not connected: two hops
     assert 2 not in outs[1]["peers_at_start"] or topology == "chain"

@@ -63,7 +63,7 @@ def test_value_checks():
     with pytest.raises(ConfigError, match="target_update_type: must be one of 'hard', 'soft', got 'smooth'"):
         compile_config({'policy': {'learn': {'target_update_type': 'smooth'}}})
     with pytest.raises(ValueError, match='no default config'):
-        compile_config({}, policy='ppo')
+        compile_config({}, policy='no_such_policy')
     with pytest.raises(ConfigError, match='mapping'):
         merge_config(get_default_config(), [1, 2])
     cfg = compile_config({'policy': {'learn': {'target_update_type': 'soft', 'target_theta': 0.01}}})

@@ -82,7 +82,7 @@ def test_edge_values_inside_the_ranges_are_accepted():
     assert cfg.policy.learn.learning_rate == 1 and cfg.env.stop_value == INF
 
 
-@pytest.mark.parametrize('policy', ['dqn', 'sac'])
+@pytest.mark.parametrize('policy', ['dqn', 'sac', 'ppo'])
 def test_defaults_satisfy_their_schema_and_every_key_is_declared(policy):
     schema = get_schema(policy)
     assert check(schema, defaults(schema)) == []

@@ -1,0 +1,219 @@
+"""Env layer benchmark: rlpipe's collector on each backend next to the bare vector env it runs on,
+and replay memory for Atari transitions.
+
+Run: ``python benchmarks/bench_envs.py [--quick] [--skip-memory]``.
+
+Rows (8 envs, uniformly random actions, all in this one run):
+
+- CartPole-v1 and Pong (``PongNoFrameskip-v4`` with rlpipe's Atari preprocessing; EnvPool's
+  ``Pong-v5`` with the same settings): env steps per second of rlpipe's ``StepCollector`` (an
+  ``EnvManager`` of each backend, a random policy, transitions built as for training) next to the
+  bare ``gymnasium`` ``SyncVectorEnv`` / ``AsyncVectorEnv`` (shared memory) / EnvPool stepping the
+  same envs. Targets: rlpipe >= 0.9x the bare vector env of its kind; on Pong the subprocess
+  backend >= 1.6x the in-process one (on 2 free cores).
+- Replay memory for 100k Pong transitions: ``FrameStorage`` (each frame once) measured on 100k
+  synthetic transitions with distinct frames (the worst case for sharing), next to the default
+  layout (two full 4-frame stacks per transition) measured on a few thousand and scaled.
+
+Wall-clock rates with worker processes depend on what else runs on the machine: the load
+average is printed with the results. Rounds are interleaved and the best round of each row kept.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from contexts import OnlineRLContext  # noqa: E402
+from middleware import StepCollector  # noqa: E402
+from pipeline.envs import EnvManager  # noqa: E402
+
+N_ENVS = 8
+HAVE_ATARI = all(importlib.util.find_spec(m) is not None for m in ('ale_py', 'cv2'))
+HAVE_ENVPOOL = importlib.util.find_spec('envpool') is not None
+
+
+class RandomPolicy:
+    def __init__(self, n_actions: int, seed: int = 0) -> None:
+        self.n = n_actions
+        self.rng = np.random.default_rng(seed)
+
+    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+        return self.rng.integers(0, self.n, len(obs))
+
+
+def collector_runner(mgr: EnvManager, n_actions: int) -> Callable[[int], None]:
+    """Run rlpipe's StepCollector for ``steps`` env steps (whole rounds over the envs)."""
+    cfg = {'policy': {'collect': {'n_sample': N_ENVS * 16}}}
+    col = StepCollector(cfg, RandomPolicy(n_actions), mgr)
+    ctx = OnlineRLContext()
+
+    def run(steps: int) -> None:
+        end = ctx.env_step + steps
+        while ctx.env_step < end:
+            col(ctx)
+    return run
+
+
+def bare_runner(vec: Any, n_actions: int, envpool: bool = False) -> Callable[[int], None]:
+    """Step a bare vector env with random actions (it resets finished envs itself)."""
+    rng = np.random.default_rng(0)
+    vec.reset(seed=0) if not envpool else vec.reset()
+    all_ids = np.arange(N_ENVS, dtype=np.int32)
+
+    def run(steps: int) -> None:
+        for _ in range(steps // N_ENVS):
+            a = rng.integers(0, n_actions, N_ENVS)
+            if envpool:
+                vec.step(a.astype(np.int32), all_ids)
+            else:
+                vec.step(a)
+    return run
+
+
+def measure(rows: Dict[str, Callable[[int], None]], steps: int, rounds: int) -> Dict[str, float]:
+    """Best env steps/s of each row over ``rounds`` interleaved rounds of ``steps`` steps."""
+    best = {k: 0.0 for k in rows}
+    for fn in rows.values():
+        fn(N_ENVS * 8)  # warm up
+    for _ in range(rounds):
+        for k, fn in rows.items():
+            t0 = time.perf_counter()
+            fn(steps)
+            best[k] = max(best[k], steps / (time.perf_counter() - t0))
+    return best
+
+
+def env_rows(game: str) -> tuple:
+    """(rows, closers) for one game: rlpipe on each backend and the matching bare vector envs."""
+    import gymnasium as gym
+    rows: Dict[str, Callable[[int], None]] = {}
+    closers: List[Any] = []
+    if game == 'CartPole-v1':
+        fn: Any = 'CartPole-v1'
+        make: Any = lambda: gym.make('CartPole-v1')  # noqa: E731
+        ep_task, ep_kwargs, n_act = 'CartPole-v1', {}, 2
+    else:
+        from pipeline.envs.atari import AtariEnvFn, envpool_atari_kwargs
+        fn = AtariEnvFn('PongNoFrameskip-v4', training=True)
+        make = fn
+        ep_task, ep_kwargs, n_act = 'Pong-v5', envpool_atari_kwargs(True), 6
+    for backend, bare in (('sync', 'SyncVectorEnv'), ('subprocess', 'AsyncVectorEnv')):
+        mgr = EnvManager(fn, N_ENVS, seed=0, backend=backend)
+        closers.append(mgr)
+        rows[f'rlpipe {backend}'] = collector_runner(mgr, n_act)
+        vec = (gym.vector.SyncVectorEnv([make] * N_ENVS) if backend == 'sync'
+               else gym.vector.AsyncVectorEnv([make] * N_ENVS, shared_memory=True))
+        closers.append(vec)
+        rows[f'bare {bare}'] = bare_runner(vec, n_act)
+    if HAVE_ENVPOOL:
+        import envpool
+        mgr = EnvManager(ep_task, N_ENVS, seed=0, backend='envpool', env_kwargs=dict(ep_kwargs))
+        closers.append(mgr)
+        rows['rlpipe envpool'] = collector_runner(mgr, n_act)
+        pool = envpool.make_gymnasium(ep_task, num_envs=N_ENVS, batch_size=N_ENVS, seed=0, **ep_kwargs)
+        closers.append(pool)
+        rows['bare EnvPool'] = bare_runner(pool, n_act, envpool=True)
+    return rows, closers
+
+
+def bench_game(game: str, steps: int, rounds: int) -> Dict[str, float]:
+    rows, closers = env_rows(game)
+    try:
+        res = measure(rows, steps, rounds)
+    finally:
+        for c in closers:
+            c.close()
+    print(f'\n{game}, {N_ENVS} envs, random actions: env steps/s (best of {rounds} rounds of {steps} steps)')
+    for k, v in res.items():
+        print(f'  {k:24s} {v:10.0f}')
+    for kind, bare in (('sync', 'bare SyncVectorEnv'), ('subprocess', 'bare AsyncVectorEnv'),
+                       ('envpool', 'bare EnvPool')):
+        if f'rlpipe {kind}' in res:
+            print(f'  rlpipe {kind} / {bare}: {res[f"rlpipe {kind}"] / res[bare]:.2f}x (target >= 0.9x)')
+    print(f'  rlpipe subprocess / rlpipe sync: {res["rlpipe subprocess"] / res["rlpipe sync"]:.2f}x')
+    return res
+
+
+def rss() -> int:
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+def pong_like_transitions(n: int, seed: int = 0):
+    """``n`` transitions of 8 interleaved envs with one new distinct 84x84 frame per step."""
+    rng = np.random.default_rng(seed)
+    stacks = [rng.integers(0, 256, (4, 84, 84), dtype=np.uint8) for _ in range(N_ENVS)]
+    for i in range(n):
+        e = i % N_ENVS
+        obs = stacks[e]
+        nxt = np.concatenate([obs[1:], rng.integers(0, 256, (1, 84, 84), dtype=np.uint8)])
+        stacks[e] = nxt
+        yield {'obs': obs, 'action': int(i % 6), 'reward': 0.0, 'next_obs': nxt, 'terminated': False,
+               'truncated': False, 'env_id': e}
+
+
+def bench_memory(n: int, n_naive: int) -> None:
+    from pipeline.data import DequeBuffer
+    from pipeline.data.frame_storage import FrameStorage
+    gc.collect()
+    r0 = rss()
+    naive = DequeBuffer(n_naive, seed=0)
+    for t in pong_like_transitions(n_naive):
+        naive.push(t)
+    naive.sample_batch(32)  # builds the columnar mirror as training would
+    per_naive = (rss() - r0) / n_naive
+    del naive
+    gc.collect()
+    r0 = rss()
+    t0 = time.perf_counter()
+    st = FrameStorage(n, seed=0)
+    buf = DequeBuffer(n, seed=0, storage=st)
+    for t in pong_like_transitions(n + 2 * N_ENVS):
+        buf.push(t)
+    push_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(100):
+        buf.sample_batch(32)
+    sample_ms = (time.perf_counter() - t0) * 10
+    used = rss() - r0
+    print(f'\nReplay memory, Pong transitions (obs/next_obs 4x84x84 uint8):')
+    print(f'  default layout: {per_naive / 1e3:.1f} kB per transition (measured on {n_naive}) -> '
+          f'{per_naive * 1e5 / 1e9:.2f} GB for 100k')
+    print(f'  FrameStorage:   {used / 1e9:.3f} GB resident for {buf.count()} transitions '
+          f'({st.pool.live} frames, {st.memory_bytes() / 1e9:.3f} GB in frames + columns); '
+          f'{used / max(per_naive * buf.count(), 1):.2f}x the default layout')
+    print(f'  FrameStorage push {buf.count() / push_s:.0f} transitions/s, sample_batch(32) {sample_ms:.2f} ms')
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--quick', action='store_true', help='fewer steps and a 20k-transition buffer')
+    ap.add_argument('--skip-memory', action='store_true')
+    ap.add_argument('--skip-envs', action='store_true')
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    print(f'load average at start: {load0[0]:.1f} (1 min), {os.cpu_count()} cores; envpool: '
+          f'{"installed" if HAVE_ENVPOOL else "not installed"}')
+    if not args.skip_envs:
+        bench_game('CartPole-v1', 2_000 if args.quick else 8_000, 2 if args.quick else 3)
+        if HAVE_ATARI:
+            bench_game('Pong', 400 if args.quick else 1_600, 2 if args.quick else 3)
+        else:
+            print("\nPong skipped: pip install 'rlpipe[atari]'")
+    if not args.skip_memory:
+        bench_memory(20_000 if args.quick else 100_000, 2_000)
+    print(f'\nload average at end: {os.getloadavg()[0]:.1f} (1 min)')
+
+
+if __name__ == '__main__':
+    main()

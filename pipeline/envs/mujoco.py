@@ -1,0 +1,47 @@
+"""MuJoCo through gymnasium's MuJoCo envs (optional extra ``mujoco``: ``pip install 'rlpipe[mujoco]'``).
+
+``MujocoEnvFn('HalfCheetah-v5')`` is a picklable env factory for ``EnvManager`` (any backend but
+``envpool``): gymnasium's env with float32 observations and actions rescaled to ``[-1, 1]`` (what
+:class:`pipeline.policy.sac.SACPolicy` emits), keeping gymnasium's time limit (1000 steps:
+truncation, not termination).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = ['MujocoEnvFn', 'make_mujoco_env']
+
+
+def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
+    """gymnasium MuJoCo env ``env_id`` with float32 observations and actions in ``[-1, 1]``."""
+    import gymnasium as gym
+
+    from .env_manager import make_gym_env
+
+    env = make_gym_env(env_id, max_episode_steps, **kwargs)
+    if not isinstance(env.action_space, gym.spaces.Box):
+        raise ValueError(f'{env_id!r} has a {type(env.action_space).__name__} action space; expected Box')
+    shape, dtype = env.action_space.shape, env.action_space.dtype
+    env = gym.wrappers.RescaleAction(env, np.full(shape, -1.0, dtype), np.full(shape, 1.0, dtype))
+    space = env.observation_space
+    f32 = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+    return gym.wrappers.TransformObservation(env, _to_float32, f32)
+
+
+def _to_float32(obs: np.ndarray) -> np.ndarray:
+    return np.asarray(obs, dtype=np.float32)
+
+
+class MujocoEnvFn:
+    """Picklable :func:`make_mujoco_env` call."""
+
+    def __init__(self, env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> None:
+        self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
+
+    def __call__(self) -> Any:
+        return make_mujoco_env(self.env_id, self.max_episode_steps, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f'MujocoEnvFn({self.env_id!r})'

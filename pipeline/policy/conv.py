@@ -1,0 +1,113 @@
+"""The Nature-DQN convolutional encoder (Mnih et al., 2015) and a Q-network on it for Atari.
+
+Inputs are stacked frames ``[B, C, 84, 84]`` of pixel values in 0..255 (uint8 as stored, or the
+same values as float: collect modes convert observations to float32 before the model); the encoder
+scales them to [0, 1] itself. ``NatureCNN`` is a plain ``nn.Module`` with ``output_dim``, usable by
+any policy's model (DQN here; actor-critic heads for PPO take its features the same way).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ['NatureCNN', 'AtariQNetwork', 'AtariActorCritic']
+
+
+class NatureCNN(nn.Module):
+    """Conv 32x8x8/4 -> 64x4x4/2 -> 64x3x3/1 -> Linear ``feature_dim`` (ReLU after each).
+
+    Args:
+        in_channels: stacked frames (4).
+        feature_dim: size of the output features (512).
+        input_hw: frame height and width (84, 84); the flattened conv size follows from it.
+    """
+
+    def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84)) -> None:
+        super().__init__()
+        if in_channels < 1 or feature_dim < 1:
+            raise ValueError(f'NatureCNN needs in_channels >= 1 and feature_dim >= 1, got {in_channels}, {feature_dim}')
+        self.in_channels = in_channels
+        self.output_dim = feature_dim
+        self.conv = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.conv(torch.zeros(1, in_channels, *input_hw)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Features ``[B, feature_dim]`` for pixels ``[B, C, H, W]`` in 0..255."""
+        if obs.dim() != 4 or obs.shape[1] != self.in_channels:
+            raise ValueError(f'NatureCNN expects [B, {self.in_channels}, H, W] frames, got shape {tuple(obs.shape)}')
+        return self.fc(self.conv(obs.float() * (1.0 / 255.0)))
+
+
+class AtariQNetwork(nn.Module):
+    """Q-values ``[B, action_shape]`` from :class:`NatureCNN` features: a linear head (the Nature
+    DQN), or a dueling head (``Q = V + A - mean(A)``, 512-unit hidden layer per branch)."""
+
+    def __init__(self, action_shape: int, in_channels: int = 4, dueling: bool = False,
+                 feature_dim: int = 512) -> None:
+        super().__init__()
+        if not isinstance(action_shape, int) or action_shape < 1:
+            raise ValueError(f'action_shape must be a positive int, got {action_shape!r}')
+        self.action_shape = action_shape
+        self.dueling = dueling
+        self.encoder = NatureCNN(in_channels, feature_dim)
+        if dueling:
+            self.adv = nn.Sequential(nn.Linear(feature_dim, 512), nn.ReLU(), nn.Linear(512, action_shape))
+            self.value = nn.Sequential(nn.Linear(feature_dim, 512), nn.ReLU(), nn.Linear(512, 1))
+        else:
+            self.head = nn.Linear(feature_dim, action_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.encoder(obs)
+        if self.dueling:
+            a = self.adv(x)
+            return self.value(x) + a - a.mean(dim=-1, keepdim=True)
+        return self.head(x)
+
+
+class AtariActorCritic(nn.Module):
+    """PPO's actor-critic for Atari: one :class:`NatureCNN` trunk shared by a policy head (logits,
+    orthogonal init 0.01) and a value head (init 1.0), as in the PPO Atari setups of Stable-Baselines3
+    and CleanRL. Same interface as :class:`pipeline.policy.ppo_model.ActorCritic` (``forward``,
+    ``policy_out``, ``value``, ``ret_norm``), so ``PPOPolicy(cfg, obs_space, act_space, model=...)``
+    takes it."""
+
+    continuous = False
+    obs_norm = None
+
+    def __init__(self, action_dim: int, in_channels: int = 4, feature_dim: int = 512) -> None:
+        super().__init__()
+        from .ppo_model import RunningMeanStd
+        if not isinstance(action_dim, int) or action_dim < 1:
+            raise ValueError(f'action_dim must be a positive int, got {action_dim!r}')
+        self.action_dim = action_dim
+        self.encoder = NatureCNN(in_channels, feature_dim)
+        self.pi_head = nn.Linear(feature_dim, action_dim)
+        self.v_head = nn.Linear(feature_dim, 1)
+        for m in self.encoder.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
+        for head, gain in ((self.pi_head, 0.01), (self.v_head, 1.0)):
+            nn.init.orthogonal_(head.weight, gain)
+            nn.init.zeros_(head.bias)
+        self.ret_norm = RunningMeanStd(())
+
+    def forward(self, obs: torch.Tensor):
+        x = self.encoder(obs)
+        return self.pi_head(x), self.v_head(x).squeeze(-1)
+
+    def policy_out(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.pi_head(self.encoder(obs))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v_head(self.encoder(obs)).squeeze(-1)

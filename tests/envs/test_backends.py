@@ -1,0 +1,203 @@
+"""The same EnvManager contract on every backend, sync == subprocess trajectories, and worker failures."""
+import os
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from pipeline.envs import EnvManager, EnvWorkerError
+
+pytestmark = pytest.mark.timeout(120)
+
+BACKENDS = ['sync', 'subprocess']
+
+
+class CountEnv(gym.Env):
+    """Obs [t, last action, reset draw]; reward t; terminates after `length` steps; `fail_at` makes
+    step number `fail_at` raise / hang / kill the process, for env `bad` (its make index)."""
+
+    def __init__(self, length=3, truncate=False, fail=None, fail_at=2):
+        self.length, self.truncate, self.fail, self.fail_at = length, truncate, fail, fail_at
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.t = 0
+        self.draw = 0.0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.draw = float(self.np_random.random())
+        return np.array([0.0, -1.0, self.draw], np.float32), {'reset': True}
+
+    def step(self, action):
+        self.t += 1
+        if self.fail is not None and self.t == self.fail_at:
+            if self.fail == 'raise':
+                raise_from_env_step()
+            elif self.fail == 'hang':
+                hang_in_env_step()
+            elif self.fail == 'exit':
+                os._exit(3)
+        end = self.t >= self.length
+        obs = np.array([self.t, action, self.draw], np.float32)
+        return obs, float(self.t), end and not self.truncate, end and self.truncate, {'t': self.t}
+
+
+def raise_from_env_step():
+    raise ValueError('boom in env step')
+
+
+def hang_in_env_step():
+    time.sleep(600)
+
+
+class FailingMake:
+    def __call__(self):
+        raise RuntimeError('cannot make this env')
+
+
+def make_mgr(backend, fns, **kw):
+    return EnvManager(fns, len(fns), backend=backend, **kw)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_final_obs_auto_reset_and_episode_stats(backend):
+    with make_mgr(backend, [lambda: CountEnv(3), lambda: CountEnv(2)], seed=0) as m:
+        first = m.reset().copy()
+        s1 = m.step(np.array([1, 2]))
+        assert s1.terminated.tolist() == [False, False] and s1.finished == []
+        s2 = m.step(np.array([0, 1]))
+        assert s2.terminated.tolist() == [False, True] and not s2.truncated.any()
+        np.testing.assert_array_equal(s2.next_obs[1], [2, 1, first[1, 2]])   # the true final observation
+        assert m.obs[1, 0] == 0 and m.obs[1, 1] == -1                          # env 1 already reset
+        np.testing.assert_array_equal(m.obs[0], s2.next_obs[0])
+        assert [(e.env_id, e.episode_return, e.length, e.terminated, e.truncated) for e in s2.finished] == \
+            [(1, 3.0, 2, True, False)]
+        s3 = m.step(np.array([2, 2]))
+        assert s3.terminated.tolist() == [True, False]
+        assert s3.obs[1, 0] == 0 and s3.next_obs[1, 0] == 1            # env 1's new episode goes on
+        assert s3.next_obs[0, 0] == 3 and s3.finished[0].episode_return == 6.0
+        assert s3.reward.dtype == np.float32
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_truncation_apart_from_termination_and_infos(backend):
+    with make_mgr(backend, [lambda: CountEnv(2, truncate=True)] * 2, keep_infos=True) as m:
+        m.reset()
+        m.step(np.array([0, 0]))
+        s = m.step(np.array([1, 1]))
+        assert s.truncated.all() and not s.terminated.any()
+        assert all(e.truncated and not e.terminated and e.length == 2 for e in s.finished)
+        assert [i['t'] for i in s.infos] == [2, 2]          # the final step's info, not the reset's
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_subset_step_leaves_other_envs_alone(backend):
+    with make_mgr(backend, [lambda: CountEnv(100)] * 3, seed=1) as m:
+        obs0 = m.reset().copy()
+        s = m.step(np.array([2]), env_ids=[2])
+        assert s.env_ids.tolist() == [2] and s.next_obs.shape == (1, 3)
+        np.testing.assert_array_equal(m.obs[:2], obs0[:2])
+        assert m.obs[2, 0] == 1 and m.obs[2, 1] == 2
+        s = m.step(np.array([1, 1, 1]))
+        assert m.obs[:, 0].tolist() == [1, 1, 2]
+
+
+def test_sync_and_subprocess_give_the_same_trajectories():
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, (400, 3))
+    runs = []
+    for backend in BACKENDS:
+        with EnvManager('CartPole-v1', 3, seed=11, backend=backend, max_episode_steps=60) as m:
+            rec = [m.reset().copy()]
+            eps = []
+            for a in actions:
+                s = m.step(a)
+                rec += [s.next_obs, s.reward, s.terminated, s.truncated, m.obs.copy()]
+                eps += s.finished
+            runs.append((rec, eps))
+    (ra, ea), (rb, eb) = runs
+    assert len(ea) > 10 and any(e.truncated for e in ea) and any(e.terminated for e in ea)
+    assert ea == eb
+    for x, y in zip(ra, rb):
+        np.testing.assert_array_equal(x, y)
+    with EnvManager('CartPole-v1', 3, seed=12, backend='subprocess') as m:
+        assert not np.array_equal(m.reset(), ra[0])
+
+
+def test_worker_exception_reports_index_and_traceback():
+    fns = [lambda: CountEnv(10), lambda: CountEnv(10, fail='raise', fail_at=2)]
+    m = make_mgr('subprocess', fns)
+    m.reset()
+    m.step(np.array([0, 0]))
+    with pytest.raises(EnvWorkerError) as e:
+        m.step(np.array([0, 0]))
+    assert e.value.env_index == 1
+    assert 'raise_from_env_step' in e.value.worker_traceback and 'boom in env step' in str(e.value)
+    with pytest.raises(RuntimeError, match='close'):
+        m.step(np.array([0, 0]))
+    t0 = time.monotonic()
+    m.close()
+    assert time.monotonic() - t0 < 10
+
+
+def test_hung_worker_is_reported_with_its_stack_and_close_does_not_hang():
+    fns = [lambda: CountEnv(10), lambda: CountEnv(10), lambda: CountEnv(10, fail='hang', fail_at=1)]
+    m = make_mgr('subprocess', fns, step_timeout=1.0)
+    m.reset()
+    with pytest.raises(EnvWorkerError) as e:
+        m.step(np.array([0, 0, 0]))
+    assert e.value.env_index == 2 and 'hung' in str(e.value)
+    if sys.platform.startswith('linux'):
+        assert 'hang_in_env_step' in e.value.worker_traceback
+    t0 = time.monotonic()
+    m.close()
+    assert time.monotonic() - t0 < 15
+    assert all(not p.is_alive() for p in m._backend._procs)
+
+
+def test_dead_worker_reports_exit_code():
+    m = make_mgr('subprocess', [lambda: CountEnv(10, fail='exit', fail_at=1), lambda: CountEnv(10)])
+    m.reset()
+    with pytest.raises(EnvWorkerError, match='exit code 3') as e:
+        m.step(np.array([0, 0]))
+    assert e.value.env_index == 0
+    m.close()
+
+
+def test_env_that_cannot_be_made_in_its_worker_is_named():
+    # env 0 is made in the parent too (AsyncVectorEnv takes the spaces from it); env 1 fails in its worker
+    with pytest.raises(EnvWorkerError, match='cannot make this env') as e:
+        EnvManager([lambda: CountEnv(3), FailingMake()], 2, backend='subprocess')
+    assert e.value.env_index == 1
+
+
+def test_bad_backend_and_timeout():
+    with pytest.raises(ValueError, match='backend must be one of'):
+        EnvManager('CartPole-v1', 2, backend='threads')
+    with pytest.raises(ValueError, match='step_timeout'):
+        EnvManager('CartPole-v1', 2, backend='subprocess', step_timeout=0)
+
+
+def scored_env():
+    """Rewards t (raw) seen halved by a training-only wrapper; RecordEpisodeStatistics underneath."""
+    env = gym.wrappers.RecordEpisodeStatistics(CountEnv(3))
+    return gym.wrappers.TransformReward(env, halve)
+
+
+def halve(r):
+    return r / 2
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+def test_raw_score_reaches_episode_info_and_collector_logs(backend):
+    from contexts import OnlineRLContext
+    from middleware import StepCollector
+    with make_mgr(backend, [scored_env, lambda: CountEnv(3)]) as m:
+        col = StepCollector({'policy': {'collect': {'n_sample': 6}}}, lambda obs: np.zeros(len(obs), np.int64), m)
+        ctx = OnlineRLContext()
+        col(ctx)
+    assert ctx.info_for_logging['collect_episode_return'] == [3.0, 6.0]   # what the learner saw
+    assert ctx.info_for_logging['collect_score'] == [6.0]                 # env 0's raw score (1+2+3)

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+import torch
+
+from pipeline.policy.conv import AtariQNetwork, NatureCNN
+
+
+def test_nature_cnn_shapes_scaling_and_errors():
+    enc = NatureCNN(4, 512)
+    x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    f = enc(x)
+    assert f.shape == (3, 512) and enc.output_dim == 512
+    torch.testing.assert_close(enc(x.float()), f)        # uint8 and float pixel values agree
+    assert sum(p.numel() for p in enc.conv.parameters()) == 32 * 4 * 64 + 32 + 64 * 32 * 16 + 64 + 64 * 64 * 9 + 64
+    assert enc.fc[0].in_features == 64 * 7 * 7          # 84 -> 20 -> 9 -> 7
+    with pytest.raises(ValueError, match=r'\[B, 4, H, W\]'):
+        enc(torch.zeros(2, 84, 84))
+
+
+@pytest.mark.parametrize('dueling', [False, True])
+def test_atari_q_network_learns_to_tell_frames_apart(dueling):
+    torch.manual_seed(0)
+    net = AtariQNetwork(3, dueling=dueling)
+    opt = torch.optim.Adam(net.parameters(), lr=2e-3)
+    x = torch.zeros(2, 4, 84, 84, dtype=torch.uint8)
+    x[1, :, 20:40, 20:40] = 255
+    target = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    for _ in range(25):
+        loss = torch.nn.functional.mse_loss(net(x), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert net(x).argmax(-1).tolist() == [0, 2] and loss.item() < 0.05
+
+
+def test_dqn_policy_takes_the_atari_network():
+    from pipeline.config import compile_config
+    from pipeline.policy import DQNPolicy
+    cfg = compile_config({'policy': {'learn': {'batch_size': 4}}}, policy='dqn')
+    policy = DQNPolicy(cfg, model=AtariQNetwork(6), seed=0)
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8).numpy()
+    acts = policy.collect_mode.forward(obs, eps=0.0)
+    assert acts.shape == (5,) and 0 <= acts.min() and acts.max() < 6
+    batch = {'obs': torch.from_numpy(obs[:4]), 'action': torch.tensor([0, 1, 2, 3]),
+             'reward': torch.ones(4), 'next_obs': torch.from_numpy(obs[1:]), 'terminated': torch.zeros(4, dtype=torch.bool)}
+    before = [p.clone() for p in policy.model.parameters()]
+    policy.learn_mode.update(batch=batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+
+
+def test_atari_actor_critic_plugs_into_ppo():
+    import gymnasium as gym
+    from pipeline.policy.conv import AtariActorCritic
+    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+    obs_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    model = AtariActorCritic(6)
+    policy = PPOPolicy(make_ppo_config({}), obs_space, gym.spaces.Discrete(6), model=model, seed=0)
+    obs = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    out = policy.collect_mode.forward(obs)
+    assert out['action'].shape == (3,) and out['value'].shape == (3,) and (out['logp'] <= 0).all()
+    pi, v = model(torch.from_numpy(obs))
+    assert pi.shape == (3, 6) and v.shape == (3,)
+    assert policy.eval_mode.forward(obs).shape == (3,)
