@@ -68,5 +68,5 @@ def test_readme_multi_machine_recipe_runs_to_the_end(tmp_path):
     # they connected (each names the other), trained, and both printed the example's end line
     assert 'connected to node 1' in a and 'connected to node 0' in b, a[-4000:] + b[-4000:]
     assert 'solved: last mean eval return' in a and 'solved: last mean eval return' in b
-    ends = [re.search(r'after (\d+) env steps, (\d+) train iters', o) for o in (a, b)]
+    ends = [re.search(r'after (\d+) training \+ \d+ evaluation env steps, (\d+) train iters', o) for o in (a, b)]
     assert all(ends) and int(ends[0].group(2)) > 0, a[-4000:]
