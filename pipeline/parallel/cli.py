@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         ray_opts.add_argument(f"--{role}-gpus", type=float, default=0.0, help=f"Ray GPUs per {role} node")
     ray_opts.add_argument("--max-restarts", type=int, default=0,
                           help="restarts per node whose actor dies or whose main raises (the node gets "
-                               "RLPIPE_RESTARTS and the examples resume from their newest checkpoint)")
+                               "RLPIPE_RESTARTS in its environment; a script resumes from its own checkpoints)")
     run.add_argument("main_args", nargs=argparse.REMAINDER,
                      help="arguments for the main function's own parser, after '--' (e.g. -- --seed 3)")
     desc = sub.add_parser("describe", help="print a pipeline's middleware, roles and context fields (runs no step)")

@@ -18,8 +18,10 @@ weights, not round trips. Ray queues would add an actor hop per message.
 
 Restarts: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started again,
 at most N times, on the same Ray node and the same address, so its peers see a node that rejoined.
-The restarted entry script finds ``RLPIPE_RESTARTS`` (the restart count) in its environment: the
-examples then resume from their newest checkpoint.
+The restarted entry script finds ``RLPIPE_RESTARTS`` (the restart count) in its environment; resuming
+from its own checkpoints is up to the script (the examples do not do it by themselves yet: a learner
+restarted this way starts from fresh weights). The nodes of one launch share one run folder
+(``RLPIPE_LAUNCH_ID``), written under the driver's current directory on a local Ray.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .keys import KEY_ENV, generate_key
@@ -69,7 +72,8 @@ class NodeActor:
 
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, spec_json: str, main: str, package: str, main_args: Sequence[str], restarts: int) -> Any:
+    def run(self, spec_json: str, main: str, package: str, main_args: Sequence[str], restarts: int,
+            workdir: Optional[str] = None) -> Any:
         """Configure the router from the spec and call the entry script's main; returns what it returns."""
         from .launch import configure_from_env
         from .worker import load_main
@@ -79,8 +83,8 @@ class NodeActor:
         package = os.path.abspath(package)
         if package not in sys.path:
             sys.path.insert(0, package)
-        if os.path.isdir(package):
-            os.chdir(package)
+        if workdir and os.path.isdir(workdir):
+            os.chdir(workdir)
         spec = configure_from_env()
         if not logging.getLogger().handlers:
             logging.basicConfig(level=os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
@@ -154,8 +158,12 @@ def run_on_ray(
     if need_cpu > total.get("CPU", 0) + 1e-9 or need_gpu > total.get("GPU", 0) + 1e-9:
         raise ValueError(f"the nodes ask for {need_cpu:g} CPUs and {need_gpu:g} GPUs but the Ray cluster has "
                          f"{total.get('CPU', 0):g} and {total.get('GPU', 0):g}: lower the per-role resources")
+    from ..experiment import LAUNCH_ID_ENV
+
     env = {**dict(env or {}), KEY_ENV: os.environ.get(KEY_ENV) or generate_key(),
-           "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO")}
+           "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
+           LAUNCH_ID_ENV: os.environ.get(LAUNCH_ID_ENV) or f"ray-{os.getpid()}-{time.time_ns()}"}
+    workdir = os.getcwd() if address is None else None  # outputs under the user's directory
     actor_cls = ray.remote(NodeActor)
     by_id = {s.node_id: s for s in specs}
 
@@ -188,7 +196,7 @@ def run_on_ray(
             s = by_id[i]
             log.info("node %d (roles %s) on Ray node %s at %s%s", i, ",".join(s.roles) or "all", homes[i][:8],
                      s.address, f", restart {restarts[i]}" if restarts[i] else "")
-            return actors[i].run.remote(s.to_json(), main, package, list(main_args), restarts[i])
+            return actors[i].run.remote(s.to_json(), main, package, list(main_args), restarts[i], workdir)
 
         running = {start(i): i for i in by_id}
         while running:
