@@ -25,8 +25,6 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import torch  # noqa: E402
 
 from contexts import OnlineRLContext  # noqa: E402

@@ -18,10 +18,7 @@ env steps for both, i.e. 25 rollouts; final mean return over 10 deterministic ep
 """
 from __future__ import annotations
 
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
     from examples.ppo_cartpole import main as _ppo_main
