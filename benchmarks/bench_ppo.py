@@ -10,8 +10,11 @@ coefficient 0.5, max grad norm 0.5, Adam eps 1e-5, [64, 64] tanh actor and criti
 
 Timing: exactly ``--env-steps`` env steps with no evaluation; the hand-written loop uses the same
 network class and loss kernel (``ppo_loss``) but its own env loop, buffers, GAE, minibatch loop and
-clipping. Runs are interleaved (hand, rlpipe, SB3, hand, ...) and the best times are compared
-(target: rlpipe <= 1.10x the hand-written loop; faster than SB3).
+clipping. Runs are interleaved, the order reversed every other repeat (hand, rlpipe, SB3, SB3, rlpipe,
+hand, ...), and the best times are compared (target: rlpipe <= 1.10x the hand-written loop; faster
+than SB3). Wall and CPU time (``time.process_time``, the whole process; one torch thread) are both
+printed: on a machine shared with other jobs the wall time depends on what else runs, the CPU time
+much less.
 Solve: evaluation every 1,024 env steps over 10 deterministic episodes, stop at mean >= 475, for
 rlpipe (the example's pipeline) and SB3 (``EvalCallback`` at the same frequency).
 """
@@ -195,7 +198,7 @@ def timing(args) -> None:
     walls = {name: [] for name, _ in runners}
     cpus = {name: [] for name, _ in runners}
     for r in range(args.repeats):
-        for name, fn in runners:
+        for name, fn in (runners if r % 2 == 0 else runners[::-1]):  # alternate the order: no position bias
             res = fn()
             walls[name].append(res['wall'])
             cpus[name].append(res['cpu'])
