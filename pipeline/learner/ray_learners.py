@@ -11,7 +11,7 @@ How one ``update`` runs on ``n`` learner actors:
   many minibatches (``num_total_minibatches``), so gradient all-reduces always pair up: uneven or
   tiny shards never deadlock (RLlib's DDP hang).
 * After each backward pass the actors all-reduce their gradients over ``torch.distributed`` (gloo
-  on CPU), set up through Ray's own collective API (``ray.util.collective``, which rendezvouses
+  on CPU; NCCL when the learner's parameters are on a GPU, see :func:`collective_backend`), set up through Ray's own collective API (``ray.util.collective``, which rendezvouses
   through Ray's key-value store): the gradient is the row-weighted mean over learners, so with a
   mean-reduced loss and ``minibatch_size=None`` it equals the full-batch gradient of one learner.
   Clipping and the optimizer step then run on identical gradients: the weights stay identical.
@@ -33,7 +33,7 @@ from .batch import num_rows, split_rows, take_rows
 from .learner import Learner
 from .training_data import TrainingData
 
-__all__ = ["require_ray", "LearnerWorker", "shard_for_rank", "total_minibatches"]
+__all__ = ["require_ray", "LearnerWorker", "shard_for_rank", "total_minibatches", "collective_backend"]
 
 _group_ids = itertools.count()
 
@@ -48,6 +48,12 @@ def require_ray(what: str) -> Any:
             "`pip install rlpipe[ray]` (or `pip install ray`)."
         ) from None
     return ray
+
+
+def collective_backend(params: Any) -> str:
+    """The all-reduce backend for these parameters: ``"nccl"`` when they live on a GPU, else ``"gloo"``.
+    (Only the gloo path is exercised on this project's CPU-only CI.)"""
+    return "nccl" if any(getattr(p, "is_cuda", False) for p in params) else "gloo"
 
 
 def shard_for_rank(module_batches: Mapping[str, Any], rank: int, world: int) -> Dict[str, Any]:
@@ -108,7 +114,9 @@ class LearnerWorker:
         if self.world_size > 1:
             from ray.util import collective
 
-            collective.init_collective_group(self.world_size, self.rank, backend="gloo", group_name=self.group_name)
+            params = [p for m in self.learner.modules.values() for p in m.parameters()]
+            collective.init_collective_group(self.world_size, self.rank, backend=collective_backend(params),
+                                             group_name=self.group_name)
             self.learner.gradient_sync = self._allreduce_gradients
         return True
 
@@ -122,8 +130,9 @@ class LearnerWorker:
             weights.append(w)
             for p in params:
                 g = p.grad
-                flat_parts.append((g.reshape(-1) * w) if g is not None else torch.zeros(p.numel(), dtype=p.dtype))
-        flat = torch.cat(flat_parts + [torch.tensor(weights, dtype=flat_parts[0].dtype)])
+                flat_parts.append((g.reshape(-1) * w) if g is not None
+                                  else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+        flat = torch.cat(flat_parts + [torch.tensor(weights, dtype=flat_parts[0].dtype, device=flat_parts[0].device)])
         collective.allreduce(flat, group_name=self.group_name)
         totals = flat[-len(weights):]
         offset = 0

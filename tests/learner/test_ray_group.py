@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 
 from pipeline.config import compile_config  # noqa: E402
 from pipeline.learner import Learner, LearnerGroup  # noqa: E402
-from pipeline.learner.ray_learners import shard_for_rank, total_minibatches  # noqa: E402
+from pipeline.learner.ray_learners import collective_backend, shard_for_rank, total_minibatches  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -128,6 +128,15 @@ def test_shard_plan_never_leaves_a_learner_empty():
     assert [len(s["q"]["y"]) for s in shards] == [1, 1]  # fewer rows than learners: row r % rows
     assert total_minibatches({"p": 5, "q": 1}, 2, minibatch_size=2, num_epochs=3, num_total_minibatches=0) == 5
     assert total_minibatches({"p": 5}, 2, minibatch_size=None, num_epochs=3, num_total_minibatches=0) == 0
+
+
+def test_gradients_go_over_gloo_on_cpu_and_nccl_on_gpu():
+    assert collective_backend(make_regression().modules["default_policy"].parameters()) == "gloo"
+
+    class OnGpu:  # a stand-in: this machine has no GPU
+        is_cuda = True
+
+    assert collective_backend([torch.zeros(1), OnGpu()]) == "nccl"
 
 
 @pytest.mark.parametrize("factory,make_batch,rows", [
