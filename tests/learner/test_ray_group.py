@@ -263,6 +263,13 @@ def test_checkpoint_roundtrip(reg_group, tmp_path):
     assert_same(w0, before, atol=0)
     assert_same(w1, before, atol=0)
     assert group.weights_seq_no == 1
+    fresh = make_regression().get_weights()  # set_weights reaches every learner; older versions are ignored
+    assert group.set_weights(fresh, weights_seq_no=5)
+    for w in weights(group) + [group.get_weights()["default_policy"]]:
+        assert_same(w, fresh["default_policy"], atol=0)
+    assert not group.set_weights({"default_policy": before}, weights_seq_no=4)
+    assert_same(weights(group)[1], fresh["default_policy"], atol=0)
+    assert group.weights_seq_no == 5
 
 
 def test_too_many_cpus_is_a_clear_error(local_ray):
