@@ -9,7 +9,7 @@ from typing import Any, Dict, Generator, Optional, Set
 from contexts import OnlineRLContext
 
 from .context import ContextExchanger
-from .shared import EV_DATA, current_task, log, pack_rows, restarts_expected
+from .shared import EV_DATA, current_task, pack_rows, restarts_expected
 
 
 class CollectorContextExchanger(ContextExchanger):
@@ -20,24 +20,30 @@ class CollectorContextExchanger(ContextExchanger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._seq = itertools.count(1)
         self._sent = 0
-        self._learner_inc: Optional[int] = None
+        self._ack_floor = 0  # batches up to this one went to a learner that was lost: no longer in flight
+        self._lost_learners: Set[int] = set()
         super().__init__(*args, **kwargs)
 
     def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
+        if 'learner' in roles:
+            with self._w.cv:
+                self._lost_learners.add(node_id)
+                self._peers.joined.discard(node_id)
         self._finish_if_no_learner(node_id, roles)
 
     def _unacked(self) -> int:
+        if self._lost_learners:
+            with self._w.cv:
+                back = self._lost_learners & self._peers.joined
+                if back:  # a lost learner is back (restarted): what was in flight to it is gone
+                    self._lost_learners -= back
+                    self._peers.joined -= back
+                    self._ack_floor = self._sent
         u = self._updates.msg
         ack = u['acks'].get(self.node_id) if u is not None else None
         acked = int(ack[1]) if ack is not None and int(ack[0]) == self.incarnation else 0
-        inc = u.get('inc') if u is not None else None
-        if inc is not None and inc != self._learner_inc:
-            if self._learner_inc is not None:  # a restarted learner: what the old one did not consume is lost
-                log.warning('ContextExchanger: the learner restarted (a new incarnation); node %d counts its '
-                            'batches in flight anew', self.node_id)
-                self._sent = acked
-            self._learner_inc = inc
-        return self._sent - acked
+        # sequence numbers: the learner acknowledges the last batch it consumed
+        return self._sent - max(acked, self._ack_floor)
 
     def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
@@ -76,7 +82,7 @@ class CollectorContextExchanger(ContextExchanger):
             batch['seq'] = seq
             for learner in learners:
                 task.emit_to(learner, EV_DATA, batch)
-            self._sent += 1
+            self._sent = seq  # the newest sequence number sent (the learner acknowledges sequence numbers)
             self.stats['batches_sent'] += 1
             self.stats['env_steps_sent'] += int(d_step)
         if task.finish:

@@ -25,7 +25,10 @@ class LearnerContextExchanger(ContextExchanger):
         self._queue: Deque[Tuple[int, Dict[str, Any]]] = deque()
         self._last_seq: Dict[Tuple[int, int], int] = {}  # (collector id, incarnation) -> last batch seq
         self._incarnation: Dict[int, int] = {}  # collector id -> its newest incarnation (a restart is a new one)
-        self._consumed: Dict[int, int] = {}  # collector id -> batches of its newest incarnation consumed
+        # collector id -> sequence number of the last batch of its newest incarnation consumed: a collector's
+        # batches in flight are those it sent after that one, so batches that went to an earlier incarnation of
+        # this learner (lost when it was killed and restarted) never stay counted as in flight
+        self._consumed: Dict[int, int] = {}
         self.received_from: Dict[int, int] = {}  # collector id -> batches received
         self._warned_alone = False
         super().__init__(*args, **kwargs)
@@ -119,7 +122,7 @@ class LearnerContextExchanger(ContextExchanger):
         d_step = d_episode = 0
         for sender, b in batches:
             if int(b.get('inc', 0)) == self._incarnation.get(sender):  # acknowledged to that incarnation
-                self._consumed[sender] = self._consumed.get(sender, 0) + 1
+                self._consumed[sender] = max(self._consumed.get(sender, 0), int(b['seq']))
             if 'file' in b:
                 b = self._read_file(sender, b['file'])
                 if b is None:
@@ -191,7 +194,6 @@ class LearnerContextExchanger(ContextExchanger):
 
     def _send_update(self, ctx: OnlineRLContext) -> None:
         acks = {n: [self._incarnation[n], c] for n, c in self._consumed.items()}  # per collector incarnation
-        current_task().emit(EV_LEARNER, {'node': self.node_id, 'inc': self.incarnation,
-                                         'train_iter': int(ctx.train_iter),
+        current_task().emit(EV_LEARNER, {'node': self.node_id, 'train_iter': int(ctx.train_iter),
                                          'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode),
                                          'acks': acks}, only_remote=True)

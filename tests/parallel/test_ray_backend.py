@@ -111,14 +111,16 @@ def test_a_killed_dqn_learner_is_restarted_and_resumes_from_its_checkpoint(local
 
     monkeypatch.chdir(tmp_path)  # the run folder goes under the driver's directory
     caplog.set_level("INFO", logger="rlpipe.ray")
-    args = ["--no-progress", "--max-env-step", "4000", "--exp-name", "restart",
+    # kept short: 8 updates per collected batch reach the example's first periodic checkpoint (train iteration
+    # 1,000) after ~600 env steps; no evaluator (the job ends at --max-env-step)
+    args = ["--no-progress", "--max-env-step", "1500", "--exp-name", "restart",
+            "--set", "policy.learn.update_per_collect=8", "--set", "policy.learn.learning_starts=64",
             "--middleware", "ray_fault_hooks:kill_learner_once"]
-    results = run_on_ray("examples.dqn_cartpole.main", 3, package=ROOT, roles="learner:collector:evaluator",
-                         main_args=args, cpus={"learner": 0.25, "collector": 0.25, "evaluator": 0.25},
-                         max_restarts=1, **FAST)
+    results = run_on_ray("examples.dqn_cartpole.main", 2, package=ROOT, roles="learner:collector",
+                         main_args=args, cpus={"learner": 0.25, "collector": 0.25}, max_restarts=1, **FAST)
     text = caplog.text
     assert "node 0 actor died" in text and "restarting node 0 (1 of 1)" in text, text[-3000:]
-    assert all(results[i] in (0, 1) for i in (0, 1, 2)), results  # every main returned (1: not solved)
+    assert all(results[i] in (0, 1) for i in (0, 1)), results  # every main returned (1: not solved)
     (run_dir,) = glob.glob(str(tmp_path / "restart" / "*"))
     ckpts = sorted(glob.glob(f"{run_dir}/ckpt/iteration_*.pth.tar"), key=lambda p: int(p.split("_")[-1][:-8]))
     saved = torch.load(ckpts[0], weights_only=True)["counters"]  # what the first incarnation saved
