@@ -11,7 +11,8 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-Measured 2026-12-01 (load average 33-41 on 2 cores; seeds 3-4 not finished before the deadline):
+Measured 2026-12-01 with the PREVIOUS defaults of examples/dqn_cartpole.py (load average 33-41 on 2 cores;
+seeds 3-4 not finished); the current defaults are measured in the example's docstring:
 
 | seed | rlpipe env steps (train + eval = total) | rlpipe wall / CPU s | SB3 train env steps (+ eval) | SB3 wall / CPU s |
 |---|---|---|---|---|
