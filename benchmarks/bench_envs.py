@@ -16,7 +16,8 @@ Rows (8 envs, uniformly random actions, all in this one run):
   layout (two full 4-frame stacks per transition) measured on a few thousand and scaled.
 
 Wall-clock rates with worker processes depend on what else runs on the machine: the load
-average is printed with the results. Rounds are interleaved and the best round of each row kept.
+average is printed with the results. Rounds are interleaved; each ratio is the median over rounds of
+the two rows' ratio within a round (with the ratio of their best rounds next to it).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import argparse
 import gc
 import importlib.util
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -80,17 +82,17 @@ def bare_runner(vec: Any, n_actions: int, envpool: bool = False) -> Callable[[in
     return run
 
 
-def measure(rows: Dict[str, Callable[[int], None]], steps: int, rounds: int) -> Dict[str, float]:
-    """Best env steps/s of each row over ``rounds`` interleaved rounds of ``steps`` steps."""
-    best = {k: 0.0 for k in rows}
+def measure(rows: Dict[str, Callable[[int], None]], steps: int, rounds: int) -> Dict[str, List[float]]:
+    """Env steps/s of each row in each of ``rounds`` interleaved rounds of ``steps`` steps."""
+    rates: Dict[str, List[float]] = {k: [] for k in rows}
     for fn in rows.values():
         fn(N_ENVS * 8)  # warm up
     for _ in range(rounds):
         for k, fn in rows.items():
             t0 = time.perf_counter()
             fn(steps)
-            best[k] = max(best[k], steps / (time.perf_counter() - t0))
-    return best
+            rates[k].append(steps / (time.perf_counter() - t0))
+    return rates
 
 
 def env_rows(game: str) -> tuple:
@@ -126,21 +128,29 @@ def env_rows(game: str) -> tuple:
     return rows, closers
 
 
-def bench_game(game: str, steps: int, rounds: int) -> Dict[str, float]:
+def ratio(rates: Dict[str, List[float]], a: str, b: str) -> str:
+    """``a / b``: the median over rounds of the two rows' ratio in the same round (rows that ran next
+    to each other, so a change in the machine's load hits both), and the ratio of their best rounds."""
+    paired = sorted(x / y for x, y in zip(rates[a], rates[b]))
+    return f'{statistics.median(paired):.2f}x (best rounds: {max(rates[a]) / max(rates[b]):.2f}x)'
+
+
+def bench_game(game: str, steps: int, rounds: int) -> Dict[str, List[float]]:
     rows, closers = env_rows(game)
     try:
         res = measure(rows, steps, rounds)
     finally:
         for c in closers:
             c.close()
-    print(f'\n{game}, {N_ENVS} envs, random actions: env steps/s (best of {rounds} rounds of {steps} steps)')
+    print(f'\n{game}, {N_ENVS} envs, random actions: env steps/s ({rounds} interleaved rounds of {steps} '
+          f'steps: median, best)')
     for k, v in res.items():
-        print(f'  {k:24s} {v:10.0f}')
+        print(f'  {k:24s} {statistics.median(v):10.0f} {max(v):10.0f}')
     for kind, bare in (('sync', 'bare SyncVectorEnv'), ('subprocess', 'bare AsyncVectorEnv'),
                        ('envpool', 'bare EnvPool')):
         if f'rlpipe {kind}' in res:
-            print(f'  rlpipe {kind} / {bare}: {res[f"rlpipe {kind}"] / res[bare]:.2f}x (target >= 0.9x)')
-    print(f'  rlpipe subprocess / rlpipe sync: {res["rlpipe subprocess"] / res["rlpipe sync"]:.2f}x')
+            print(f'  rlpipe {kind} / {bare}: {ratio(res, f"rlpipe {kind}", bare)} (target >= 0.9x)')
+    print(f'  rlpipe subprocess / rlpipe sync: {ratio(res, "rlpipe subprocess", "rlpipe sync")}')
     return res
 
 
@@ -205,9 +215,9 @@ def main() -> None:
     print(f'load average at start: {load0[0]:.1f} (1 min), {os.cpu_count()} cores; envpool: '
           f'{"installed" if HAVE_ENVPOOL else "not installed"}')
     if not args.skip_envs:
-        bench_game('CartPole-v1', 2_000 if args.quick else 8_000, 2 if args.quick else 3)
+        bench_game('CartPole-v1', 2_000 if args.quick else 4_000, 3 if args.quick else 9)
         if HAVE_ATARI:
-            bench_game('Pong', 400 if args.quick else 1_600, 2 if args.quick else 3)
+            bench_game('Pong', 400 if args.quick else 800, 3 if args.quick else 7)
         else:
             print("\nPong skipped: pip install 'rlpipe[atari]'")
     if not args.skip_memory:

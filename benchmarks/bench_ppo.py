@@ -10,8 +10,11 @@ coefficient 0.5, max grad norm 0.5, Adam eps 1e-5, [64, 64] tanh actor and criti
 
 Timing: exactly ``--env-steps`` env steps with no evaluation; the hand-written loop uses the same
 network class and loss kernel (``ppo_loss``) but its own env loop, buffers, GAE, minibatch loop and
-clipping. Runs are interleaved (hand, rlpipe, SB3, hand, ...) and the best times are compared
-(target: rlpipe <= 1.10x the hand-written loop; faster than SB3).
+clipping. Runs are interleaved, the order reversed every other repeat (hand, rlpipe, SB3, SB3, rlpipe,
+hand, ...), and the best times are compared (target: rlpipe <= 1.10x the hand-written loop; faster
+than SB3). Wall and CPU time (``time.process_time``, the whole process; one torch thread) are both
+printed: on a machine shared with other jobs the wall time depends on what else runs, the CPU time
+much less.
 Solve: evaluation every 1,024 env steps over 10 deterministic episodes, stop at mean >= 475, for
 rlpipe (the example's pipeline) and SB3 (``EvalCallback`` at the same frequency).
 """
@@ -50,7 +53,7 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
     lr_at, clip_at = linear_schedule(lr, env_steps), linear_schedule(clip, env_steps)
     T, N = n_steps, n_envs
     steps, updates = 0, 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     while steps < env_steps:
         b_obs = np.empty((T, N, obs.shape[1]), np.float32)
         b_act = np.empty((T, N), np.int64)
@@ -109,8 +112,8 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
                 updates += 1
                 for k in ('policy_loss', 'value_loss', 'entropy', 'approx_kl', 'clip_fraction'):
                     float(out[k])  # the metrics a user looks at (SB3 reads them too)
-    wall = time.perf_counter() - t0
-    return {'wall': wall, 'env_steps': steps, 'updates': updates}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {'wall': wall, 'cpu': cpu, 'env_steps': steps, 'updates': updates}
 
 
 # ----------------------------------------------------------------------------- rlpipe
@@ -128,7 +131,7 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
     eval_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=seed + 10_000) if solve else None
     policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed)
     learner = policy.learn_mode
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with task.start(ctx=OnlineRLContext()):
         if solve:
             task.use(interaction_evaluator(cfg, policy.eval_mode, eval_env))
@@ -138,9 +141,9 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
         task.use(termination_checker(max_env_step=env_steps))
         task.run()
         ctx = task.ctx
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     solved = solve and ctx.last_eval_value >= cfg.env.stop_value
-    out = {'wall': wall, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
+    out = {'wall': wall, 'cpu': cpu, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
            'solved': solved, 'last_eval': ctx.last_eval_value}
     if keep_policy:
         out['policy'] = policy
@@ -172,10 +175,10 @@ def run_sb3(env_steps: int, seed: int = 0, solve: bool = False) -> dict:
         eval_env = make_vec_env('CartPole-v1', n_envs=5, seed=seed + 10_000)
         cb = EvalCallback(eval_env, n_eval_episodes=10, eval_freq=1024 // 8, deterministic=True, verbose=0,
                           callback_on_new_best=StopTrainingOnRewardThreshold(475, verbose=0))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.learn(env_steps, callback=cb)
-    wall = time.perf_counter() - t0
-    out = {'wall': wall, 'env_steps': model.num_timesteps}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {'wall': wall, 'cpu': cpu, 'env_steps': model.num_timesteps}
     if solve:
         out['solved'] = cb.best_mean_reward >= 475
         out['last_eval'] = cb.last_mean_reward
@@ -193,17 +196,22 @@ def timing(args) -> None:
     run_hand(512, args.seed)  # warm-up: first-call costs (lazy imports, allocator) paid outside the timings
     run_rlpipe(512, args.seed)
     walls = {name: [] for name, _ in runners}
+    cpus = {name: [] for name, _ in runners}
     for r in range(args.repeats):
-        for name, fn in runners:
+        for name, fn in (runners if r % 2 == 0 else runners[::-1]):  # alternate the order: no position bias
             res = fn()
             walls[name].append(res['wall'])
-            print(f'  repeat {r}: {name:18s} {res["wall"]:7.1f} s  ({res["env_steps"]} env steps'
-                  + (f', {res["updates"]} updates)' if 'updates' in res else ')'), flush=True)
-    base = min(walls['hand-written loop'])
-    print(f'\nPPO CartPole-v1, {args.env_steps} env steps, best of {args.repeats} (torch threads {args.threads}):')
+            cpus[name].append(res['cpu'])
+            print(f'  repeat {r}: {name:18s} {res["wall"]:7.1f} s wall {res["cpu"]:7.1f} s CPU  '
+                  f'({res["env_steps"]} env steps' + (f', {res["updates"]} updates)' if 'updates' in res else ')'),
+                  flush=True)
+    base, cbase = min(walls['hand-written loop']), min(cpus['hand-written loop'])
+    print(f'\nPPO CartPole-v1, {args.env_steps} env steps, best of {args.repeats} (torch threads {args.threads}, '
+          f'load average {os.getloadavg()[0]:.1f}):')
     for name, w in walls.items():
-        print(f'  {name:18s} best {min(w):7.1f} s  median {statistics.median(w):7.1f} s  '
-              f'ratio to hand-written {min(w) / base:5.2f}x')
+        c = cpus[name]
+        print(f'  {name:18s} wall best {min(w):7.1f} s  median {statistics.median(w):7.1f} s  '
+              f'ratio {min(w) / base:5.2f}x | CPU best {min(c):7.1f} s  ratio {min(c) / cbase:5.2f}x')
 
 
 def solve(args) -> None:

@@ -34,10 +34,7 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence
 
-if __package__ in (None, ''):  # allow `python examples/dqn_cartpole.py` from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # noqa: E402  (no torch)
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
 
 # Settings that learn CartPole-v1 (see benchmarks/bench_cartpole_solve.py for the measured table):
 # 3-step double-DQN returns with discount 0.99, bootstrapping through the 500-step time limit (a

@@ -21,10 +21,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-if __package__ in (None, ""):  # allow `python examples/her_point.py` from a checkout
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # noqa: E402  (no torch)
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
 
 
 class NoRelabel:

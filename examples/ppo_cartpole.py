@@ -1,14 +1,19 @@
 """PPO on CartPole-v1: trains until the mean return over 10 evaluation episodes is >= 475.
 
-    python examples/ppo_cartpole.py
+    python examples/ppo_cartpole.py                       # train; prints its run folder ./cartpole_ppo/<n>/
     python examples/ppo_cartpole.py --seed 1 --set policy.learn.n_epochs=10
+    python examples/ppo_cartpole.py --resume cartpole_ppo/1/ckpt/final.pth.tar
+    python examples/ppo_cartpole.py --play cartpole_ppo/1/ckpt/eval.pth.tar --render
     rlpipe run --package . --main examples.ppo_cartpole.main --parallel-workers 4   # learner, 2 collectors, evaluator
 
 Settings: RL-Zoo's CartPole-v1 PPO (8 envs x 32 steps = 256 rows per rollout, minibatch 256,
 20 epochs, gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip range 0.2 decaying linearly to 0 over
 100k env steps, entropy coefficient 0, max grad norm 0.5, [64, 64] tanh actor and critic).
 Evaluation every 4 rollouts (1,024 env steps). It stops by itself when solved (or after
---max-env-step) and prints env steps and wall time.
+--max-env-step) and prints env steps and wall time. Each run writes to its own folder
+(``config.json``, ``ckpt/``, ``log/``; ``tensorboard --logdir cartpole_ppo``); Ctrl-C saves
+``final.pth.tar`` and prints the command that resumes the run. The same flags as every training
+example (``--exp-name``, ``--seed``, ``--set``, ``--resume``, ``--play``, ``--middleware``, ...).
 
 Measured on a shared 2-core CPU (one torch thread, other jobs running; 2026-12-01): seed 0 solved
 after 18,688 env steps (73 rollouts, mean eval return 489.1) in 28.5 s wall time; as 4 processes
@@ -18,25 +23,12 @@ Side-by-side timings and SB3: ``python benchmarks/bench_ppo.py [--solve]``.
 """
 from __future__ import annotations
 
-import argparse
-import copy
-import logging
 import os
 import sys
 import time
+from typing import Any, Callable, List, Optional, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import torch  # noqa: E402
-
-from contexts import OnlineRLContext  # noqa: E402
-from middleware import (CkptSaver, OnPolicyTrainer, RolloutCollector, RolloutExchanger, evaluate_episodes,  # noqa: E402
-                        gae_estimator, interaction_evaluator, online_logger, termination_checker)
-from pipeline.roles import Role  # noqa: E402
-from pipeline import task  # noqa: E402
-from pipeline.config import apply_overrides  # noqa: E402
-from pipeline.envs import EnvManager  # noqa: E402
-from pipeline.policy.ppo import PPOPolicy, make_ppo_config  # noqa: E402
+from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
 
 USER_CONFIG = {
     'exp_name': 'cartpole_ppo',
@@ -53,42 +45,85 @@ USER_CONFIG = {
 }
 
 
-def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--max-env-step', type=int, default=None,
-                    help='give up after this many env steps (default: policy.learn.total_env_steps)')
-    ap.add_argument('--exp-name', default=None, help='output directory (default: the config exp_name)')
-    ap.add_argument('--resume', default=None, help='checkpoint to resume from')
-    ap.add_argument('--threads', type=int, default=1, help='torch threads (1 is fastest for these tiny nets)')
-    ap.add_argument('--no-stop', action='store_true', help='train the whole budget, then evaluate once more')
-    ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                    help='override a config entry, e.g. --set policy.learn.n_epochs=10 (repeatable)')
-    args = ap.parse_args(argv)
+def build_parser(doc: Optional[str] = __doc__, exp_name: str = 'cartpole_ppo', max_env_step: Optional[int] = None):
+    p = example_parser(doc, exp_name=exp_name, max_env_step=max_env_step)
+    p.set_defaults(max_env_step=None)
+    for a in p._actions:  # the default budget is the config's schedule horizon
+        if a.dest == 'max_env_step':
+            a.help = 'stop after this many env steps (default: policy.learn.total_env_steps)'
+    p.add_argument('--no-stop', action='store_true', help='train the whole budget, then evaluate once more')
+    return p
 
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
+
+def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[Any]] = None,
+         user_config: dict = USER_CONFIG, doc: Optional[str] = __doc__,
+         make_env: Optional[Callable[[str, Optional[str]], Any]] = None,
+         add_flags: Optional[Callable[[Any], None]] = None,
+         config_from_args: Optional[Callable[[Any], dict]] = None) -> int:
+    """Train (or ``--play``) PPO with ``user_config``. ``extra_middleware``: middleware appended to
+    the pipeline (as are ``--middleware module:factory`` ones). ``make_env(env_id, render_mode)``
+    returns one gymnasium env (default: ``gymnasium.make``); the collector and evaluator run copies
+    of it. ``add_flags(parser)`` adds an example's own flags; ``config_from_args(args)`` then returns
+    the user config (it may also set ``args.exp_name``). Returns the exit status (0 = solved, or a
+    fixed budget done)."""
+    parser = build_parser(doc, user_config['exp_name'])
+    if add_flags is not None:
+        add_flags(parser)
+    args = parser.parse_args(argv)
+    if config_from_args is not None:
+        user_config = config_from_args(args)
+    run = prepare_run(args, user_config)  # checks --resume/--play paths and --set before anything heavy
+    setup_logging()
+
+    import torch
+
+    from middleware.ckpt_handler import CheckpointError, read_checkpoint
     torch.set_num_threads(args.threads)
-    user = copy.deepcopy(user_config)
-    user['exp_name'] = args.exp_name or user['exp_name']
-    user['seed'] = args.seed
     try:
-        user = apply_overrides(user, args.set)
+        for path in (run.resume, run.play):
+            if path:
+                read_checkpoint(path)  # a corrupt or foreign file fails now, before anything is built
+    except CheckpointError as e:
+        raise SystemExit(f'error: {e}') from None
+    if run.play:
+        return play(run.play, args, make_env)
+    from middleware import CkptSaver
+    from pipeline.envs import EnvManager
+    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+
+    try:
+        cfg = make_ppo_config(run.user_config)
     except ValueError as e:
-        ap.error(str(e))
-    cfg = make_ppo_config(user)
+        raise SystemExit(f'error: {e}') from None
     if args.no_stop:
         cfg.env.stop_value = None
     max_env_step = args.max_env_step or cfg.policy.learn.total_env_steps
-
-    collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed,
-                               env_kwargs=cfg.env.env_kwargs)
-    evaluator_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000,
-                               env_kwargs=cfg.env.env_kwargs)
+    run.create_dir()
+    env_id, kw = cfg.env.env_id, dict(cfg.env.env_kwargs or {})
+    spec = env_id if make_env is None else (lambda: make_env(env_id, None))
+    collector_env = EnvManager(spec, cfg.env.collector_env_num, seed=cfg.seed, env_kwargs=kw)
+    evaluator_env = EnvManager(spec, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, env_kwargs=kw)
     policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, seed=cfg.seed)
-    ckpt = CkptSaver(policy, cfg.exp_name, train_freq=100, resume_from=args.resume)
-    logger = online_logger(cfg.exp_name, train_show_freq=50)
+    try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
+        ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
+    except CheckpointError as e:
+        raise SystemExit(f'error: {e}') from None
+    run.begin(cfg)
+    return train(cfg, args, run, policy, ckpt, collector_env, evaluator_env, max_env_step, extra_middleware or [])
+
+
+def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: Any, evaluator_env: Any,
+          max_env_step: int, extra_middleware: List[Any]) -> int:
+    from contexts import OnlineRLContext
+    from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, evaluate_episodes, gae_estimator,
+                            interaction_evaluator, online_logger, termination_checker)
+    from pipeline import task
+    from pipeline.roles import Role
+
+    logger = online_logger(log_dir=os.path.join(run.dir, 'log'), train_show_freq=50,
+                           progress=not args.no_progress, total_env_step=max_env_step)
     t0 = time.perf_counter()
-    with task.start(ctx=OnlineRLContext()):
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
         # Under `rlpipe run` every node has its own id, so collectors run differently seeded envs.
         collector_env.seed(cfg.seed + 1000 * task.router.node_id)
         # Multi-process: weights out, rollouts in, stale rollouts refused; a no-op in one process.
@@ -100,17 +135,20 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
         task.use(ckpt)
         task.use(logger)
         task.use(termination_checker(max_env_step=max_env_step))
-        task.run()
-        ctx = task.ctx
+        for mw in [*extra_middleware, *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)
         trains = not task.roles or Role.LEARNER in task.roles
     final = None
-    if cfg.env.stop_value is None and trains:  # a fixed budget: evaluate the final weights once more
+    if cfg.env.stop_value is None and trains and not interrupted:  # a fixed budget: evaluate the final weights
         returns, _ = evaluate_episodes(policy.eval_mode, evaluator_env, cfg.env.n_evaluator_episode)
         final = float(returns.mean())
     logger.close()
     collector_env.close()
     evaluator_env.close()
     wall = time.perf_counter() - t0
+    if interrupted:
+        return 130
     stop = cfg.env.stop_value
     solved = stop is not None and ctx.last_eval_value >= stop
     print()
@@ -119,10 +157,39 @@ def main(argv=None, user_config: dict = USER_CONFIG, doc: str = __doc__) -> int:
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:
         print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
-    print(f'checkpoints: {os.path.abspath(ckpt.dir)}')
-    print(f'logs: tensorboard --logdir {os.path.abspath(logger.log_dir)}')
+    best, last = ckpt.paths.get('eval.pth.tar'), ckpt.paths.get('final.pth.tar')
+    print(f'run folder: {run.dir}')
+    print(f'  best evaluated policy: {best}')
+    print(f'  final (for --resume):  {last}')
+    print(f'  logs: tensorboard --logdir {os.path.join(run.dir, "log")}')
+    if best:
+        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
     return 0 if (solved or stop is None) else 1
 
 
+def play(path: str, args: Any, make_env: Optional[Callable[[str, Optional[str]], Any]] = None) -> int:
+    """Run the policy saved in ``path`` for ``--episodes`` episodes (``--render`` / ``--video``)."""
+    from pipeline.experiment import play_policy
+    from pipeline.policy import build_policy_from_checkpoint
+
+    pol = build_policy_from_checkpoint(path)
+    env_cfg = pol.saved_config.get('env', {})
+    env_id = env_cfg.get('env_id', 'CartPole-v1')
+
+    def make(render_mode: Optional[str]) -> Any:
+        if make_env is not None:
+            return make_env(env_id, render_mode)
+        import gymnasium as gym
+        return gym.make(env_id, render_mode=render_mode, **dict(env_cfg.get('env_kwargs') or {}))
+
+    play_policy(pol.eval_mode, make, episodes=args.episodes, seed=args.seed, render=args.render,
+                video_dir=args.video)
+    return 0
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before training started: nothing to save
+        print('\ninterrupted before training started; nothing saved')
+        sys.exit(130)

@@ -1,6 +1,7 @@
 """PPO on Pendulum-v1 (continuous actions): a fixed budget of 100k env steps, then a final evaluation.
 
-    python examples/ppo_pendulum.py [--seed 1]
+    python examples/ppo_pendulum.py [--seed 1]             # prints its run folder ./pendulum_ppo/<n>/
+    python examples/ppo_pendulum.py --play pendulum_ppo/1/ckpt/eval.pth.tar --render
     rlpipe run --package . --main examples.ppo_pendulum.main --parallel-workers 4   # learner, 2 collectors, evaluator
 
 Hyperparameters (RL-Zoo's Pendulum-v1 PPO without gSDE, which rlpipe does not have): 4 envs x
@@ -15,13 +16,14 @@ env steps for both, i.e. 25 rollouts; final mean return over 10 deterministic ep
 ``VecNormalize`` of observations and rewards): seed 0: rlpipe -119.2, SB3 -614.5; seed 1: rlpipe
 -533.9, SB3 -577.9; seed 2: rlpipe -713.2, SB3 -196.8; mean over seeds 0-2: rlpipe -455.4, SB3 -463.1
 (the spread between seeds is far larger than the difference of the means).
+
+Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
+``--play``, ``--middleware``, ...): see ``examples/ppo_cartpole.py``.
 """
 from __future__ import annotations
 
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from typing import Any, List, Optional, Sequence
 
 try:
     from examples.ppo_cartpole import main as _ppo_main
@@ -45,8 +47,9 @@ USER_CONFIG = {
 }
 
 
-def main(argv=None) -> int:
-    return _ppo_main(argv, USER_CONFIG, __doc__)
+def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[Any]] = None) -> int:
+    """Train (or ``--play``) PPO on Pendulum-v1; see :func:`examples.ppo_cartpole.main`."""
+    return _ppo_main(argv, extra_middleware, USER_CONFIG, __doc__)
 
 
 if __name__ == '__main__':

@@ -231,7 +231,12 @@ class RunInfo:
 def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
     """Apply ``--set``, check ``--resume``/``--play`` paths and ``--middleware`` specs. Bad input ends
     with a one-line error. The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
-    them once the config has compiled, so a config error leaves no empty folder)."""
+    them once the config has compiled, so a config error leaves no empty folder).
+
+    On a learner node that the launcher restarted (``rlpipe run --backend ray --max-restarts N``; see
+    :func:`restart_resume`) the run continues the launch's run folder and resumes from its newest learner
+    checkpoint (weights, optimizer, counters, and the replay buffer when one was saved next to it), as if
+    ``--resume`` named it; with no checkpoint written yet it starts as the first incarnation did."""
     import copy
 
     try:
@@ -247,7 +252,20 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
     resume = check_checkpoint_path(args.resume) if args.resume else None
     play = check_checkpoint_path(args.play) if args.play else None
     factories = [load_middleware_factory(s) for s in args.middleware]
-    return RunInfo(None, user, resume, play, factories, exp_name=args.exp_name)
+    from pipeline.resume import RESTARTS_ENV, restart_resume
+
+    run_dir = None
+    again = restart_resume(args.exp_name) if not play else None
+    if again is not None:
+        run_dir, last = again
+        n = os.environ.get(RESTARTS_ENV)
+        if last is not None:
+            resume = last
+            logging.getLogger(__name__).warning('restart %s of this node: resuming from %s', n, last)
+        else:
+            logging.getLogger(__name__).warning('restart %s of this node: no checkpoint in %s yet; starting %s', n,
+                                                run_dir, f'from {resume}' if resume else 'afresh')
+    return RunInfo(run_dir, user, resume, play, factories, exp_name=args.exp_name)
 
 
 # --------------------------------------------------------------------------- terminal

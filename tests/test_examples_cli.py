@@ -14,8 +14,9 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd', 'hello_pipeline']
-TRAINING = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd']
+EXAMPLES = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd', 'hello_pipeline', 'ppo_cartpole', 'ppo_pendulum',
+            'ppo_mujoco']
+TRAINING = ['dqn_cartpole', 'her_bitflip', 'her_point', 'dqn_rnd', 'ppo_cartpole', 'ppo_pendulum', 'ppo_mujoco']
 SMALL = ['--set', 'policy.learn.learning_starts=64', '--set', 'policy.learn.batch_size=16', '--no-progress']
 
 

@@ -13,7 +13,7 @@ from pipeline.contracts import Fields
 from pipeline.roles import Role
 
 from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, PEER_JOINED, PEER_LOST, POLL, Waiter, current_task,
-                     inactive_void, log, peer_roles)
+                     inactive_void, log, peer_roles, restarts_expected)
 
 
 class ContextExchanger:
@@ -54,7 +54,9 @@ class ContextExchanger:
     beyond ``max_queue`` (logged; they are kept). A collector's loss is logged; with
     ``on_collector_lost='finish'`` it finishes the task, with ``'continue'`` (default) the learner goes on
     with the others (and, with none left, trains on its buffer without waiting). When the learner is lost,
-    collectors finish the task (there is nobody to send to).
+    collectors finish the task (there is nobody to send to), unless the launcher restarts nodes
+    (``rlpipe run --backend ray --max-restarts N``): then they wait for it, and a restarted learner (a new
+    incarnation, resumed from its checkpoint) gets their batches counted anew.
 
     Args:
         skip_n_iter: batches a collector may have in flight (sent, not yet consumed) while it collects the
@@ -119,6 +121,8 @@ class ContextExchanger:
         self.max_queue = int(max_queue)
         self.router = task.router
         self.node_id = int(self.router.node_id)
+        # this process's incarnation of the node: a node restarted with the same node id starts anew
+        self.incarnation = int(getattr(self.router, 'session', 0) or os.getpid())
         self._w = Waiter()
         self.stats: Dict[str, int] = {'batches_sent': 0, 'batches_received': 0, 'batches_merged': 0,
                                       'duplicates': 0, 'over_limit': 0, 'env_steps_received': 0,
@@ -175,6 +179,10 @@ class ContextExchanger:
         """React to the loss of a peer with ``roles`` (not called while the task finishes)."""
 
     def _finish_if_no_learner(self, node_id: int, roles: Set[str]) -> None:
+        if 'learner' in roles and not self._with_role('learner') and restarts_expected():
+            log.warning('ContextExchanger: learner node %d is lost; waiting for the launcher to restart it '
+                        '(it ends the job if it cannot)', node_id)
+            return
         if 'learner' in roles and not self._with_role('learner'):
             log.error('ContextExchanger: learner node %d is lost and no learner is left; finishing the task',
                       node_id)

@@ -9,7 +9,7 @@ from typing import Any, Dict, Generator, Optional, Set
 from contexts import OnlineRLContext
 
 from .context import ContextExchanger
-from .shared import EV_DATA, current_task, pack_rows
+from .shared import EV_DATA, current_task, log, pack_rows, restarts_expected
 
 
 class CollectorContextExchanger(ContextExchanger):
@@ -20,9 +20,8 @@ class CollectorContextExchanger(ContextExchanger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._seq = itertools.count(1)
         self._sent = 0
+        self._learner_inc: Optional[int] = None
         super().__init__(*args, **kwargs)
-        # this process's incarnation of the node: a collector restarted with the same node id starts anew
-        self.incarnation = int(getattr(self.router, 'session', 0) or os.getpid())
 
     def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
         self._finish_if_no_learner(node_id, roles)
@@ -31,13 +30,20 @@ class CollectorContextExchanger(ContextExchanger):
         u = self._update
         ack = u['acks'].get(self.node_id) if u is not None else None
         acked = int(ack[1]) if ack is not None and int(ack[0]) == self.incarnation else 0
+        inc = u.get('inc') if u is not None else None
+        if inc is not None and inc != self._learner_inc:
+            if self._learner_inc is not None:  # a restarted learner: what the old one did not consume is lost
+                log.warning('ContextExchanger: the learner restarted (a new incarnation); node %d counts its '
+                            'batches in flight anew', self.node_id)
+                self._sent = acked
+            self._learner_inc = inc
         return self._sent - acked
 
     def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
         if self._sent and self._unacked() > self.skip_n_iter and not task.finish:
-            def give_up() -> Optional[str]:
-                return None if self._with_role('learner') else 'no learner is alive'
+            def give_up() -> Optional[str]:  # with restarts, a lost learner is waited for (bounded)
+                return None if self._with_role('learner') or restarts_expected() else 'no learner is alive'
 
             why = self._w.wait(lambda: self._unacked() <= self.skip_n_iter, self.wait_timeout, give_up,
                                f'the learner to consume batches (node {self.node_id} has {self._unacked()} in '

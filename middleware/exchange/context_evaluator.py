@@ -6,7 +6,7 @@ from typing import Any, Generator, Optional, Set
 from contexts import OnlineRLContext
 
 from .context import ContextExchanger
-from .shared import current_task
+from .shared import current_task, restarts_expected
 
 
 class EvaluatorContextExchanger(ContextExchanger):
@@ -24,8 +24,8 @@ class EvaluatorContextExchanger(ContextExchanger):
     def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
         if self._steps and not task.finish:
-            def give_up() -> Optional[str]:
-                return None if self._with_role('learner') else 'no learner is alive'
+            def give_up() -> Optional[str]:  # with restarts, a lost learner is waited for (bounded)
+                return None if self._with_role('learner') or restarts_expected() else 'no learner is alive'
 
             seen = self._applied_n
             self._w.wait(lambda: self._update_n != seen, self.wait_timeout, give_up, 'a learner update')

@@ -191,6 +191,7 @@ class LearnerContextExchanger(ContextExchanger):
 
     def _send_update(self, ctx: OnlineRLContext) -> None:
         acks = {n: [self._incarnation[n], c] for n, c in self._consumed.items()}  # per collector incarnation
-        current_task().emit(EV_LEARNER, {'node': self.node_id, 'train_iter': int(ctx.train_iter),
+        current_task().emit(EV_LEARNER, {'node': self.node_id, 'inc': self.incarnation,
+                                         'train_iter': int(ctx.train_iter),
                                          'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode),
                                          'acks': acks}, only_remote=True)

@@ -26,6 +26,9 @@ class PeriodicalModelExchanger:
     meanwhile: if the learner needs that data to reach its next send (one collector, ``period`` larger than
     the batches the collector has in flight), the wait only ends by its timeout; keep ``stale_toleration``
     at least ``period + skip_n_iter + 1`` in that case.
+    A sender that restarted (a new incarnation of its node, e.g. a learner resumed from its checkpoint by
+    ``rlpipe run --backend ray --max-restarts N``) counts its versions again from its checkpoint: its
+    weights are loaded even when their version is below the one loaded before (``stats['sender_restarts']``).
 
     Reads ``ctx.train_iter`` (sender). Writes nothing to the context; ``self.version`` is the loaded (or
     sent) version, ``self.stats`` counts sends, loads and waits. In a single process it is
@@ -64,18 +67,29 @@ class PeriodicalModelExchanger:
         self._uses = 0
         self._senders: Set[int] = set()
         self._had_sender = False
+        self._sender_inc: Dict[int, Any] = {}  # sender node -> its incarnation (a restarted sender is a new one)
+        self._restarted = False  # the newest version comes from a restarted sender: load it even if older
+        self.incarnation = int(getattr(self.router, 'session', 0) or 0)
         if mode == 'receive':
             task.on(event_name, self._on_model)
             for ev in PEER_LOST:
                 task.on(ev, self._on_lost)
 
     def _on_model(self, msg: Dict[str, Any]) -> None:
-        version = int(msg['version'])
+        version, node, inc = int(msg['version']), int(msg['node']), msg.get('inc')
         with self._w.cv:
             self.stats['received'] += 1
-            self._senders.add(int(msg['node']))
+            self._senders.add(node)
             self._had_sender = True
-            if self._newest is None or version > self._newest[0]:
+            known = self._sender_inc.get(node)
+            self._sender_inc[node] = inc
+            if known is not None and inc is not None and inc != known:
+                # the sender restarted (e.g. a learner resumed from its checkpoint): its versions start again
+                # below the ones loaded from its previous incarnation; they are the weights that train now
+                self._newest = (version, msg['state'])
+                self._restarted = True
+                self.stats['sender_restarts'] = self.stats.get('sender_restarts', 0) + 1
+            elif self._newest is None or version > self._newest[0]:
                 self._newest = (version, msg['state'])
             self._w.cv.notify_all()
 
@@ -92,13 +106,13 @@ class PeriodicalModelExchanger:
         it = int(ctx.train_iter)
         if self.version < 0 or it - self.version >= self.period:
             state = {k: v.detach() for k, v in self.model.state_dict().items()}
-            current_task().emit(self.event_name, {'node': self.node_id, 'version': it, 'state': state},
-                                only_remote=True)
+            current_task().emit(self.event_name, {'node': self.node_id, 'inc': self.incarnation, 'version': it,
+                                                  'state': state}, only_remote=True)
             self.version = it
             self.stats['sent'] += 1
 
     def _newer(self) -> bool:
-        return self._newest is not None and self._newest[0] > self.version
+        return self._newest is not None and (self._restarted or self._newest[0] > self.version)
 
     def _receive_step(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
@@ -116,6 +130,7 @@ class PeriodicalModelExchanger:
                 self.stats['wait_timeouts'] += 1
         with self._w.cv:
             newest = self._newest if self._newer() else None
+            self._restarted = False
         if newest is not None:
             self.model.load_state_dict(newest[1])
             self.version = newest[0]

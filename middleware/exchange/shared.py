@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set
@@ -21,6 +22,16 @@ POLL = 0.05
 def current_task() -> Any:
     from pipeline import task
     return task
+
+
+def restarts_expected() -> bool:
+    """True when the launcher restarts a node that dies (``RLPIPE_MAX_RESTARTS`` > 0, set for every node by
+    ``rlpipe run --backend ray --max-restarts N``): a lost learner is then waited for, not given up on (the
+    launcher ends the job when it cannot restart it any more)."""
+    try:
+        return int(os.environ.get('RLPIPE_MAX_RESTARTS', '0') or 0) > 0
+    except ValueError:
+        return False
 
 
 def inactive_void(name: str) -> Any:

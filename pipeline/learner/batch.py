@@ -116,6 +116,10 @@ def take_rows(batch: Any, index: torch.Tensor) -> Any:
 
 
 def _take(x: Any, index: torch.Tensor) -> Any:
+    if type(x) is torch.Tensor and x.dim() > 0:
+        if x.device != index.device:
+            index = index.to(x.device)
+        return x.index_select(0, index)  # same rows as x[index], about half the cost for small batches
     if isinstance(x, torch.Tensor) and x.device != index.device:
         index = index.to(x.device)
     if type(x) is list:  # a non-numeric field (e.g. strings) travels as a plain list

@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         ray_opts.add_argument(f"--{role}-gpus", type=float, default=0.0, help=f"Ray GPUs per {role} node")
     ray_opts.add_argument("--max-restarts", type=int, default=0,
                           help="restarts per node whose actor dies or whose main raises (the node gets "
-                               "RLPIPE_RESTARTS in its environment; a script resumes from its own checkpoints)")
+                               "RLPIPE_RESTARTS in its environment; a restarted learner of a training example "
+                               "resumes from its newest checkpoint in the run folder, with its counters)")
     run.add_argument("main_args", nargs=argparse.REMAINDER,
                      help="arguments for the main function's own parser, after '--' (e.g. -- --seed 3)")
     desc = sub.add_parser("describe", help="print a pipeline's middleware, roles and context fields (runs no step)")
@@ -159,7 +160,7 @@ def _run_on_ray(args: argparse.Namespace) -> int:
             roles=args.roles, labels=args.labels, topology=args.topology, address=address,
             cpus={r: getattr(args, f"{r}_cpus") for r in ("learner", "collector", "evaluator")},
             gpus={r: getattr(args, f"{r}_gpus") for r in ("learner", "collector", "evaluator")},
-            max_restarts=args.max_restarts, stop_on_failure=args.stop_on_failure,
+            max_restarts=args.max_restarts, stop_on_failure=args.stop_on_failure, stop_grace=args.stop_grace,
             heartbeat_interval=args.heartbeat_interval, heartbeat_timeout=args.heartbeat_timeout,
             startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure)
     except (ValueError, ImportError, TimeoutError) as e:

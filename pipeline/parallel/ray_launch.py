@@ -16,12 +16,20 @@ on this 2-core machine under heavy load (load average 16) they were of the same 
 Ray call 436 round trips/s), and the pipeline's traffic is one-way streams of transitions and
 weights, not round trips. Ray queues would add an actor hop per message.
 
-Restarts: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started again,
-at most N times, on the same Ray node and the same address, so its peers see a node that rejoined.
-The restarted entry script finds ``RLPIPE_RESTARTS`` (the restart count) in its environment; resuming
-from its own checkpoints is up to the script (the examples do not do it by themselves yet: a learner
-restarted this way starts from fresh weights). The nodes of one launch share one run folder
+Restarts and failures: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started
+again, at most N times, on the same Ray node and the same address, so its peers see a node that rejoined
+(a new incarnation). The restarted entry script finds ``RLPIPE_RESTARTS`` (the restart count) in its
+environment, and every node finds ``RLPIPE_MAX_RESTARTS``: while restarts are possible, collectors and
+evaluators wait for a lost learner to come back instead of finishing the task. A restarted learner of a
+training example resumes from its newest checkpoint in the launch's run folder, with its counters
+(``pipeline.experiment.prepare_run``, ``pipeline.resume``). The nodes of one launch share one run folder
 (``RLPIPE_LAUNCH_ID``), written under the driver's current directory on a local Ray.
+
+A node that fails for good (no restart left) is reported (logged, and its slot in the results holds the
+exception). When no other node holds one of its roles (the only learner, the only evaluator, a node
+without roles), or with ``stop_on_failure``, the launcher ends the job: every remaining node is told to
+finish (``task.finish``, relayed over the bus as usual, so a learner still writes ``final.pth.tar``) and
+is killed after ``stop_grace`` s if it has not returned. A lost collector among several does not end it.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -37,7 +46,9 @@ from .launch import NODE_ENV, NodeSpec, plan_nodes
 
 log = logging.getLogger("rlpipe.ray")
 
-RESTARTS_ENV = "RLPIPE_RESTARTS"
+from ..resume import RESTARTS_ENV  # noqa: E402  (light: no torch, no Ray)
+
+MAX_RESTARTS_ENV = "RLPIPE_MAX_RESTARTS"  # every node: how often the launcher restarts a node
 ROLE_RESOURCES = ("learner", "collector", "evaluator")
 
 
@@ -45,6 +56,48 @@ def _require_ray() -> Any:
     from ..learner.ray_learners import require_ray
 
     return require_ray("rlpipe run --backend ray")
+
+
+class JobControl:
+    """A tiny Ray actor (async, no CPU) that every node waits on; the driver sets it to end the job."""
+
+    def __init__(self) -> None:
+        self._why: Optional[str] = None
+        self._event: Any = None
+
+    def _ev(self) -> Any:
+        import asyncio
+
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    async def wait(self) -> str:
+        await self._ev().wait()
+        return self._why or "the launcher ends the job"
+
+    async def end(self, why: str) -> None:
+        self._why = why
+        self._ev().set()
+
+
+def _finish_when_told(control: Any, node_id: int) -> None:
+    """Node side of :class:`JobControl` (a daemon thread): when the driver ends the job, finish this node's
+    run (``task.finish``, which the bus relays to every peer)."""
+    import ray
+
+    try:
+        why = ray.get(control.wait.remote())
+    except Exception:  # noqa: BLE001 - the driver or the control actor is gone: nothing to do
+        return
+    from pipeline import task
+
+    for _ in range(600):  # the node's task may not have started yet (then it is told when it has)
+        if task.running:
+            log.error("node %d: %s; finishing the run", node_id, why)
+            task.finish = True
+            return
+        time.sleep(0.1)
 
 
 class NodeActor:
@@ -73,8 +126,9 @@ class NodeActor:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, spec_json: str, main: str, package: str, main_args: Sequence[str], restarts: int,
-            workdir: Optional[str] = None) -> Any:
-        """Configure the router from the spec and call the entry script's main; returns what it returns."""
+            workdir: Optional[str] = None, control: Any = None) -> Any:
+        """Configure the router from the spec and call the entry script's main; returns what it returns.
+        ``control``: a :class:`JobControl` actor; when the driver ends the job through it, the node finishes."""
         from .launch import configure_from_env
         from .worker import load_main
 
@@ -89,6 +143,9 @@ class NodeActor:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
                                 format=f"[node {spec.node_id}] %(asctime)s %(levelname)s %(name)s: %(message)s")
+        if control is not None:
+            threading.Thread(target=_finish_when_told, args=(control, spec.node_id), daemon=True,
+                             name="rlpipe-job-control").start()
         sys.argv = [main, *main_args]
         return load_main(main)()
 
@@ -98,6 +155,17 @@ def _role_of(spec: NodeSpec) -> str:
         if r in spec.roles:
             return r
     return "other"
+
+
+def _orphaned_roles(i: int, specs: Mapping[int, NodeSpec], left: Sequence[int]) -> List[str]:
+    """The roles of node ``i`` that none of the nodes ``left`` holds (a node without roles holds every role)."""
+    others = [specs[j] for j in left if j != i]
+    if any(not s.roles for s in others):
+        return []
+    if not specs[i].roles:
+        return ["all (a node without roles)"]
+    held = {r for s in others for r in s.roles}
+    return [r for r in specs[i].roles if r not in held]
 
 
 def run_on_ray(
@@ -114,6 +182,7 @@ def run_on_ray(
     gpus: Optional[Mapping[str, float]] = None,
     max_restarts: int = 0,
     stop_on_failure: bool = False,
+    stop_grace: float = 30.0,
     start_timeout: float = 120.0,
     env: Optional[Mapping[str, str]] = None,
     **router_options: Any,
@@ -125,7 +194,9 @@ def run_on_ray(
         cpus, gpus: Ray resources per role, e.g. ``{"learner": 1, "collector": 1}`` (default 1 CPU,
             0 GPU; roles not named, and nodes without a role, get the ``"other"`` entry or the default).
         max_restarts: restarts per node after its actor died or its main raised.
-        stop_on_failure: stop every node when one fails for good (default: the others go on).
+        stop_on_failure: end the job when any node fails for good (default: only when the failed node held a
+            role no other node holds, e.g. the only learner).
+        stop_grace: seconds the nodes get to return after the job was ended, before they are killed.
         env: extra environment variables for every node.
         roles, labels, topology, router_options: as for ``rlpipe run`` (see ``plan_nodes``).
 
@@ -161,6 +232,7 @@ def run_on_ray(
     from ..experiment import LAUNCH_ID_ENV
 
     env = {**dict(env or {}), KEY_ENV: os.environ.get(KEY_ENV) or generate_key(),
+           MAX_RESTARTS_ENV: str(max_restarts),
            "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
            LAUNCH_ID_ENV: os.environ.get(LAUNCH_ID_ENV) or f"ray-{os.getpid()}-{time.time_ns()}"}
     if os.environ.get("RLPIPE_BUS_AUTH"):  # --bus-auth: the actors run on other machines, with their own env
@@ -181,6 +253,7 @@ def run_on_ray(
         return actor_cls.options(**opts).remote(node_env, loopback)
 
     actors = {i: new_actor(i) for i in by_id}
+    control = ray.remote(num_cpus=0)(JobControl).remote()
     results: Dict[int, Any] = {}
     try:
         addr_refs = {i: a.bind_address.remote() for i, a in actors.items()}
@@ -198,9 +271,18 @@ def run_on_ray(
             s = by_id[i]
             log.info("node %d (roles %s) on Ray node %s at %s%s", i, ",".join(s.roles) or "all", homes[i][:8],
                      s.address, f", restart {restarts[i]}" if restarts[i] else "")
-            return actors[i].run.remote(s.to_json(), main, package, list(main_args), restarts[i], workdir)
+            return actors[i].run.remote(s.to_json(), main, package, list(main_args), restarts[i], workdir, control)
 
         running = {start(i): i for i in by_id}
+        ending_since: Optional[float] = None
+
+        def end_job(why: str) -> None:
+            nonlocal ending_since
+            if ending_since is None and running:
+                log.error("ending the job: %s", why)
+                control.end.remote(why)
+                ending_since = time.monotonic()
+
         while running:
             done, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             for ref in done:
@@ -213,7 +295,7 @@ def run_on_ray(
                     died = isinstance(exc, ray.exceptions.RayActorError)
                     log.error("node %d %s: %s", i, "actor died" if died else "main raised",
                               str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__)
-                    if restarts[i] < max_restarts:
+                    if restarts[i] < max_restarts and ending_since is None:
                         restarts[i] += 1
                         ray.kill(actors[i])
                         actors[i] = new_actor(i, homes[i])
@@ -221,13 +303,26 @@ def run_on_ray(
                         running[start(i)] = i
                         continue
                     results[i] = exc
+                    orphaned = _orphaned_roles(i, by_id, list(running.values()))
+                    if max_restarts:
+                        log.error("node %d failed for good (%d restarts used)", i, restarts[i])
                     if stop_on_failure:
-                        log.error("stopping every node (stop_on_failure)")
-                        for r in list(running):
-                            results[running.pop(r)] = RuntimeError("stopped after another node failed")
+                        end_job(f"node {i} failed (stop_on_failure)")
+                    elif orphaned:
+                        end_job(f"node {i} failed and no other node has its role {', '.join(orphaned)}")
+                    elif running:
+                        log.warning("node %d is lost; the other nodes go on", i)
+            if ending_since is not None and running and time.monotonic() - ending_since > stop_grace:
+                for ref, i in list(running.items()):
+                    log.error("node %d did not return within %g s after the job was ended; killing it", i,
+                              stop_grace)
+                    results[i] = RuntimeError(f"node {i} was killed: it did not stop within {stop_grace:g} s "
+                                              f"after the job was ended")
+                    ray.kill(actors[i])
+                running.clear()
         return results
     finally:
-        for a in actors.values():
+        for a in [*actors.values(), control]:
             try:
                 ray.kill(a)
             except Exception:  # already dead
@@ -236,4 +331,4 @@ def run_on_ray(
             ray.shutdown()
 
 
-__all__: List[str] = ["run_on_ray", "NodeActor", "RESTARTS_ENV"]
+__all__: List[str] = ["run_on_ray", "NodeActor", "JobControl", "RESTARTS_ENV", "MAX_RESTARTS_ENV"]

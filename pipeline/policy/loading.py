@@ -15,7 +15,7 @@ __all__ = ['load_policy', 'build_policy_from_checkpoint']
 
 
 def build_policy_from_checkpoint(path: str) -> Any:
-    """The policy object (``DQNPolicy`` / ``SACPolicy``) with the checkpoint's model weights."""
+    """The policy object (``DQNPolicy`` / ``SACPolicy`` / ``PPOPolicy``) with the checkpoint's model weights."""
     from middleware.ckpt_handler import CheckpointError, read_checkpoint
 
     state = read_checkpoint(path)
@@ -40,13 +40,31 @@ def build_policy_from_checkpoint(path: str) -> Any:
             policy.actor.load_state_dict(sd['actor'])
             if 'critic' in sd:
                 policy.critic.load_state_dict(sd['critic'])
+        elif kind == 'ppo':
+            policy = _ppo_from_config(cfg)
+            policy.model.load_state_dict(sd['model'])
         else:
-            raise CheckpointError(f'{path!r}: unknown policy type {kind!r} (known: dqn, sac)')
+            raise CheckpointError(f'{path!r}: unknown policy type {kind!r} (known: dqn, sac, ppo)')
     except (KeyError, RuntimeError) as e:
         raise CheckpointError(f'{path!r}: the weights do not fit the saved config ({type(e).__name__}: '
                               f'{str(e).splitlines()[0][:300]})') from None
     policy.saved_config = cfg  # the full config the checkpoint was trained with (env id, ...)
     return policy
+
+
+def _ppo_from_config(cfg: Any) -> Any:
+    """A ``PPOPolicy`` for the saved config: its network is sized, and continuous actions bounded, by
+    the spaces of the config's env (made once, then closed)."""
+    from pipeline.envs.env_manager import make_gym_env
+
+    from .ppo import PPOPolicy
+
+    env_cfg = cfg.get('env', {})
+    env = make_gym_env(env_cfg.get('env_id', 'CartPole-v1'), **dict(env_cfg.get('env_kwargs') or {}))
+    try:
+        return PPOPolicy(cfg, env.observation_space, env.action_space)
+    finally:
+        env.close()
 
 
 def load_policy(path: str) -> Any:

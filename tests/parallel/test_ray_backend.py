@@ -76,3 +76,48 @@ def test_cli_refuses_options_the_ray_backend_cannot_honour():
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
     assert p.returncode == 2 and "--attach-to" in p.stderr
+
+
+def test_a_killed_learner_without_restarts_is_reported_and_the_job_ends(local_ray, caplog):
+    # node 0 is the only learner: when it dies for good the launcher ends the job (the collectors and the
+    # evaluator are told to finish) instead of leaving them to run to their step limit
+    caplog.set_level("INFO", logger="rlpipe.ray")
+    results = _small(env={"RLPIPE_TEST_COLLECTORS": "2", "RLPIPE_TEST_KILL_NODE": "0"}, stop_grace=60)
+    assert isinstance(results[0], ray.exceptions.RayActorError), results[0]
+    for i in (1, 2, 3):
+        assert not isinstance(results[i], BaseException), results[i]
+        assert results[i]["finished"], f"node {i} ran to its step limit: the job was not ended"
+    text = caplog.text
+    assert "node 0 actor died" in text and "ending the job: node 0 failed and no other node has its role learner" \
+        in text, text[-3000:]
+
+
+def test_a_killed_dqn_learner_is_restarted_and_resumes_from_its_checkpoint(local_ray, tmp_path, monkeypatch, caplog):
+    """The unchanged examples/dqn_cartpole.py under the Ray launcher with --max-restarts 1: the learner's
+    actor is killed (SIGKILL) after its first periodic checkpoint; it is reported, restarted, resumes from
+    that checkpoint with its counters (not from zero), and the job still ends by its finish."""
+    import glob
+    import json
+
+    import torch
+
+    monkeypatch.chdir(tmp_path)  # the run folder goes under the driver's directory
+    caplog.set_level("INFO", logger="rlpipe.ray")
+    args = ["--no-progress", "--max-env-step", "4000", "--exp-name", "restart",
+            "--middleware", "ray_fault_hooks:kill_learner_once"]
+    results = run_on_ray("examples.dqn_cartpole.main", 3, package=ROOT, roles="learner:collector:evaluator",
+                         main_args=args, cpus={"learner": 0.25, "collector": 0.25, "evaluator": 0.25},
+                         max_restarts=1, **FAST)
+    text = caplog.text
+    assert "node 0 actor died" in text and "restarting node 0 (1 of 1)" in text, text[-3000:]
+    assert all(results[i] in (0, 1) for i in (0, 1, 2)), results  # every main returned (1: not solved)
+    (run_dir,) = glob.glob(str(tmp_path / "restart" / "*"))
+    ckpts = sorted(glob.glob(f"{run_dir}/ckpt/iteration_*.pth.tar"), key=lambda p: int(p.split("_")[-1][:-8]))
+    saved = torch.load(ckpts[0], weights_only=True)["counters"]  # what the first incarnation saved
+    assert saved["train_iter"] >= 1000
+    with open(tmp_path / "restart-1.json") as f:
+        resumed = json.load(f)  # the restarted learner's counters at its first step
+    for k in ("train_iter", "env_step", "env_episode"):
+        assert resumed[k] >= saved[k] > 0, (k, resumed, saved)
+    final = torch.load(f"{run_dir}/ckpt/final.pth.tar", weights_only=True)["counters"]
+    assert final["train_iter"] >= resumed["train_iter"] and final["env_step"] > resumed["env_step"], (final, resumed)
