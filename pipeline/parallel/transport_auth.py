@@ -102,7 +102,7 @@ class TransportGuard:
         self._zap.setsockopt(zmq.LINGER, 0)
         self._zap.bind(ZAP_ENDPOINT)
         self._monitor: Any = None
-        self._last_address = "?"  # remote address of the connection accepted last
+        self._last_address = "an unknown address"  # remote address of the connection accepted last
 
     def server(self, pull: Any) -> None:
         """Configure the PULL socket (before ``bind``) and watch its handshakes."""
@@ -142,7 +142,7 @@ class TransportGuard:
     def _answer(self, request: list) -> None:
         """One ZAP request: [version, id, domain, address, routing id, mechanism, credentials...]."""
         ok = False
-        address = request[3].decode(errors="replace") if len(request) > 3 else "?"
+        address = request[3].decode(errors="replace") if len(request) > 3 else ""
         if len(request) >= 7 and request[0] == b"1.0":
             mechanism, creds = request[5], request[6:]
             if mechanism == b"PLAIN" and self.bus_auth == "plain" and len(creds) == 2:
@@ -153,13 +153,13 @@ class TransportGuard:
         self._zap.send_multipart([b"1.0", rid, b"200" if ok else b"400", b"OK" if ok else b"wrong credential",
                                   b"rlpipe" if ok else b"", b""])
         if not ok:
-            self._on_refused(address or "?", "its credential is not derived from this key", True)
+            self._on_refused(address or "an ipc peer", "its credential is not derived from this key", True)
 
     def _watch(self, event: dict) -> None:
         kind, value = event["event"], event["value"]
         if kind == zmq.EVENT_ACCEPTED:
             address = _remote_address(value)
-            if address != "?":
+            if address:
                 self._last_address = address
         elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
             # The event carries no fd: name the connection accepted most recently (usually the one; the fd of
@@ -178,6 +178,6 @@ def _remote_address(fd: int) -> str:
     try:
         with _socket.socket(fileno=os.dup(fd)) as s:  # a duplicate (family detected): closing it is safe
             name = s.getpeername()
-        return str(name[0]) if isinstance(name, tuple) else (name or "ipc peer")
-    except OSError:
-        return "?"
+        return str(name[0]) if isinstance(name, tuple) else (name or "an ipc peer")
+    except OSError:  # closed already (a refused peer does not linger)
+        return ""

@@ -118,7 +118,10 @@ def test_two_routers_with_different_keys_do_not_talk(bus_auth):
         assert all(m[0] == "__finish__" for m in got_b)
     finally:
         b.stop()
-        with pytest.raises(KeyMismatchError, match="peer at 127.0.0.1 signs with a different key"):
+        # Under CURVE a refused handshake names no connection: the address is looked up from the socket, which
+        # the peer may have closed already (then "an unknown address").
+        where = "127.0.0.1" if bus_auth == "plain" else "(127.0.0.1|an unknown address)"
+        with pytest.raises(KeyMismatchError, match=f"peer at {where} signs with a different key"):
             a.stop()
 
 
