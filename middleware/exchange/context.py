@@ -12,8 +12,8 @@ from contexts import OnlineRLContext
 from pipeline.contracts import Fields
 from pipeline.roles import Role
 
-from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, PEER_JOINED, PEER_LOST, POLL, Waiter, current_task,
-                     inactive_void, log, peer_roles, restarts_expected)
+from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, Newest, POLL, PeerTable, Waiter, current_task, exchanger_roles,
+                     inactive_void, log, restarts_expected)
 
 
 class ContextExchanger:
@@ -111,14 +111,8 @@ class ContextExchanger:
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f'ContextExchanger: {name} must be a number of seconds >= 0, got {v!r}')
         task = current_task()
-        roles = task.roles
-        self.is_learner = Role.LEARNER in roles
-        self.is_collector = Role.COLLECTOR in roles
-        self.is_evaluator = Role.EVALUATOR in roles and not self.is_learner
-        self.sends_eval = Role.EVALUATOR in roles
-        if self.is_learner and self.is_collector:
-            raise ValueError('ContextExchanger: this node is both learner and collector; give the roles to '
-                             'different nodes (e.g. --roles learner:collector:collector:evaluator)')
+        self.is_learner, self.is_collector, self.sends_eval = exchanger_roles('ContextExchanger')
+        self.is_evaluator = self.sends_eval and not self.is_learner
         if storage is not None:
             os.makedirs(storage, exist_ok=True)
         self.skip_n_iter = skip_n_iter
@@ -140,58 +134,29 @@ class ContextExchanger:
                                       'duplicates': 0, 'over_limit': 0, 'env_steps_received': 0,
                                       'env_steps_sent': 0, 'wait_timeouts': 0, 'max_queue_seen': 0}
         # the newest learner update (collectors, evaluators, other nodes)
-        self._update: Optional[Dict[str, Any]] = None
-        self._update_n = 0
-        self._applied_n = 0
+        self._updates = Newest(self._w)
         # everybody: evaluation results
-        self._eval: Optional[Dict[str, Any]] = None
-        self._eval_n = 0
-        self._applied_eval_n = 0
+        self._evals = Newest(self._w)
         self._finals: Dict[int, Dict[str, Any]] = {}
         # membership
-        self._alive: Dict[int, Set[str]] = {}
-        self._lost: Set[int] = set()
-        for p in list(getattr(self.router, 'peers', ()) or ()):
-            self._alive[p] = peer_roles(self.router, p)
+        self._peers = PeerTable(self.router, self._w, on_lost=self._on_lost)
+        self._alive, self._lost = self._peers.alive, self._peers.lost
         self._listen()
 
     def _listen(self) -> None:
         task = current_task()
-        task.on(EV_LEARNER, self._on_learner)
-        task.on(EV_EVAL, self._on_eval)
+        task.on(EV_LEARNER, self._updates.put)
+        task.on(EV_EVAL, self._evals.put)
         task.on(EV_FINAL, self._on_final)
-        dead, left = PEER_LOST
-        task.on(dead, self._on_dead)
-        task.on(left, self._on_lost)
-        task.on(PEER_JOINED, self._on_joined)
+        self._peers.listen(task)
 
     # ----------------------------------------------------------------- membership
     def _with_role(self, role: str) -> List[int]:
-        return [i for i, r in self._alive.items() if role in r]
+        return self._peers.with_role(role)
 
-    def _on_joined(self, node_id: int, *_: Any, **__: Any) -> None:
-        """A new peer, or one declared dead that is back (the bus revived it): alive again."""
-        with self._w.cv:
-            roles = self._alive[int(node_id)] = peer_roles(self.router, int(node_id))
-            self._lost.discard(int(node_id))
-            if 'learner' in roles and self._learner_gone_since is not None:
-                log.warning('ContextExchanger: learner node %d is back after %.1f s', int(node_id),
-                            time.monotonic() - self._learner_gone_since)
-                self._learner_gone_since = None
-            self._w.cv.notify_all()
-
-    def _on_dead(self, node_id: int, *_: Any, **__: Any) -> None:
-        self._on_lost(node_id, dead=True)
-
-    def _on_lost(self, node_id: int, *_: Any, dead: bool = False, **__: Any) -> None:
-        """A peer said goodbye (``dead=False``) or was declared dead (it may come back)."""
-        node_id = int(node_id)
-        with self._w.cv:
-            roles = self._alive.pop(node_id, None)
-            if roles is None:
-                return
-            self._lost.add(node_id)
-            self._w.cv.notify_all()
+    def _on_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
+        """A live peer was lost (the peer table has dropped it): it said goodbye, or was declared dead
+        (``dead``: it may come back, and the bus then revives it: the table has it alive again)."""
         if current_task().finish:
             log.info('ContextExchanger: node %d left (the task is finishing)', node_id)
             return
@@ -220,10 +185,17 @@ class ContextExchanger:
                             '; collected batches are kept meanwhile' if self.is_collector else '')
 
     def _learner_timed_out(self) -> bool:
-        """No learner came back within ``learner_timeout``: finish the task (called once per step)."""
+        """Called once per step: logs a learner's return; finishes the task when none came back within
+        ``learner_timeout``."""
         since = self._learner_gone_since
-        if since is None or restarts_expected() or self._with_role('learner') \
-                or time.monotonic() - since < self.learner_timeout:
+        if since is None:
+            return False
+        back = self._with_role('learner')
+        if back:
+            log.warning('ContextExchanger: learner node %s is back after %.1f s', back[0], time.monotonic() - since)
+            self._learner_gone_since = None
+            return False
+        if restarts_expected() or time.monotonic() - since < self.learner_timeout:
             return False
         log.error('ContextExchanger: no learner came back within %.0f s (learner_timeout); finishing the task',
                   self.learner_timeout)
@@ -231,18 +203,6 @@ class ContextExchanger:
         return True
 
     # ----------------------------------------------------------------- listeners (router thread)
-    def _on_learner(self, update: Dict[str, Any]) -> None:
-        with self._w.cv:
-            self._update = update
-            self._update_n += 1
-            self._w.cv.notify_all()
-
-    def _on_eval(self, result: Dict[str, Any]) -> None:
-        with self._w.cv:
-            self._eval = result
-            self._eval_n += 1
-            self._w.cv.notify_all()
-
     def _on_final(self, result: Dict[str, Any]) -> None:
         with self._w.cv:
             self._finals[int(result['node'])] = result
@@ -271,11 +231,9 @@ class ContextExchanger:
                  ', '.join(f'{k} {v}' for k, v in self.stats.items()), getattr(self, 'received_from', None) or '-')
 
     def _apply_update(self, ctx: OnlineRLContext) -> None:
-        with self._w.cv:
-            u, n = self._update, self._update_n
-        if u is None or n == self._applied_n:
+        u = self._updates.take()
+        if u is None:
             return
-        self._applied_n = n
         ctx.train_iter = int(u['train_iter'])
         if u['env_step'] > ctx.env_step:
             ctx.env_step = int(u['env_step'])
@@ -283,11 +241,9 @@ class ContextExchanger:
             ctx.env_episode = int(u['env_episode'])
 
     def _apply_eval(self, ctx: OnlineRLContext) -> None:
-        with self._w.cv:
-            e, n = self._eval, self._eval_n
-        if e is None or n == self._applied_eval_n:
+        e = self._evals.take()
+        if e is None:
             return
-        self._applied_eval_n = n
         ctx.last_eval_value = float(e['eval_value'])
         ctx.last_eval_iter = int(e['train_iter'])
         if self.is_learner and not self.sends_eval:

@@ -32,7 +32,7 @@ class CollectorContextExchanger(ContextExchanger):
         self._finish_if_no_learner(node_id, roles, dead)
 
     def _unacked(self) -> int:
-        u = self._update
+        u = self._updates.msg
         ack = u['acks'].get(self.node_id) if u is not None else None
         acked = int(ack[1]) if ack is not None and int(ack[0]) == self.incarnation else 0
         inc = u.get('inc') if u is not None else None

@@ -28,8 +28,8 @@ class EvaluatorContextExchanger(ContextExchanger):
             def give_up() -> Optional[str]:  # with restarts, a lost learner is waited for (bounded)
                 return None if self._with_role('learner') or restarts_expected() else 'no learner is alive'
 
-            seen = self._applied_n
-            self._w.wait(lambda: self._update_n != seen, self.wait_timeout, give_up, 'a learner update')
+            seen = self._updates.taken
+            self._w.wait(lambda: self._updates.n != seen, self.wait_timeout, give_up, 'a learner update')
         self._steps += 1
         self._apply_update(ctx)
         yield
