@@ -131,10 +131,17 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
     eval_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=seed + 10_000) if solve else None
     policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed)
     learner = policy.learn_mode
+    evaluated_at = []
+
+    def mark_eval(ctx):
+        if ctx.eval_value > float('-inf'):
+            evaluated_at.append(int(ctx.env_step))
+
     t0, c0 = time.perf_counter(), time.process_time()
     with task.start(ctx=OnlineRLContext()):
         if solve:
             task.use(interaction_evaluator(cfg, policy.eval_mode, eval_env))
+            task.use(mark_eval)  # the env steps trained on when an evaluation ran (it runs before collecting)
         task.use(RolloutCollector(cfg, policy.collect_mode, env))
         task.use(gae_estimator(cfg, policy.model))
         task.use(OnPolicyTrainer(cfg, learner, log_freq=0))
@@ -143,7 +150,10 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
         ctx = task.ctx
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     solved = solve and ctx.last_eval_value >= cfg.env.stop_value
-    out = {'wall': wall, 'cpu': cpu, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
+    # solved: the env steps trained on when the solving evaluation ran (the step that evaluates still
+    # collects one more rollout before the run ends; SB3's EvalCallback stops right after evaluating)
+    steps = evaluated_at[-1] if solved and evaluated_at else ctx.env_step
+    out = {'wall': wall, 'cpu': cpu, 'env_steps': steps, 'updates': learner.num_minibatch_updates_lifetime,
            'solved': solved, 'last_eval': ctx.last_eval_value}
     if keep_policy:
         out['policy'] = policy
