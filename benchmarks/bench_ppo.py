@@ -15,6 +15,14 @@ hand, ...), and the best times are compared (target: rlpipe <= 1.10x the hand-wr
 than SB3). Wall and CPU time (``time.process_time``, the whole process; one torch thread) are both
 printed: on a machine shared with other jobs the wall time depends on what else runs, the CPU time
 much less.
+Measured 2026-12-01 (``python benchmarks/bench_ppo.py``, 2 repeats, load average 8.7 on the shared
+2-core CPU): hand-written loop 48.5 / 51.0 s wall, 21.3 / 22.8 s CPU; rlpipe 59.4 / 61.9 s wall (best
+1.23x), 24.2 / 26.4 s CPU (best 1.14x; 1.06x and 1.24x per repeat); SB3 55.5 / 107.2 s wall (1.14x),
+28.4 / 37.0 s CPU (1.33x). The 1.10x wall-time target is NOT met at this load. At 12,800 env steps
+(load 4.4, 3 repeats) rlpipe's CPU time was 1.02x; cProfile runs of both paths (51,200 env steps)
+show the same kernels and call counts (rlpipe's CPU time was 0.95x in that pair), and
+``Learner.update`` alone was 1.03x, the collector 1.1x of the hand loop's collection (mostly the
+env manager's per-step bookkeeping, ~12 us of ~75 us per vector step).
 Solve: evaluation every 1,024 env steps over 10 deterministic episodes, stop at mean >= 475, for
 rlpipe (the example's pipeline) and SB3 (``EvalCallback`` at the same frequency).
 """
