@@ -11,6 +11,29 @@
    env steps: ``rlpipe run --backend ray`` next to the ZeroMQ process launcher (``bench_distributed``).
 
     python benchmarks/bench_ray.py [--env-steps 10000] [--skip-dqn]
+
+Measured 2026-12-01 on this 2-core machine shared with other sessions (load average 9.7 at the start of
+each run; two runs back to back, ``python benchmarks/bench_ray.py``, defaults; read ratios, not rates):
+
+| figure | run 1 | run 2 |
+|---|---|---|
+| learner samples/s, in-process (``num_learners=0``) | 60,281 | 124,883 |
+| learner samples/s, 1 Ray learner | 42,371 (0.70x) | 99,384 (0.80x) |
+| learner samples/s, 2 Ray learners (gloo all-reduce) | 31,625 (0.52x) | 39,776 (0.32x) |
+| round trips/s, Ray actor call | 629 | 998 |
+| round trips/s, rlpipe bus between two Ray actors | 2,880 (4.6x) | 4,874 (4.9x) |
+| DQN 4 nodes, ZeroMQ process launcher: env steps/s (iters/s) | 373 (88) | 413 (97) |
+| DQN 4 nodes, ``--backend ray``: env steps/s (iters/s) | 422 (100) | 600 (142) |
+| Ray / ZeroMQ env steps/s | 1.13x | 1.45x |
+
+An earlier run at load 16 gave 21.7k / 15.2k / 10.2k samples/s for 0 / 1 / 2 learners and bus 317 vs
+Ray call 436 round trips/s. Two learners on two shared cores are slower than one: each minibatch adds a
+gradient all-reduce and the two actors compete for the same cores with everything else; data-parallel
+learners pay off with a core (or GPU) per learner and larger networks. The two DQN launchers run the same
+unchanged example with the same updates per env step (0.24); the Ray backend was faster in both
+runs, by less than this machine's run-to-run spread (run 2's in-process learner was twice run 1's; the
+ZeroMQ run always goes first): the Ray backend costs the pipeline nothing measurable once the nodes are
+up. Starting the local Ray instance took about 10 s here.
 """
 from __future__ import annotations
 

@@ -28,10 +28,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger'):  # lazy: only parallel runs use them
-        from . import exchange
+    if name in ('ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger', 'RolloutExchanger'):
+        from . import exchange  # lazy: only parallel runs use them
         return getattr(exchange, name)
-    if name == 'RolloutExchanger':
-        from .onpolicy_exchanger import RolloutExchanger
-        return RolloutExchanger
     raise AttributeError(f"module 'middleware' has no attribute {name!r}")

@@ -10,6 +10,9 @@
     The learner sends the model's weights (a dict of tensors, never a pickle) with a version (its
     ``train_iter``) after each train step; the other nodes load the newest version they received before
     acting.
+``RolloutExchanger`` (``rollout``)
+    On-policy (PPO): the learner sends versioned weights, each collector sends back one rollout made with
+    that version, the learner trains once on the set; a rollout of another version is refused and counted.
 ``PeriodicalModelExchanger`` (``model``)
     The same with an explicit mode (``"send"``/``"receive"``), a send period in train iterations and a
     staleness bound: a receiver uses one model version for at most ``stale_toleration`` steps, then waits
@@ -30,5 +33,6 @@ waits for, with a log line saying what was waited for and why it ended.
 """
 from .context import ContextExchanger
 from .model import ModelExchanger, PeriodicalModelExchanger
+from .rollout import RolloutExchanger
 
-__all__ = ['ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger']
+__all__ = ['ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger', 'RolloutExchanger']

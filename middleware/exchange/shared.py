@@ -5,7 +5,9 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from pipeline.roles import Role
 
 log = logging.getLogger('middleware.distributor')
 
@@ -49,8 +51,92 @@ def inactive_void(name: str) -> Any:
 def peer_roles(router: Any, node_id: int) -> Set[str]:
     try:
         return {str(r) for r in router.peer_info(node_id)['roles']}
-    except (KeyError, AttributeError):
+    except (KeyError, AttributeError, TypeError):
         return set()
+
+
+def exchanger_roles(name: str) -> Tuple[bool, bool, bool]:
+    """(learner, collector, evaluator): which of these roles this node has; a node may not be both learner
+    and collector (ValueError naming ``name``)."""
+    roles = current_task().roles
+    learner, collector = Role.LEARNER in roles, Role.COLLECTOR in roles
+    if learner and collector:
+        raise ValueError(f'{name}: this node is both learner and collector; give the roles to different nodes '
+                         '(e.g. --roles learner:collector:collector:evaluator)')
+    return learner, collector, Role.EVALUATOR in roles
+
+
+class Newest:
+    """The newest message of one kind and how many arrived (under ``waiter``'s lock, waking its waits):
+    a reader ``take``s each one at most once."""
+
+    def __init__(self, waiter: 'Waiter') -> None:
+        self._w = waiter
+        self.msg: Optional[Dict[str, Any]] = None
+        self.n = 0          # messages arrived
+        self.taken = 0      # the count at the last take
+
+    def put(self, msg: Dict[str, Any]) -> None:
+        with self._w.cv:
+            self.msg = msg
+            self.n += 1
+            self._w.cv.notify_all()
+
+    def take(self) -> Optional[Dict[str, Any]]:
+        """The newest message if it arrived after the last take, else None."""
+        with self._w.cv:
+            msg, n = self.msg, self.n
+        if msg is None or n == self.taken:
+            return None
+        self.taken = n
+        return msg
+
+
+class PeerTable:
+    """The live peers of this node and their roles: filled from the router, kept current by the bus's join and
+    loss events (under ``waiter``'s lock, waking its waits). ``lost`` holds the peers lost and not back,
+    ``joined`` those that joined since the owner last cleared it; ``on_lost(node_id, roles, dead)`` runs
+    (outside the lock) when a live peer is lost (``dead``: declared dead, it may come back; else it left)."""
+
+    def __init__(self, router: Any, waiter: 'Waiter',
+                 on_lost: Optional[Callable[[int, Set[str]], None]] = None) -> None:
+        self.router, self._w, self._on_lost_cb = router, waiter, on_lost
+        self.alive: Dict[int, Set[str]] = {}
+        self.lost: Set[int] = set()
+        self.joined: Set[int] = set()
+        for p in list(getattr(router, 'peers', ()) or ()):
+            self.alive[int(p)] = peer_roles(router, int(p))
+
+    def listen(self, task: Any) -> None:
+        dead, left = PEER_LOST
+        task.on(dead, self.on_dead)
+        task.on(left, self.on_lost)
+        task.on(PEER_JOINED, self.on_joined)
+
+    def with_role(self, role: str) -> List[int]:
+        return [i for i, r in self.alive.items() if role in r]
+
+    def on_joined(self, node_id: int, *_: Any, **__: Any) -> None:
+        with self._w.cv:
+            self.alive[int(node_id)] = peer_roles(self.router, int(node_id))
+            self.lost.discard(int(node_id))
+            self.joined.add(int(node_id))
+            self._w.cv.notify_all()
+
+    def on_dead(self, node_id: int, *_: Any, **__: Any) -> None:
+        """Declared dead by the bus: it may come back (then ``on_joined``: a revived peer is alive again)."""
+        self.on_lost(node_id, dead=True)
+
+    def on_lost(self, node_id: int, *_: Any, dead: bool = False, **__: Any) -> None:
+        node_id = int(node_id)
+        with self._w.cv:
+            roles = self.alive.pop(node_id, None)
+            if roles is None:
+                return
+            self.lost.add(node_id)
+            self._w.cv.notify_all()
+        if self._on_lost_cb is not None:
+            self._on_lost_cb(node_id, roles, dead)
 
 
 class Waiter:

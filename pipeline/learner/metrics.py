@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union, Unpack
 
-from .stats import Stats
+from .stats import Stats, StatsSettings
 
 __all__ = [
     "MetricsLogger",
@@ -105,43 +105,27 @@ class MetricsLogger:
         """Whether a metric (or a sub-tree) exists at ``key``."""
         return self._get(_path(key), None) is not None
 
-    def log_value(
-        self,
-        key: Key,
-        value: Any,
-        *,
-        reduce: str = "mean",
-        window: Optional[int] = None,
-        ema_coeff: Optional[float] = None,
-        clear_on_reduce: bool = False,
-        throughput: bool = False,
-    ) -> None:
-        """Push ``value`` to the Stats at ``key``; the first call creates it with these settings."""
+    def log_value(self, key: Key, value: Any, **settings: Unpack[StatsSettings]) -> None:
+        """Push ``value`` to the Stats at ``key``; the first call creates it with ``settings``
+        (``reduce``, ``window``, ``ema_coeff``, ``clear_on_reduce``, ``throughput``: see :class:`Stats`)."""
         path = _path(key)
         parent = self._parent(path)
         s = parent.get(path[-1])
         if s is None:
-            parent[path[-1]] = Stats(
-                value,
-                reduce=reduce,
-                window=window,
-                ema_coeff=ema_coeff,
-                clear_on_reduce=clear_on_reduce,
-                throughput=throughput,
-            )
+            parent[path[-1]] = Stats(value, **settings)
         elif isinstance(s, Stats):
             s.push(value)
         else:
             raise ValueError(f"metric key {path!r} holds a sub-tree, not a value")
 
-    def log_dict(self, values: Mapping, *, key: Optional[Key] = None, **stats_kwargs: Any) -> None:
+    def log_dict(self, values: Mapping, *, key: Optional[Key] = None, **settings: Unpack[StatsSettings]) -> None:
         """log_value for every leaf of a nested mapping of numbers, under ``key``."""
         base = _path(key)
         for k, v in values.items():
             if isinstance(v, Mapping):
-                self.log_dict(v, key=base + (k,), **stats_kwargs)
+                self.log_dict(v, key=base + (k,), **settings)
             else:
-                self.log_value(base + (k,), v, **stats_kwargs)
+                self.log_value(base + (k,), v, **settings)
 
     def aggregate(self, results: Sequence[Mapping], *, key: Optional[Key] = None) -> None:
         """Merge the result trees (leaves Stats) of n parallel sources into this logger under ``key``."""

@@ -5,12 +5,23 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, TypedDict
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "StatsSettings"]
 
 _REDUCES = ("mean", "min", "max", "sum")
 _DEFAULT_EMA = 0.01
+
+
+class StatsSettings(TypedDict, total=False):
+    """The keyword settings of :class:`Stats` (``MetricsLogger.log_value`` passes them on)."""
+
+    reduce: str
+    window: Optional[int]
+    ema_coeff: Optional[float]
+    clear_on_reduce: bool
+    throughput: bool
+
 
 # Indirection so tests can drive the clock used for throughputs.
 _now = time.perf_counter

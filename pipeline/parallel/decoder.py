@@ -224,14 +224,20 @@ class _Decoder:
 def decode(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
     """Decode what ``encode`` produced. Raises ``DecodeError`` for any malformed input."""
     d = _Decoder(meta, buffers)
+    return _read_whole(d, d.dec, 0)
+
+
+def _read_whole(d: _Decoder, read: Any, *args: Any) -> Any:
+    """``read(*args)``, which must consume all of ``d``; whatever a malformed message raises becomes a
+    ``DecodeError``."""
     try:
-        obj = d.dec(0)
+        value = read(*args)
     except (DecodeError, RecursionError):
         raise
     except (struct.error, ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
         raise DecodeError(f"malformed message: {type(e).__name__}: {e}") from None
     _check_consumed(d)
-    return obj
+    return value
 
 
 def _decode_small_event(meta: bytes, p: int) -> Any:
@@ -291,42 +297,42 @@ def decode_event(meta: Buffer, buffers: Sequence[Buffer] = (), offset: int = 0) 
     if offset:
         meta = memoryview(meta)[offset:]
     d = _Decoder(meta, buffers)
-    data = d.data
-    end = d.end
-    try:
-        if end < 20 or data[:6] != _EVENT_STR_HEAD:
-            raise DecodeError("not an (event, args, kwargs) message")
-        p = 10 + _unpack_I(data, 6)[0]
-        if p + 10 > end:
-            raise DecodeError("truncated (event, args, kwargs) message")
-        try:
-            event = str(data[10:p], "utf-8", "surrogatepass")
-        except UnicodeDecodeError as e:
-            raise DecodeError(f"bad utf-8 in event name: {e}") from None
-        if data[p] != _T_TUPLE:
-            raise DecodeError("not an (event, args, kwargs) message: args is not a tuple")
-        n = _unpack_I(data, p + 1)[0]
-        d.pos = p + 5
-        if n > end - d.pos:
-            raise DecodeError(f"sequence claims {n} items but only {end - d.pos} bytes remain")
-        args = tuple(d.seq(n, 2))
-        p = d.pos
-        if p + 5 > end or data[p] != _T_DICT:
-            raise DecodeError("not an (event, args, kwargs) message: kwargs is not a dict")
-        if _unpack_I(data, p + 1)[0] == 0:
-            d.pos = p + 5
-            kwargs: dict = {}
-        else:
-            kwargs = d.dec(1)
-    except (DecodeError, RecursionError):
-        raise
-    except (struct.error, ValueError, TypeError, IndexError, OverflowError, MemoryError) as e:
-        raise DecodeError(f"malformed message: {type(e).__name__}: {e}") from None
-    _check_consumed(d)
+    event, args, kwargs = _read_whole(d, _read_event, d)
     if kwargs:
         for k in kwargs:
             if type(k) is not str:
                 raise DecodeError(f"not an (event, args, kwargs) message: keyword of type {type(k).__name__}")
+    return event, args, kwargs
+
+
+def _read_event(d: _Decoder) -> Tuple[str, tuple, dict]:
+    """The (event, args, kwargs) triple at the start of ``d`` (a str event name, a tuple, a dict)."""
+    data = d.data
+    end = d.end
+    if end < 20 or data[:6] != _EVENT_STR_HEAD:
+        raise DecodeError("not an (event, args, kwargs) message")
+    p = 10 + _unpack_I(data, 6)[0]
+    if p + 10 > end:
+        raise DecodeError("truncated (event, args, kwargs) message")
+    try:
+        event = str(data[10:p], "utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise DecodeError(f"bad utf-8 in event name: {e}") from None
+    if data[p] != _T_TUPLE:
+        raise DecodeError("not an (event, args, kwargs) message: args is not a tuple")
+    n = _unpack_I(data, p + 1)[0]
+    d.pos = p + 5
+    if n > end - d.pos:
+        raise DecodeError(f"sequence claims {n} items but only {end - d.pos} bytes remain")
+    args = tuple(d.seq(n, 2))
+    p = d.pos
+    if p + 5 > end or data[p] != _T_DICT:
+        raise DecodeError("not an (event, args, kwargs) message: kwargs is not a dict")
+    if _unpack_I(data, p + 1)[0] == 0:
+        d.pos = p + 5
+        kwargs: dict = {}
+    else:
+        kwargs = d.dec(1)
     return event, args, kwargs
 
 

@@ -10,11 +10,12 @@ full address map before the entry script starts. Why not Ray actor calls or Ray 
 already gives the event semantics the pipeline relies on (every remote listener gets each event
 exactly once, ``finish`` reaches every node, peer loss is reported, HMAC-checked frames, no pickle
 from the wire), with the same code path as every other launcher, so a fix or a guarantee of the bus
-holds under Ray too. Speed did not decide it: ``benchmarks/bench_ray.py`` measures, in one run, a
-small-event round trip through the bus between two Ray actors next to a Ray actor-call round trip;
-on this 2-core machine under heavy load (load average 16) they were of the same order (bus 317,
-Ray call 436 round trips/s), and the pipeline's traffic is one-way streams of transitions and
-weights, not round trips. Ray queues would add an actor hop per message.
+holds under Ray too. Speed agrees: ``benchmarks/bench_ray.py`` measures, in one run, a small-event
+round trip through the bus between two Ray actors next to a Ray actor-call round trip; on this 2-core
+machine the bus did 2,880-4,874 round trips/s and the Ray call 629-998 (load average 9.7; at load 16 an
+earlier run had them of the same order, 317 vs 436), and the whole 4-node DQN run was as fast as under
+the ZeroMQ process launcher (1.13x and 1.45x its env steps/s in two runs). The pipeline's traffic is
+one-way streams of transitions and weights, not round trips. Ray queues would add an actor hop per message.
 
 Restarts and failures: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started
 again, at most N times, on the same Ray node and the same address, so its peers see a node that rejoined
@@ -235,6 +236,8 @@ def run_on_ray(
            MAX_RESTARTS_ENV: str(max_restarts),
            "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
            LAUNCH_ID_ENV: os.environ.get(LAUNCH_ID_ENV) or f"ray-{os.getpid()}-{time.time_ns()}"}
+    if os.environ.get("RLPIPE_BUS_AUTH"):  # --bus-auth: the actors run on other machines, with their own env
+        env["RLPIPE_BUS_AUTH"] = os.environ["RLPIPE_BUS_AUTH"]
     workdir = os.getcwd() if address is None else None  # outputs under the user's directory
     actor_cls = ray.remote(NodeActor)
     by_id = {s.node_id: s for s in specs}

@@ -5,7 +5,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 
 import numpy as np
 
@@ -44,10 +43,11 @@ def test_ppo_example_as_three_processes(tmp_path):
 
 
 def test_stale_rollouts_are_refused_and_counted():
+    from middleware.exchange.shared import Waiter
     from middleware.onpolicy_exchanger import RolloutExchanger
 
     ex = object.__new__(RolloutExchanger)  # the listeners alone, without a router
-    ex._cv = threading.Condition()
+    ex._w = Waiter()
     ex.stats = {'rollouts_received': 0, 'stale_refused': 0}
     ex._rollouts, ex._roles, ex.version = {}, {}, 3
     roll = {'obs': np.zeros((2, 1, 4), np.float32)}

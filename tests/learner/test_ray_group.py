@@ -24,7 +24,13 @@ pytestmark = pytest.mark.timeout(240)
 
 
 class Regression(Learner):
+    delay = 0.0  # seconds each forward pass sleeps (set on the actors to make updates slow)
+
     def forward_train(self, module_id, batch):
+        if self.delay:
+            import time
+
+            time.sleep(self.delay)
         return self.modules[module_id](batch["x"]).squeeze(-1)
 
     def compute_loss_for_module(self, module_id, batch, fwd_out):
@@ -155,6 +161,11 @@ def test_uneven_and_tiny_shards_do_not_deadlock(reg_group):
     group.update(batch=data(1))  # one row, two learners
     w0, w1 = weights(group)
     assert_same(w0, w1, atol=0)
+    with pytest.raises(ValueError, match="zero rows"):  # an empty batch: every learner refuses it, none waits
+        group.update(batch=data(0))
+    group.update(batch=data(3), minibatch_size=2, num_epochs=2)  # and the group still trains afterwards
+    w0, w1 = weights(group)
+    assert_same(w0, w1, atol=0)
 
 
 def test_update_from_object_refs_and_async(reg_group):
@@ -173,6 +184,52 @@ def test_update_from_object_refs_and_async(reg_group):
     assert group.weights_seq_no == 4
     with pytest.raises(ValueError, match="data_iterators"):
         group.update(data_iterators=iter([data(4)]), num_iters=1)
+
+
+def test_async_update_returns_without_waiting_for_the_update(reg_group):
+    group = reg_group
+    group.foreach_learner(lambda l: setattr(l, "delay", 1.0))  # every update takes >= 1 s
+    try:
+        first = group.update(batch=data(8, seed=1), async_update=True)
+        assert first == []  # queued, not waited for: nothing has finished yet
+        second = group.update(batch=data(8, seed=2), async_update=True)
+        assert second == []  # two in flight (max_requests_in_flight=2)
+        third = group.update(batch=data(8, seed=3), async_update=True)
+        assert len(third) >= 1  # a third must wait for the oldest: its results come back then
+        rest = group.wait_for_updates()
+        assert len(third) + len(rest) == 3 and group.weights_seq_no == 3
+    finally:
+        group.foreach_learner(lambda l: setattr(l, "delay", 0.0))
+
+
+@ray.remote(num_cpus=0)
+def collect_episode(seed, length):
+    """A 'collector' task: its episode goes to the object store, the driver only holds the ref."""
+    g = torch.Generator().manual_seed(seed)
+    return [{"x": torch.randn(3, generator=g), "y": torch.randn((), generator=g)} for _ in range(length)]
+
+
+def test_episodes_refs_are_resolved_in_the_learners_not_in_the_driver(reg_group, monkeypatch):
+    group = reg_group
+    refs = [collect_episode.remote(s, n) for s, n in ((0, 5), (1, 3), (2, 4))]
+    ray.wait(refs, num_returns=len(refs))  # collected; still only refs in the driver
+    episodes = [ray.get(r) for r in refs]  # the same data, fetched only to train the reference learner
+    mine = {r.hex() for r in refs}
+    fetched = []
+    real_get = ray.get
+
+    def spy(obj, *a, **kw):
+        items = obj if isinstance(obj, (list, tuple)) else [obj]
+        fetched.extend(r.hex() for r in items if isinstance(r, ray.ObjectRef) and r.hex() in mine)
+        return real_get(obj, *a, **kw)
+
+    monkeypatch.setattr(ray, "get", spy)
+    res = group.update(episodes_refs=refs)
+    assert fetched == []  # the driver never fetched the episodes
+    single = make_regression()
+    single.update(episodes=episodes)
+    assert_same(weights(group)[0], weights(single)[0])
+    assert res["default_policy"]["num_module_steps_trained"].peek() == 12
 
 
 def test_a_killed_learner_is_reported(local_ray):

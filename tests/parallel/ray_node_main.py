@@ -9,6 +9,12 @@ from pipeline import task
 ITEMS = 30
 
 
+def _assigned():
+    import ray
+
+    return {k: float(v) for k, v in ray.get_runtime_context().get_assigned_resources().items()}
+
+
 def main():
     restarts = int(os.environ.get("RLPIPE_RESTARTS", "0"))
     got = []
@@ -28,7 +34,7 @@ def main():
 
             task.use(check)
             task.run(max_step=int(60 / 0.01))
-            return {"node": me, "roles": roles, "got": sorted(got), "restarts": restarts}
+            return {"node": me, "roles": roles, "got": sorted(got), "restarts": restarts, "resources": _assigned()}
         if "collector" in roles:
             sent = {"n": 0}
 
@@ -41,7 +47,8 @@ def main():
 
             task.use(send)
             task.run(max_step=int(60 / 0.01))
-            return {"node": me, "roles": roles, "sent": sent["n"], "finished": task.finish, "restarts": restarts}
+            return {"node": me, "roles": roles, "sent": sent["n"], "finished": task.finish, "restarts": restarts,
+                    "resources": _assigned()}
         task.use(lambda ctx: time.sleep(0.01))
         task.run(max_step=int(60 / 0.01))
-        return {"node": me, "roles": roles, "finished": task.finish, "restarts": restarts}
+        return {"node": me, "roles": roles, "finished": task.finish, "restarts": restarts, "resources": _assigned()}

@@ -29,14 +29,16 @@ def local_ray():
     ray.shutdown()
 
 
-def _small(**kw):
-    cpus = {"learner": 0.25, "collector": 0.25, "evaluator": 0.25}
+def _small(cpus=None, **kw):
+    cpus = cpus or {"learner": 0.25, "collector": 0.25, "evaluator": 0.25}
     return run_on_ray("ray_node_main.main", 4, package=HERE, roles="learner:collector:collector:evaluator",
                       cpus=cpus, **FAST, **kw)
 
 
 def test_node_actors_exchange_every_item_once_and_finish_reaches_all(local_ray):
-    results = _small(env={"RLPIPE_TEST_COLLECTORS": "2"})
+    # resources per role: each actor holds what its role asked for
+    results = _small(env={"RLPIPE_TEST_COLLECTORS": "2"}, cpus={"learner": 0.5, "collector": 0.25, "evaluator": 0.1})
+    assert [results[i]["resources"].get("CPU") for i in range(4)] == [0.5, 0.25, 0.25, 0.1], results
     assert set(results) == {0, 1, 2, 3}, results
     learner = results[0]
     assert learner["roles"] == ["learner"]
@@ -68,6 +70,12 @@ def test_cli_backend_ray_runs_the_entry_script(tmp_path):
     p = subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "node 0 finished" in p.stderr and "node 2 finished" in p.stderr
+
+
+def test_resources_the_cluster_lacks_are_refused_before_any_node_starts(local_ray):
+    with pytest.raises(ValueError, match="ask for 5 CPUs and 1 GPUs but the Ray cluster has 2 and 0"):
+        run_on_ray("ray_node_main.main", 3, package=HERE, roles="learner:collector:evaluator",
+                   cpus={"learner": 3, "collector": 1, "evaluator": 1}, gpus={"learner": 1})
 
 
 def test_cli_refuses_options_the_ray_backend_cannot_honour():
