@@ -14,7 +14,7 @@ processes together (the most load-independent figure on a shared machine). DI-en
 ``--same-core`` pins both processes (and so all their threads) to CPU 0: no cross-core wake-ups, which are
 expensive on a VM. That shows the ceiling of this machine for the same code, not a normal setting.
 
-    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N] [--same-core]
+    python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N] [--same-core] [--bus-auth curve]
 """
 from __future__ import annotations
 
@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=5, help="alternating bare/router segments per size")
     ap.add_argument("--same-core", action="store_true",
                     help="pin both processes to CPU 0 (shows the machine's ceiling without cross-core wake-ups)")
+    ap.add_argument("--bus-auth", choices=["plain", "curve"], default=None,
+                    help="the router's connection authentication (default plain; see transport_auth)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -97,6 +99,8 @@ def main() -> None:
         return
     if args.same_core:
         os.sched_setaffinity(0, {0})
+    if args.bus_auth:
+        os.environ["RLPIPE_BUS_AUTH"] = args.bus_auth  # the child inherits it
 
     import json
     import zmq
@@ -168,7 +172,7 @@ def main() -> None:
         router.start(on_message)
         bare(b"w", 300)  # warm up (and wait for the child to connect)
         routed(b"w", 300)
-        print(f"# protocol {args.protocol}; 2 processes on this machine; {os.cpu_count()} CPUs; "
+        print(f"# protocol {args.protocol}; bus auth {router.bus_auth}; load average {os.getloadavg()[0]:.1f}; 2 processes on this machine; {os.cpu_count()} CPUs; "
               f"{args.segments} alternating segments per size"
               + ("; --same-core: BOTH PROCESSES PINNED TO CPU 0 (ceiling, not a normal setting)"
                  if args.same_core else ""))

@@ -3,134 +3,115 @@
     python examples/dqn_atari.py                                   # PongNoFrameskip-v4, 8 subprocess envs
     python examples/dqn_atari.py --env ALE/Breakout-v5 --max-env-step 10_000_000
     python examples/dqn_atari.py --backend envpool                 # EnvPool's C++ Atari (same settings)
+    python examples/dqn_atari.py --play atari_dqn_PongNoFrameskip-v4/1/ckpt/eval.pth.tar --render
 
 Preprocessing (:mod:`pipeline.envs.atari`): 30 no-op resets, frame skip 4 with max-pool, 84x84
 gray, 4 stacked frames; episodic life and sign-clipped rewards for the training envs only; the
 evaluation envs play whole games with raw rewards, so the evaluation return is the game score
 (Pong: -21..21). Double DQN with 3-step returns, Adam 1e-4, batch 32, one update per 4 env steps,
 hard target update every 2,000 updates, eps 1 -> 0.01 over the first 250k env steps, 100k replay
-(frame-efficient: :mod:`pipeline.data.frame_storage`, about 0.75 GB).
-It stops when the mean evaluation score reaches ``--stop-score`` or after ``--max-env-step``.
+(frame-efficient: :mod:`pipeline.data.frame_storage`, about 0.75 GB), learning from 20k stored
+transitions, an evaluation every 25k updates. It stops when the mean evaluation score reaches 20
+(``--set env.stop_value=...``) or after ``--max-env-step``.
+
+Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
+``--play``, ``--middleware``, ...): runs go to ``./atari_dqn_<env>/<n>/`` (``config.json``, ``ckpt/``,
+``log/`` for TensorBoard). The replay buffer is not saved with the checkpoints (100k stacked Pong
+frames would be several GB): a resumed run refills it before it trains again.
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
-import torch  # noqa: E402
-
-from contexts import OnlineRLContext  # noqa: E402
-from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,  # noqa: E402
-                        interaction_evaluator, nstep_reward_enhancer, online_logger, termination_checker)
-from pipeline import task  # noqa: E402
-from pipeline.config import compile_config  # noqa: E402
-from pipeline.envs import EnvManager  # noqa: E402
-from pipeline.envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task  # noqa: E402
-from pipeline.policy import DQNPolicy  # noqa: E402
-from pipeline.policy.conv import AtariQNetwork  # noqa: E402
+from pipeline.experiment import example_parser, run_pipeline  # no torch
+from pipeline.experiment_envs import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
+                                      env_config, finish_run, play_checkpoint, run_logger, start_run)
 
 
-def make_config(args: argparse.Namespace) -> Any:
-    return compile_config({
-        'exp_name': args.exp_name or f'atari_dqn_{args.env.split("/")[-1]}',
-        'seed': args.seed,
-        'env': {'env_id': args.env, 'collector_env_num': args.env_num, 'evaluator_env_num': args.eval_episodes,
-                'n_evaluator_episode': args.eval_episodes, 'stop_value': args.stop_score},
+def build_parser():
+    p = example_parser(__doc__, exp_name='atari_dqn', max_env_step=3_000_000)
+    return add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+
+
+def user_config(args: Any) -> Dict[str, Any]:
+    if args.exp_name == 'atari_dqn':  # the default: one folder per game
+        args.exp_name = f'atari_dqn_{args.env.split("/")[-1]}'
+    return {
+        'env': env_config(args, stop_value=20),
         'policy': {
             'discount_factor': 0.99,
             'nstep': 3,
             'learn': {'update_per_collect': max(1, args.env_num // 4), 'batch_size': 32, 'learning_rate': 1e-4,
                       'loss': 'huber', 'target_update_type': 'hard', 'target_update_freq': 2000,
-                      'grad_clip': 10.0, 'truncation_as_terminal': False, 'learning_starts': args.learning_starts},
+                      'grad_clip': 10.0, 'truncation_as_terminal': False, 'learning_starts': 20_000},
             'collect': {'n_sample': args.env_num},
-            'eval': {'evaluator': {'eval_freq': args.eval_freq}},
-            'other': {'eps': {'type': 'linear', 'start': 1.0, 'end': 0.01, 'decay': args.eps_decay},
-                      'replay_buffer': {'replay_buffer_size': args.buffer_size}},
+            'eval': {'evaluator': {'eval_freq': 25_000}},
+            'other': {'eps': {'type': 'linear', 'start': 1.0, 'end': 0.01, 'decay': 250_000},
+                      'replay_buffer': {'replay_buffer_size': 100_000}},
         },
-    }, policy='dqn')
+    }
 
 
-def make_envs(args: argparse.Namespace) -> tuple:
-    n, m = args.env_num, args.eval_episodes
-    if args.backend == 'envpool':
-        task_id = envpool_atari_task(args.env)
-        kw_train, kw_eval = envpool_atari_kwargs(True), envpool_atari_kwargs(False)
-        if args.max_episode_steps:
-            kw_train['max_episode_steps'] = kw_eval['max_episode_steps'] = args.max_episode_steps
-        train = EnvManager(task_id, n, seed=args.seed, backend='envpool', env_kwargs=kw_train)
-        evaluate = EnvManager(task_id, m, seed=args.seed + 10_000, backend='envpool', env_kwargs=kw_eval)
-    else:
-        limit = {'max_episode_steps': args.max_episode_steps} if args.max_episode_steps else {}
-        train = EnvManager(AtariEnvFn(args.env, training=True, **limit), n, seed=args.seed, backend=args.backend)
-        evaluate = EnvManager(AtariEnvFn(args.env, training=False, **limit), m, seed=args.seed + 10_000,
-                              backend=args.backend)
-    return train, evaluate
+def build_policy(cfg: Any, observation_space: Any, action_space: Any) -> Any:
+    from pipeline.policy import DQNPolicy
+    from pipeline.policy.conv import AtariQNetwork
+
+    return DQNPolicy(cfg, model=AtariQNetwork(int(action_space.n)), seed=cfg.seed)
 
 
-def make_buffer(size: int, seed: int) -> Any:
+def make_buffer(cfg: Any) -> Any:
     """Replay that keeps each frame once (100k Pong transitions: ~0.75 GB instead of ~7 GB)."""
     from pipeline.data import DequeBuffer
     from pipeline.data.frame_storage import FrameStorage
-    return DequeBuffer(size, seed=seed, storage=FrameStorage(size, seed=seed))
+
+    size = cfg.policy.other.replay_buffer.replay_buffer_size
+    return DequeBuffer(size, seed=cfg.seed, storage=FrameStorage(size, seed=cfg.seed))
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--env', default='PongNoFrameskip-v4', help='NoFrameskip-v4 or ALE/...-v5 id')
-    ap.add_argument('--backend', default='subprocess', choices=['sync', 'subprocess', 'envpool'])
-    ap.add_argument('--env-num', type=int, default=8, help='collector envs')
-    ap.add_argument('--max-env-step', type=int, default=3_000_000)
-    ap.add_argument('--stop-score', type=int, default=20, help='stop when the mean eval score reaches this')
-    ap.add_argument('--eval-episodes', type=int, default=4, help='evaluation games (one env each)')
-    ap.add_argument('--eval-freq', type=int, default=25_000, help='evaluate every this many train iterations')
-    ap.add_argument('--buffer-size', type=int, default=100_000)
-    ap.add_argument('--learning-starts', type=int, default=20_000, help='transitions stored before training')
-    ap.add_argument('--eps-decay', type=int, default=250_000, help='env steps of the linear eps decay')
-    ap.add_argument('--max-episode-steps', type=int, default=None,
-                    help='cut episodes after this many agent steps (smoke tests); default: the game\'s own 27k')
-    ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--threads', type=int, default=1, help='torch threads')
-    ap.add_argument('--exp-name', default=None)
-    ap.add_argument('--quiet', action='store_true')
-    args = ap.parse_args(argv)
-    if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
-    torch.set_num_threads(args.threads)
-    cfg = make_config(args)
-    collector_env, evaluator_env = make_envs(args)
-    policy = DQNPolicy(cfg, model=AtariQNetwork(int(collector_env.action_space.n)), seed=args.seed)
-    buffer_ = make_buffer(args.buffer_size, args.seed)
-    ckpt = CkptSaver(policy, cfg.exp_name, train_freq=50_000)
-    logger = online_logger(cfg.exp_name, train_show_freq=1000)
+def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    run = start_run(args, user_config(args))  # --set, logging, torch threads; --resume/--play checked
+    if run.play:
+        return play_checkpoint(run, args, build_policy, atari_play_env)
+
+    from contexts import OnlineRLContext
+    from middleware import (OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, interaction_evaluator,
+                            nstep_reward_enhancer, termination_checker)
+    from pipeline import task
+
+    cfg = compile_run_config(run, 'dqn')
+    collector_env, evaluator_env = atari_envs(cfg, args.backend)
+    policy = build_policy(cfg, collector_env.observation_space, collector_env.action_space)
+    buffer_ = make_buffer(cfg)
+    ckpt = checkpointer(run, policy, cfg, 'dqn', train_freq=50_000)
+    logger = run_logger(run, args, train_show_freq=1000)
+    run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()
-    try:
-        with task.start(ctx=OnlineRLContext()):
-            task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-            task.use(eps_greedy_handler(cfg))
-            task.use(StepCollector(cfg, policy.collect_mode, collector_env))
-            task.use(nstep_reward_enhancer(cfg))
-            task.use(data_pusher(cfg, buffer_))
-            task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
-            task.use(ckpt)
-            task.use(logger)
-            task.use(termination_checker(max_env_step=args.max_env_step))
-            task.run()
-            ctx = task.ctx
-    finally:
-        logger.close()
-        collector_env.close()
-        evaluator_env.close()
-    wall = time.perf_counter() - t0
-    result = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
-              'last_eval_score': ctx.last_eval_value, 'buffer_count': buffer_.count(), 'wall_time': wall,
-              'solved': ctx.last_eval_value >= args.stop_score}
-    print(f'{args.env}: last mean eval score {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, '
-          f'{ctx.train_iter} updates, {wall:.0f} s ({ctx.env_step / max(wall, 1e-9):.0f} env steps/s)')
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
+        task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
+        task.use(eps_greedy_handler(cfg))
+        task.use(StepCollector(cfg, policy.collect_mode, collector_env))
+        task.use(nstep_reward_enhancer(cfg))
+        task.use(data_pusher(cfg, buffer_))
+        task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
+        task.use(ckpt)
+        task.use(logger)
+        task.use(termination_checker(max_env_step=args.max_env_step))
+        for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)
+    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score')
+    stop = cfg.env.stop_value
+    result.update(buffer_count=buffer_.count(), solved=stop is not None and ctx.last_eval_value >= stop)
     return result
 
 
 if __name__ == '__main__':
-    sys.exit(0 if main()['solved'] else 1)
+    try:
+        result = main()
+    except KeyboardInterrupt:  # before training started: nothing to save
+        print('\ninterrupted before training started; nothing saved')
+        sys.exit(130)
+    sys.exit(0 if result.get('solved') or 'play_returns' in result else 130 if result.get('interrupted') else 1)

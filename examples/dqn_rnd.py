@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_checkpoint, prepare_run, run_pipeline, run_script,  # no torch
-                                 setup_logging)
+from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
+                                 run_pipeline, run_script, setup_logging)
 
 
 def make_config(size: int, seed: int) -> Any:
@@ -99,7 +99,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     cfg = compile_config(run.user_config, policy="dqn")
     policy = build_policy(cfg, n, args.seed)
     if run.play:
-        return play_checkpoint(run.play, policy, lambda: DeepSeaEnv(size=n, seed=args.seed), args, "DeepSea")
+        return play_without_rendering(run.play, policy, lambda: DeepSeaEnv(size=n, seed=args.seed), args, "DeepSea")
     env = EnvManager(lambda: DeepSeaEnv(size=n, seed=args.seed), 1, seed=args.seed)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     rnd = None if args.no_rnd else RndRewardModel(

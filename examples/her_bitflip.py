@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_checkpoint, prepare_run, run_pipeline, run_script,  # no torch
-                                 setup_logging)
+from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
+                                 run_pipeline, run_script, setup_logging)
 
 
 def user_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Dict[str, Any]:
@@ -101,7 +101,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     obs_dim = probe.observation_space.shape[0]
     policy = build_policy(cfg, n, obs_dim, args.seed)
     if run.play:
-        return play_checkpoint(run.play, policy, make_env, args, "the bit-flipping env")
+        return play_without_rendering(run.play, policy, make_env, args, "the bit-flipping env")
     collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
     evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size)

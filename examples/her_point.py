@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_checkpoint, prepare_run, run_pipeline, run_script,  # no torch
-                                 setup_logging)
+from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
+                                 run_pipeline, run_script, setup_logging)
 
 
 def user_config(seed: int) -> Dict[str, Any]:
@@ -88,7 +88,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     cfg.policy.model.action_shape = 2
     policy = SACPolicy(cfg, seed=args.seed)
     if run.play:
-        return play_checkpoint(run.play, policy, make_env, args, "the point env")
+        return play_without_rendering(run.play, policy, make_env, args, "the point env")
     collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
     evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)

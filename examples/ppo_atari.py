@@ -3,97 +3,97 @@
     python examples/ppo_atari.py                                   # PongNoFrameskip-v4, 8 subprocess envs, 10M steps
     python examples/ppo_atari.py --env ALE/Breakout-v5
     python examples/ppo_atari.py --backend envpool                 # EnvPool's C++ Atari (same settings)
+    python examples/ppo_atari.py --play atari_ppo_PongNoFrameskip-v4/1/ckpt/eval.pth.tar --render
 
 Preprocessing as in ``examples/dqn_atari.py`` (:mod:`pipeline.envs.atari`): episodic life and
 sign-clipped rewards for the training envs, raw game scores from the evaluation envs. Settings (the
 usual PPO Atari ones, as in Stable-Baselines3's RL-Zoo and CleanRL): 8 envs x 128 steps per rollout,
 4 epochs of minibatches of 256, gamma 0.99, GAE lambda 0.95, Adam 2.5e-4 and clip range 0.1 both
-decaying linearly to 0, entropy 0.01, value coefficient 0.5, max grad norm 0.5.
+decaying linearly to 0 over ``--max-env-step``, entropy 0.01, value coefficient 0.5, max grad norm
+0.5; an evaluation every 50 rollouts; it stops at a mean evaluation score of 20
+(``--set env.stop_value=...``) or after ``--max-env-step``.
+
+Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
+``--play``, ``--middleware``, ...): runs go to ``./atari_ppo_<env>/<n>/`` (``config.json``, ``ckpt/``,
+``log/`` for TensorBoard).
 """
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
-import torch  # noqa: E402
-
-from contexts import OnlineRLContext  # noqa: E402
-from middleware import (CkptSaver, OnPolicyTrainer, RolloutCollector, gae_estimator, interaction_evaluator,  # noqa: E402
-                        online_logger, termination_checker)
-from pipeline import task  # noqa: E402
-from pipeline.policy.conv import AtariActorCritic  # noqa: E402
-from pipeline.policy.ppo import PPOPolicy, make_ppo_config  # noqa: E402
-
-try:
-    from examples.dqn_atari import make_envs
-except ImportError:  # run as a script from another directory layout
-    from dqn_atari import make_envs
+from pipeline.experiment import example_parser, run_pipeline  # no torch
+from pipeline.experiment_envs import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
+                                      env_config, finish_run, play_checkpoint, run_logger, start_run)
 
 
-def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--env', default='PongNoFrameskip-v4', help='NoFrameskip-v4 or ALE/...-v5 id')
-    ap.add_argument('--backend', default='subprocess', choices=['sync', 'subprocess', 'envpool'])
-    ap.add_argument('--env-num', type=int, default=8)
-    ap.add_argument('--n-steps', type=int, default=128, help='steps per env per rollout')
-    ap.add_argument('--max-env-step', type=int, default=10_000_000)
-    ap.add_argument('--stop-score', type=int, default=20)
-    ap.add_argument('--eval-episodes', type=int, default=4)
-    ap.add_argument('--eval-freq', type=int, default=50, help='evaluate every this many rollouts')
-    ap.add_argument('--max-episode-steps', type=int, default=None, help='shorter episodes (smoke tests)')
-    ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--threads', type=int, default=1)
-    ap.add_argument('--exp-name', default=None)
-    ap.add_argument('--quiet', action='store_true')
-    args = ap.parse_args(argv)
-    if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format='%(asctime)s %(message)s', datefmt='%H:%M:%S')
-    torch.set_num_threads(args.threads)
-    cfg = make_ppo_config({
-        'exp_name': args.exp_name or f'atari_ppo_{args.env.split("/")[-1]}',
-        'seed': args.seed,
-        'env': {'env_id': args.env, 'collector_env_num': args.env_num, 'evaluator_env_num': args.eval_episodes,
-                'n_evaluator_episode': args.eval_episodes, 'stop_value': args.stop_score},
+def build_parser():
+    p = example_parser(__doc__, exp_name='atari_ppo', max_env_step=10_000_000)
+    return add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+
+
+def user_config(args: Any) -> Dict[str, Any]:
+    if args.exp_name == 'atari_ppo':  # the default: one folder per game
+        args.exp_name = f'atari_ppo_{args.env.split("/")[-1]}'
+    return {
+        'env': env_config(args, stop_value=20),
         'policy': {
             'discount_factor': 0.99,
             'gae_lambda': 0.95,
             'learn': {'n_epochs': 4, 'batch_size': 256, 'learning_rate': 2.5e-4, 'clip_range': 0.1,
                       'ent_coef': 0.01, 'vf_coef': 0.5, 'max_grad_norm': 0.5, 'total_env_steps': args.max_env_step},
-            'collect': {'n_steps': args.n_steps},
-            'eval': {'evaluator': {'eval_freq': args.eval_freq}},
+            'collect': {'n_steps': 128},
+            'eval': {'evaluator': {'eval_freq': 50}},
         },
-    })
-    collector_env, evaluator_env = make_envs(args)
-    model = AtariActorCritic(int(collector_env.action_space.n))
-    policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, model=model, seed=args.seed)
-    ckpt = CkptSaver(policy, cfg.exp_name, train_freq=500)
-    logger = online_logger(cfg.exp_name, train_show_freq=50)
+    }
+
+
+def build_policy(cfg: Any, observation_space: Any, action_space: Any) -> Any:
+    from pipeline.policy.conv import AtariActorCritic
+    from pipeline.policy.ppo import PPOPolicy
+
+    return PPOPolicy(cfg, observation_space, action_space, model=AtariActorCritic(int(action_space.n)), seed=cfg.seed)
+
+
+def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    run = start_run(args, user_config(args))  # --set, logging, torch threads; --resume/--play checked
+    if run.play:
+        return play_checkpoint(run, args, build_policy, atari_play_env)
+
+    from contexts import OnlineRLContext
+    from middleware import OnPolicyTrainer, RolloutCollector, gae_estimator, interaction_evaluator, termination_checker
+    from pipeline import task
+
+    cfg = compile_run_config(run, 'ppo')
+    collector_env, evaluator_env = atari_envs(cfg, args.backend)
+    policy = build_policy(cfg, collector_env.observation_space, collector_env.action_space)
+    ckpt = checkpointer(run, policy, cfg, 'ppo', train_freq=500)
+    logger = run_logger(run, args, train_show_freq=50)
+    run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()
-    try:
-        with task.start(ctx=OnlineRLContext()):
-            task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-            task.use(RolloutCollector(cfg, policy.collect_mode, collector_env))
-            task.use(gae_estimator(cfg, policy.model))
-            task.use(OnPolicyTrainer(cfg, policy.learn_mode))
-            task.use(ckpt)
-            task.use(logger)
-            task.use(termination_checker(max_env_step=args.max_env_step))
-            task.run()
-            ctx = task.ctx
-    finally:
-        logger.close()
-        collector_env.close()
-        evaluator_env.close()
-    wall = time.perf_counter() - t0
-    print(f'{args.env}: last mean eval score {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, '
-          f'{ctx.train_iter} updates, {wall:.0f} s')
-    return {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
-            'last_eval_score': ctx.last_eval_value, 'wall_time': wall,
-            'solved': ctx.last_eval_value >= args.stop_score}
+    with task.start(ctx=ckpt.restore(OnlineRLContext())):
+        task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
+        task.use(RolloutCollector(cfg, policy.collect_mode, collector_env))
+        task.use(gae_estimator(cfg, policy.model))
+        task.use(OnPolicyTrainer(cfg, policy.learn_mode))
+        task.use(ckpt)
+        task.use(logger)
+        task.use(termination_checker(max_env_step=args.max_env_step))
+        for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
+            task.use(mw)
+        ctx, interrupted = run_pipeline(ckpt)
+    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score')
+    stop = cfg.env.stop_value
+    result['solved'] = stop is not None and ctx.last_eval_value >= stop
+    return result
 
 
 if __name__ == '__main__':
-    sys.exit(0 if main()['solved'] else 1)
+    try:
+        result = main()
+    except KeyboardInterrupt:  # before training started: nothing to save
+        print('\ninterrupted before training started; nothing saved')
+        sys.exit(130)
+    sys.exit(0 if result.get('solved') or 'play_returns' in result else 130 if result.get('interrupted') else 1)

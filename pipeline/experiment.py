@@ -29,11 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from .play import play_checkpoint, play_policy
+from .play import play_policy, play_without_rendering
 
 __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
            'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
-           'play_policy', 'play_checkpoint', 'run_pipeline', 'run_script']
+           'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script']
 
 
 def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int] = None,

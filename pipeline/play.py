@@ -1,5 +1,5 @@
 """Running a saved policy: ``play_policy`` (any env, with ``--render`` / ``--video``) and
-``play_checkpoint`` (``--play`` for envs without rendering). Importing this module loads neither torch
+``play_without_rendering`` (``--play`` for envs without rendering). Importing this module loads neither torch
 nor gymnasium."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ['play_policy', 'play_checkpoint']
+__all__ = ['play_policy', 'play_without_rendering']
 
 
 def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
@@ -55,7 +55,7 @@ def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]]
     return returns
 
 
-def play_checkpoint(path: str, policy: Any, make_env: Callable[[], Any], args: argparse.Namespace,
+def play_without_rendering(path: str, policy: Any, make_env: Callable[[], Any], args: argparse.Namespace,
                     env_name: str) -> Dict[str, Any]:
     """``--play`` for an env without rendering (``env_name`` says which, in the refusal of ``--render`` /
     ``--video``): load the checkpoint into ``policy`` (built as for training) and run ``args.episodes``

@@ -53,10 +53,14 @@ class ContextExchanger:
     the collectors' window (``skip_n_iter + 1`` batches each); ``stats['over_limit']`` counts arrivals
     beyond ``max_queue`` (logged; they are kept). A collector's loss is logged; with
     ``on_collector_lost='finish'`` it finishes the task, with ``'continue'`` (default) the learner goes on
-    with the others (and, with none left, trains on its buffer without waiting). When the learner is lost,
-    collectors finish the task (there is nobody to send to), unless the launcher restarts nodes
-    (``rlpipe run --backend ray --max-restarts N``): then they wait for it, and a restarted learner (a new
-    incarnation, resumed from its checkpoint) gets their batches counted anew.
+    with the others (and, with none left, trains on its buffer without waiting). A learner declared dead
+    (silent past the bus's heartbeat timeout) may come back (the bus revives it when it sends again):
+    meanwhile collectors keep what they collect (at most ``max_kept`` batches each, the oldest dropped beyond
+    that; ``stats['batches_kept']``, ``stats['kept_dropped']``, logged) and deliver it, in order, once a
+    learner is back. Collectors and evaluators finish the task when the learner said goodbye, or when none
+    came back within ``learner_timeout`` s, unless the launcher restarts nodes (``rlpipe run --backend ray
+    --max-restarts N``): then they wait for it, and a restarted learner (a new incarnation, resumed from its
+    checkpoint) gets their batches counted anew.
 
     Args:
         skip_n_iter: batches a collector may have in flight (sent, not yet consumed) while it collects the
@@ -73,6 +77,8 @@ class ContextExchanger:
         final_timeout: longest wait for evaluators' final results when the task finishes.
         on_collector_lost: ``'continue'`` or ``'finish'``.
         max_queue: queue length above which arrivals are counted in ``stats['over_limit']`` and logged.
+        learner_timeout: how long collectors and evaluators wait for a learner declared dead to come back.
+        max_kept: most batches a collector keeps while no learner is alive.
 
     In a single process this is ``task.void()``. A node with both the learner and the collector role is
     not supported (a clear error).
@@ -90,7 +96,7 @@ class ContextExchanger:
 
     def __init__(self, skip_n_iter: int = 1, storage: Optional[str] = None, max_merge: Optional[int] = None,
                  wait_timeout: float = 10.0, final_timeout: float = 3.0, on_collector_lost: str = 'continue',
-                 max_queue: int = 256) -> None:
+                 max_queue: int = 256, learner_timeout: float = 120.0, max_kept: int = 64) -> None:
         if not isinstance(skip_n_iter, int) or isinstance(skip_n_iter, bool) or skip_n_iter < 0:
             raise ValueError(f'ContextExchanger: skip_n_iter must be an int >= 0, got {skip_n_iter!r}')
         if max_merge is not None and (not isinstance(max_merge, int) or max_merge < 1):
@@ -98,7 +104,10 @@ class ContextExchanger:
         if on_collector_lost not in ('continue', 'finish'):
             raise ValueError(f"ContextExchanger: on_collector_lost must be 'continue' or 'finish', "
                              f"got {on_collector_lost!r}")
-        for name, v in (('wait_timeout', wait_timeout), ('final_timeout', final_timeout)):
+        if not isinstance(max_kept, int) or isinstance(max_kept, bool) or max_kept < 1:
+            raise ValueError(f'ContextExchanger: max_kept must be an int >= 1, got {max_kept!r}')
+        for name, v in (('wait_timeout', wait_timeout), ('final_timeout', final_timeout),
+                        ('learner_timeout', learner_timeout)):
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f'ContextExchanger: {name} must be a number of seconds >= 0, got {v!r}')
         task = current_task()
@@ -113,6 +122,9 @@ class ContextExchanger:
         self.final_timeout = float(final_timeout)
         self.on_collector_lost = on_collector_lost
         self.max_queue = int(max_queue)
+        self.learner_timeout = float(learner_timeout)
+        self.max_kept = max_kept
+        self._learner_gone_since: Optional[float] = None  # when the last learner was declared dead
         self.router = task.router
         self.node_id = int(self.router.node_id)
         # this process's incarnation of the node: a node restarted with the same node id starts anew
@@ -142,25 +154,53 @@ class ContextExchanger:
     def _with_role(self, role: str) -> List[int]:
         return self._peers.with_role(role)
 
-    def _on_lost(self, node_id: int, roles: Set[str]) -> None:
-        """A live peer was lost (the peer table has dropped it)."""
+    def _on_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
+        """A live peer was lost (the peer table has dropped it): it said goodbye, or was declared dead
+        (``dead``: it may come back, and the bus then revives it: the table has it alive again)."""
         if current_task().finish:
             log.info('ContextExchanger: node %d left (the task is finishing)', node_id)
             return
-        self._peer_lost(node_id, roles)
+        self._peer_lost(node_id, roles, dead)
 
-    def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
+    def _peer_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
         """React to the loss of a peer with ``roles`` (not called while the task finishes)."""
 
-    def _finish_if_no_learner(self, node_id: int, roles: Set[str]) -> None:
-        if 'learner' in roles and not self._with_role('learner') and restarts_expected():
+    def _finish_if_no_learner(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
+        """The last learner is gone: finish if it said goodbye; if it was declared dead, wait for it to come
+        back (``learner_timeout``, checked each step by ``_learner_timed_out``)."""
+        if 'learner' not in roles or self._with_role('learner'):
+            return
+        if restarts_expected():
             log.warning('ContextExchanger: learner node %d is lost; waiting for the launcher to restart it '
                         '(it ends the job if it cannot)', node_id)
-            return
-        if 'learner' in roles and not self._with_role('learner'):
-            log.error('ContextExchanger: learner node %d is lost and no learner is left; finishing the task',
-                      node_id)
+        elif not dead:
+            log.error('ContextExchanger: learner node %d left and no learner is left; finishing the task', node_id)
             current_task().finish = True
+            return
+        if self._learner_gone_since is None:
+            self._learner_gone_since = time.monotonic()
+            if dead and not restarts_expected():
+                log.warning('ContextExchanger: learner node %d is not answering (declared dead); waiting up to '
+                            '%.0f s for a learner to come back (learner_timeout)%s', node_id, self.learner_timeout,
+                            '; collected batches are kept meanwhile' if self.is_collector else '')
+
+    def _learner_timed_out(self) -> bool:
+        """Called once per step: logs a learner's return; finishes the task when none came back within
+        ``learner_timeout``."""
+        since = self._learner_gone_since
+        if since is None:
+            return False
+        back = self._with_role('learner')
+        if back:
+            log.warning('ContextExchanger: learner node %s is back after %.1f s', back[0], time.monotonic() - since)
+            self._learner_gone_since = None
+            return False
+        if restarts_expected() or time.monotonic() - since < self.learner_timeout:
+            return False
+        log.error('ContextExchanger: no learner came back within %.0f s (learner_timeout); finishing the task',
+                  self.learner_timeout)
+        current_task().finish = True
+        return True
 
     # ----------------------------------------------------------------- listeners (router thread)
     def _on_final(self, result: Dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Dict, Generator, Optional, Set
+from collections import deque
+from typing import Any, Deque, Dict, Generator, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
 
@@ -21,10 +22,14 @@ class CollectorContextExchanger(ContextExchanger):
         self._seq = itertools.count(1)
         self._sent = 0
         self._learner_inc: Optional[int] = None
+        # batches not sent yet, oldest first, with their env steps: kept while no learner is alive
+        self._kept: Deque[Tuple[Dict[str, Any], int]] = deque()
+        self._keeping = False  # logged that batches are being kept (once per outage)
         super().__init__(*args, **kwargs)
+        self.stats.update(batches_kept=0, kept_dropped=0)
 
-    def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
-        self._finish_if_no_learner(node_id, roles)
+    def _peer_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
+        self._finish_if_no_learner(node_id, roles, dead)
 
     def _unacked(self) -> int:
         u = self._updates.msg
@@ -41,6 +46,7 @@ class CollectorContextExchanger(ContextExchanger):
 
     def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
+        self._learner_timed_out()
         if self._sent and self._unacked() > self.skip_n_iter and not task.finish:
             def give_up() -> Optional[str]:  # with restarts, a lost learner is waited for (bounded)
                 return None if self._with_role('learner') or restarts_expected() else 'no learner is alive'
@@ -50,6 +56,10 @@ class CollectorContextExchanger(ContextExchanger):
                                f'flight, window {self.skip_n_iter + 1})')
             if why == 'timeout':
                 self.stats['wait_timeouts'] += 1
+        if len(self._kept) >= self.max_kept and not task.finish:  # full: wait for a learner before dropping
+            self._w.wait(lambda: bool(self._with_role('learner')), self.wait_timeout, lambda: None,
+                         f'a learner to come back (node {self.node_id} keeps {len(self._kept)} batches, max_kept '
+                         f'{self.max_kept})')
         self._apply_update(ctx)
         self._apply_eval(ctx)
         step0, episode0 = ctx.env_step, ctx.env_episode
@@ -58,8 +68,7 @@ class CollectorContextExchanger(ContextExchanger):
         yield
         d_step, d_episode = ctx.env_step - step0, ctx.env_episode - episode0
         traj, eps = ctx.trajectories, ctx.episodes
-        learners = self._with_role('learner')
-        if learners and (d_step or d_episode or traj or eps):
+        if d_step or d_episode or traj or eps:
             info = ctx.info_for_logging
             batch: Dict[str, Any] = {
                 'env_step': int(d_step), 'env_episode': int(d_episode),
@@ -74,14 +83,57 @@ class CollectorContextExchanger(ContextExchanger):
             batch['node'] = self.node_id
             batch['inc'] = self.incarnation
             batch['seq'] = seq
-            for learner in learners:
-                task.emit_to(learner, EV_DATA, batch)
-            self._sent += 1
-            self.stats['batches_sent'] += 1
-            self.stats['env_steps_sent'] += int(d_step)
+            self._kept.append((batch, int(d_step)))
+            self._deliver(task)
+            if self._kept and self._kept[-1][0] is batch:
+                self._keep()
+        elif self._kept:
+            self._deliver(task)
         if task.finish:
+            if self._kept:
+                log.error('ContextExchanger: node %d finishes with %d collected batches that no learner got '
+                          '(none alive)', self.node_id, len(self._kept))
             self._final_wait(ctx)
             self._log_stats()
+
+    def _deliver(self, task: Any) -> None:
+        """Send the batches not sent yet, oldest first, to every live learner; stop at the first one that no
+        learner accepted (the bus declared it dead meanwhile): it stays kept."""
+        kept = self._kept
+        stats = getattr(self.router, 'stats', None) or {}
+        while kept:
+            learners = self._with_role('learner')
+            if not learners:
+                return
+            batch, d_step = kept[0]
+            lost = stats.get('undeliverable', 0)
+            for learner in learners:
+                task.emit_to(learner, EV_DATA, batch)
+            if stats.get('undeliverable', 0) - lost >= len(learners):
+                return  # nobody got it: keep it for the learner's return
+            kept.popleft()
+            self._sent += 1
+            self.stats['batches_sent'] += 1
+            self.stats['env_steps_sent'] += d_step
+        if self._keeping:
+            self._keeping = False
+            log.warning('ContextExchanger: node %d delivered the batches it kept while no learner was alive',
+                        self.node_id)
+
+    def _keep(self) -> None:
+        """This step's batch could not be sent (no learner alive): it is kept, at most ``max_kept`` of them."""
+        self.stats['batches_kept'] += 1
+        if not self._keeping:
+            self._keeping = True
+            log.warning('ContextExchanger: node %d: no learner is alive; keeping collected batches until one is '
+                        'back (at most %d; stats batches_kept, kept_dropped)', self.node_id, self.max_kept)
+        while len(self._kept) > self.max_kept:
+            self._kept.popleft()
+            self.stats['kept_dropped'] += 1
+            n = self.stats['kept_dropped']
+            if n in (1, 10, 100) or n % 1000 == 0:
+                log.error('ContextExchanger: node %d dropped its oldest kept batch: no learner for a long time and '
+                          'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
     def _write_file(self, batch: Dict[str, Any], seq: int) -> str:
         from pipeline.parallel import codec

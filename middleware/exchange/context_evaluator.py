@@ -18,11 +18,12 @@ class EvaluatorContextExchanger(ContextExchanger):
         self._steps = 0
         super().__init__(*args, **kwargs)
 
-    def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
-        self._finish_if_no_learner(node_id, roles)
+    def _peer_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
+        self._finish_if_no_learner(node_id, roles, dead)
 
     def __call__(self, ctx: OnlineRLContext) -> Generator:
         task = current_task()
+        self._learner_timed_out()
         if self._steps and not task.finish:
             def give_up() -> Optional[str]:  # with restarts, a lost learner is waited for (bounded)
                 return None if self._with_role('learner') or restarts_expected() else 'no learner is alive'

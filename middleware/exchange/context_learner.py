@@ -36,7 +36,7 @@ class LearnerContextExchanger(ContextExchanger):
         current_task().on(EV_DATA, self._on_data)
         super()._listen()
 
-    def _peer_lost(self, node_id: int, roles: Set[str]) -> None:
+    def _peer_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
         if 'collector' not in roles:
             return
         left = self._with_role('collector')

@@ -95,8 +95,8 @@ class Newest:
 class PeerTable:
     """The live peers of this node and their roles: filled from the router, kept current by the bus's join and
     loss events (under ``waiter``'s lock, waking its waits). ``lost`` holds the peers lost and not back,
-    ``joined`` those that joined since the owner last cleared it; ``on_lost(node_id, roles)`` runs (outside
-    the lock) when a live peer is lost."""
+    ``joined`` those that joined since the owner last cleared it; ``on_lost(node_id, roles, dead)`` runs
+    (outside the lock) when a live peer is lost (``dead``: declared dead, it may come back; else it left)."""
 
     def __init__(self, router: Any, waiter: 'Waiter',
                  on_lost: Optional[Callable[[int, Set[str]], None]] = None) -> None:
@@ -108,8 +108,9 @@ class PeerTable:
             self.alive[int(p)] = peer_roles(router, int(p))
 
     def listen(self, task: Any) -> None:
-        for ev in PEER_LOST:
-            task.on(ev, self.on_lost)
+        dead, left = PEER_LOST
+        task.on(dead, self.on_dead)
+        task.on(left, self.on_lost)
         task.on(PEER_JOINED, self.on_joined)
 
     def with_role(self, role: str) -> List[int]:
@@ -122,7 +123,11 @@ class PeerTable:
             self.joined.add(int(node_id))
             self._w.cv.notify_all()
 
-    def on_lost(self, node_id: int, *_: Any, **__: Any) -> None:
+    def on_dead(self, node_id: int, *_: Any, **__: Any) -> None:
+        """Declared dead by the bus: it may come back (then ``on_joined``: a revived peer is alive again)."""
+        self.on_lost(node_id, dead=True)
+
+    def on_lost(self, node_id: int, *_: Any, dead: bool = False, **__: Any) -> None:
         node_id = int(node_id)
         with self._w.cv:
             roles = self.alive.pop(node_id, None)
@@ -131,7 +136,7 @@ class PeerTable:
             self.lost.add(node_id)
             self._w.cv.notify_all()
         if self._on_lost_cb is not None:
-            self._on_lost_cb(node_id, roles)
+            self._on_lost_cb(node_id, roles, dead)
 
 
 class Waiter:

@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--key-file", default=None,
                      help="file with the shared key (default: $RLPIPE_KEY, $RLPIPE_KEY_FILE, or a random key "
                           "for runs on this machine only)")
+    run.add_argument("--bus-auth", choices=["plain", "curve"], default=None,
+                     help="how connections between nodes prove they know the key: plain (default: a derived "
+                          "credential, no cost per message) or curve (CurveZMQ: encrypted, for networks you do not "
+                          "trust; slower for large messages); the same on every node [default: $RLPIPE_BUS_AUTH]")
     run.add_argument("--log-level", default="INFO")
     ray_opts = run.add_argument_group("Ray backend (--backend ray; pip install rlpipe[ray])")
     ray_opts.add_argument("--backend", choices=["processes", "ray"], default="processes",
@@ -107,6 +111,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="[launcher] %(asctime)s %(levelname)s %(message)s")
+    if args.bus_auth:
+        os.environ["RLPIPE_BUS_AUTH"] = args.bus_auth  # every node this launcher starts inherits it
     if args.backend == "ray":
         return _run_on_ray(args)
     from .keys import MissingKeyError

@@ -19,6 +19,7 @@ import time
 from typing import Any, List, Optional
 
 from . import codec
+from .transport_auth import client
 from .wire import FINISH, K_DATA
 
 log = logging.getLogger("rlpipe.parallel")
@@ -64,6 +65,7 @@ class Ending:
             return
         try:
             sock = self._ctx.socket(zmq.PUSH)
+            client(sock, self._key, self.bus_auth)
             sock.setsockopt(zmq.LINGER, int(self.linger * 1000))
             sock.setsockopt(zmq.SNDHWM, 4)
             sock.connect(p.address)

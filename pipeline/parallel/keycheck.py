@@ -54,6 +54,7 @@ class KeyCheck:
     _bad_key_from: Optional[Dict[str, float]] = None  # remote address -> when its first bad HELLO came
     _key_error: Optional[str] = None
     _probes_checked = False
+    _refused_seen = None  # (address, reason) pairs already logged
 
     def _auth_failed(self, first: bytes) -> None:
         """A message failed the HMAC check (called by ``Framing._open``). A HELLO from a connection we have not
@@ -70,6 +71,26 @@ class KeyCheck:
             self._bad_key_from[addr] = time.monotonic()
             log.error("node %d: peer at %s signs with a different key: its HELLO failed the HMAC check (%s)",
                       self.node_id, addr, _ADVICE)
+
+    def _refused(self, address: str, why: str, wrong_key: bool) -> None:
+        """A connection failed the transport handshake (``transport_auth``, on its guard thread): nothing it
+        sent was read. Counted; logged once per address and reason."""
+        self.stats["refused_connections"] += 1
+        if wrong_key:
+            if self._bad_key_from is None:
+                self._bad_key_from = {}
+            if address in self._bad_key_from:
+                return
+            self._bad_key_from[address] = time.monotonic()
+            log.error("node %d: peer at %s signs with a different key: refused its connection (%s; %s)",
+                      self.node_id, address, why, _ADVICE)
+            return
+        seen = self._refused_seen if self._refused_seen is not None else set()
+        self._refused_seen = seen
+        if (address, why) not in seen and len(seen) < 1000:
+            seen.add((address, why))
+            log.warning("node %d: refused a connection from %s before reading anything from it: %s [%d refused "
+                        "so far]", self.node_id, address, why, self.stats["refused_connections"])
 
     def _unanswered_probes(self) -> str:
         """The addresses we sent HELLOs to that accept connections but never answered (checked once)."""

@@ -236,6 +236,8 @@ def run_on_ray(
            MAX_RESTARTS_ENV: str(max_restarts),
            "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
            LAUNCH_ID_ENV: os.environ.get(LAUNCH_ID_ENV) or f"ray-{os.getpid()}-{time.time_ns()}"}
+    if os.environ.get("RLPIPE_BUS_AUTH"):  # --bus-auth: the actors run on other machines, with their own env
+        env["RLPIPE_BUS_AUTH"] = os.environ["RLPIPE_BUS_AUTH"]
     workdir = os.getcwd() if address is None else None  # outputs under the user's directory
     actor_cls = ray.remote(NodeActor)
     by_id = {s.node_id: s for s in specs}

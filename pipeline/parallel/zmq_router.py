@@ -43,6 +43,8 @@ from .keys import resolve_key
 from .liveness import Liveness, _Peer  # noqa: F401
 from .reader import Reader
 from .sending import BackpressureTimeout, Sending
+from . import transport_auth
+from .transport_auth import TransportGuard, resolve_bus_auth
 # Re-exported: these names were importable from this module before it was split.
 from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
                    K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing,
@@ -102,6 +104,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         labels, roles: this node's labels and roles, announced to peers (``peer_info``); ``roles`` is also
             read by the task runtime when ``task.start`` gets no roles.
         key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
+        bus_auth: how a connection proves it knows the key before any message is read (``transport_auth``):
+            ``"plain"`` (default; a derived credential, free per message) or ``"curve"`` (CurveZMQ: encrypted,
+            nothing sniffable, slower for large messages). Default: ``RLPIPE_BUS_AUTH``; the same on every node.
         advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0 or NAT):
             a host (``10.0.0.2``: announced with the bound port) or ``tcp://HOST:PORT``.
         heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
@@ -138,7 +143,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                  stop_on_peer_failure: bool = False, max_frame_size: int = 256 << 20,
                  max_message_size: int = 512 << 20,
                  hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
-                 peerless_timeout: float = 15.0) -> None:
+                 peerless_timeout: float = 15.0, bus_auth: Optional[str] = None) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -173,6 +178,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
+        self.bus_auth = resolve_bus_auth(bus_auth)
+        self._guard: Optional[TransportGuard] = None
         # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
         base = hmac.new(self._key, digestmod="sha256")
         self._hmac = getattr(base, "_hmac", None) or base
@@ -188,7 +195,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost"), 0)
+             "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost",
+             "refused_connections"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
@@ -231,6 +239,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
     def _new_push(self, address: str) -> Any:
         import zmq
         s = self._ctx.socket(zmq.PUSH)
+        transport_auth.client(s, self._key, self.bus_auth)
         if "[" in address:
             s.setsockopt(zmq.IPV6, 1)
         s.setsockopt(zmq.SNDHWM, self.hwm)
@@ -251,7 +260,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._started_at = time.monotonic()
         self._on_message = on_message
         self._ctx = zmq.Context()
+        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused)
         pull = self._ctx.socket(zmq.PULL)
+        self._guard.server(pull)
         if "[" in self.bind_address:
             pull.setsockopt(zmq.IPV6, 1)
         pull.setsockopt(zmq.RCVHWM, self.hwm)
@@ -263,6 +274,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             pull.bind(self.bind_address)
         except zmq.ZMQError as e:
             pull.close(0)
+            self._guard.close()
             self._ctx.term()
             raise OSError(f"node {self.node_id} cannot listen on {self.bind_address}: {e} (is another node or "
                           "program using this port? choose other --ports)") from None
@@ -284,7 +296,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                 self._add_probe(a)
         log.info("node %d listening on %s (topology %s, %d seed address(es))", self.node_id, self.address,
                  self.topology, len(self._seeds))
-        for target, name in ((self._recv_loop, "recv"), (self._monitor_loop, "heartbeat")):
+        for target, name in ((self._recv_loop, "recv"), (self._monitor_loop, "heartbeat"), (self._guard_loop, "auth")):
             t = threading.Thread(target=target, name=f"rlpipe-{name}-{self.node_id}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -296,6 +308,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                 raise
             if not ok and self._check_keys(time.monotonic()):
                 self.stop()  # raises KeyMismatchError
+
+    def _guard_loop(self) -> None:
+        self._guard.run(self._stopping)
 
     def _announceable(self, bound: str) -> str:
         if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):

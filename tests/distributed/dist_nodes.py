@@ -208,10 +208,13 @@ def fault_main() -> int:
         ctx.env_step += 3
         time.sleep(0.02)
 
+    def handed(cx) -> int:  # batches the exchanger sent or kept for later (each batch is one or the other first)
+        return cx.stats['batches_sent'] + cx.stats.get('batches_kept', 0) if hasattr(cx, 'stats') else 0
+
     def log_sent(ctx):  # before the exchanger in the chain: its backward part runs after the send
-        n0 = cx.stats['batches_sent'] if hasattr(cx, 'stats') else 0
+        n0 = handed(cx)
         yield
-        if sent_log is not None and cx.stats['batches_sent'] > n0:
+        if sent_log is not None and handed(cx) > n0:
             sent_log.write(' '.join('%d:%d:%d' % tuple(t['src']) for t in ctx.trajectories) + '\n')
             sent_log.flush()
 

@@ -89,3 +89,44 @@ def test_pause_and_restart_of_collectors_lose_nothing_and_the_job_ends(tmp_path)
     assert learner['bus_stats']['duplicates'] == 0 and learner['bus_stats']['gaps'] == 0, learner['bus_stats']
     # the learner saw the pause as a death and the collector come back; no heartbeat-only revival was lost
     assert 'node 1 is dead' in log and 'node 1, declared dead, is sending again' in log, log[-6000:]
+
+
+def test_a_learner_paused_past_the_heartbeat_timeout_gets_what_was_collected_meanwhile(tmp_path):
+    """The collector declares the paused learner dead but neither finishes nor drops data: it keeps its batches
+    (counted, logged) and delivers them once the bus revives the learner; the learner gets every transition
+    exactly once and the job ends on its finish."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    hb_timeout = 2.0
+    proc = launch('fault_main', 2, str(out), [], extra=['--roles', 'learner:collector'],
+                  heartbeat_timeout=hb_timeout)
+    sent_file = lambda: glob.glob(str(out / 'sent-1-*.txt'))  # noqa: E731
+    batches = lambda: sum(len(_lines(p)) for p in sent_file())  # noqa: E731
+    _wait(lambda: batches() >= 10, GUARD, 'collection', proc)
+    pid0 = int(glob.glob(str(out / 'pid-0-*'))[0].rsplit('-', 1)[1])
+    os.kill(pid0, signal.SIGSTOP)
+    try:
+        before = batches()
+        _wait(lambda: batches() >= before + 10, 6 * hb_timeout + 60, 'collection while the learner is paused',
+              proc)
+        time.sleep(hb_timeout)
+    finally:
+        os.kill(pid0, signal.SIGCONT)
+    after_pause = batches()
+    _wait(lambda: batches() >= after_pause + 10, GUARD, 'collection after the learner is back', proc)
+    (out / 'finish-now').touch()
+    log = wait(proc, GUARD)
+    assert proc.returncode == 0, log[-6000:]
+    records = {}
+    for path in glob.glob(str(out / 'node-*.json')):
+        r = json.load(open(path))
+        records[r['node']] = r
+    learner, collector = records[0], records[1]
+    assert learner['finish'] and collector['finish']
+    assert 'node 0 is dead' in log and 'keeping collected batches until one is back' in log, log[-6000:]
+    assert collector['cx_stats']['batches_kept'] >= 1 and collector['cx_stats']['kept_dropped'] == 0
+    received = collections.Counter(learner['received'])
+    assert all(n == 1 for n in received.values()), [k for k, n in received.items() if n > 1][:10]
+    lines = _lines(sent_file()[0])
+    missing = [i for line in lines for i in line if i not in received]
+    assert set(missing) <= {i for line in lines[-2:] for i in line}, missing[:10]  # at most the last window

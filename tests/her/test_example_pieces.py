@@ -1,5 +1,5 @@
 """The pieces the HER/RND examples share from the library: NoRelabel, goal_success_rate, RunRecorder,
-play_checkpoint, and CkptSaver(modules=...) so that a resumed RND run keeps its predictor (issue 17 item 6)."""
+play_without_rendering, and CkptSaver(modules=...) so that a resumed RND run keeps its predictor (issue 17 item 6)."""
 import argparse
 import importlib.util
 import logging
@@ -59,11 +59,11 @@ def test_run_recorder_keeps_the_last_step_and_sums_up():
 
 
 def test_play_checkpoint_refuses_rendering_for_an_env_without_it():
-    from pipeline.experiment import play_checkpoint
+    from pipeline.experiment import play_without_rendering
 
     args = argparse.Namespace(render=True, video=None, episodes=1, seed=0)
     with pytest.raises(SystemExit, match="DeepSea has no rendering"):
-        play_checkpoint("x.pth.tar", None, lambda: None, args, "DeepSea")
+        play_without_rendering("x.pth.tar", None, lambda: None, args, "DeepSea")
 
 
 class _Policy(torch.nn.Module):

@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from pipeline.parallel import codec
+from pipeline.parallel.transport_auth import client as keyed_client
 from pipeline.parallel.zmq_router import K_DATA, ZmqRouter
 from parallel_helpers import HERE, KEY, ROOT, env, tcp_group, wait_until
 
@@ -157,6 +158,7 @@ def test_a_replayed_frame_overtaking_the_genuine_one_is_refused_and_no_genuine_m
     b.start(lambda *m: None)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
+    keyed_client(push, KEY_BYTES)  # passes the connection handshake; each test then sends raw frames
     push.setsockopt(zmq.LINGER, 0)
     push.connect(a.address)
     try:
@@ -194,6 +196,7 @@ def test_oversized_messages_are_dropped_and_counted_before_they_are_checked():
     b.start(lambda *m: None)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
+    keyed_client(push, KEY_BYTES)  # passes the connection handshake; each test then sends raw frames
     push.setsockopt(zmq.LINGER, 0)
     push.connect(a.address)
 

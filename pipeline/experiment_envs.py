@@ -1,0 +1,215 @@
+"""What the Atari and MuJoCo examples share (``examples/dqn_atari.py``, ``ppo_atari.py``,
+``sac_mujoco.py``): their env flags, their env managers, and the start, ``--play`` and end of a run
+around the pipeline each example builds itself. Built on :mod:`pipeline.experiment` (run folders,
+``--set``, ``--resume``, ``--play``, ``--middleware``); like it, importing this module loads neither
+torch nor gymnasium, so ``--help`` answers at once.
+
+An example reads top to bottom::
+
+    parser = example_parser(__doc__, exp_name='atari_dqn', max_env_step=3_000_000)
+    add_env_flags(parser, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+    args = parser.parse_args(argv)
+    run = start_run(args, user_config(args))      # --set, logging, torch threads, checks --resume/--play
+    if run.play:
+        return play_checkpoint(run, args, build_policy, atari_play_env)
+    cfg = compile_run_config(run, 'dqn')
+    collector_env, evaluator_env = atari_envs(cfg, args.backend)
+    ...                                            # policy, checkpointer(...), run_logger(...), the pipeline
+    return finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env])
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .experiment import RunInfo, play_policy, prepare_run, setup_logging
+
+__all__ = ['add_env_flags', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger', 'atari_envs', 'mujoco_envs',
+           'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
+
+
+def add_env_flags(parser: argparse.ArgumentParser, env: str, env_num: int, eval_episodes: int,
+                  backends: Sequence[str] = ('sync', 'subprocess', 'envpool'),
+                  backend: str = 'subprocess') -> argparse.ArgumentParser:
+    """Add ``--env``, ``--backend``, ``--env-num``, ``--eval-episodes``, ``--max-episode-steps`` and
+    ``--quiet`` (the rest of the settings are config entries: ``--set key=value``)."""
+    g = parser.add_argument_group('environment')
+    g.add_argument('--env', default=env, help=f'gymnasium env id (default {env})')
+    g.add_argument('--backend', default=backend, choices=list(backends),
+                   help=f'where the envs run (default {backend}; see pipeline.envs.EnvManager)')
+    g.add_argument('--env-num', type=int, default=env_num, help=f'collector envs (default {env_num})')
+    g.add_argument('--eval-episodes', type=int, default=eval_episodes,
+                   help=f'episodes per evaluation, one env each (default {eval_episodes})')
+    g.add_argument('--max-episode-steps', type=int, default=None,
+                   help="cut episodes after this many agent steps (smoke tests); default: the env's own limit")
+    g.add_argument('--quiet', action='store_true', help='no log lines and no progress bar')
+    return parser
+
+
+def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[str, Any]:
+    """The config's ``env`` section from the env flags."""
+    return {'env_id': args.env, 'collector_env_num': args.env_num, 'evaluator_env_num': args.eval_episodes,
+            'n_evaluator_episode': args.eval_episodes, 'stop_value': stop_value,
+            'max_episode_steps': args.max_episode_steps}
+
+
+def start_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
+    """:func:`pipeline.experiment.prepare_run` (``--set``, checked ``--resume``/``--play`` paths), then
+    logging (unless ``--quiet``), torch threads, and the ``--resume``/``--play`` files read once: a
+    corrupt or foreign file ends the run now, before anything is built."""
+    run = prepare_run(args, user_config)
+    if not getattr(args, 'quiet', False):
+        setup_logging()
+    import torch
+
+    from middleware.ckpt_handler import CheckpointError, read_checkpoint
+
+    torch.set_num_threads(args.threads)
+    try:
+        for path in (run.resume, run.play):
+            if path:
+                read_checkpoint(path)
+    except CheckpointError as e:
+        raise SystemExit(f'error: {e}') from None
+    return run
+
+
+def compile_run_config(run: RunInfo, policy: str) -> Any:
+    """``compile_config(run.user_config, policy=policy)``; a config error (e.g. a misspelled ``--set``
+    key) ends the run with the list of problems, before anything is built."""
+    from .config import compile_config
+
+    try:
+        return compile_config(run.user_config, policy=policy)
+    except ValueError as e:
+        raise SystemExit(f'error: {e}') from None
+
+
+def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
+                 buffer: Any = None) -> Any:
+    """A ``CkptSaver`` under the run folder (made now) that saves the config with the weights and
+    resumes from ``--resume`` (a checkpoint that does not fit the policy ends the run with its reason)."""
+    from middleware import CkptSaver
+    from middleware.ckpt_handler import CheckpointError
+
+    try:
+        return CkptSaver(policy, run.create_dir(), train_freq=train_freq, resume_from=run.resume, buffer=buffer,
+                         config=cfg, policy_type=policy_type)
+    except CheckpointError as e:
+        raise SystemExit(f'error: {e}') from None
+
+
+def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> Any:
+    """``online_logger`` writing TensorBoard logs to ``<run>/log``, with a progress bar unless
+    ``--quiet`` / ``--no-progress``."""
+    from middleware import online_logger
+
+    assert run.dir is not None, 'make the run folder first (checkpointer or run.create_dir)'
+    return online_logger(log_dir=os.path.join(run.dir, 'log'), train_show_freq=train_show_freq,
+                         progress=not (args.quiet or args.no_progress), total_env_step=args.max_env_step)
+
+
+# --------------------------------------------------------------------------- envs
+def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
+    """Collector envs (episodic life, clipped rewards) and evaluation envs (whole games, raw scores)
+    for ``cfg.env`` on ``backend``; EnvPool runs its own Atari with the same settings."""
+    from .envs import EnvManager
+    from .envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task
+
+    e = cfg.env
+    n, m, seed = e.collector_env_num, e.evaluator_env_num, cfg.seed
+    if backend == 'envpool':
+        task_id = envpool_atari_task(e.env_id)
+        kw_train, kw_eval = envpool_atari_kwargs(True), envpool_atari_kwargs(False)
+        if e.max_episode_steps:
+            kw_train['max_episode_steps'] = kw_eval['max_episode_steps'] = e.max_episode_steps
+        return (EnvManager(task_id, n, seed=seed, backend='envpool', env_kwargs=kw_train),
+                EnvManager(task_id, m, seed=seed + 10_000, backend='envpool', env_kwargs=kw_eval))
+    limit = {'max_episode_steps': e.max_episode_steps} if e.max_episode_steps else {}
+    return (EnvManager(AtariEnvFn(e.env_id, training=True, **limit), n, seed=seed, backend=backend),
+            EnvManager(AtariEnvFn(e.env_id, training=False, **limit), m, seed=seed + 10_000, backend=backend))
+
+
+def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
+    """Collector and evaluation envs for ``cfg.env`` (gymnasium MuJoCo, actions in [-1, 1])."""
+    from .envs import EnvManager
+    from .envs.mujoco import MujocoEnvFn
+
+    e = cfg.env
+    fn = MujocoEnvFn(e.env_id, max_episode_steps=e.max_episode_steps)
+    return (EnvManager(fn, e.collector_env_num, seed=cfg.seed, backend=backend),
+            EnvManager(fn, e.evaluator_env_num, seed=cfg.seed + 10_000, backend=backend))
+
+
+def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
+    """One Atari env as the evaluator sees it (whole games, raw score), for ``--play``."""
+    from .envs.atari import make_atari_env
+
+    return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps,
+                          **({'render_mode': render_mode} if render_mode else {}))
+
+
+def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
+    """One MuJoCo env as the evaluator sees it, for ``--play``."""
+    from .envs.mujoco import make_mujoco_env
+
+    return make_mujoco_env(env_id, max_episode_steps, **({'render_mode': render_mode} if render_mode else {}))
+
+
+# --------------------------------------------------------------------------- play and end
+def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callable[[Any, Any, Any], Any],
+                    make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, Any]:
+    """``--play``: rebuild the policy with ``build_policy(cfg, observation_space, action_space)`` from the
+    config saved in the checkpoint, load its weights and run ``--episodes`` episodes of the env it was
+    trained on (``make_env(env_id, render_mode, max_episode_steps)`` with the saved time limit;
+    ``--render`` / ``--video DIR``). Returns ``{'play_returns': [...]}``."""
+    from easydict import EasyDict
+
+    from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
+
+    assert run.play is not None
+    saved = read_checkpoint(run.play).get('extra', {}).get('config')
+    if not isinstance(saved, Mapping) or not saved.get('env', {}).get('env_id'):
+        raise SystemExit(f'error: {run.play!r} holds no training config (it was not saved by this example)')
+    cfg = EasyDict(saved)
+    env_id, limit = cfg.env.env_id, cfg.env.get('max_episode_steps')
+    probe = make_env(env_id, None, limit)
+    try:
+        policy = build_policy(cfg, probe.observation_space, probe.action_space)
+    finally:
+        probe.close()
+    try:
+        load_checkpoint(run.play, policy)
+    except CheckpointError as e:
+        raise SystemExit(f'error: {e}') from None
+    returns = play_policy(policy.eval_mode, lambda mode: make_env(env_id, mode, limit), episodes=args.episodes,
+                          seed=args.seed, render=args.render, video_dir=args.video)
+    return {'play_returns': returns}
+
+
+def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, logger: Any, envs: List[Any],
+               what: str = 'return') -> Dict[str, Any]:
+    """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),
+    print the last evaluation (``what``: 'score' or 'return'), the counts, and where the run folder,
+    checkpoints and logs are. Returns the figures as a dict."""
+    logger.close()
+    for env in envs:
+        env.close()
+    wall = time.perf_counter() - t0
+    result = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
+              'last_eval': ctx.last_eval_value, 'wall_time': wall, 'run_dir': run.dir, 'interrupted': interrupted}
+    if interrupted:
+        return result
+    print(f'\nlast mean eval {what} {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, {ctx.train_iter} '
+          f'updates, {wall:.0f} s ({ctx.env_step / max(wall, 1e-9):.0f} env steps/s)')
+    best, final = ckpt.paths.get('eval.pth.tar'), ckpt.paths.get('final.pth.tar')
+    print(f'run folder: {run.dir}')
+    print(f'  best evaluated policy: {best}')
+    print(f'  final (for --resume):  {final}')
+    print(f'  logs: tensorboard --logdir {os.path.join(str(run.dir), "log")}')
+    if best:
+        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+    return result
