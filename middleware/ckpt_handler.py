@@ -7,8 +7,6 @@ import math
 import os
 from typing import Any, Dict, Generator, Mapping, Optional
 
-import torch
-
 from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
@@ -56,6 +54,8 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
              'counters': counters, 'extra': dict(extra or {})}
     if modules:
         state['modules'] = {name: m.state_dict() for name, m in modules.items()}
+    import torch  # here, so that importing middleware does not load torch
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + '.tmp'
     torch.save(state, tmp)
@@ -66,6 +66,8 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
 def read_checkpoint(path: str) -> Dict[str, Any]:
     """Load and check a checkpoint file without applying it: ``CheckpointError`` (a ``ValueError``)
     saying what is wrong for a missing, empty, corrupt, unsafe or foreign file."""
+    import torch
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f'no checkpoint at {path!r}')
     try:
