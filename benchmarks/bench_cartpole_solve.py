@@ -11,7 +11,8 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-Measured 2026-12-01 (load average 33-41 on 2 cores; seeds 3-4 not finished before the deadline):
+Measured 2026-12-01 with the PREVIOUS defaults of examples/dqn_cartpole.py (load average 33-41 on 2 cores;
+seeds 3-4 not finished); the current defaults are measured in the example's docstring:
 
 | seed | rlpipe env steps (train + eval = total) | rlpipe wall / CPU s | SB3 train env steps (+ eval) | SB3 wall / CPU s |
 |---|---|---|---|---|
@@ -114,14 +115,19 @@ def main() -> None:
         print(json.dumps({'seed': seed, 'rlpipe': r, 'sb3': s}), flush=True)
     print('\nCartPole-v1 to mean eval return >= 475 over 10 episodes (one seed at a time, torch threads 1)')
     print('| seed | rlpipe env steps (train + eval = total) | rlpipe wall / CPU s | SB3 train env steps (+ eval) '
-          '| SB3 wall / CPU s | load |')
-    print('|---|---|---|---|---|---|')
+          '| SB3 wall / CPU s | fewer env steps / less wall | load |')
+    print('|---|---|---|---|---|---|---|')
     for seed, r, s in rows:
         rp = f"{r['train']:,} + {r['eval']:,} = {r['train'] + r['eval']:,}{'' if r['solved'] else ' (not solved)'}"
         sp = (f"{s['train']:,} (+ {s['eval']:,}){'' if s['solved'] else ' (not solved)'}" if s else '-')
         st = f"{s['wall']:.0f} / {s['cpu']:.0f}" if s else '-'
-        print(f"| {seed} | {rp} | {r['wall']:.0f} / {r['cpu']:.0f} | {sp} | {st} | {r['load']:.1f} |")
-
+        won = '-'
+        if s:
+            fewer = r['solved'] and (not s['solved'] or r['train'] + r['eval'] < s['train'])
+            faster = r['solved'] and (not s['solved'] or r['wall'] < s['wall'])
+            won = f"{'yes' if fewer else 'no'} / {'yes' if faster else 'no'}"
+        load = f"{r['load']:.1f}" + (f" / {s['load']:.1f}" if s else '')
+        print(f"| {seed} | {rp} | {r['wall']:.0f} / {r['cpu']:.0f} | {sp} | {st} | {won} | {load} |")
 
 if __name__ == '__main__':
     main()

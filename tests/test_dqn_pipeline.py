@@ -108,7 +108,7 @@ def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys, caplog, 
     saved = json.loads((run1 / 'config.json').read_text())
     assert saved['config']['policy']['learn']['batch_size'] == 16 and saved['config']['seed'] == 0
     it1 = int(re.search(r'after 160 training \+ \d+ evaluation env steps, (\d+) train iters', out).group(1))
-    assert 0 < it1 < 100 and it1 % 2 == 0  # update_per_collect=2
+    assert 0 < it1 < 100 and it1 % 4 == 0  # update_per_collect=4
     final = run1 / 'ckpt' / 'final.pth.tar'
     assert str(final) in out and f'tensorboard --logdir {run1 / "log"}' in out
     assert (run1 / 'ckpt' / 'final.buffer').is_file()
@@ -119,9 +119,9 @@ def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys, caplog, 
     run2 = tmp_path / 'cartpole_dqn' / '2'
     assert f'run folder: {run2}' in out and (run1 / 'ckpt' / 'final.pth.tar').is_file()  # run 1 is untouched
     # counters continue from 160 env steps / it1 iters, and the replay buffer was restored, so every one of
-    # the 20 steps (80 env steps, 4 per step) trains its 2 rounds at once
+    # the 20 steps (80 env steps, 4 per step) trains its 4 rounds at once
     it2 = int(re.search(r'after 240 training \+ \d+ evaluation env steps, (\d+) train iters', out).group(1))
-    assert it2 == it1 + 40
+    assert it2 == it1 + 80
     assert not [r for r in caplog.records if r.getMessage().startswith('eval at')]  # no evaluation at resume
     assert torch.load(run2 / 'ckpt' / 'final.pth.tar', weights_only=True)['counters']['env_step'] == 240
     from pipeline.config import ConfigError

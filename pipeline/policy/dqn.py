@@ -50,6 +50,7 @@ DQN_CONFIG = {
             'dueling': Bool(True),
             'head_hidden_size': Int(None, min=1, optional=True),  # defaults to the last encoder size
             'head_layer_num': Int(1, min=0),
+            'layer_norm': Bool(False),                          # LayerNorm before each hidden activation
             'extra': FreeForm(),
         },
         'learn': {
@@ -309,7 +310,7 @@ class DQNPolicy(Policy):
                                  '(or obs_shape=/action_shape= arguments, or a model=)')
             model = DQNModel(obs_shape, int(action_shape), mc.get('encoder_hidden_size_list', (128, 128, 64)),
                              dueling=mc.get('dueling', True), head_hidden_size=mc.get('head_hidden_size'),
-                             head_layer_num=mc.get('head_layer_num', 1))
+                             head_layer_num=mc.get('head_layer_num', 1), layer_norm=mc.get('layer_norm', False))
         elif action_shape is None:
             action_shape = getattr(model, 'action_shape', None)
             if action_shape is None:

@@ -48,6 +48,23 @@ def test_model_shapes_dueling_and_plain():
     assert torch.allclose((m(x) - m.value(h)).mean(-1), torch.zeros(6), atol=1e-6)
 
 
+def test_layer_norm_option_normalises_every_hidden_layer_and_comes_from_the_config():
+    m = DQNModel(4, 2, [32, 16], layer_norm=True)
+    lns = [l for l in m.modules() if isinstance(l, nn.LayerNorm)]
+    assert [l.normalized_shape for l in lns] == [(32,), (16,), (16,), (16,)]  # encoder, adv and value branches
+    assert not any(isinstance(l, nn.LayerNorm) for l in DQNModel(4, 2, [32, 16]).modules())
+    h = nn.Sequential(*list(m.encoder)[:2])(torch.randn(8, 4) * 100)  # Linear -> LayerNorm: per-row mean 0, var 1
+    assert torch.allclose(h.mean(-1), torch.zeros(8), atol=1e-5)
+    assert torch.allclose(h.var(-1, unbiased=False), torch.ones(8), atol=1e-3)
+    cfg = compile_config({'policy': {'model': {'obs_shape': 4, 'action_shape': 2, 'layer_norm': True,
+                                               'dueling': False}}})
+    pol = DQNPolicy(cfg, seed=0)
+    assert sum(isinstance(l, nn.LayerNorm) for l in pol.model.modules()) == 4  # 128, 128, 64 and the head's 64
+    assert pol.learn_mode.target_model.state_dict().keys() == pol.model.state_dict().keys()
+    with pytest.raises(ValueError, match='layer_norm'):
+        compile_config({'policy': {'model': {'layer_norm': 'yes'}}})
+
+
 def test_dqn_targets_double_vs_plain():
     r = torch.tensor([1.0, 1.0])
     done = torch.tensor([0.0, 1.0])
