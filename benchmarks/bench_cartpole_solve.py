@@ -11,15 +11,19 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-Measured 2026-12-01 with the PREVIOUS defaults of examples/dqn_cartpole.py (load average 33-41 on 2 cores;
-seeds 3-4 not finished); the current defaults are measured in the example's docstring:
+Measured 2026-12-01, ``--budget 30000`` (load average 11-26 on 2 cores; the table is also in the
+example's docstring):
 
-| seed | rlpipe env steps (train + eval = total) | rlpipe wall / CPU s | SB3 train env steps (+ eval) | SB3 wall / CPU s |
-|---|---|---|---|---|
-| 0 | 26,584 + 13,445 = 40,029 | 573 / 56 | 2,000 (+ 5,127) | 21 / 3.9 |
-| 1 | 16,988 + 12,390 = 29,378 | 230 / 34 | 25,000 (+ 35,617) | 387 / 47 |
-| 2 | 33,044 + 20,018 = 53,062 | 386 / 75 | 24,000 (+ 37,136) | 224 / 49 |
-| 0, evaluating every 1,000 env steps | 27,504 + 25,802 = 53,306 | 645 / 61 | 2,000 (+ 5,122) | 12 / 3.7 |
+| seed | rlpipe env steps: training + evaluation = total | rlpipe wall / CPU | SB3 training env steps (+ evaluation) | SB3 wall / CPU | rlpipe: fewer env steps / less wall | load (rlpipe / SB3) |
+|---|---|---|---|---|---|---|
+| 0 | 6,004 + 6,147 = 12,151 | 92 s / 28 s | 2,000 (+ 5,093) | 14 s / 6 s | no / no | 12 / 11 |
+| 1 | 5,244 + 9,706 = 14,950 | 93 s / 32 s | 30,000 (+ 40,588) | 251 s / 76 s | yes / yes | 11 / 16 |
+| 2 | 8,164 + 9,170 = 17,334 | 152 s / 43 s | 30,208 (+ 47,492) not solved | 230 s / 68 s | yes / yes | 15 / 12 |
+| 3 | 2,728 + 5,039 = 7,767 | 52 s / 14 s | 7,000 (+ 11,699) | 53 s / 17 s | no / yes | 16 / 13 |
+| 4 | 10,260 + 5,551 = 15,811 | 239 s / 58 s | 26,000 (+ 37,663) | 179 s / 54 s | yes / no | 26 / 14 |
+
+The previous defaults (load 33-41) took 26,584 + 13,445 = 40,029 / 16,988 + 12,390 = 29,378 /
+33,044 + 20,018 = 53,062 env steps on seeds 0-2.
 """
 from __future__ import annotations
 

@@ -15,6 +15,14 @@ hand, ...), and the best times are compared (target: rlpipe <= 1.10x the hand-wr
 than SB3). Wall and CPU time (``time.process_time``, the whole process; one torch thread) are both
 printed: on a machine shared with other jobs the wall time depends on what else runs, the CPU time
 much less.
+Measured 2026-12-01 (``python benchmarks/bench_ppo.py``, 2 repeats, load average 8.7 on the shared
+2-core CPU): hand-written loop 48.5 / 51.0 s wall, 21.3 / 22.8 s CPU; rlpipe 59.4 / 61.9 s wall (best
+1.23x), 24.2 / 26.4 s CPU (best 1.14x; 1.06x and 1.24x per repeat); SB3 55.5 / 107.2 s wall (1.14x),
+28.4 / 37.0 s CPU (1.33x). The 1.10x wall-time target is NOT met at this load. At 12,800 env steps
+(load 4.4, 3 repeats) rlpipe's CPU time was 1.02x; cProfile runs of both paths (51,200 env steps)
+show the same kernels and call counts (rlpipe's CPU time was 0.95x in that pair), and
+``Learner.update`` alone was 1.03x, the collector 1.1x of the hand loop's collection (mostly the
+env manager's per-step bookkeeping, ~12 us of ~75 us per vector step).
 Solve: evaluation every 1,024 env steps over 10 deterministic episodes, stop at mean >= 475, for
 rlpipe (the example's pipeline) and SB3 (``EvalCallback`` at the same frequency).
 """
@@ -131,10 +139,17 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
     eval_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=seed + 10_000) if solve else None
     policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed)
     learner = policy.learn_mode
+    evaluated_at = []
+
+    def mark_eval(ctx):
+        if ctx.eval_value > float('-inf'):
+            evaluated_at.append(int(ctx.env_step))
+
     t0, c0 = time.perf_counter(), time.process_time()
     with task.start(ctx=OnlineRLContext()):
         if solve:
             task.use(interaction_evaluator(cfg, policy.eval_mode, eval_env))
+            task.use(mark_eval)  # the env steps trained on when an evaluation ran (it runs before collecting)
         task.use(RolloutCollector(cfg, policy.collect_mode, env))
         task.use(gae_estimator(cfg, policy.model))
         task.use(OnPolicyTrainer(cfg, learner, log_freq=0))
@@ -143,7 +158,10 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
         ctx = task.ctx
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     solved = solve and ctx.last_eval_value >= cfg.env.stop_value
-    out = {'wall': wall, 'cpu': cpu, 'env_steps': ctx.env_step, 'updates': learner.num_minibatch_updates_lifetime,
+    # solved: the env steps trained on when the solving evaluation ran (the step that evaluates still
+    # collects one more rollout before the run ends; SB3's EvalCallback stops right after evaluating)
+    steps = evaluated_at[-1] if solved and evaluated_at else ctx.env_step
+    out = {'wall': wall, 'cpu': cpu, 'env_steps': steps, 'updates': learner.num_minibatch_updates_lifetime,
            'solved': solved, 'last_eval': ctx.last_eval_value}
     if keep_policy:
         out['policy'] = policy

@@ -22,11 +22,10 @@ each run writes ./<exp>/<n>/ (config.json, ckpt/, log/). --max-env-step override
 from __future__ import annotations
 
 import os
-import sys
-import time
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
+                                 run_pipeline, run_script, setup_logging)
 
 
 def make_config(size: int, seed: int) -> Any:
@@ -94,25 +93,26 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.envs import EnvManager
     from pipeline.envs.deepsea import DeepSeaEnv
     from pipeline.reward_model import RndRewardModel
+    from pipeline.run_record import RunRecorder
 
     torch.set_num_threads(args.threads)
     cfg = compile_config(run.user_config, policy="dqn")
     policy = build_policy(cfg, n, args.seed)
     if run.play:
-        return play(run.play, policy, n, args)
+        return play_without_rendering(run.play, policy, lambda: DeepSeaEnv(size=n, seed=args.seed), args, "DeepSea")
     env = EnvManager(lambda: DeepSeaEnv(size=n, seed=args.seed), 1, seed=args.seed)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     rnd = None if args.no_rnd else RndRewardModel(
         obs_dim=n * n, hidden=(64,), embed_dim=32, lr=1e-3, intrinsic_weight=args.intrinsic_weight,
         obs_norm=True, seed=args.seed)
     max_env_step = args.max_env_step if args.max_env_step is not None else args.max_episodes * n
-    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_)
+    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_,
+                     modules={"rnd": rnd} if rnd is not None else None)  # RND's predictor resumes too
     run.begin(cfg, quiet=args.quiet)
     logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
                            total_env_step=max_env_step)
 
     found: Dict[str, Any] = {"episode": None}
-    last: Dict[str, Any] = {}
 
     def treasure_watch(ctx: Any) -> None:
         """Stop at the first transition that pays the treasure (extrinsic reward > 0.5)."""
@@ -121,7 +121,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
                 found["episode"] = ctx.env_episode
                 task.finish = True
 
-    t0 = time.time()
+    recorder = RunRecorder()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(eps_greedy_handler(cfg))
         task.use(StepCollector(cfg, policy.collect_mode, env))
@@ -131,53 +131,22 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         task.use(termination_checker(max_env_step=max_env_step))
         task.use(ckpt)
         task.use(logger)
-        task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
+        task.use(recorder)
         for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
             task.use(mw)
         ctx, interrupted = run_pipeline(ckpt)
     logger.close()
     env.close()
-    result = {
-        "rnd": not args.no_rnd,
-        "found": found["episode"] is not None,
-        "found_at_episode": found["episode"],
-        "env_step": ctx.env_step,
-        "env_episode": ctx.env_episode,
-        "train_iter": ctx.train_iter,
-        "buffer_count": buffer_.count(),
-        "rnd_train_iter": rnd.train_iter if rnd is not None else 0,
-        "train_output": last.get("train_output"),
-        "train_data": last.get("train_data"),
-        "wall_time": time.time() - t0,
-        "run_dir": run.dir,
-        "interrupted": interrupted,
-    }
+    result = recorder.summary(ctx, run.dir, interrupted, rnd=not args.no_rnd, found=found["episode"] is not None,
+                              found_at_episode=found["episode"], buffer_count=buffer_.count(),
+                              rnd_train_iter=rnd.train_iter if rnd is not None else 0)
     what = "DQN+RND" if rnd is not None else "DQN"
     where = f"found the treasure in episode {found['episode']}" if result["found"] else "never found the treasure"
     print(f"DeepSea {n}, {what}, seed {args.seed}: {where} ({ctx.env_episode} episodes, {ctx.env_step} env steps, "
           f"{result['wall_time']:.1f} s)")
-    if not args.quiet:
-        print(f"run folder: {run.dir} (final checkpoint: {ckpt.paths.get('final.pth.tar')})")
+    run.print_outputs(ckpt, quiet=args.quiet)
     return result
 
 
-def play(path: str, policy: Any, n: int, args: Any) -> Dict[str, Any]:
-    """--play: load the checkpoint into the same network and run greedy episodes."""
-    from middleware import load_checkpoint
-    from pipeline.envs.deepsea import DeepSeaEnv
-    from pipeline.experiment import play_policy
-
-    if args.render or args.video:
-        raise SystemExit("error: DeepSea has no rendering; use --play without --render/--video")
-    load_checkpoint(path, policy)
-    returns = play_policy(policy.eval_mode, lambda mode: DeepSeaEnv(size=n, seed=args.seed), episodes=args.episodes,
-                          seed=args.seed)
-    return {"play_returns": returns}
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("\ninterrupted before training started; nothing saved")
-        sys.exit(130)
+    run_script(main)

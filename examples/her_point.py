@@ -17,29 +17,10 @@ each run writes ./<exp>/<n>/ (config.json, ckpt/, log/).
 from __future__ import annotations
 
 import os
-import sys
-import time
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
-
-
-class NoRelabel:
-    """The ``--no-her`` baseline: the same episode sampling, no relabelled goals."""
-
-    def __init__(self, episode_size: int, sample_per_episode: int, seed: Optional[int] = None) -> None:
-        import random
-
-        self.episode_size = episode_size
-        self.sample_per_episode = sample_per_episode
-        self._rng = random.Random(seed)
-
-    def estimate(self, episodes: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
-        out = []
-        for ep in episodes:
-            rows = [dict(t) for t in ep]
-            out.extend(self._rng.sample(rows, min(len(rows), self.sample_per_episode)))
-        return out
+from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
+                                 run_pipeline, run_script, setup_logging)
 
 
 def user_config(seed: int) -> Dict[str, Any]:
@@ -86,15 +67,15 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     import torch
 
     from contexts import OnlineRLContext
-    from middleware import (CkptSaver, EpisodeCollector, data_pusher, evaluate_episodes, online_logger,
-                            termination_checker)
-    from middleware.her import HERLearner, goal_success_evaluator
+    from middleware import CkptSaver, EpisodeCollector, data_pusher, online_logger, termination_checker
+    from middleware.her import HERLearner, goal_success_evaluator, goal_success_rate
     from pipeline import task
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.goal_envs import FlattenGoalObservation, PointGoalEnv
     from pipeline.policy.sac import SACPolicy
-    from pipeline.reward_model import HerRewardModel
+    from pipeline.reward_model import HerRewardModel, NoRelabel
+    from pipeline.run_record import RunRecorder
 
     torch.set_num_threads(args.threads)
     cfg = make_config(args.seed, run.user_config)
@@ -107,7 +88,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     cfg.policy.model.action_shape = 2
     policy = SACPolicy(cfg, seed=args.seed)
     if run.play:
-        return play(run.play, policy, make_env, args)
+        return play_without_rendering(run.play, policy, make_env, args, "the point env")
     collector_env = EnvManager(make_env, cfg.env.collector_env_num, seed=args.seed)
     evaluator_env = EnvManager(make_env, cfg.env.evaluator_env_num, seed=args.seed + 1000)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
@@ -122,8 +103,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
                            total_env_step=args.max_env_step)
 
-    t0 = time.time()
-    last: Dict[str, Any] = {}
+    recorder = RunRecorder()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(goal_success_evaluator(policy.eval_mode, evaluator_env, n_episode=args.eval_episodes,
                                         eval_freq=cfg.policy.eval.evaluator.eval_freq,
@@ -134,51 +114,22 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         task.use(termination_checker(max_env_step=args.max_env_step))
         task.use(ckpt)
         task.use(logger)
-        task.use(lambda c: last.update(train_output=c.train_output, train_data=c.train_data))
+        task.use(recorder)
         for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
             task.use(mw)
         ctx, interrupted = run_pipeline(ckpt)
     logger.close()
-    returns, lengths = evaluate_episodes(policy.eval_mode, evaluator_env, args.eval_episodes)
-    success = float((returns > -lengths + 0.5).mean())
+    success = goal_success_rate(policy.eval_mode, evaluator_env, args.eval_episodes)  # the trained policy
     collector_env.close()
     evaluator_env.close()
-    result = {
-        "her": not args.no_her,
-        "distance_threshold": args.distance_threshold,
-        "success_rate": success,
-        "env_step": ctx.env_step,
-        "env_episode": ctx.env_episode,
-        "train_iter": ctx.train_iter,
-        "buffer_count": buffer_.count(),
-        "train_output": last.get("train_output"),
-        "train_data": last.get("train_data"),
-        "wall_time": time.time() - t0,
-        "run_dir": run.dir,
-        "interrupted": interrupted,
-    }
+    result = recorder.summary(ctx, run.dir, interrupted, her=not args.no_her,
+                              distance_threshold=args.distance_threshold, success_rate=success,
+                              buffer_count=buffer_.count())
     print(f"point reaching, {'SAC+HER' if result['her'] else 'SAC (no HER)'}: success rate {success:.2f} "
           f"after {ctx.env_step} env steps, {ctx.train_iter} train iterations ({result['wall_time']:.1f} s)")
-    if not args.quiet:
-        print(f"run folder: {run.dir} (final checkpoint: {ckpt.paths.get('final.pth.tar')})")
+    run.print_outputs(ckpt, quiet=args.quiet)
     return result
 
 
-def play(path: str, policy: Any, make_env: Any, args: Any) -> Dict[str, Any]:
-    """--play: load the checkpoint into the same networks and run deterministic episodes."""
-    from middleware import load_checkpoint
-    from pipeline.experiment import play_policy
-
-    if args.render or args.video:
-        raise SystemExit("error: the point env has no rendering; use --play without --render/--video")
-    load_checkpoint(path, policy)
-    returns = play_policy(policy.eval_mode, lambda mode: make_env(), episodes=args.episodes, seed=args.seed)
-    return {"play_returns": returns}
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("\ninterrupted before training started; nothing saved")
-        sys.exit(130)
+    run_script(main)

@@ -8,7 +8,8 @@ LEARNER nodes (the replay buffer lives with the learner); on-policy (PPO): ``Rol
 COLLECTOR nodes, ``gae_estimator`` and ``OnPolicyTrainer`` on LEARNER nodes, ``RolloutExchanger``
 between them; ``termination_checker`` and ``online_logger`` everywhere. A node with no roles runs everything.
 
-Importing this package loads neither gymnasium, treetensor nor tensorboard.
+Importing this package loads neither torch, gymnasium, treetensor, tensorboard nor the replay buffers
+(``pipeline.data``): each is imported where it is first used.
 """
 from .ckpt_handler import CkptSaver, load_checkpoint, save_checkpoint
 from .collector import EpisodeCollector, StepCollector

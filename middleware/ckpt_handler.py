@@ -7,8 +7,6 @@ import math
 import os
 from typing import Any, Dict, Generator, Mapping, Optional
 
-import torch
-
 from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
@@ -36,10 +34,13 @@ def _plain(v: Any) -> Any:
 
 
 def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Dict[str, Any]] = None,
-                    policy_state: Optional[Mapping[str, Any]] = None) -> str:
+                    policy_state: Optional[Mapping[str, Any]] = None,
+                    modules: Optional[Mapping[str, Any]] = None) -> str:
     """Write ``{'policy': policy.state_dict(), 'counters': {...}, 'extra': {...}}`` atomically.
 
     ``policy_state`` replaces ``policy.state_dict()`` (e.g. the weights an evaluator evaluated).
+    ``modules`` (name -> object with ``state_dict()``, e.g. an RND reward model) are saved under
+    ``'modules'``.
     Only tensors and plain Python values are stored, so the file loads with
     ``torch.load(path, weights_only=True)``.
     """
@@ -51,6 +52,10 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
                 counters[k] = _plain(getattr(ctx, k))
     state = {'policy': dict(policy_state) if policy_state is not None else policy.state_dict(),
              'counters': counters, 'extra': dict(extra or {})}
+    if modules:
+        state['modules'] = {name: m.state_dict() for name, m in modules.items()}
+    import torch  # here, so that importing middleware does not load torch
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + '.tmp'
     torch.save(state, tmp)
@@ -61,6 +66,8 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
 def read_checkpoint(path: str) -> Dict[str, Any]:
     """Load and check a checkpoint file without applying it: ``CheckpointError`` (a ``ValueError``)
     saying what is wrong for a missing, empty, corrupt, unsafe or foreign file."""
+    import torch
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f'no checkpoint at {path!r}')
     try:
@@ -183,6 +190,9 @@ class CkptSaver:
     Each checkpoint holds the policy state (model; on the learner also target net and optimizer),
     the context counters (``train_iter``, ``env_step``, ``env_episode``, ``last_eval_*``) and
     ``extra['config']`` (``config=``) so that :func:`pipeline.policy.load_policy` rebuilds the policy.
+    ``modules={'rnd': rnd_model, ...}``: more trained state that is not part of the policy (anything with
+    ``state_dict()`` / ``load_state_dict()``, e.g. an RND reward model), saved in every checkpoint and
+    restored on resume.
     ``resume_from=<path>`` is checked at once (``CheckpointError`` for a bad file) and loaded into
     the policy; call :meth:`restore` on the first context (the examples do) so counters, eps
     schedule, evaluation and save frequencies continue from there and the run does not start by
@@ -195,7 +205,8 @@ class CkptSaver:
 
     def __init__(self, policy: Any, save_dir: str, train_freq: Optional[int] = None,
                  save_finish: bool = True, resume_from: Optional[str] = None, buffer: Any = None,
-                 config: Optional[Mapping[str, Any]] = None, policy_type: Optional[str] = None) -> None:
+                 config: Optional[Mapping[str, Any]] = None, policy_type: Optional[str] = None,
+                 modules: Optional[Mapping[str, Any]] = None) -> None:
         if train_freq is not None and (not isinstance(train_freq, int) or train_freq < 1):
             raise ValueError(f'train_freq must be a positive int or None, got {train_freq!r}')
         self.policy = policy
@@ -204,6 +215,11 @@ class CkptSaver:
         self.save_finish = save_finish
         self.resume_from = resume_from
         self.buffer = buffer
+        self.modules = dict(modules or {})
+        for name, m in self.modules.items():
+            if not (hasattr(m, 'state_dict') and hasattr(m, 'load_state_dict')):
+                raise TypeError(f'CkptSaver: modules[{name!r}] needs state_dict() and load_state_dict(), '
+                                f'got {type(m).__name__}')
         self.extra_static: Dict[str, Any] = {}
         if config is not None:
             from pipeline.experiment import to_plain
@@ -220,7 +236,19 @@ class CkptSaver:
             self._counters = dict(state.get('counters', {}))
             extra = state.get('extra', {})
             self.best_eval = float(extra.get('best_eval', -math.inf))
+            self._resume_modules(resume_from, state.get('modules', {}))
             self._resume_buffer(resume_from)
+
+    def _resume_modules(self, path: str, saved: Any) -> None:
+        for name, m in self.modules.items():
+            if not isinstance(saved, Mapping) or name not in saved:
+                log.warning('%s holds no state for %r: it starts afresh', path, name)
+                continue
+            try:
+                m.load_state_dict(saved[name])
+            except (KeyError, RuntimeError, ValueError, TypeError) as e:
+                raise CheckpointError(f'{path!r}: the saved {name!r} does not fit ({type(e).__name__}: '
+                                      f'{str(e).splitlines()[0][:300]})') from None
 
     def _resume_buffer(self, path: str) -> None:
         bpath = _buffer_path(path)
@@ -248,7 +276,8 @@ class CkptSaver:
     def _save(self, name: str, ctx: Any, policy_state: Optional[Mapping[str, Any]] = None,
               **extra: Any) -> str:
         path = os.path.join(self.dir, name)
-        save_checkpoint(path, self.policy, ctx, self._extra(**extra), policy_state=policy_state)
+        save_checkpoint(path, self.policy, ctx, self._extra(**extra), policy_state=policy_state,
+                        modules=self.modules)
         self.last_path = path
         self.paths[name] = path
         return path

@@ -19,7 +19,7 @@ from pipeline.roles import Role, for_roles
 
 from .learner import TrainRounds
 
-__all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator"]
+__all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,18 @@ class HERLearner(TrainRounds):
         self._enhancer(ctx)
 
 
+def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
+    """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
+    ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
+    from .functional.evaluator import evaluate_episodes
+
+    return _success_rate(*evaluate_episodes(policy, env, n_episode))
+
+
+def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
+    return float(np.mean(returns > -lengths + 0.5))  # some step paid 0 instead of -1
+
+
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
@@ -163,7 +175,7 @@ def goal_success_evaluator(
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
         returns, lengths = evaluate_episodes(policy, env, n_episode)
-        rate = float(np.mean(returns > -lengths + 0.5))
+        rate = _success_rate(returns, lengths)
         ctx.eval_value = rate
         ctx.last_eval_value = rate
         ctx.last_eval_iter = ctx.train_iter

@@ -15,11 +15,10 @@ axis ``N``: ``obs [T, N, ...]``, ``action``, ``logp``, ``value``, ``reward``, ``
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping
 
 import numpy as np
 
-from pipeline.policy.gae import gae_advantages
 from pipeline.roles import Role, for_roles
 
 from .collector import _log_finished
@@ -117,6 +116,8 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
     Reads ``ctx.rollout`` (nothing happens when it is None). Writes ``ctx.rollout['advantage']``
     and ``ctx.rollout['return']`` (``[T, N]`` float32). Role: LEARNER.
     """
+    from pipeline.policy.gae import gae_advantages  # here: importing pipeline.policy loads the learner
+
     gamma = float(cfg['policy']['discount_factor'])
     lam = float(cfg['policy']['gae_lambda'])
     norm_reward = bool(cfg['policy']['learn'].get('normalize_reward', False))

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, TextIO, Tuple
 
-from .contracts import branches_of, check_chain, field_text, fields_of
+from .contracts import branches_of, check_chain, fields_of
 from .phases import name_of
 from .roles import RoleLike, normalize_roles, roles_of
 

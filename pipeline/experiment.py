@@ -19,7 +19,6 @@ a checkpoint), ``--play CKPT`` (run the saved policy, with ``--render`` or ``--v
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime
 import importlib
 import json
@@ -30,9 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .play import play_policy, play_without_rendering
+
 __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
            'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
-           'play_policy', 'run_pipeline']
+           'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script']
 
 
 def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int] = None,
@@ -223,6 +224,11 @@ class RunInfo:
         assert self.dir is not None
         return self.dir
 
+    def print_outputs(self, ckpt: Any, quiet: bool = False) -> None:
+        """Print (unless ``quiet``) the run folder and the final checkpoint a ``CkptSaver`` wrote."""
+        if not quiet:
+            print(f'run folder: {self.dir} (final checkpoint: {ckpt.paths.get("final.pth.tar")})')
+
     def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
         """Build the ``--middleware`` factories with the resolved config."""
         return [f(cfg) for f in self.middleware_factories]
@@ -314,52 +320,6 @@ def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Hand
     return handler
 
 
-# --------------------------------------------------------------------------- play
-def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
-                seed: int = 0, render: bool = False, video_dir: Optional[str] = None,
-                print_fn: Callable[[str], None] = print) -> List[float]:
-    """Run ``episodes`` episodes of ``policy`` (``policy(obs_batch) -> actions``, e.g. from
-    :func:`pipeline.policy.load_policy`) and print each return. ``make_env(render_mode)`` returns a
-    gymnasium env; ``render`` shows it in a window (``render_mode='human'``), ``video_dir`` records
-    every episode there with gymnasium's ``RecordVideo`` (needs ``moviepy``). Returns the returns."""
-    import numpy as np
-
-    if episodes < 1:
-        raise SystemExit(f'error: --episodes must be >= 1, got {episodes}')
-    mode = 'human' if render else ('rgb_array' if video_dir else None)
-    try:
-        env = make_env(mode)
-        if video_dir:
-            import gymnasium as gym
-            try:
-                import moviepy  # noqa: F401
-            except ImportError:
-                raise SystemExit("error: --video needs moviepy: pip install moviepy (or pip install -e '.[video]')") \
-                    from None
-            env = gym.wrappers.RecordVideo(env, os.path.abspath(video_dir), episode_trigger=lambda i: True,
-                                           disable_logger=True)
-    except ImportError as e:  # gymnasium's DependencyNotInstalled is an ImportError
-        raise SystemExit(f"error: rendering needs an extra package ({e}); try pip install -e '.[video]'") from None
-    returns: List[float] = []
-    try:
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
-            ret, length, done = 0.0, 0, False
-            while not done:
-                action = np.asarray(policy(np.asarray(obs, dtype=np.float32)[None]))[0]
-                obs, r, terminated, truncated, _ = env.step(action)
-                ret += float(r)
-                length += 1
-                done = terminated or truncated
-            returns.append(ret)
-            print_fn(f'episode {ep + 1}: return {ret:.1f} ({length} steps)')
-    finally:
-        env.close()
-    print_fn(f'mean return over {episodes} episodes: {sum(returns) / len(returns):.1f}'
-             + (f'; videos in {os.path.abspath(video_dir)}' if video_dir else ''))
-    return returns
-
-
 # --------------------------------------------------------------------------- running
 def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
     """``task.run(max_step)`` inside ``with task.start(...)``; returns ``(last ctx, interrupted)``.
@@ -388,3 +348,15 @@ def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
         else:
             print(f'\ninterrupted at {where}', flush=True)
         return ctx, True
+
+
+def run_script(main: Callable[[], Any]) -> None:
+    """A training script's ``if __name__ == '__main__':`` part: run ``main()`` and exit with its code (an
+    int; 0 for anything else). A Ctrl-C that reaches here came before training started (``run_pipeline``
+    handles it during training): one line instead of a traceback, exit code 130."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print('\ninterrupted before training started; nothing saved')
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)

@@ -3,25 +3,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, Generator, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from contexts import RLContext
 from pipeline.contracts import buffered
-from pipeline.data.collate import collate
-from pipeline.data.protocols import BatchSampling, ReplayBuffer, wants_priorities
 from pipeline.roles import Role, for_roles
+
+if TYPE_CHECKING:
+    from pipeline.data.protocols import ReplayBuffer
 
 __all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per']
 
 log = logging.getLogger(__name__)
 
+# Bound by _load() when the first pusher or fetcher is made (or uses_per is called), not at import: torch and
+# pipeline.data (every buffer module) would make `import middleware` ten times slower.
+torch: Any = None
+collate: Any = None
+BatchSampling: Any = None
+wants_priorities: Any = None
+
+
+def _load() -> None:
+    global torch, collate, BatchSampling, wants_priorities
+    if wants_priorities is None:
+        import torch
+        from pipeline.data.collate import collate
+        from pipeline.data.protocols import BatchSampling, wants_priorities
+
 
 def uses_per(buffer_: Any) -> bool:
     """True when a middleware of ``buffer_`` takes priorities back (``PriorityExperienceReplay``, or
     any middleware with ``wants_priorities = True``: :class:`pipeline.data.protocols.PriorityFeedback`)."""
+    _load()
     return wants_priorities(buffer_)
 
 
@@ -52,6 +68,7 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) 
     Role: LEARNER -- the replay buffer lives with the learner; in a distributed run the
     collector's trajectories reach the learner node with its context and are pushed there.
     """
+    _load()
 
     def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
@@ -190,6 +207,7 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     as the sampled items' priorities. ``OffPolicyLearner`` runs this right after each train step.
     Role: LEARNER.
     """
+    _load()
     learn = cfg['policy']['learn']
     batch_size = int(learn['batch_size'])
     min_count = max(batch_size, int(learn.get('learning_starts', batch_size) or batch_size))

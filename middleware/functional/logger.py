@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 from contexts import RLContext
 from pipeline.roles import for_all_roles

@@ -17,7 +17,7 @@ so hindsight relabelling can recompute rewards and terminations for any goal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import gymnasium as gym
 import numpy as np

@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--advertise", default=None,
                      help="address announced to peers if it differs from the listen address (NAT, 0.0.0.0)")
     run.add_argument("--ports", default=None,
-                     help=f"tcp ports: one start port (nodes get consecutive ports) or a comma list "
-                          f"[default: 50515...]")
+                     help="tcp ports: one start port (nodes get consecutive ports) or a comma list "
+                          "[default: 50515...]")
     run.add_argument("--node-ids", default=None, help="node ids: a start id or a comma list [default: 0...]")
     run.add_argument("--attach-to", default="",
                      help="comma list of addresses of running nodes to join, e.g. tcp://10.0.0.1:50515")

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, List, Optional
 
 from . import codec

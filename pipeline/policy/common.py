@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from pipeline.data.collate import collate_transitions, to_treetensor
 

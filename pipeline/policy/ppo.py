@@ -28,7 +28,7 @@ from .base import ActingMode, Policy
 from .ppo_model import ActorCritic, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
-           'make_ppo_config', 'linear_schedule', 'PPO_CONFIG', 'CONFIG_SCHEMA']
+           'make_ppo_config', 'linear_schedule', 'sampling_seed', 'PPO_CONFIG', 'CONFIG_SCHEMA']
 
 
 # PPO's config: every key's default, type and range (RL-Zoo's CartPole-v1 settings: 8 envs x 32 steps,
@@ -173,6 +173,17 @@ class PPOLearner(Learner):
         self.kl_stops = int(state.get('kl_stops', 0))
 
 
+def sampling_seed(seed: Optional[int]) -> Optional[int]:
+    """The seed of the collect mode's action sampler: a stream independent of ``torch.manual_seed(seed)``.
+
+    Seeding the sampler with ``seed`` itself replays the random numbers that initialised the weights
+    as the first actions' noise; on CartPole-v1 that doubled the median env steps to solve (8
+    seeds: ~20k against ~10k for Stable-Baselines3, which samples from the global stream)."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), 0x5A3]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
 def _as_float_obs(obs: Any) -> torch.Tensor:
     x = torch.as_tensor(obs)
     return x if x.dtype == torch.float32 else x.float()
@@ -257,7 +268,7 @@ class PPOPolicy(Policy):
         return PPOLearner(self.model, self.cfg, seed=self._seed)
 
     def _build_collect_mode(self) -> PPOCollectMode:
-        return PPOCollectMode(self.model, self.low, self.high, seed=self._seed)
+        return PPOCollectMode(self.model, self.low, self.high, seed=sampling_seed(self._seed))
 
     def _build_eval_mode(self) -> PPOEvalMode:
         return PPOEvalMode(self.model, self.low, self.high)

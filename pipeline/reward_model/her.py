@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["HerRewardModel", "HER_STRATEGIES"]
+__all__ = ["HerRewardModel", "NoRelabel", "HER_STRATEGIES"]
 
 HER_STRATEGIES = ("future", "final", "episode")
 _GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
@@ -266,3 +266,37 @@ class HerRewardModel:
 
     def __repr__(self) -> str:
         return f"HerRewardModel(strategy={self.strategy!r}, k={self.k}, keep_original={self.keep_original})"
+
+
+class NoRelabel:
+    """The baseline of :class:`HerRewardModel` (e.g. an example's ``--no-her``): the same episode sampling,
+    no relabelled goals.
+
+    ``relabel(episodes)`` returns copies of the episodes' transitions; with ``sample_per_episode``, a
+    uniform subset of each episode's (kept in order), so that a run without hindsight trains on as many
+    rows per episode as one with it. ``episode_size``: episodes :func:`middleware.her.her_data_enhancer`
+    samples per train batch.
+    """
+
+    def __init__(self, episode_size: int = 16, sample_per_episode: Optional[int] = None,
+                 seed: Optional[int] = None) -> None:
+        if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
+            raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
+        if sample_per_episode is not None and (
+            not isinstance(sample_per_episode, (int, np.integer)) or sample_per_episode < 1
+        ):
+            raise ValueError(f"sample_per_episode must be a positive integer or None, got {sample_per_episode!r}")
+        self.episode_size = int(episode_size)
+        self.sample_per_episode = None if sample_per_episode is None else int(sample_per_episode)
+        self._rng = np.random.default_rng(seed)
+
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+        """Copies of the transitions of ``episodes`` (``sample_per_episode`` of each at most)."""
+        out: List[Dict[str, Any]] = []
+        for ep in episodes:
+            rows = [dict(t) for t in ep]
+            if self.sample_per_episode is not None and len(rows) > self.sample_per_episode:
+                keep = np.sort(self._rng.choice(len(rows), self.sample_per_episode, replace=False))
+                rows = [rows[i] for i in keep]
+            out.extend(rows)
+        return out

@@ -201,3 +201,75 @@ def test_raw_score_reaches_episode_info_and_collector_logs(backend):
         col(ctx)
     assert ctx.info_for_logging['collect_episode_return'] == [3.0, 6.0]   # what the learner saw
     assert ctx.info_for_logging['collect_score'] == [6.0]                 # env 0's raw score (1+2+3)
+
+
+class ResetFails(CountEnv):
+    """A 2-step episode env whose reset number `when` raises, hangs or kills its worker (when=1: the
+    first reset; when=2: the auto-reset inside a step)."""
+
+    def __init__(self, how, when):
+        super().__init__(length=2)
+        self.how, self.when, self.resets = how, when, 0
+
+    def reset(self, seed=None, options=None):
+        self.resets += 1
+        if self.resets == self.when:
+            if self.how == 'raise':
+                raise_from_env_reset()
+            elif self.how == 'hang':
+                hang_in_env_step()
+            else:
+                os._exit(5)
+        return super().reset(seed=seed, options=options)
+
+
+def raise_from_env_reset():
+    raise KeyError('reset broke')
+
+
+@pytest.mark.parametrize('when', [1, 2])
+@pytest.mark.parametrize('how', ['raise', 'hang', 'exit'])
+def test_failing_reset_in_a_worker_is_reported_with_index_and_traceback(how, when):
+    """A reset that fails -- the first one, or the auto-reset inside a step -- is reported like a
+    failing step: the env's index, and the worker's traceback (its stack when it hangs)."""
+    m = make_mgr('subprocess', [lambda: CountEnv(10), lambda: ResetFails(how, when)], step_timeout=1.0)
+    try:
+        with pytest.raises(EnvWorkerError) as e:
+            m.reset()
+            for _ in range(3):
+                m.step(np.array([0, 0]))
+        assert e.value.env_index == 1
+        expected = {'raise': 'reset broke', 'hang': 'hung', 'exit': 'exit code 5'}[how]
+        assert expected in str(e.value)
+        if how == 'raise' or (how == 'hang' and sys.platform.startswith('linux')):
+            assert 'reset' in e.value.worker_traceback
+    finally:
+        t0 = time.monotonic()
+        m.close()
+        assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.skipif(not hasattr(__import__('signal'), 'SIGALRM'), reason='needs SIGALRM')
+def test_close_after_ctrl_c_in_a_step_with_a_hung_worker_and_no_timeout():
+    """Ctrl-C while a worker hangs and there is no step timeout: close() still returns and no
+    worker process is left."""
+    import signal
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    m = make_mgr('subprocess', [lambda: CountEnv(10), lambda: CountEnv(10, fail='hang', fail_at=1)],
+                 step_timeout=None)
+    try:
+        m.reset()
+        signal.alarm(1)
+        with pytest.raises(KeyboardInterrupt):
+            m.step(np.array([0, 0]))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        t0 = time.monotonic()
+        m.close()
+    assert time.monotonic() - t0 < 15
+    assert all(not p.is_alive() for p in m._backend._procs)

@@ -81,3 +81,17 @@ def test_describe_shows_a_miswired_pipeline():
         d = task.describe(stream=io.StringIO())
     assert len(d.problems[0]) == 1 and "needs_data reads ctx.trajectories" in d.problems[0][0]
     assert "problem: " in d.table()
+
+
+def test_readme_shows_the_current_describe_output_of_dqn_cartpole():
+    """The README's table for examples/dqn_cartpole.py is what `rlpipe describe` prints today."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    after = readme[readme.index("For `examples/dqn_cartpole.py`:"):]
+    shown, bus = after.split("```")[1].strip("\n"), after.split("```")[3].strip("\n")
+    out = io.StringIO()
+    describe_main("examples.dqn_cartpole.main", [], ROOT, stream=out)
+    assert shown in out.getvalue(), out.getvalue()
+    out = io.StringIO()
+    describe_main("examples.dqn_cartpole.main", [], ROOT, nodes=LAYOUT, stream=out)
+    assert bus and all(line in out.getvalue().splitlines() for line in bus.splitlines()), out.getvalue()
