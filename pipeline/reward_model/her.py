@@ -57,6 +57,17 @@ def _like(template: Any, arr: np.ndarray) -> Any:
     return float(arr)
 
 
+def _episode_sampling(episode_size: Any, sample_per_episode: Any) -> Tuple[int, Optional[int]]:
+    """``(episode_size, sample_per_episode)`` checked: positive integers (``sample_per_episode`` may be None)."""
+    if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
+        raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
+    if sample_per_episode is not None and (
+        not isinstance(sample_per_episode, (int, np.integer)) or sample_per_episode < 1
+    ):
+        raise ValueError(f"sample_per_episode must be a positive integer or None, got {sample_per_episode!r}")
+    return int(episode_size), None if sample_per_episode is None else int(sample_per_episode)
+
+
 class HerRewardModel:
     """Relabel whole episodes with hindsight goals (see module docstring for the strategies).
 
@@ -104,15 +115,8 @@ class HerRewardModel:
         self.strategy = strategy
         self.k = int(k)
         self.goal_layout = goal_layout
-        if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
-            raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
-        if sample_per_episode is not None and (
-            not isinstance(sample_per_episode, (int, np.integer)) or sample_per_episode < 1
-        ):
-            raise ValueError(f"sample_per_episode must be a positive integer or None, got {sample_per_episode!r}")
         self.keep_original = bool(keep_original)
-        self.episode_size = int(episode_size)
-        self.sample_per_episode = None if sample_per_episode is None else int(sample_per_episode)
+        self.episode_size, self.sample_per_episode = _episode_sampling(episode_size, sample_per_episode)
         self._rng = np.random.default_rng(seed)
 
     @classmethod
@@ -280,14 +284,7 @@ class NoRelabel:
 
     def __init__(self, episode_size: int = 16, sample_per_episode: Optional[int] = None,
                  seed: Optional[int] = None) -> None:
-        if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
-            raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
-        if sample_per_episode is not None and (
-            not isinstance(sample_per_episode, (int, np.integer)) or sample_per_episode < 1
-        ):
-            raise ValueError(f"sample_per_episode must be a positive integer or None, got {sample_per_episode!r}")
-        self.episode_size = int(episode_size)
-        self.sample_per_episode = None if sample_per_episode is None else int(sample_per_episode)
+        self.episode_size, self.sample_per_episode = _episode_sampling(episode_size, sample_per_episode)
         self._rng = np.random.default_rng(seed)
 
     def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
