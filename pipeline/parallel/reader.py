@@ -249,7 +249,7 @@ class Reader:
         if header is None:
             return
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
-        body = first[_MAC_LEN:]
+        start = _MAC_LEN + _HEADER_SIZE + _NONCE if extra else _MAC_LEN + _HEADER_SIZE  # the body, read in place
         if kind == K_DATA:
             # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
             # can take many seconds on a loaded machine) must not make this node hold the peers' silence
@@ -258,8 +258,7 @@ class Reader:
             self._handler_event = "(decoding a message)"
             self._in_handler = True
             try:
-                event, args, kwargs = codec.decode_event(body, extra, _HEADER_SIZE + _NONCE if extra else
-                                                         _HEADER_SIZE)
+                event, args, kwargs = codec.decode_event(first, extra, start)
             except codec.DecodeError as e:
                 self._in_handler = False
                 self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
@@ -278,7 +277,7 @@ class Reader:
             self._deliver(event, args, kwargs)
             return
         try:
-            value = codec.decode(body[_HEADER_SIZE + _NONCE if extra else _HEADER_SIZE:], extra)
+            value = codec.decode(first[start:], extra)
         except codec.DecodeError as e:
             self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
             return

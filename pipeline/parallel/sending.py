@@ -82,11 +82,12 @@ class Sending:
                 try:
                     sock = p.sock
                     if p.alive and sock is not None:
-                        body = p.data_prefix + _pack_seq(p.next_seq, 0) + meta
+                        head = p.data_prefix + _pack_seq(p.next_seq, 0)
                         h = self._hmac.copy()
-                        h.update(body)
+                        h.update(head)
+                        h.update(meta)
                         try:
-                            _zsend(sock, h.digest() + body, _NOBLOCK)
+                            _zsend(sock, b"".join((h.digest(), head, meta)), _NOBLOCK)  # one copy of meta
                         except _zmq.Again:
                             pass  # queue full: the bounded wait of _send_to
                         else:

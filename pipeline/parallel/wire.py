@@ -125,17 +125,17 @@ class Framing:
         if len(first) < _MIN_FRAME:
             self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
             return None
-        body = first[_MAC_LEN:]
         h = self._hmac.copy()
-        h.update(body)
+        h.update(memoryview(first)[_MAC_LEN:])  # no copy of the message
         if extra:  # the nonce after the header is only an input to the tag: nothing is parsed yet
-            h.update(_payload_tag(self._otk_base, body[_HEADER_SIZE:_HEADER_SIZE + _NONCE], extra))
+            h.update(_payload_tag(self._otk_base, first[_MAC_LEN + _HEADER_SIZE:_MAC_LEN + _HEADER_SIZE + _NONCE],
+                                  extra))
         if not _compare_digest(h.digest(), first[:_MAC_LEN]):
             self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
             self._auth_failed(first)  # a peer with another key is named (``keycheck``)
             return None
         # Authenticated: only now is anything in the message parsed.
-        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(body)
+        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)
         if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
             self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
             return None
