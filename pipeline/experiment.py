@@ -324,8 +324,9 @@ def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Hand
 def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
     """``task.run(max_step)`` inside ``with task.start(...)``; returns ``(last ctx, interrupted)``.
 
-    On Ctrl-C it prints one line instead of a traceback; on a learner (or a node without roles) with a
-    ``CkptSaver`` it writes ``final.pth.tar`` (and the buffer, when the saver has one) and prints the
+    A learner (or a node without roles) with a ``CkptSaver`` always ends with ``final.pth.tar`` written, also
+    when the finish came from another node between two steps. On Ctrl-C it prints one line instead of a
+    traceback; on a learner with a ``CkptSaver`` it writes ``final.pth.tar`` (and the buffer, when the saver has one) and prints the
     exact command that resumes the run."""
     from pipeline import task
 
@@ -334,7 +335,13 @@ def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
             task.run()
         else:
             task.run(max_step)
-        return task.ctx, False
+        ctx = task.ctx
+        # A finish from another node can arrive between two steps: the run then ends without a step whose
+        # backward part saw it, and the saver wrote no final checkpoint. Write it here (once).
+        if (ckpt is not None and getattr(ckpt, 'save_finish', False) and task.has_role('learner')
+                and 'final.pth.tar' not in getattr(ckpt, 'paths', {'final.pth.tar': None})):
+            ckpt.save_final(ctx)
+        return ctx, False
     except KeyboardInterrupt:
         ctx = task.ctx
         where = f'env step {getattr(ctx, "env_step", "?")}, train iter {getattr(ctx, "train_iter", "?")}'
