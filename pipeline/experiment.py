@@ -198,8 +198,11 @@ class RunInfo:
         if self.dir is None:
             from pipeline import task
             if getattr(task, 'instead_of_run', None) is not None:  # `rlpipe describe`: no step will run
+                import atexit
+                import shutil
                 import tempfile
                 self.dir = tempfile.mkdtemp(prefix=f'{os.path.basename(self.exp_name)}-describe-')
+                atexit.register(shutil.rmtree, self.dir, True)  # nothing of a describe-only run is kept
             else:
                 self.dir = new_run_dir(self.exp_name)
         return self.dir

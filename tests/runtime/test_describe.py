@@ -69,6 +69,19 @@ def test_rlpipe_describe_command(tmp_path):
     assert "transitions stored" not in out.stdout  # no step ran
 
 
+def test_rlpipe_describe_leaves_no_run_folder_behind(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=ROOT, TMPDIR=str(tmp))
+    out = subprocess.run([sys.executable, "-m", "pipeline.parallel.cli", "describe", "--package", ROOT, "--main",
+                          "examples.dqn_cartpole.main"], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "dqn_collector" in out.stdout or "collector" in out.stdout
+    assert list(tmp.iterdir()) == [] and not (tmp_path / "cartpole_dqn").exists(), (list(tmp.iterdir()),
+                                                                                     list(tmp_path.iterdir()))
+
+
 def test_describe_shows_a_miswired_pipeline():
     from pipeline import for_all_roles
 
