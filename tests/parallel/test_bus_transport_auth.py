@@ -3,6 +3,7 @@ unfinished multipart message (ZeroMQ holds one until its last frame, before any 
 run); the attempt is counted and logged; a keyed peer still talks. Real sockets, a raw peer in its own
 process."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,7 +45,10 @@ def test_a_peer_without_the_key_gets_no_unfinished_message_buffered(bus_auth, ca
             assert grown < 48 * MIB, f"the node buffered {grown / MIB:.0f} MiB from peers without the key"
             assert wait_until(lambda: node.stats["refused_connections"] >= 2, 10), node.stats
         assert node.stats["received"] == node.stats["auth_failed"] == 0
-        assert "refused a connection from 127.0.0.1 before reading anything" in caplog.text
+        # libzmq's handshake-failure event names no connection: a refused peer whose socket closed before it
+        # was looked up is logged as "an unknown address" (seen under CURVE on a loaded machine)
+        assert re.search(r"refused a connection from (127\.0\.0\.1|an unknown address) before reading anything",
+                         caplog.text), caplog.text
         if bus_auth == "plain":  # the PLAIN peer's credential was checked (under CURVE: a mechanism mismatch)
             assert "peer at 127.0.0.1 signs with a different key" in caplog.text
         keyed = ZmqRouter(1, "tcp://127.0.0.1:*", key=KEY, attach_to=[node.address], heartbeat_interval=0.1,
