@@ -106,7 +106,10 @@ class EnvGroup(gym.Env):
         ids = self._all if rows is None else np.asarray(rows, dtype=np.int64)
         next_obs, after, reward, terminated, truncated, infos, finals = \
             self._envs.step(ids, unpack_array(actions), keep_infos)
-        self._obs[ids] = after
+        if rows is None and len(ids) == len(self._obs):
+            self._obs = after  # a fresh array of every row: no copy needed
+        else:
+            self._obs[ids] = after
         final = {j: (next_obs[j], info) for j, info in finals.items()}
         payload: GroupStep = (reward.tolist(), terminated.tolist(), truncated.tolist(), infos, final)
         return self._obs, 0.0, False, False, payload
