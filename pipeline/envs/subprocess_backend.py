@@ -108,6 +108,9 @@ class SubprocessBackend:
             err = self._first_dead_worker_error(e)
             self._remove_files()
             raise err from e
+        except BaseException:  # e.g. the first env failed in this process, or the envs' spaces differ
+            self._remove_files()
+            raise
         self._pipes = self._vec.parent_pipes
         self._procs = self._vec.processes
         # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
