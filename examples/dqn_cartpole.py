@@ -180,7 +180,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
         # Under `rlpipe run` every node has its own id, so the collectors explore differently seeded envs.
         collector_env.seed(cfg.seed + 1000 * task.router.node_id)
         evaluator = interaction_evaluator(cfg, policy.eval_mode, evaluator_env,
-                                          max_episode_return=_max_return(cfg),
+                                          max_episode_return='auto',  # 500 on CartPole-v1: stop a doomed evaluation
                                           # the screen reads this node's training episodes: none without collectors
                                           min_collect_return=EVAL_MIN_COLLECT_RETURN
                                           if task.has_role('collector') else None,
@@ -219,15 +219,6 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
     if best:
         print(f'  watch it: python {sys.argv[0]} --play {best} --render')
     return 0 if solved else 1
-
-
-def _max_return(cfg: Any) -> Optional[float]:
-    """The best return one episode can have, when known (CartPole: +1 per step up to the limit)."""
-    if str(cfg.env.env_id).startswith('CartPole'):
-        import gymnasium as gym
-        limit = cfg.env.get('max_episode_steps') or gym.spec(cfg.env.env_id).max_episode_steps
-        return float(limit) if limit else None
-    return None
 
 
 def play(path: str, args: Any) -> int:
