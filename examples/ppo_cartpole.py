@@ -177,7 +177,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
     print(f'  final (for --resume):  {last}')
     print(f'  logs: tensorboard --logdir {os.path.join(run.dir, "log")}')
     if best:
-        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+        print(f'  watch it: python {run.script or sys.argv[0]} --play {best} --render')
     return 0 if (solved or stop is None) else 1
 
 

@@ -211,5 +211,5 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, 
     print(f'  final (for --resume):  {final}')
     print(f'  logs: tensorboard --logdir {os.path.join(str(run.dir), "log")}')
     if best:
-        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+        print(f'  watch it: python {run.script or sys.argv[0]} --play {best} --render')
     return result
