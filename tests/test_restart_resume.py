@@ -51,3 +51,47 @@ def test_a_restarted_learner_resumes_the_shared_run_other_nodes_and_first_starts
     monkeypatch.delenv('RLPIPE_LAUNCH_ID')
     monkeypatch.setenv('RLPIPE_NODE', json.dumps(node))
     assert prepare_run(_args(), {}).resume is None  # no launch: nothing to continue
+
+
+def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from_its_checkpoint(tmp_path):
+    """The unchanged examples/dqn_cartpole.py under `rlpipe run --auto-recover` (local processes): the learner
+    SIGKILLs itself after its first periodic checkpoint; the launcher restarts it with RLPIPE_RESTARTS=1, and it
+    resumes from that checkpoint with its counters (not from zero), as under the Ray launcher."""
+    import glob
+    import socket
+    import subprocess
+    import sys
+
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            ports.append(str(s.getsockname()[1]))
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join([root, os.path.join(root, 'tests', 'parallel'), env.get('PYTHONPATH', '')])
+    for k in ('RLPIPE_KEY', 'RLPIPE_RESTARTS', 'RLPIPE_LAUNCH_ID', 'RLPIPE_NODE'):
+        env.pop(k, None)
+    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', root, '--main',
+           'examples.dqn_cartpole.main', '--parallel-workers', '2', '--roles', 'learner:collector',
+           '--ports', ','.join(ports), '--startup-interval', '0.05', '--stop-grace', '10',
+           '--auto-recover', '--max-retries', '1', '--',
+           '--no-progress', '--max-env-step', '1500', '--exp-name', 'restart',
+           '--set', 'policy.learn.update_per_collect=8', '--set', 'policy.learn.learning_starts=64',
+           '--middleware', 'ray_fault_hooks:kill_learner_once']
+    p = subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400)
+    text = p.stdout + p.stderr
+    assert 'restarting it (attempt 1 of 1)' in text, text[-3000:]
+    assert 'restart 1 of this node: resuming from' in text, text[-3000:]
+    (run_dir,) = glob.glob(str(tmp_path / 'restart' / '*'))
+    ckpts = sorted(glob.glob(f'{run_dir}/ckpt/iteration_*.pth.tar'), key=lambda p: int(p.split('_')[-1][:-8]))
+    saved = torch.load(ckpts[0], weights_only=True)['counters']  # what the first incarnation saved
+    assert saved['train_iter'] >= 1000
+    with open(tmp_path / 'restart-1.json') as f:
+        resumed = json.load(f)  # the restarted learner's counters at its first step
+    for k in ('train_iter', 'env_step', 'env_episode'):
+        assert resumed[k] >= saved[k] > 0, (k, resumed, saved)
+    final = torch.load(f'{run_dir}/ckpt/final.pth.tar', weights_only=True)['counters']
+    assert final['env_step'] > resumed['env_step'], (final, resumed)
