@@ -181,7 +181,9 @@ class CkptSaver:
 
     On an evaluator (or a node without roles):
 
-    - ``eval.pth.tar`` whenever ``ctx.eval_value`` beats the best so far. It holds the weights that
+    - ``eval.pth.tar`` whenever ``ctx.eval_value`` beats the best so far, including the one already in
+      that file (a restarted evaluator, which writes into the same run folder, never replaces a better
+      saved evaluation with a worse one). It holds the weights that
       were evaluated (``ctx.eval_output['model_state']``, written by ``interaction_evaluator``;
       the current weights when there is no snapshot) with ``extra['eval_value']`` and
       ``extra['eval_train_iter']``, the train iteration they belong to. In a multi-node run the
@@ -267,6 +269,25 @@ class CkptSaver:
             self._counters = None
         return ctx
 
+    def _best_on_disk(self) -> float:
+        """The eval value of the ``eval.pth.tar`` already in this run folder (-inf when there is none or it
+        is unreadable). A restarted evaluator writes into the same folder: it must not replace a better
+        evaluation that its earlier incarnation (or another evaluator) saved."""
+        path = os.path.join(self.dir, 'eval.pth.tar')
+        if not os.path.isfile(path):
+            return -math.inf
+        try:
+            extra = read_checkpoint(path).get('extra', {})
+            v = float(extra.get('eval_value', -math.inf)) if isinstance(extra, Mapping) else -math.inf
+        except (OSError, CheckpointError, TypeError, ValueError) as e:
+            log.warning('%s is unreadable (%s): the next better evaluation replaces it', path, e)
+            return -math.inf
+        if v > self.best_eval:
+            log.info('%s holds a better evaluation (%.4g) than this evaluator has seen: kept until one beats it',
+                     path, v)
+            self.best_eval = v
+        return v
+
     def _extra(self, **kw: Any) -> Dict[str, Any]:
         d = dict(self.extra_static)
         d['best_eval'] = float(self.best_eval)
@@ -300,7 +321,7 @@ class CkptSaver:
             self._save(f'iteration_{ctx.train_iter}.pth.tar', ctx)
             self.last_save_iter = ctx.train_iter
         ev = getattr(ctx, 'eval_value', None)
-        if task.has_role(Role.EVALUATOR) and ev is not None and ev > self.best_eval:
+        if task.has_role(Role.EVALUATOR) and ev is not None and ev > self.best_eval and ev > self._best_on_disk():
             eo = getattr(ctx, 'eval_output', None)
             snap = eo.get('model_state') if isinstance(eo, Mapping) else None
             it = eo.get('train_iter', ctx.train_iter) if isinstance(eo, Mapping) else ctx.train_iter

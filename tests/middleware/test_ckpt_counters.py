@@ -165,3 +165,28 @@ def test_resume_restores_the_buffer_and_counters_before_the_first_step(tmp_path)
         bad = tmp_path / 'bad.pth.tar'
         bad.write_bytes(b'x' * 50)
         CkptSaver(TinyPolicy(), str(tmp_path / 'c'), resume_from=str(bad))
+
+
+def test_a_restarted_evaluator_never_replaces_a_better_saved_evaluation(tmp_path, caplog):
+    def evaluate(saver, value, it):
+        with task.start(ctx=OnlineRLContext(), roles=['evaluator']):
+            ctx = task.ctx
+            ctx.train_iter, ctx.eval_value = it, value
+            ctx.eval_output = {'model_state': TinyPolicy().model.state_dict(), 'train_iter': it}
+            _step(saver, ctx)
+
+    def saved():
+        extra = torch.load(tmp_path / 'run' / 'ckpt' / 'eval.pth.tar', weights_only=True)['extra']
+        return extra['eval_value'], extra['eval_train_iter']
+
+    evaluate(CkptSaver(TinyPolicy(), str(tmp_path / 'run')), 480.0, 25)
+    restarted = CkptSaver(TinyPolicy(), str(tmp_path / 'run'))  # same run folder, best_eval starts at -inf
+    evaluate(restarted, 300.0, 40)
+    assert saved() == (480.0, 25)
+    evaluate(restarted, 450.0, 50)
+    assert saved() == (480.0, 25)
+    evaluate(restarted, 500.0, 60)
+    assert saved() == (500.0, 60)
+    (tmp_path / 'run' / 'ckpt' / 'eval.pth.tar').write_bytes(b'junk' * 10)  # unreadable: replaced, with a warning
+    evaluate(CkptSaver(TinyPolicy(), str(tmp_path / 'run')), 10.0, 70)
+    assert saved() == (10.0, 70) and 'unreadable' in caplog.text
