@@ -3,6 +3,7 @@ checkpoint through ``prepare_run`` (what every training example calls); other no
 import argparse
 import json
 import os
+import re
 import time
 
 from pipeline.experiment import new_run_dir, prepare_run
@@ -56,7 +57,8 @@ def test_a_restarted_learner_resumes_the_shared_run_other_nodes_and_first_starts
 def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from_its_checkpoint(tmp_path):
     """The unchanged examples/dqn_cartpole.py under `rlpipe run --auto-recover` (local processes): the learner
     SIGKILLs itself after its first periodic checkpoint; the launcher restarts it with RLPIPE_RESTARTS=1, and it
-    resumes from that checkpoint with its counters (not from zero), as under the Ray launcher."""
+    resumes from that checkpoint with its counters (not from zero) and the replay buffer saved with it, as under
+    the Ray launcher."""
     import glob
     import socket
     import subprocess
@@ -85,6 +87,7 @@ def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from
     text = p.stdout + p.stderr
     assert 'restarting it (attempt 1 of 1)' in text, text[-3000:]
     assert 'restart 1 of this node: resuming from' in text, text[-3000:]
+    assert re.search(r'replay buffer restored from \S+iteration_\d+\.buffer \(\d+ items\)', text), text[-3000:]
     (run_dir,) = glob.glob(str(tmp_path / 'restart' / '*'))
     ckpts = sorted(glob.glob(f'{run_dir}/ckpt/iteration_*.pth.tar'), key=lambda p: int(p.split('_')[-1][:-8]))
     saved = torch.load(ckpts[0], weights_only=True)['counters']  # what the first incarnation saved
