@@ -38,8 +38,6 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    if args.exp_name == 'mujoco_sac':  # the default: one folder per task
-        args.exp_name = f'mujoco_sac_{args.env}'
     return {
         'env': env_config(args, stop_value=None),
         'policy': {

@@ -43,10 +43,17 @@ class ExampleParser(argparse.ArgumentParser):
 
     script: Optional[str] = None
 
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        #: called with the parsed namespace, in order (e.g. ``add_env_flags``' per-env run folder name)
+        self.after_parse: List[Callable[[argparse.Namespace], None]] = []
+
     def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
         ns, rest = super().parse_known_args(args, namespace)
         ns._argv = list(sys.argv[1:] if args is None else args)
         ns._script = self.script or sys.argv[0]
+        for fn in self.after_parse:
+            fn(ns)
         return ns, rest
 
 
