@@ -211,13 +211,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
     print(f'{"solved" if solved else "NOT solved"}: last mean eval return {ctx.last_eval_value:.1f} '
           f'(stop value {cfg.env.stop_value}) after {ctx.env_step} training + {eval_steps} evaluation env steps, '
           f'{ctx.train_iter} train iters, {wall:.0f} s')
-    final, best = ckpt.paths.get('final.pth.tar'), ckpt.paths.get('eval.pth.tar')
-    print(f'run folder: {run.dir}')
-    print(f'  best evaluated policy: {best}')
-    print(f'  final (for --resume):  {final}')
-    print(f'  logs: tensorboard --logdir {os.path.join(run.dir, "log")}')
-    if best:
-        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+    run.print_paths(ckpt, __file__)
     return 0 if solved else 1
 
 

@@ -89,7 +89,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
             task.use(mw)
         ctx, interrupted = run_pipeline(ckpt)
-    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env])
+    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env],
+                        script=__file__)
     result['buffer_count'] = buffer_.count()
     return result
 

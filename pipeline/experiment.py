@@ -282,6 +282,31 @@ class RunInfo:
         if not quiet:
             print(f'run folder: {self.dir} (final checkpoint: {ckpt.paths.get("final.pth.tar")})')
 
+    def print_paths(self, ckpt: Any, script: str) -> None:
+        """Print where the run's outputs are: the run folder, the evaluated ("best") and the final
+        checkpoint, the logs, and the command that plays the evaluated policy (``script``: the example's
+        ``__file__``). In a multi-process run the nodes share the run folder: a checkpoint written by
+        another node is found there, and only the node that trains (or the single process) prints the
+        checkpoints; the others print the folder alone."""
+        from pipeline import task
+        from pipeline.roles import Role
+
+        print(f'run folder: {self.dir}')
+        if task.roles and Role.LEARNER not in task.roles:
+            return
+        found = {}
+        for name in ('eval.pth.tar', 'final.pth.tar'):
+            path = ckpt.paths.get(name) or os.path.join(ckpt.dir, name)
+            found[name] = path if os.path.isfile(path) else None
+        best, final = found['eval.pth.tar'], found['final.pth.tar']
+        print(f'  best evaluated policy: {best}')
+        print(f'  final (for --resume):  {final}')
+        print(f'  logs: tensorboard --logdir {os.path.join(str(self.dir), "log")}')
+        if best:
+            rel = os.path.relpath(script)
+            print(f'  watch it: python {shlex.quote(rel if not rel.startswith("..") else os.path.abspath(script))} '
+                  f'--play {shlex.quote(best)} --render')
+
     def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
         """Build the ``--middleware`` factories with the resolved config."""
         return [f(cfg) for f in self.middleware_factories]

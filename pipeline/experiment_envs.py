@@ -15,7 +15,7 @@ An example reads top to bottom::
     cfg = compile_run_config(run, 'dqn')
     collector_env, evaluator_env = atari_envs(cfg, args.backend)
     ...                                            # policy, checkpointer(...), run_logger(...), the pipeline
-    return finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env])
+    return finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], script=__file__)
 """
 from __future__ import annotations
 
@@ -204,10 +204,11 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
 
 
 def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, logger: Any, envs: List[Any],
-               what: str = 'return') -> Dict[str, Any]:
+               what: str = 'return', script: Optional[str] = None) -> Dict[str, Any]:
     """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),
     print the last evaluation (``what``: 'score' or 'return'), the counts, and where the run folder,
-    checkpoints and logs are. Returns the figures as a dict."""
+    checkpoints and logs are (``script``: the example's ``__file__``, for the command that plays the
+    evaluated policy). Returns the figures as a dict."""
     logger.close()
     for env in envs:
         env.close()
@@ -218,11 +219,5 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, 
         return result
     print(f'\nlast mean eval {what} {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, {ctx.train_iter} '
           f'updates, {wall:.0f} s ({ctx.env_step / max(wall, 1e-9):.0f} env steps/s)')
-    best, final = ckpt.paths.get('eval.pth.tar'), ckpt.paths.get('final.pth.tar')
-    print(f'run folder: {run.dir}')
-    print(f'  best evaluated policy: {best}')
-    print(f'  final (for --resume):  {final}')
-    print(f'  logs: tensorboard --logdir {os.path.join(str(run.dir), "log")}')
-    if best:
-        print(f'  watch it: python {run.script or sys.argv[0]} --play {best} --render')
+    run.print_paths(ckpt, script or run.script or sys.argv[0])
     return result
