@@ -173,14 +173,15 @@ def _items_v2(payload: dict, where: str, keep: int) -> tuple:
     return ids, list(zip(datas[start:], metas[start:]))
 
 
-def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
+def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
     """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote (format version 2, or
     version 1 from rlpipe before columnar files).
 
     The whole file is checked and decoded into a new storage first; only then are its contents
     swapped into ``s`` (so a bad file leaves the buffer as it was). Raises ``ValueError`` naming
     what is wrong: not a buffer file, a newer format, missing keys, ids that are not integers >= 0 or
-    not strictly increasing (duplicates), lengths that differ, data that does not decode.
+    not strictly increasing (duplicates), lengths that differ, data that does not decode. Returns the
+    saved states of the buffer's middleware (``{}`` when the file has none).
     """
     from .storage import SlotStorage
 
@@ -202,8 +203,12 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
         new.next_id = i  # push assigns exactly the saved index
         new.push(data, meta)
     new.next_id = max(next_id, ids[-1] + 1 if ids else 0)
+    states = payload.get("middleware", {})
+    if not isinstance(states, dict):
+        raise ValueError(f"{where}: corrupt file ('middleware' must be a dict)")
     with lock:
         s.adopt(new)
         for listener in s.listeners:
             listener.on_clear()
             listener.on_load()
+    return states

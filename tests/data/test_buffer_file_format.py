@@ -65,7 +65,8 @@ def test_round_trip_keeps_every_field_dtype_index_meta_and_per_priority(tmp_path
         assert_same(a.data, b.data)
         assert a.meta == b.meta
         assert per2.priority(i) == per.priority(i)
-    assert per2.max_priority == per.max_priority
+    assert per2.max_priority == per.max_priority and per2.sample_count == per.sample_count == 2
+    assert per2.beta == per.beta  # the IS-weight annealing continues where it was
     assert other.push(sac_transition(1, rng)).index == 400
     got = other.sample_batch(64).data  # the loaded rows feed the columnar batch path
     assert got['obs'].shape == (64, 17) and got['obs'].dtype == torch.float32 and got['value'].dtype == torch.float16
