@@ -109,9 +109,18 @@ def storage_payload(s: "SlotStorage") -> dict:
         "next_id": s.next_id,
         "count": len(items),
         "ids": torch.tensor([it.index for it in items], dtype=torch.int64),
-        "data": encode_rows([it.data for it in items], encode, "data"),
+        "data": _data_column(s, items),
         "meta": encode_rows([it.meta for it in items], encode, "meta"),
     }
+
+
+def _data_column(s: "SlotStorage", items: list) -> dict:
+    node = None
+    if getattr(s, "pixel_keys", None) is not None:  # a FrameStorage: every frame once (frame_file)
+        from .frame_file import frames_node
+
+        node = frames_node(s, items, encode)
+    return node if node is not None else encode_rows([it.data for it in items], encode, "data")
 
 
 def _read(path: str, where: str) -> dict:
@@ -134,7 +143,7 @@ def _read(path: str, where: str) -> dict:
     return payload
 
 
-def _items_v1(payload: dict, where: str, keep: int) -> tuple:
+def _items_v1(payload: dict, where: str, keep: int, new: Any) -> tuple:
     """(all ids, [(data, meta)] of the newest ``keep``) of a version-1 file (one object per item)."""
     ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
     if not all(isinstance(x, list) for x in (ids, datas, metas)):
@@ -153,7 +162,7 @@ def _items_v1(payload: dict, where: str, keep: int) -> tuple:
     return ids, items
 
 
-def _items_v2(payload: dict, where: str, keep: int) -> tuple:
+def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
     """(all ids, [(data, meta)] of the newest ``keep``) of a version-2 (columnar) file."""
     ids, n = payload["ids"], payload["count"]
     if type(n) is not int or n < 0:
@@ -163,14 +172,21 @@ def _items_v2(payload: dict, where: str, keep: int) -> tuple:
     ids = ids.tolist()
     if any(i < 0 for i in ids):
         raise ValueError(f"{where}: corrupt file (ids must be integers >= 0)")
+    start = max(0, n - keep)
+    node = payload["data"]
     try:
-        datas = decode_rows(payload["data"], n, decode)
-        metas = decode_rows(payload["meta"], n, decode)
+        metas = decode_rows(payload["meta"], n, decode)[start:]
+        if isinstance(node, dict) and node.get("kind") == "frames":
+            from .frame_file import frame_rows, packed_rows
+
+            if hasattr(new, "push_packed"):  # into a FrameStorage: its pool straight from the file's frames
+                return ids, list(zip(packed_rows(new, node, n, start, decode), metas))
+            return ids, list(zip(frame_rows(node, n, decode)[start:], metas))
+        datas = decode_rows(node, n, decode)[start:]
     except Exception as e:  # noqa: BLE001 - whatever a damaged column raises
         raise ValueError(f"{where}: corrupt file, an item does not decode ({type(e).__name__}: {e}); "
                          "the buffer was not changed") from None
-    start = max(0, n - keep)
-    return ids, list(zip(datas[start:], metas[start:]))
+    return ids, list(zip(datas, metas))
 
 
 def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
@@ -190,18 +206,24 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
     next_id = payload["next_id"]
     if not (type(next_id) is int and next_id >= 0):
         raise ValueError(f"{where}: corrupt file (ids and next_id must be integers >= 0)")
+    new = s.fresh() if hasattr(s, "fresh") else SlotStorage(s.size, s.columnar, 0)
     read = _items_v1 if payload["version"] == 1 else _items_v2
-    ids, items = read(payload, where, s.size)
+    ids, items = read(payload, where, s.size, new)
     if any(a >= b for a, b in zip(ids, ids[1:])):
         raise ValueError(f"{where}: corrupt file (ids not strictly increasing: duplicate or out-of-order ids)")
     ids = ids[len(ids) - len(items):]
     for _, meta in items:
         if meta is not None and not isinstance(meta, Mapping):
             raise ValueError(f"{where}: corrupt file (an item's meta is a {type(meta).__name__}, not a dict)")
-    new = SlotStorage(s.size, s.columnar, 0)
+    push = new.push
+    if items and hasattr(new, "push_packed"):
+        from .frame_storage import _Packed
+
+        if isinstance(items[0][0], _Packed):
+            push = new.push_packed  # records packed by frame_file.packed_rows
     for i, (data, meta) in zip(ids, items):
         new.next_id = i  # push assigns exactly the saved index
-        new.push(data, meta)
+        push(data, meta)
     new.next_id = max(next_id, ids[-1] + 1 if ids else 0)
     states = payload.get("middleware", {})
     if not isinstance(states, dict):

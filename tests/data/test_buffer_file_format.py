@@ -103,20 +103,36 @@ def test_mixed_columns_and_whole_episodes_round_trip(tmp_path):
         assert_same(buf.get_by_index(i).data, other.get_by_index(i).data)
 
 
-def test_frame_storage_round_trip_shares_frames_again(tmp_path):
+def test_frame_storage_file_holds_every_frame_once_and_loads_into_any_storage(tmp_path):
     rng = np.random.default_rng(2)
     frames = rng.integers(0, 255, (40, 8, 8), dtype=np.uint8)
     buf = DequeBuffer(30, storage=FrameStorage(30))
+    buf.use(PriorityExperienceReplay(buf))
     for t in range(36):
-        buf.push({'obs': frames[t:t + 4], 'next_obs': frames[t + 1:t + 5], 'action': t % 3, 'reward': 1.0})
+        buf.push({'obs': frames[t:t + 4], 'action': t % 3, 'next_obs': frames[t + 1:t + 5], 'reward': 1.0},
+                 {'priority': float(t + 1)})
     path = str(tmp_path / 'buf.pt')
     buf.save_data(path)
-    other = DequeBuffer(30, storage=FrameStorage(30))
-    other.load_data(path)
-    assert other.indices() == buf.indices()
-    for i in buf.indices():
-        assert_same(buf.get_by_index(i).data, other.get_by_index(i).data)
-    assert other.storage.pool.live == buf.storage.pool.live == 34  # frames 6..39
+    node = torch.load(path, weights_only=True)['data']
+    assert node['kind'] == 'frames' and node['frames'].shape == (34, 8, 8)  # frames 6..39, not 30 x 8 stacks
+    for target in (DequeBuffer(30, storage=FrameStorage(30)), DequeBuffer(30)):
+        target.use(PriorityExperienceReplay(target))
+        target.load_data(path)
+        assert target.indices() == buf.indices()
+        for i in buf.indices():
+            assert_same(buf.get_by_index(i).data, target.get_by_index(i).data)
+            assert buf.get_by_index(i).meta == target.get_by_index(i).meta
+        got, want = target.sample_batch(8), buf.sample_batch(8)
+        assert got.data['obs'].shape == want.data['obs'].shape == (8, 4, 8, 8)
+    loaded = DequeBuffer(30, storage=FrameStorage(30))
+    loaded.load_data(path)
+    assert loaded.storage.pool.live == buf.storage.pool.live == 34
+    loaded.push({'obs': frames[35:39], 'action': 0, 'next_obs': frames[36:40], 'reward': 0.0})  # frames shared
+    assert loaded.storage.pool.live == 34 - 1  # item 6 evicted (frame 6 freed); no new frame
+    small = DequeBuffer(10, storage=FrameStorage(10))
+    small.load_data(path)  # the newest 10 items: frames only the dropped items used are freed
+    assert small.indices() == buf.indices()[-10:] and small.storage.pool.live == 14
+    assert_same(small.get_by_index(35).data, buf.get_by_index(35).data)
 
 
 def test_a_version_1_file_still_loads(tmp_path):
