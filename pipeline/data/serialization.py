@@ -1,9 +1,10 @@
 """Safe (no arbitrary code on load) encoding of buffer contents for ``save_data``/``load_data``.
 
 Files are columnar (format version 2: :mod:`.columnar_io` stacks each field of all items into one
-tensor); files of version 1 (one encoded object per item) still load. Per value, everything is
-turned into plain containers (dict/list/str/numbers/None) and torch tensors, written with ``torch.save`` and read back with ``torch.load(weights_only=True)``, whose unpickler refuses
-any other global. Numpy arrays, numpy scalars, tuples, EasyDicts and dicts with non-string keys are
+tensor; a frame storage's frames once, :mod:`.frame_file`); files of version 1 (one encoded object
+per item) still load. Per value, everything is turned into plain containers (dict/list/str/numbers/
+None) and torch tensors, written with ``torch.save`` and read back with
+``torch.load(weights_only=True)``, whose unpickler refuses any other global. Numpy arrays, numpy scalars, tuples, EasyDicts and dicts with non-string keys are
 tagged so that they come back as the same types.
 """
 from __future__ import annotations
