@@ -1,7 +1,7 @@
 """Env layer benchmark: rlpipe's collector on each backend next to the bare vector env it runs on,
 and replay memory for Atari transitions.
 
-Run: ``python benchmarks/bench_envs.py [--quick] [--skip-memory]``.
+Run: ``python benchmarks/bench_envs.py [--quick] [--skip-memory] [--game cartpole|pong]``.
 
 Rows (8 envs, uniformly random actions, all in this one run):
 
@@ -278,13 +278,17 @@ def main() -> None:
     ap.add_argument('--quick', action='store_true', help='fewer steps and a 20k-transition buffer')
     ap.add_argument('--skip-memory', action='store_true')
     ap.add_argument('--skip-envs', action='store_true')
+    ap.add_argument('--game', choices=['all', 'cartpole', 'pong'], default='all', help='env rows of one game only')
     args = ap.parse_args()
     load0 = os.getloadavg()
     print(f'load average at start: {load0[0]:.1f} (1 min), {os.cpu_count()} cores; envpool: '
           f'{"installed" if HAVE_ENVPOOL else "not installed"}')
     if not args.skip_envs:
-        bench_game('CartPole-v1', 2_000 if args.quick else 4_000, 3 if args.quick else 9)
-        if HAVE_ATARI:
+        if args.game != 'pong':
+            bench_game('CartPole-v1', 2_000 if args.quick else 4_000, 3 if args.quick else 9)
+        if args.game == 'cartpole':
+            pass
+        elif HAVE_ATARI:
             bench_game('Pong', 400 if args.quick else 800, 3 if args.quick else 7)
         else:
             print("\nPong skipped: pip install 'rlpipe[atari]'")

@@ -36,8 +36,6 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    if args.exp_name == 'atari_dqn':  # the default: one folder per game
-        args.exp_name = f'atari_dqn_{args.env.split("/")[-1]}'
     return {
         'env': env_config(args, stop_value=20),
         'policy': {

@@ -34,8 +34,6 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    if args.exp_name == 'atari_ppo':  # the default: one folder per game
-        args.exp_name = f'atari_ppo_{args.env.split("/")[-1]}'
     return {
         'env': env_config(args, stop_value=20),
         'policy': {

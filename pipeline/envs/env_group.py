@@ -41,11 +41,14 @@ GroupStep = Tuple[List[float], List[bool], List[bool], Optional[List[dict]], Dic
 PackedArray = Tuple[str, Tuple[int, ...], bytes]
 
 
-def pack_array(a: np.ndarray) -> PackedArray:
-    return a.dtype.str, a.shape, a.tobytes()
+def pack_array(a: np.ndarray) -> Any:
+    """``a`` as ``(dtype, shape, bytes)``; object arrays (e.g. dict actions) as they are."""
+    return a if a.dtype.hasobject else (a.dtype.str, a.shape, a.tobytes())
 
 
-def unpack_array(p: PackedArray) -> np.ndarray:
+def unpack_array(p: Any) -> np.ndarray:
+    if isinstance(p, np.ndarray):
+        return p
     dtype, shape, data = p
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 

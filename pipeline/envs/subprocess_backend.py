@@ -27,7 +27,7 @@ import select
 import signal
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,6 +108,9 @@ class SubprocessBackend:
             err = self._first_dead_worker_error(e)
             self._remove_files()
             raise err from e
+        except BaseException:  # e.g. the first env failed in this process, or the envs' spaces differ
+            self._remove_files()
+            raise
         self._pipes = self._vec.parent_pipes
         self._procs = self._vec.processes
         # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
@@ -128,7 +131,8 @@ class SubprocessBackend:
         for w in workers:
             s = None if seeds is None else [int(x) for x in seeds[w * k:(w + 1) * k]]
             self._send(w, ('reset', {'seed': s, 'options': None}))
-        self._recv_all(list(workers))
+        for _ in self._answers(list(workers)):
+            pass
         return self._obs[:self.env_num].copy()
 
     def _plan(self, ids: np.ndarray) -> _Plan:
@@ -148,31 +152,35 @@ class SubprocessBackend:
         plan = self._plan(ids)
         for w, rows, pos in plan:
             self._send(w, ('step', (rows, pack_array(actions[pos]), keep_infos)))
-        answers = self._recv_all([w for w, _, _ in plan])
         n = len(ids)
-        after = self._obs[:n].copy() if plan is self._full else self._obs[ids]
+        shm = self._obs
+        after = np.empty((n,) + shm.shape[1:], dtype=shm.dtype)
         reward = np.empty(n, dtype=np.float64)
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
         infos: Optional[List[Any]] = [None] * n if keep_infos else None
-        final_infos: Dict[int, dict] = {}
-        next_obs = after
-        for (w, _, pos), answer in zip(plan, answers):
-            r, te, tr, w_infos, finals = answer[4]
+        finals: List[Tuple[int, Any, dict]] = []
+        # each worker's answer is taken in as it arrives, while the others are still stepping
+        for j, answer in self._answers([w for w, _, _ in plan]):
+            _, _, pos = plan[j]
+            after[pos] = shm[pos] if isinstance(pos, slice) else shm[ids[pos]]
+            r, te, tr, w_infos, w_finals = answer[4]
             reward[pos] = r
             terminated[pos] = te
             truncated[pos] = tr
-            at = range(pos.start, pos.stop) if isinstance(pos, slice) else pos.tolist()
-            if w_infos is not None:
-                for j, info in zip(at, w_infos):
-                    infos[j] = info  # type: ignore[index]
-            if finals:
-                if next_obs is after:
-                    next_obs = after.copy()
-                for row, (obs, info) in finals.items():
-                    j = at[row]
-                    next_obs[j] = obs
-                    final_infos[j] = info
+            if w_infos is not None or w_finals:
+                at = range(pos.start, pos.stop) if isinstance(pos, slice) else pos.tolist()
+                if w_infos is not None:
+                    for i, info in zip(at, w_infos):
+                        infos[i] = info  # type: ignore[index]
+                finals.extend((at[row], obs, info) for row, (obs, info) in w_finals.items())
+        next_obs = after
+        final_infos: Dict[int, dict] = {}
+        if finals:
+            next_obs = after.copy()
+            for i, obs, info in finals:
+                next_obs[i] = obs
+                final_infos[i] = info
         return next_obs, after, reward, terminated, truncated, infos, final_infos
 
     def close(self) -> None:
@@ -229,43 +237,34 @@ class SubprocessBackend:
         except (OSError, ValueError) as e:
             self._fail(self._dead_worker_error(w), e)
 
-    def _recv_all(self, ids: Sequence[int]) -> List[Any]:
-        """Each listed worker's answer (``ids``: worker indices), in order; one ``poll`` call waits for all of them (no
-        per-pipe selector), with one deadline for the whole step."""
+    def _answers(self, ws: Sequence[int]) -> Iterator[Tuple[int, Any]]:
+        """``(j, answer of worker ws[j])`` for every listed worker, in the order they answer; one
+        ``poll`` waits for all of them, with one deadline for the whole step."""
         pipes = self._pipes
-        out: List[Any] = [None] * len(ids)
-        if self._timeout is None:
-            waiting = list(range(len(ids)))
-        else:
-            poller = select.poll()
-            fd_of = {}
-            for j, i in enumerate(ids):
-                fd = pipes[i].fileno()
-                fd_of[fd] = j
-                poller.register(fd, select.POLLIN)
-            deadline = time.monotonic() + self._timeout
-            waiting = []
-            while fd_of:
-                events = poller.poll(max(0.0, deadline - time.monotonic()) * 1000.0)
-                if not events:
-                    j = min(fd_of.values())
-                    self._fail(self._hung_worker_error(ids[j]))
-                for fd, _ in events:
-                    j = fd_of.pop(fd, None)
-                    if j is not None:
-                        poller.unregister(fd)
-                        waiting.append(j)
-            waiting.sort()
-        for j in waiting:
-            i = ids[j]
-            try:
-                result, ok = pipes[i].recv()
-            except (EOFError, OSError) as e:
-                self._fail(self._dead_worker_error(i), e)
-            if not ok:
-                self._fail(self._raised_error(i))
-            out[j] = result
-        return out
+        poller = select.poll()
+        fd_of = {}
+        for j, w in enumerate(ws):
+            fd = pipes[w].fileno()
+            fd_of[fd] = j
+            poller.register(fd, select.POLLIN)
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while fd_of:
+            events = poller.poll(None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000.0)
+            if not events:
+                self._fail(self._hung_worker_error(ws[min(fd_of.values())]))
+            for fd, _ in events:
+                j = fd_of.pop(fd, None)
+                if j is None:
+                    continue
+                poller.unregister(fd)
+                w = ws[j]
+                try:
+                    result, ok = pipes[w].recv()
+                except (EOFError, OSError) as e:
+                    self._fail(self._dead_worker_error(w), e)
+                if not ok:
+                    self._fail(self._raised_error(w))
+                yield j, result
 
     def _fail(self, err: EnvWorkerError, cause: Optional[BaseException] = None) -> None:
         self._broken = f'env {err.env_index} failed'

@@ -348,3 +348,29 @@ def test_close_after_ctrl_c_in_a_step_with_a_hung_worker_and_no_timeout():
         m.close()
     assert time.monotonic() - t0 < 15
     assert all(not p.is_alive() for p in m._backend._procs)
+
+
+class DictActionEnv(CountEnv):
+    """Actions are dicts ({'a': int}): they reach the workers as an object array, pickled as it is."""
+
+    def __init__(self):
+        super().__init__(length=4)
+        self.action_space = gym.spaces.Dict({'a': gym.spaces.Discrete(3)})
+
+    def step(self, action):
+        return super().step(int(action['a']))
+
+
+def test_dict_actions_and_spawned_workers_match_sync():
+    actions = [np.array([{'a': i % 3}, {'a': (i + 1) % 3}, {'a': 2}], dtype=object) for i in range(9)]
+    runs = []
+    for backend, kw in (('sync', {}), ('subprocess', {'workers': 2, 'start_method': 'spawn'})):
+        with EnvManager(DictActionEnv, 3, seed=5, backend=backend, **kw) as m:
+            rec = [m.reset().copy()]
+            for a in actions:
+                s = m.step(a)
+                rec += [s.next_obs, s.reward, s.terminated, m.obs.copy()]
+            runs.append(rec)
+    assert runs[0][-1][0, 0] == 1 and runs[0][-4][0, 1] == 2   # the actions reached the envs
+    for x, y in zip(*runs):
+        np.testing.assert_array_equal(x, y)
