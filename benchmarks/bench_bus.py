@@ -17,13 +17,18 @@ load-independent figure on a shared machine). DI-engine's figure on a similar
 ``--same-core`` pins both processes (and so all their threads) to CPU 0: no cross-core wake-ups, which are
 expensive on a VM. That shows the ceiling of this machine for the same code, not a normal setting.
 
+``--tensor``: the 1 MiB router rows carry a float32 torch tensor (how model weights travel: a snapshot at
+``emit``, received into the frame's memory) instead of bytes; the bare rows send its bytes.
+
     python benchmarks/bench_bus.py [--protocol tcp|ipc] [--quick] [--segments N] [--same-core] [--bus-auth curve]
+                                   [--tensor]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import secrets
+import shutil
 import statistics
 import struct
 import subprocess
@@ -109,6 +114,8 @@ def main() -> None:
                     help="pin both processes to CPU 0 (shows the machine's ceiling without cross-core wake-ups)")
     ap.add_argument("--bus-auth", choices=["plain", "curve"], default=None,
                     help="the router's connection authentication (default plain; see transport_auth)")
+    ap.add_argument("--tensor", action="store_true",
+                    help="the 1 MiB router rows carry a float32 torch tensor instead of bytes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -209,16 +216,20 @@ def main() -> None:
               f"{args.segments} alternating segments per size"
               + ("; --same-core: BOTH PROCESSES PINNED TO CPU 0 (ceiling, not a normal setting)"
                  if args.same_core else ""))
-        print(f"{'ping-pong':34s} {'best':>8s} {'median':>8s}  round trips/s   {'CPU us/rt':>9s}")
+        print(f"{'ping-pong':38s} {'best':>8s} {'median':>8s}  round trips/s   {'CPU us/rt':>9s}")
         for size in (1024, 1 << 20):
             payload = b"x" * size
+            sent = payload  # what the router rows carry
+            if args.tensor and size > 1024:
+                import torch
+                sent = torch.ones(size // 4)
             n = max(50, n_pp // (1 if size == 1024 else 50)) // args.segments
             rows: dict = {"bare": [], "pushpull": [], "router": [], "thread": []}
             for _ in range(args.segments):
                 rows["bare"].append(segment(bare, payload, n))
                 rows["pushpull"].append(segment(bare_pushpull, payload, n))
-                rows["router"].append(segment(routed, payload, n))
-                rows["thread"].append(segment(routed_via_thread, payload, n))
+                rows["router"].append(segment(routed, sent, n))
+                rows["thread"].append(segment(routed_via_thread, sent, n))
             for name, label in (("bare", "bare pyzmq PAIR"), ("pushpull", "bare pyzmq PUSH/PULL"),
                                 ("router", "rlpipe ZmqRouter"), ("thread", "  via receiver thread")):
                 rates = [r for r, _ in rows[name]]
@@ -233,7 +244,8 @@ def main() -> None:
                     if size == 1024 and name == "router":
                         extra += f"; {max(rates) / 3000:.1f}x (best) / {statistics.median(rates) / 3000:.1f}x " \
                                  "(median) DI-engine's ~3k"
-                print(f"{label + ', ' + str(size // 1024) + ' KiB':34s} {max(rates):8.0f} "
+                kind = " tensor" if sent is not payload and name in ("router", "thread") else ""
+                print(f"{label + ', ' + str(size // 1024) + ' KiB' + kind:38s} {max(rates):8.0f} "
                       f"{statistics.median(rates):8.0f}                  {cpu:9.1f}{extra}")
         for size, n in burst.items():
             payload = b"x" * size
@@ -260,6 +272,7 @@ def main() -> None:
         for sock in (pair, pp_pull, pp_push):
             sock.close(0)
         ctx.term()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
