@@ -36,8 +36,6 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    if args.exp_name == 'atari_dqn':  # the default: one folder per game
-        args.exp_name = f'atari_dqn_{args.env.split("/")[-1]}'
     return {
         'env': env_config(args, stop_value=20),
         'policy': {
@@ -102,7 +100,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         for mw in [*(extra_middleware or []), *run.extra_middleware(cfg)]:
             task.use(mw)
         ctx, interrupted = run_pipeline(ckpt)
-    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score')
+    result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score',
+                        script=__file__)
     stop = cfg.env.stop_value
     result.update(buffer_count=buffer_.count(), solved=stop is not None and ctx.last_eval_value >= stop)
     return result

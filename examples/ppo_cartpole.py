@@ -171,13 +171,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:
         print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
-    best, last = ckpt.paths.get('eval.pth.tar'), ckpt.paths.get('final.pth.tar')
-    print(f'run folder: {run.dir}')
-    print(f'  best evaluated policy: {best}')
-    print(f'  final (for --resume):  {last}')
-    print(f'  logs: tensorboard --logdir {os.path.join(run.dir, "log")}')
-    if best:
-        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+    run.print_paths(ckpt, __file__)
     return 0 if (solved or stop is None) else 1
 
 

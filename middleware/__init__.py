@@ -13,16 +13,16 @@ Importing this package loads neither torch, gymnasium, treetensor, tensorboard n
 """
 from .ckpt_handler import CkptSaver, load_checkpoint, save_checkpoint
 from .collector import EpisodeCollector, StepCollector
-from .functional import (NStepAccumulator, data_pusher, eps_greedy_handler, evaluate_episodes,
-                         interaction_evaluator, nstep_reward_enhancer, offpolicy_data_fetcher, online_logger,
-                         termination_checker, trainer)
+from .functional import (NStepAccumulator, data_pusher, episode_return_bound, eps_greedy_handler,
+                         evaluate_episodes, interaction_evaluator, nstep_reward_enhancer, offpolicy_data_fetcher,
+                         online_logger, termination_checker, trainer)
 from .learner import OffPolicyLearner
 from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_to_batch
 
 __all__ = [
     'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'save_checkpoint', 'load_checkpoint',
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
-    'interaction_evaluator', 'evaluate_episodes', 'trainer', 'termination_checker', 'online_logger',
+    'interaction_evaluator', 'evaluate_episodes', 'episode_return_bound', 'trainer', 'termination_checker', 'online_logger',
     'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',
     'RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch', 'RolloutExchanger',
 ]

@@ -36,11 +36,49 @@ __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_r
            'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script']
 
 
+class ExampleParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that remembers what it parsed: the namespace gets ``_argv`` (the arguments
+    actually parsed, ``main(argv)``'s list or ``sys.argv[1:]``) and ``_script`` (the example's file), which
+    :func:`prepare_run` keeps for ``config.json`` and the ``--resume`` command printed on Ctrl-C."""
+
+    script: Optional[str] = None
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        #: called with the parsed namespace, in order (e.g. ``add_env_flags``' per-env run folder name)
+        self.after_parse: List[Callable[[argparse.Namespace], None]] = []
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
+        ns, rest = super().parse_known_args(args, namespace)
+        ns._argv = list(sys.argv[1:] if args is None else args)
+        ns._script = self.script or sys.argv[0]
+        for fn in self.after_parse:
+            fn(ns)
+        return ns, rest
+
+
+def _caller_file(depth: int) -> Optional[str]:
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:  # the stack is not that deep
+        return None
+    path = frame.f_globals.get('__file__')
+    return os.path.abspath(path) if isinstance(path, str) and path.endswith('.py') else None
+
+
 def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int] = None,
                    seed: int = 0) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the flags every training example shares (see the module doc).
-    Add the example's own flags to it before parsing."""
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    Add the example's own flags to it before parsing. It records the arguments it parsed and the
+    example's file (the module that called this function, or the one above it when that module is
+    this package), so a run started as ``main([...])`` from Python records those, not ``sys.argv``."""
+    p = ExampleParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for depth in (1, 2):
+        f = _caller_file(depth)
+        if f is not None and os.path.dirname(f) != here:
+            p.script = f
+            break
     g = p.add_argument_group('common to all training examples')
     g.add_argument('--exp-name', default=exp_name,
                    help=f'experiment folder under the current directory; each run gets <exp>/<n>/ '
@@ -141,10 +179,18 @@ def check_checkpoint_path(path: str) -> str:
     return full
 
 
+#: (argv, script) of the run :func:`prepare_run` prepared last in this process (what ``main(argv)`` parsed)
+_parsed: Optional[tuple] = None
+
+
 def resume_command(ckpt_path: str, argv: Optional[Sequence[str]] = None, script: Optional[str] = None) -> str:
     """The exact command that continues this run from ``ckpt_path``: the same flags, with
-    ``--resume`` replaced."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    ``--resume`` replaced. Defaults: the arguments and script of the run :func:`prepare_run` prepared
+    last in this process (``sys.argv`` when there is none)."""
+    if argv is None:
+        argv = _parsed[0] if _parsed is not None else sys.argv[1:]
+    if script is None and _parsed is not None:
+        script = _parsed[1]
     out: List[str] = []
     skip = False
     for a in argv:
@@ -192,6 +238,8 @@ class RunInfo:
     middleware_factories: List[Callable[..., Any]] = field(default_factory=list)
 
     exp_name: str = 'exp'
+    argv: Optional[List[str]] = None  # the arguments parsed (None: sys.argv[1:])
+    script: Optional[str] = None  # the example's file (None: sys.argv[0])
 
     def create_dir(self) -> str:
         """Create the run folder ``./<exp-name>/<n>/`` (once) and return it."""
@@ -212,7 +260,9 @@ class RunInfo:
         self.create_dir()
         assert self.dir is not None
         path = os.path.join(self.dir, 'config.json')
-        doc = {'command': shlex.join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
+        if argv is None:
+            argv = self.argv if self.argv is not None else sys.argv[1:]
+        doc = {'command': shlex.join([self.script or sys.argv[0], *argv]),
                'started': datetime.datetime.now().isoformat(timespec='seconds'),
                'resumed_from': self.resume, 'config': to_plain(cfg)}
         with open(path, 'w') as f:
@@ -232,6 +282,31 @@ class RunInfo:
         if not quiet:
             print(f'run folder: {self.dir} (final checkpoint: {ckpt.paths.get("final.pth.tar")})')
 
+    def print_paths(self, ckpt: Any, script: str) -> None:
+        """Print where the run's outputs are: the run folder, the evaluated ("best") and the final
+        checkpoint, the logs, and the command that plays the evaluated policy (``script``: the example's
+        ``__file__``). In a multi-process run the nodes share the run folder: a checkpoint written by
+        another node is found there, and only the node that trains (or the single process) prints the
+        checkpoints; the others print the folder alone."""
+        from pipeline import task
+        from pipeline.roles import Role
+
+        print(f'run folder: {self.dir}')
+        if task.roles and Role.LEARNER not in task.roles:
+            return
+        found = {}
+        for name in ('eval.pth.tar', 'final.pth.tar'):
+            path = ckpt.paths.get(name) or os.path.join(ckpt.dir, name)
+            found[name] = path if os.path.isfile(path) else None
+        best, final = found['eval.pth.tar'], found['final.pth.tar']
+        print(f'  best evaluated policy: {best}')
+        print(f'  final (for --resume):  {final}')
+        print(f'  logs: tensorboard --logdir {os.path.join(str(self.dir), "log")}')
+        if best:
+            rel = os.path.relpath(script)
+            print(f'  watch it: python {shlex.quote(rel if not rel.startswith("..") else os.path.abspath(script))} '
+                  f'--play {shlex.quote(best)} --render')
+
     def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
         """Build the ``--middleware`` factories with the resolved config."""
         return [f(cfg) for f in self.middleware_factories]
@@ -242,8 +317,8 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
     with a one-line error. The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
     them once the config has compiled, so a config error leaves no empty folder).
 
-    On a learner node that the launcher restarted (``rlpipe run --backend ray --max-restarts N``; see
-    :func:`restart_resume`) the run continues the launch's run folder and resumes from its newest learner
+    On a learner node that the launcher restarted (``rlpipe run --auto-recover`` or ``--backend ray
+    --max-restarts N``; see :func:`restart_resume`) the run continues the launch's run folder and resumes from its newest learner
     checkpoint (weights, optimizer, counters, and the replay buffer when one was saved next to it), as if
     ``--resume`` named it; with no checkpoint written yet it starts as the first incarnation did."""
     import copy
@@ -274,7 +349,10 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
         else:
             logging.getLogger(__name__).warning('restart %s of this node: no checkpoint in %s yet; starting %s', n,
                                                 run_dir, f'from {resume}' if resume else 'afresh')
-    return RunInfo(run_dir, user, resume, play, factories, exp_name=args.exp_name)
+    global _parsed
+    argv, script = getattr(args, '_argv', None), getattr(args, '_script', None)
+    _parsed = (list(argv), script) if argv is not None else None
+    return RunInfo(run_dir, user, resume, play, factories, exp_name=args.exp_name, argv=argv, script=script)
 
 
 # --------------------------------------------------------------------------- terminal

@@ -15,7 +15,7 @@ An example reads top to bottom::
     cfg = compile_run_config(run, 'dqn')
     collector_env, evaluator_env = atari_envs(cfg, args.backend)
     ...                                            # policy, checkpointer(...), run_logger(...), the pipeline
-    return finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env])
+    return finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], script=__file__)
 """
 from __future__ import annotations
 
@@ -33,9 +33,22 @@ __all__ = ['add_env_flags', 'env_config', 'start_run', 'compile_run_config', 'ch
 
 def add_env_flags(parser: argparse.ArgumentParser, env: str, env_num: int, eval_episodes: int,
                   backends: Sequence[str] = ('sync', 'subprocess', 'envpool'),
-                  backend: str = 'subprocess') -> argparse.ArgumentParser:
+                  backend: str = 'subprocess', exp_name_per_env: bool = True) -> argparse.ArgumentParser:
     """Add ``--env``, ``--backend``, ``--env-num``, ``--eval-episodes``, ``--max-episode-steps`` and
-    ``--quiet`` (the rest of the settings are config entries: ``--set key=value``)."""
+    ``--quiet`` (the rest of the settings are config entries: ``--set key=value``).
+
+    ``exp_name_per_env``: with the default ``--exp-name`` (e.g. ``atari_dqn``), runs go to one folder per
+    env, ``<exp-name>_<env>`` (``atari_dqn_PongNoFrameskip-v4``); needs a parser from ``example_parser``."""
+    if exp_name_per_env:
+        default = parser.get_default('exp_name')
+
+        def name_per_env(ns: argparse.Namespace) -> None:
+            if default is not None and ns.exp_name == default:
+                ns.exp_name = f'{default}_{ns.env.split("/")[-1]}'
+
+        if not hasattr(parser, 'after_parse'):
+            raise TypeError('add_env_flags(exp_name_per_env=True) needs a parser made by example_parser')
+        parser.after_parse.append(name_per_env)
     g = parser.add_argument_group('environment')
     g.add_argument('--env', default=env, help=f'gymnasium env id (default {env})')
     g.add_argument('--backend', default=backend, choices=list(backends),
@@ -191,10 +204,11 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
 
 
 def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, logger: Any, envs: List[Any],
-               what: str = 'return') -> Dict[str, Any]:
+               what: str = 'return', script: Optional[str] = None) -> Dict[str, Any]:
     """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),
     print the last evaluation (``what``: 'score' or 'return'), the counts, and where the run folder,
-    checkpoints and logs are. Returns the figures as a dict."""
+    checkpoints and logs are (``script``: the example's ``__file__``, for the command that plays the
+    evaluated policy). Returns the figures as a dict."""
     logger.close()
     for env in envs:
         env.close()
@@ -205,11 +219,5 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, 
         return result
     print(f'\nlast mean eval {what} {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, {ctx.train_iter} '
           f'updates, {wall:.0f} s ({ctx.env_step / max(wall, 1e-9):.0f} env steps/s)')
-    best, final = ckpt.paths.get('eval.pth.tar'), ckpt.paths.get('final.pth.tar')
-    print(f'run folder: {run.dir}')
-    print(f'  best evaluated policy: {best}')
-    print(f'  final (for --resume):  {final}')
-    print(f'  logs: tensorboard --logdir {os.path.join(str(run.dir), "log")}')
-    if best:
-        print(f'  watch it: python {sys.argv[0]} --play {best} --render')
+    run.print_paths(ckpt, script or run.script or sys.argv[0])
     return result

@@ -1,4 +1,5 @@
-"""Where a node that the launcher restarted resumes from (``rlpipe run --backend ray --max-restarts N``).
+"""Where a node that the launcher restarted resumes from (``rlpipe run --auto-recover``, or ``rlpipe run
+--backend ray --max-restarts N``).
 
 A restarted node finds ``RLPIPE_RESTARTS`` (1, 2, ...) in its environment and, like every node of its
 launch, ``RLPIPE_LAUNCH_ID``, which names the launch's shared run folder. ``pipeline.experiment.prepare_run``
@@ -53,8 +54,8 @@ def _node_roles() -> Optional[List[str]]:
 
 
 def restart_resume(exp_name: str) -> Optional[Tuple[str, Optional[str]]]:
-    """On a node the launcher restarted (``RLPIPE_RESTARTS`` >= 1, ``rlpipe run --backend ray
-    --max-restarts N``) that trains (the learner role, or no roles): ``(run folder, checkpoint)``, the
+    """On a node the launcher restarted (``RLPIPE_RESTARTS`` >= 1: ``rlpipe run --auto-recover``, or
+    ``--backend ray --max-restarts N``) that trains (the learner role, or no roles): ``(run folder, checkpoint)``, the
     launch's shared run folder and the newest learner checkpoint in it (None for the checkpoint when none
     was written yet). None on every other node and outside a launch."""
     try:

@@ -1,4 +1,5 @@
 import os
+import subprocess
 import sys
 
 import pytest
@@ -39,3 +40,25 @@ def small_dqn_cfg():
         return compile_config({'policy': {'model': {'obs_shape': 4, 'action_shape': 2}, 'learn': learn}})
 
     return make
+
+
+@pytest.fixture
+def help_without_torch():
+    """``run(script) -> help text``: runs ``python SCRIPT --help`` in a fresh interpreter and asserts that it
+    exits 0, prints a usage, and never imported torch (``--help`` must answer at once)."""
+    def run(script):
+        code = ('import runpy, sys\n'
+                f'sys.argv = [{os.path.basename(script)!r}, "--help"]\n'
+                'try:\n'
+                f'    runpy.run_path({script!r}, run_name="__main__")\n'
+                'except SystemExit as e:\n'
+                '    assert e.code in (0, None), e.code\n'
+                'print("TORCH" if "torch" in sys.modules else "NO-TORCH")\n')
+        env = dict(os.environ)
+        env['PYTHONPATH'] = os.pathsep.join([ROOT, env.get('PYTHONPATH', '')])
+        p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+        assert 'usage:' in p.stdout and p.stdout.strip().endswith('NO-TORCH'), p.stdout[-500:]
+        return p.stdout
+
+    return run

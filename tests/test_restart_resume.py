@@ -3,6 +3,7 @@ checkpoint through ``prepare_run`` (what every training example calls); other no
 import argparse
 import json
 import os
+import re
 import time
 
 from pipeline.experiment import new_run_dir, prepare_run
@@ -51,3 +52,42 @@ def test_a_restarted_learner_resumes_the_shared_run_other_nodes_and_first_starts
     monkeypatch.delenv('RLPIPE_LAUNCH_ID')
     monkeypatch.setenv('RLPIPE_NODE', json.dumps(node))
     assert prepare_run(_args(), {}).resume is None  # no launch: nothing to continue
+
+
+def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from_its_checkpoint(tmp_path):
+    """The unchanged examples/dqn_cartpole.py under `rlpipe run --auto-recover` (local processes): the learner
+    SIGKILLs itself after its first periodic checkpoint; the launcher restarts it with RLPIPE_RESTARTS=1, and it
+    resumes from that checkpoint with its counters (not from zero) and the replay buffer saved with it, as under
+    the Ray launcher."""
+    import socket
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            ports.append(str(s.getsockname()[1]))
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join([root, os.path.join(root, 'tests', 'parallel'), env.get('PYTHONPATH', '')])
+    for k in ('RLPIPE_KEY', 'RLPIPE_RESTARTS', 'RLPIPE_LAUNCH_ID', 'RLPIPE_NODE'):
+        env.pop(k, None)
+    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', root, '--main',
+           'examples.dqn_cartpole.main', '--parallel-workers', '2', '--roles', 'learner:collector',
+           '--ports', ','.join(ports), '--startup-interval', '0.05', '--stop-grace', '10',
+           '--auto-recover', '--max-retries', '1', '--',
+           '--no-progress', '--max-env-step', '1500', '--exp-name', 'restart',
+           '--set', 'policy.learn.update_per_collect=8', '--set', 'policy.learn.learning_starts=64',
+           '--middleware', 'ray_fault_hooks:kill_learner_once']
+    p = subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=400)
+    text = p.stdout + p.stderr
+    assert 'restarting it (attempt 1 of 1)' in text, text[-3000:]
+    assert 'restart 1 of this node: resuming from' in text, text[-3000:]
+    assert re.search(r'replay buffer restored from \S+iteration_\d+\.buffer \(\d+ items\)', text), text[-3000:]
+    sys.path.insert(0, os.path.join(root, 'tests', 'parallel'))
+    try:
+        from ray_fault_hooks import check_resumed_run
+    finally:
+        sys.path.pop(0)
+    check_resumed_run(tmp_path)

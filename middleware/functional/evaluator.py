@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
 from contexts import RLContext
 from pipeline.roles import Role, for_roles
 
-__all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult']
+__all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult', 'episode_return_bound',
+           'STEP_REWARD_BOUNDS']
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,35 @@ class EvalResult(NamedTuple):
     lengths: np.ndarray
     env_steps: int
     complete: bool
+
+
+#: The highest reward one step can pay, for gymnasium envs where it is known and >= 0 (an episode's
+#: return is then at most this times the time limit). Add entries for your own envs.
+STEP_REWARD_BOUNDS: Dict[str, float] = {
+    'CartPole-v0': 1.0,     # +1 per step
+    'CartPole-v1': 1.0,
+    'Acrobot-v1': 0.0,      # -1 per step, 0 at the goal
+    'Pendulum-v1': 0.0,     # minus a cost
+}
+
+
+def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -> Optional[float]:
+    """The best return one episode of ``env_id`` can have, or None when it is not known.
+
+    Known when :data:`STEP_REWARD_BOUNDS` has the env's per-step reward bound and the env has a
+    time limit (``max_episode_steps``, else its gymnasium registration's): e.g. 500.0 for
+    CartPole-v1, 200.0 for CartPole-v0, 0.0 for Pendulum-v1. ``env_id`` that is not a str
+    (a callable, an env) gives None.
+    """
+    if not isinstance(env_id, str) or env_id not in STEP_REWARD_BOUNDS:
+        return None
+    per_step = STEP_REWARD_BOUNDS[env_id]
+    if per_step == 0.0:
+        return 0.0
+    if max_episode_steps is None:
+        import gymnasium as gym
+        max_episode_steps = gym.spec(env_id).max_episode_steps
+    return float(max_episode_steps) * per_step if max_episode_steps else None
 
 
 def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000,
@@ -94,7 +124,7 @@ def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
 
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?", "info_for_logging?"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
-def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Optional[float] = None,
+def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Union[float, str, None] = None,
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
                           max_eval_gap: Optional[int] = None, collect_window: int = 1) -> Callable[[Any], None]:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
@@ -102,10 +132,13 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
 
     Runs on the first call (train iter 0) and then whenever ``ctx.train_iter - ctx.last_eval_iter
     >= eval_freq`` -- not again on every step before training starts.
-    With ``max_episode_return`` (the best return one episode can have, e.g. 500 on CartPole-v1)
-    and ``cfg.env.stop_value``, an evaluation stops as soon as the stop value is out of reach
-    (see :func:`run_eval_episodes`); its ``eval_value`` is then the mean of the finished episodes
-    and ``eval_output['complete']`` is False. The stop value is only declared reached by a complete
+    With ``max_episode_return`` (the best return one episode can have, e.g. 500 on CartPole-v1;
+    ``'auto'``: :func:`episode_return_bound` of ``cfg.env.env_id`` and ``cfg.env.max_episode_steps``,
+    no early stop when that is unknown) and ``cfg.env.stop_value``, an evaluation stops as soon as
+    the stop value is out of reach even if every remaining episode scored that bound (see
+    :func:`run_eval_episodes`): the criterion is unchanged, and the env steps it ran are counted in
+    ``env_steps`` as usual. Its ``eval_value`` is then the mean of the finished episodes and
+    ``eval_output['complete']`` is False. The stop value is only declared reached by a complete
     evaluation.
     With ``min_collect_return``, a due evaluation also waits until the last finished training
     episode (``ctx.info_for_logging['collect_episode_return']``, written by the collectors of this
@@ -125,6 +158,10 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     from pipeline import task
 
     eval_freq = int(cfg['policy']['eval']['evaluator']['eval_freq'])
+    if isinstance(max_episode_return, str):
+        if max_episode_return != 'auto':
+            raise ValueError(f"max_episode_return must be a number, 'auto' or None, got {max_episode_return!r}")
+        max_episode_return = episode_return_bound(cfg['env'].get('env_id'), cfg['env'].get('max_episode_steps'))
     n_episode = int(cfg['env']['n_evaluator_episode'])
     stop_value = cfg['env'].get('stop_value')
 

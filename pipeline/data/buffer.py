@@ -230,10 +230,23 @@ class DequeBuffer(Buffer):
         cannot be stored safely (arbitrary Python objects)."""
         with self._lock:
             payload = storage_payload(self._s)
+            payload["middleware"] = {key: mw.state_dict() for key, mw in self._stateful_middleware().items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
         """Replace the contents with what :meth:`save_data` wrote (indices are kept; if the file
         holds more items than ``size``, the newest ones are kept). Middleware state derived from meta
-        (e.g. priorities) is rebuilt."""
-        load_into_storage(self._s, path, self._lock)
+        (e.g. priorities) is rebuilt, and middleware with ``state_dict``/``load_state_dict`` at the same
+        place in the chain get their saved state (PER: ``max_priority`` and the IS-weight annealing count)."""
+        states = load_into_storage(self._s, path, self._lock)
+        for key, mw in self._stateful_middleware().items():
+            if key in states:
+                try:
+                    mw.load_state_dict(states[key])
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"load_data({path!r}): the saved state of middleware {key} does not fit "
+                                     f"({type(e).__name__}: {e}); the items were loaded") from None
+
+    def _stateful_middleware(self) -> dict:
+        return {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
+                if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}

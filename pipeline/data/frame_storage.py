@@ -10,6 +10,8 @@ ids of its frames plus the small fields. Stacks are gathered from the pool when 
 middleware (PER, n-step data, ``update``) and the data handed out are unchanged. Sharing is by
 content only, so it is exact whatever the push order, env interleaving or episode boundaries.
 
+``save_data`` writes each frame once too (:mod:`.frame_file`), and ``load_data`` rebuilds the pool from it.
+
 Use: ``DequeBuffer(size, storage=FrameStorage(size))``. A 100k-transition Pong buffer needs about
 0.8 GB here (measured in benchmarks/bench_envs.py) instead of about 7.4 GB with two full
 stacks per transition.
@@ -268,10 +270,27 @@ class FrameStorage(SlotStorage):
         if self.pool is not None:
             self.pool.clear()
 
+    def fresh(self) -> 'FrameStorage':
+        """An empty storage like this one (``load_data`` fills it from a file, then :meth:`adopt` takes it)."""
+        return FrameStorage(self.size, self.pixel_keys, seed=0)
+
+    def push_packed(self, packed: _Packed, meta: Optional[Mapping]) -> BufferedData:
+        """Store an item already packed for this storage (its frames referenced in the pool)."""
+        item = super().push(packed, meta)
+        item.__class__ = FrameItem
+        return item
+
     def adopt(self, other: SlotStorage) -> None:
-        """Take ``other``'s contents (``load_data`` decodes a file into a plain storage first): its
-        items are pushed again, oldest first with their indices, so their frames are shared here too.
+        """Take ``other``'s contents: another frame storage's wholesale (pool, items, columns), any other
+        storage's items pushed again, oldest first with their indices, so their frames are shared here too.
         Listeners are not told (the caller tells them, as for :meth:`SlotStorage.adopt`)."""
+        if isinstance(other, FrameStorage) and other.pixel_keys == self.pixel_keys:
+            super().adopt(other)
+            for slot in self.dense[:self.count].tolist():
+                _RAW.__get__(self.items[slot]).storage = self
+            if self.columns is not None:
+                self.columns.storage = self
+            return
         version, pushes = self.version, self.pushes
         listeners, syncers = self.listeners, self.syncers
         self.listeners, self.syncers = [], []

@@ -1,8 +1,10 @@
 """Safe (no arbitrary code on load) encoding of buffer contents for ``save_data``/``load_data``.
 
-Everything is turned into plain containers (dict/list/str/numbers/None) and torch tensors, written
-with ``torch.save`` and read back with ``torch.load(weights_only=True)``, whose unpickler refuses
-any other global. Numpy arrays, numpy scalars, tuples, EasyDicts and dicts with non-string keys are
+Files are columnar (format version 2: :mod:`.columnar_io` stacks each field of all items into one
+tensor; a frame storage's frames once, :mod:`.frame_file`); files of version 1 (one encoded object
+per item) still load. Per value, everything is turned into plain containers (dict/list/str/numbers/
+None) and torch tensors, written with ``torch.save`` and read back with
+``torch.load(weights_only=True)``, whose unpickler refuses any other global. Numpy arrays, numpy scalars, tuples, EasyDicts and dicts with non-string keys are
 tagged so that they come back as the same types.
 """
 from __future__ import annotations
@@ -13,10 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .columnar_io import decode_rows, encode_rows
+
 if TYPE_CHECKING:
     from .storage import SlotStorage
 
 _TAG = "__rlpipe__"
+FORMAT = "rlpipe.DequeBuffer"
+VERSION = 2  # 2: one column per field (columnar_io); 1: one encoded object per item (still read)
 
 
 def encode(x: Any, _where: str = "data") -> Any:
@@ -91,69 +97,141 @@ def decode(x: Any) -> Any:
 
 
 def storage_payload(s: "SlotStorage") -> dict:
-    """Everything ``DequeBuffer.save_data`` writes (the caller holds ``s.lock``)."""
+    """Everything ``DequeBuffer.save_data`` writes (the caller holds ``s.lock``): format version 2, one
+    column per field (:mod:`.columnar_io`) instead of one encoded object per item."""
     if s.syncers:
         s.sync(s.ordered_slots().copy())
     order = s.ordered_slots().tolist()
+    items = [s.items[k] for k in order]
     return {
-        "format": "rlpipe.DequeBuffer",
-        "version": 1,
+        "format": FORMAT,
+        "version": VERSION,
         "size": s.size,
         "next_id": s.next_id,
-        "ids": [s.items[k].index for k in order],
-        "data": [encode(s.items[k].data, "data") for k in order],
-        "meta": [encode(s.items[k].meta, "meta") for k in order],
+        "count": len(items),
+        "ids": torch.tensor([it.index for it in items], dtype=torch.int64),
+        "data": _data_column(s, items),
+        "meta": encode_rows([it.meta for it in items], encode, "meta"),
     }
 
 
-def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> None:
-    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote.
+def _data_column(s: "SlotStorage", items: list) -> dict:
+    node = None
+    if getattr(s, "pixel_keys", None) is not None:  # a FrameStorage: every frame once (frame_file)
+        from .frame_file import frames_node
 
-    The whole file is checked and decoded into a new storage first; only then are its contents
-    swapped into ``s`` (so a bad file leaves the buffer as it was). Raises ``ValueError`` naming
-    what is wrong: not a buffer file, missing keys, ids that are not integers >= 0 or not strictly
-    increasing (duplicates), lengths that differ, data that does not decode.
-    """
-    from .storage import SlotStorage
+        node = frames_node(s, items, encode)
+    return node if node is not None else encode_rows([it.data for it in items], encode, "data")
 
-    where = f"load_data({path!r})"
+
+def _read(path: str, where: str) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - UnpicklingError, RuntimeError, ...
         raise ValueError(f"{where}: not a buffer file saved by save_data, or it contains "
                          f"objects that are not allowed to load ({type(e).__name__}: {e})") from None
-    if not isinstance(payload, dict) or payload.get("format") != "rlpipe.DequeBuffer":
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{where}: not a buffer file saved by DequeBuffer.save_data")
-    missing = [k for k in ("ids", "data", "meta", "next_id") if k not in payload]
+    version = payload.get("version")
+    if version not in (1, VERSION):
+        raise ValueError(f"{where}: buffer file format version {version!r}, but this rlpipe reads versions 1 "
+                         f"and {VERSION} (saved by a newer rlpipe? upgrade it to load this file)")
+    missing = [k for k in ("ids", "data", "meta", "next_id") + (("count",) if version == VERSION else ())
+               if k not in payload]
     if missing:
         raise ValueError(f"{where}: corrupt buffer file, missing {', '.join(map(repr, missing))}; "
                          "the buffer was not changed")
-    ids, datas, metas, next_id = payload["ids"], payload["data"], payload["meta"], payload["next_id"]
+    return payload
+
+
+def _items_v1(payload: dict, where: str, keep: int, new: Any) -> tuple:
+    """(all ids, [(data, meta)] of the newest ``keep``) of a version-1 file (one object per item)."""
+    ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
     if not all(isinstance(x, list) for x in (ids, datas, metas)):
         raise ValueError(f"{where}: corrupt buffer file ('ids', 'data' and 'meta' must be lists)")
     if not (len(ids) == len(datas) == len(metas)):
         raise ValueError(f"{where}: corrupt file (lengths differ: {len(ids)} ids, {len(datas)} data, "
                          f"{len(metas)} meta)")
-    if not all(type(i) is int and i >= 0 for i in ids) or not (type(next_id) is int and next_id >= 0):
-        raise ValueError(f"{where}: corrupt file (ids and next_id must be integers >= 0)")
-    if any(a >= b for a, b in zip(ids, ids[1:])):
-        raise ValueError(f"{where}: corrupt file (ids not strictly increasing: duplicate or out-of-order ids)")
-    start = max(0, len(ids) - s.size)
+    if not all(type(i) is int and i >= 0 for i in ids):
+        raise ValueError(f"{where}: corrupt file (ids must be integers >= 0)")
+    start = max(0, len(ids) - keep)
     try:
         items = [(decode(datas[i]), decode(metas[i])) for i in range(start, len(ids))]
     except Exception as e:  # noqa: BLE001 - whatever a damaged entry raises
         raise ValueError(f"{where}: corrupt file, an item does not decode ({type(e).__name__}: {e}); "
                          "the buffer was not changed") from None
+    return ids, items
+
+
+def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
+    """(all ids, [(data, meta)] of the newest ``keep``) of a version-2 (columnar) file."""
+    ids, n = payload["ids"], payload["count"]
+    if type(n) is not int or n < 0:
+        raise ValueError(f"{where}: corrupt file ('count' must be an integer >= 0)")
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.shape != (n,):
+        raise ValueError(f"{where}: corrupt file (ids must be {n} int64 values)")
+    ids = ids.tolist()
+    if any(i < 0 for i in ids):
+        raise ValueError(f"{where}: corrupt file (ids must be integers >= 0)")
+    start = max(0, n - keep)
+    node = payload["data"]
+    try:
+        metas = decode_rows(payload["meta"], n, decode)[start:]
+        if isinstance(node, dict) and node.get("kind") == "frames":
+            from .frame_file import frame_rows, packed_rows
+
+            if hasattr(new, "push_packed"):  # into a FrameStorage: its pool straight from the file's frames
+                return ids, list(zip(packed_rows(new, node, n, start, decode), metas))
+            return ids, list(zip(frame_rows(node, n, decode)[start:], metas))
+        datas = decode_rows(node, n, decode)[start:]
+    except Exception as e:  # noqa: BLE001 - whatever a damaged column raises
+        raise ValueError(f"{where}: corrupt file, an item does not decode ({type(e).__name__}: {e}); "
+                         "the buffer was not changed") from None
+    return ids, list(zip(datas, metas))
+
+
+def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
+    """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote (format version 2, or
+    version 1 from rlpipe before columnar files).
+
+    The whole file is checked and decoded into a new storage first; only then are its contents
+    swapped into ``s`` (so a bad file leaves the buffer as it was). Raises ``ValueError`` naming
+    what is wrong: not a buffer file, a newer format, missing keys, ids that are not integers >= 0 or
+    not strictly increasing (duplicates), lengths that differ, data that does not decode. Returns the
+    saved states of the buffer's middleware (``{}`` when the file has none).
+    """
+    from .storage import SlotStorage
+
+    where = f"load_data({path!r})"
+    payload = _read(path, where)
+    next_id = payload["next_id"]
+    if not (type(next_id) is int and next_id >= 0):
+        raise ValueError(f"{where}: corrupt file (ids and next_id must be integers >= 0)")
+    new = s.fresh() if hasattr(s, "fresh") else SlotStorage(s.size, s.columnar, 0)
+    read = _items_v1 if payload["version"] == 1 else _items_v2
+    ids, items = read(payload, where, s.size, new)
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise ValueError(f"{where}: corrupt file (ids not strictly increasing: duplicate or out-of-order ids)")
+    ids = ids[len(ids) - len(items):]
     for _, meta in items:
         if meta is not None and not isinstance(meta, Mapping):
             raise ValueError(f"{where}: corrupt file (an item's meta is a {type(meta).__name__}, not a dict)")
-    new = SlotStorage(s.size, s.columnar, 0)
-    for i, (data, meta) in zip(range(start, len(ids)), items):
-        new.next_id = ids[i]  # push assigns exactly the saved index
-        new.push(data, meta)
+    push = new.push
+    if items and hasattr(new, "push_packed"):
+        from .frame_storage import _Packed
+
+        if isinstance(items[0][0], _Packed):
+            push = new.push_packed  # records packed by frame_file.packed_rows
+    for i, (data, meta) in zip(ids, items):
+        new.next_id = i  # push assigns exactly the saved index
+        push(data, meta)
     new.next_id = max(next_id, ids[-1] + 1 if ids else 0)
+    states = payload.get("middleware", {})
+    if not isinstance(states, dict):
+        raise ValueError(f"{where}: corrupt file ('middleware' must be a dict)")
     with lock:
         s.adopt(new)
         for listener in s.listeners:
             listener.on_clear()
             listener.on_load()
+    return states

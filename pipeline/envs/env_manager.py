@@ -1,7 +1,8 @@
 """A vectorised, auto-resetting env manager over gymnasium, with numpy-batched env-side work.
 
-Backends: ``'sync'`` (every env in this process, stepped in turn), ``'subprocess'`` (one worker
-process per env on gymnasium's ``AsyncVectorEnv`` with shared memory) and ``'envpool'`` (EnvPool's
+Backends: ``'sync'`` (every env in this process, stepped in turn), ``'subprocess'`` (worker processes
+on gymnasium's ``AsyncVectorEnv`` with shared memory, by default one per core, each stepping a group
+of the envs) and ``'envpool'`` (EnvPool's
 C++ thread pool, optional extra). Observations, rewards and flags come back as numpy arrays, so a
 collector sees one ``[env_num, ...]`` batch per step whatever the backend.
 
@@ -151,12 +152,16 @@ class EnvManager:
         max_episode_steps: time limit passed to ``gymnasium.make`` (ids only).
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (or ``envpool.make_gymnasium``).
         keep_infos: return per-env ``info`` dicts in each ``EnvStep`` (off by default: cheaper).
-        backend: ``'sync'`` (in this process), ``'subprocess'`` (one process per env, gymnasium's
-            ``AsyncVectorEnv`` with shared memory: for envs whose step costs more than a pipe round
-            trip, e.g. Atari, MuJoCo) or ``'envpool'`` (``pip install 'rlpipe[envpool]'``).
+        backend: ``'sync'`` (in this process), ``'subprocess'`` (worker processes on gymnasium's
+            ``AsyncVectorEnv`` with shared memory, each stepping a group of consecutive envs: for
+            envs whose step costs more than a pipe round trip, e.g. Atari, MuJoCo) or ``'envpool'``
+            (``pip install 'rlpipe[envpool]'``).
         step_timeout: ``subprocess`` only: seconds to wait for a worker before reporting it as hung
             (``EnvWorkerError`` with its stack); ``None`` waits forever.
         start_method: ``subprocess`` only: multiprocessing start method (default: the platform's).
+        workers: ``subprocess`` only: at most this many worker processes (default: one per usable
+            core, at most ``env_num``); worker ``w`` steps envs ``w*k .. w*k+k-1`` in turn, with
+            ``k = ceil(env_num / workers)``. ``workers=env_num`` gives every env its own process.
 
     Every backend keeps termination and truncation apart, returns the true final observation of a
     finished episode in ``EnvStep.next_obs``, resets finished envs at once and reports finished
@@ -175,7 +180,7 @@ class EnvManager:
                  seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
                  env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False,
                  backend: str = 'sync', step_timeout: Optional[float] = 60.0,
-                 start_method: Optional[str] = None) -> None:
+                 start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:
             raise ValueError(f'env_num must be a positive int, got {env_num!r}')
         if backend not in BACKENDS:
@@ -192,14 +197,13 @@ class EnvManager:
             fns = self._env_fns(env, env_num, max_episode_steps, env_kwargs)
             if backend == 'subprocess':
                 from .subprocess_backend import SubprocessBackend
-                self._backend = SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method)
+                self._backend = SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method,
+                                                  workers=workers)
             else:
                 from .sync_backend import SyncBackend
                 self._backend = SyncBackend(fns)
         self.observation_space = self._backend.observation_space
         self.action_space = self._backend.action_space
-        import gymnasium as gym
-        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._obs: Optional[np.ndarray] = None
         self._ep_return = np.zeros(env_num, dtype=np.float64)
         self._ep_len = np.zeros(env_num, dtype=np.int64)
@@ -295,12 +299,8 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        if self.backend == 'envpool':
-            act: Any = actions  # EnvPool takes the batch as an array
-        else:  # one action per env: Python ints for discrete actions (as gymnasium envs expect), rows else
-            act = actions.tolist() if self._discrete else list(actions)
         next_obs, after, reward, terminated, truncated, infos, final_infos = \
-            self._backend.step(ids, act, self._keep_infos)
+            self._backend.step(ids, actions, self._keep_infos)
         ep_ret, ep_len = self._ep_return, self._ep_len
         if n == self.env_num and env_ids is None:
             ep_ret += reward

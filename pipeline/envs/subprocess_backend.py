@@ -1,35 +1,51 @@
-"""The subprocess backend: one worker process per env, on gymnasium's ``AsyncVectorEnv``.
+"""The subprocess backend: worker processes on gymnasium's ``AsyncVectorEnv``, each stepping a group
+of envs.
 
-Observations travel through ``AsyncVectorEnv``'s shared memory; workers run in its ``SAME_STEP``
-autoreset mode, so a finished env is reset within the step and its final observation comes back in
-``info['final_obs']``. This module talks to the workers over ``AsyncVectorEnv``'s own pipes (the
-same ``('step', action)`` / ``('reset', kwargs)`` messages its ``step_async``/``reset_async`` send)
-so that it can step a subset of the envs, wait with a deadline per env, and say which env failed.
+``env_num`` envs are split into consecutive groups of ``k = ceil(env_num / workers)``; worker ``w``
+runs envs ``w*k .. w*k + k - 1`` as one :class:`~pipeline.envs.env_group.EnvGroup`, stepping them in
+turn. About one worker per core beats one per env: every step costs each worker a pipe round trip and
+a process wake-up, which for 8 envs on 2 cores cost more than the parallelism gains. With
+``workers=env_num`` every env has its own process.
 
-Failure reports: an exception in a worker comes with the worker's traceback (from
-``AsyncVectorEnv``'s error queue); a worker that dies (segfault, ``os._exit``) with its exit code
-and, for fatal signals, the Python stack ``faulthandler`` wrote; a worker that does not answer
-within ``step_timeout`` with the stack it is stuck in (``faulthandler`` on ``SIGUSR1``).
+Observations travel through ``AsyncVectorEnv``'s shared memory (``[workers, k, *obs_shape]``, read as
+``[workers * k, *obs_shape]``: env ``i`` is row ``i``); rewards, flags and final observations come
+back in the ``info`` slot of each worker's answer (see :mod:`pipeline.envs.env_group`). This module
+talks to the workers over ``AsyncVectorEnv``'s own pipes (the ``('step', ...)`` / ``('reset', ...)``
+messages its ``step_async``/``reset_async`` send) so that it can step a subset of the envs, wait with
+one deadline, and say which env failed.
+
+Failure reports name the env (from the :class:`~pipeline.envs.env_group.EnvMarks` slot its worker
+set before making, resetting or stepping it): an exception in a worker comes with the worker's
+traceback (from ``AsyncVectorEnv``'s error queue); a worker that dies (segfault, ``os._exit``) with
+its exit code and, for fatal signals, the Python stack ``faulthandler`` wrote; a worker that does not
+answer within ``step_timeout`` with the stack it is stuck in (``faulthandler`` on ``SIGUSR1``).
 """
 from __future__ import annotations
 
-import faulthandler
 import os
 import select
 import signal
 import tempfile
 import time
-import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .env_group import EnvMarks, WorkerEnvFn, pack_array
 from .sync_backend import StepArrays
 
-__all__ = ['SubprocessBackend', 'EnvWorkerError']
+__all__ = ['SubprocessBackend', 'EnvWorkerError', 'default_workers']
 
 _CLOSE_TIMEOUT = 5.0
-_trace_file = None  # the worker's open traceback file (kept referenced for faulthandler)
+
+
+def default_workers(env_num: int) -> int:
+    """One worker per usable core, at most one per env."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(env_num, cores))
 
 
 class EnvWorkerError(RuntimeError):
@@ -45,105 +61,126 @@ class EnvWorkerError(RuntimeError):
         super().__init__(msg)
 
 
-class _TracedEnvFn:
-    """Makes the env in a worker after pointing ``faulthandler`` at a per-env file (stacks on fatal
-    signals and on ``SIGUSR1``); an exception while making the env is written there too."""
-
-    def __init__(self, fn: Callable[[], Any], trace_path: str) -> None:
-        self.fn = fn
-        self.trace_path = trace_path
-        self.parent_pid = os.getpid()
-
-    def __call__(self) -> Any:
-        if os.getpid() == self.parent_pid:  # AsyncVectorEnv makes one env in the parent for its spaces
-            return self.fn()
-        global _trace_file
-        _trace_file = open(self.trace_path, 'w')
-        faulthandler.enable(file=_trace_file, all_threads=True)
-        if hasattr(faulthandler, 'register'):
-            faulthandler.register(signal.SIGUSR1, file=_trace_file, all_threads=True)
-        try:
-            return self.fn()
-        except BaseException:
-            _trace_file.write(traceback.format_exc())
-            _trace_file.flush()
-            raise
+# How one step's envs map to workers: per worker involved, ``(worker, rows in its group or None for
+# all, positions of those envs in the step: a slice or an index array)``.
+_Plan = List[Tuple[int, Optional[List[int]], Any]]
 
 
 class SubprocessBackend:
-    """``env_num`` worker processes (see the module docstring); ``step_timeout`` (seconds, or None
-    for no limit) bounds every wait for a worker's answer."""
+    """``env_num`` envs in at most ``workers`` processes (see the module docstring);
+    ``step_timeout`` (seconds, or None for no limit) bounds every wait for the workers' answers."""
 
     name = 'subprocess'
 
     def __init__(self, fns: Sequence[Callable[[], Any]], step_timeout: Optional[float] = 60.0,
-                 start_method: Optional[str] = None) -> None:
+                 start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f'step_timeout must be > 0 seconds or None, got {step_timeout!r}')
+        n = len(fns)
+        if workers is None:
+            workers = default_workers(n)
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f'workers must be a positive int (or None: one per core), got {workers!r}')
+        k = -(-n // min(workers, n))
+        n_workers = -(-n // k)
+        self.env_num, self.group_size, self.workers = n, k, n_workers
         self._timeout = step_timeout
         self._broken: Optional[str] = None
         self._closed = False
-        self._trace_paths = []
-        for i in range(len(fns)):
-            fd, path = tempfile.mkstemp(prefix=f'rlpipe-env{i}-', suffix='.trace')
+        self._vec = None
+        self._trace_paths: List[str] = []
+        for w in range(n_workers):
+            fd, path = tempfile.mkstemp(prefix=f'rlpipe-worker{w}-', suffix='.trace')
             os.close(fd)
             self._trace_paths.append(path)
-        traced = [_TracedEnvFn(fn, p) for fn, p in zip(fns, self._trace_paths)]
+        fd, marks_path = tempfile.mkstemp(prefix='rlpipe-marks-')
+        os.close(fd)
+        self._marks_path = marks_path
+        self._marks = EnvMarks(marks_path, n_workers, create=True)
+        worker_fns = [WorkerEnvFn(fns[w * k:(w + 1) * k], k, w * k, w, self._trace_paths[w], marks_path, n_workers)
+                      for w in range(n_workers)]
         try:
-            self._vec = AsyncVectorEnv(traced, shared_memory=True, copy=False, context=start_method,
-                                       daemon=True, autoreset_mode=AutoresetMode.SAME_STEP)
-        except (EOFError, BrokenPipeError, ConnectionResetError) as e:  # a worker died making its env
-            self._vec = None
+            self._vec = AsyncVectorEnv(worker_fns, shared_memory=True, copy=False, context=start_method,
+                                       daemon=True, autoreset_mode=AutoresetMode.DISABLED)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as e:  # a worker died making its envs
             err = self._first_dead_worker_error(e)
-            self._remove_trace_files()
+            self._remove_files()
             raise err from e
+        except BaseException:  # e.g. the first env failed in this process, or the envs' spaces differ
+            self._remove_files()
+            raise
         self._pipes = self._vec.parent_pipes
         self._procs = self._vec.processes
-        self.observation_space = self._vec.single_observation_space
-        self.action_space = self._vec.single_action_space
+        # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
+        self.observation_space, self.action_space = worker_fns[0].parent_spaces
         shm = self._vec.observations
         if not isinstance(shm, np.ndarray):
             self.close()
             raise TypeError(f'the subprocess backend needs array observations; got observation space '
                             f'{self.observation_space} (flatten dict observations with a wrapper)')
-        self._shm: np.ndarray = shm
+        self._obs: np.ndarray = shm.reshape((n_workers * k,) + shm.shape[2:])  # a view: env i is row i
+        self._full: _Plan = [(w, None, slice(w * k, min(n, (w + 1) * k))) for w in range(n_workers)]
 
     # ------------------------------------------------------------------ protocol
     def reset(self, seeds: Optional[Sequence[int]]) -> np.ndarray:
         self._check_usable()
-        ids = range(len(self._pipes))
-        for i in ids:
-            self._send(i, ('reset', {'seed': None if seeds is None else int(seeds[i]), 'options': None}))
-        self._recv_all(ids)
-        return self._shm.copy()
+        k = self.group_size
+        workers = range(len(self._pipes))
+        for w in workers:
+            s = None if seeds is None else [int(x) for x in seeds[w * k:(w + 1) * k]]
+            self._send(w, ('reset', {'seed': s, 'options': None}))
+        for _ in self._answers(list(workers)):
+            pass
+        return self._obs[:self.env_num].copy()
 
-    def step(self, ids: np.ndarray, act_list: List[Any], keep_infos: bool) -> StepArrays:
-        self._check_usable()
-        for j, i in enumerate(ids.tolist()):
-            self._send(i, ('step', act_list[j]))
-        results = self._recv_all(ids.tolist())
+    def _plan(self, ids: np.ndarray) -> _Plan:
         n = len(ids)
-        after = self._shm.copy() if n == len(self._pipes) else self._shm[ids]
+        if n == self.env_num and (n == 1 or bool((ids[1:] > ids[:-1]).all())):
+            return self._full  # every env, in order
+        k = self.group_size
+        by_worker: Dict[int, Tuple[List[int], List[int]]] = {}
+        for j, i in enumerate(ids.tolist()):
+            rows, pos = by_worker.setdefault(i // k, ([], []))
+            rows.append(i % k)
+            pos.append(j)
+        return [(w, rows, np.asarray(pos)) for w, (rows, pos) in sorted(by_worker.items())]
+
+    def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
+        self._check_usable()
+        plan = self._plan(ids)
+        for w, rows, pos in plan:
+            self._send(w, ('step', (rows, pack_array(actions[pos]), keep_infos)))
+        n = len(ids)
+        shm = self._obs
+        after = np.empty((n,) + shm.shape[1:], dtype=shm.dtype)
         reward = np.empty(n, dtype=np.float64)
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
-        infos: Optional[List[dict]] = [] if keep_infos else None
-        final_infos: Dict[int, dict] = {}
+        infos: Optional[List[Any]] = [None] * n if keep_infos else None
+        finals: List[Tuple[int, Any, dict]] = []
+        # each worker's answer is taken in as it arrives, while the others are still stepping
+        for j, answer in self._answers([w for w, _, _ in plan]):
+            _, _, pos = plan[j]
+            after[pos] = shm[pos] if isinstance(pos, slice) else shm[ids[pos]]
+            r, te, tr, w_infos, w_finals = answer[4]
+            reward[pos] = r
+            terminated[pos] = te
+            truncated[pos] = tr
+            if w_infos is not None or w_finals:
+                at = range(pos.start, pos.stop) if isinstance(pos, slice) else pos.tolist()
+                if w_infos is not None:
+                    for i, info in zip(at, w_infos):
+                        infos[i] = info  # type: ignore[index]
+                finals.extend((at[row], obs, info) for row, (obs, info) in w_finals.items())
         next_obs = after
-        for j, (_, r, te, tr, info) in enumerate(results):
-            reward[j] = r
-            terminated[j] = te
-            truncated[j] = tr
-            if te or tr:
-                if next_obs is after:
-                    next_obs = after.copy()
-                next_obs[j] = info['final_obs']
-                info = info['final_info']
-                final_infos[j] = info
-            if infos is not None:
-                infos.append(info)
+        final_infos: Dict[int, dict] = {}
+        if finals:
+            next_obs = after.copy()
+            for i, obs, info in finals:
+                next_obs[i] = obs
+                final_infos[i] = info
         return next_obs, after, reward, terminated, truncated, infos, final_infos
 
     def close(self) -> None:
@@ -186,7 +223,7 @@ class SubprocessBackend:
                 pass
         vec.error_queue.close()
         vec.closed = True  # AsyncVectorEnv.__del__ must not close it again
-        self._remove_trace_files()
+        self._remove_files()
 
     # ------------------------------------------------------------------ helpers
     def _check_usable(self) -> None:
@@ -194,65 +231,69 @@ class SubprocessBackend:
             raise RuntimeError(f'the env manager is unusable after an earlier failure ({self._broken}); '
                                f'close() it and create a new one')
 
-    def _send(self, i: int, msg: Any) -> None:
+    def _send(self, w: int, msg: Any) -> None:
         try:
-            self._pipes[i].send(msg)
+            self._pipes[w].send(msg)
         except (OSError, ValueError) as e:
-            self._fail(self._dead_worker_error(i), e)
+            self._fail(self._dead_worker_error(w), e)
 
-    def _recv_all(self, ids: Sequence[int]) -> List[Any]:
-        """Each listed worker's answer, in order; one ``poll`` call waits for all of them (no
-        per-pipe selector), with one deadline for the whole step."""
+    def _answers(self, ws: Sequence[int]) -> Iterator[Tuple[int, Any]]:
+        """``(j, answer of worker ws[j])`` for every listed worker, in the order they answer; one
+        ``poll`` waits for all of them, with one deadline for the whole step."""
         pipes = self._pipes
-        out: List[Any] = [None] * len(ids)
-        if self._timeout is None:
-            waiting = list(range(len(ids)))
-        else:
-            poller = select.poll()
-            fd_of = {}
-            for j, i in enumerate(ids):
-                fd = pipes[i].fileno()
-                fd_of[fd] = j
-                poller.register(fd, select.POLLIN)
-            deadline = time.monotonic() + self._timeout
-            waiting = []
-            while fd_of:
-                events = poller.poll(max(0.0, deadline - time.monotonic()) * 1000.0)
-                if not events:
-                    j = min(fd_of.values())
-                    self._fail(self._hung_worker_error(ids[j]))
-                for fd, _ in events:
-                    j = fd_of.pop(fd, None)
-                    if j is not None:
-                        poller.unregister(fd)
-                        waiting.append(j)
-            waiting.sort()
-        for j in waiting:
-            i = ids[j]
-            try:
-                result, ok = pipes[i].recv()
-            except (EOFError, OSError) as e:
-                self._fail(self._dead_worker_error(i), e)
-            if not ok:
-                self._fail(self._raised_error(i))
-            out[j] = result
-        return out
+        poller = select.poll()
+        fd_of = {}
+        for j, w in enumerate(ws):
+            fd = pipes[w].fileno()
+            fd_of[fd] = j
+            poller.register(fd, select.POLLIN)
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while fd_of:
+            events = poller.poll(None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000.0)
+            if not events:
+                self._fail(self._hung_worker_error(ws[min(fd_of.values())]))
+            for fd, _ in events:
+                j = fd_of.pop(fd, None)
+                if j is None:
+                    continue
+                poller.unregister(fd)
+                w = ws[j]
+                try:
+                    result, ok = pipes[w].recv()
+                except (EOFError, OSError) as e:
+                    self._fail(self._dead_worker_error(w), e)
+                if not ok:
+                    self._fail(self._raised_error(w))
+                yield j, result
 
     def _fail(self, err: EnvWorkerError, cause: Optional[BaseException] = None) -> None:
         self._broken = f'env {err.env_index} failed'
         raise err from cause
 
-    def _raised_error(self, i: int) -> EnvWorkerError:
+    def _env_of(self, w: int) -> int:
+        """The env worker ``w`` was last making, resetting or stepping (its first env if unknown)."""
+        k = self.group_size
+        i = int(self._marks.slots[w]) if self._marks.slots is not None else -1
+        return i if w * k <= i < min(self.env_num, (w + 1) * k) else w * k
+
+    def _where(self, w: int) -> str:
+        k = self.group_size
+        if k == 1:
+            return ''
+        return f' (worker {w}, which runs envs {w * k}-{min(self.env_num, (w + 1) * k) - 1})'
+
+    def _raised_error(self, w: int) -> EnvWorkerError:
         import queue
         try:
-            index, exctype, value, trace = self._vec.error_queue.get(timeout=_CLOSE_TIMEOUT)
+            _, exctype, value, trace = self._vec.error_queue.get(timeout=_CLOSE_TIMEOUT)
         except queue.Empty:
-            return EnvWorkerError(i, 'raised an exception (its traceback did not arrive)')
+            return EnvWorkerError(self._env_of(w), f'raised an exception{self._where(w)} (its traceback did '
+                                                   f'not arrive)')
         name = getattr(exctype, '__name__', str(exctype))
-        return EnvWorkerError(int(index), f'raised {name}: {value}', trace)
+        return EnvWorkerError(self._env_of(w), f'raised {name}: {value}{self._where(w)}', trace)
 
-    def _dead_worker_error(self, i: int) -> EnvWorkerError:
-        proc = self._procs[i]
+    def _dead_worker_error(self, w: int) -> EnvWorkerError:
+        proc = self._procs[w]
         proc.join(1.0)
         code = proc.exitcode
         what = f'worker process died (exit code {code})' if code is not None else 'worker pipe broke'
@@ -261,15 +302,16 @@ class SubprocessBackend:
                 what += f' from signal {signal.Signals(-code).name}'
             except ValueError:  # pragma: no cover
                 pass
-        return EnvWorkerError(i, what, self._read_trace(i))
+        return EnvWorkerError(self._env_of(w), what + self._where(w), self._read_trace(w))
 
-    def _hung_worker_error(self, i: int) -> EnvWorkerError:
-        proc = self._procs[i]
+    def _hung_worker_error(self, w: int) -> EnvWorkerError:
+        proc = self._procs[w]
         if not proc.is_alive():
-            return self._dead_worker_error(i)
+            return self._dead_worker_error(w)
         trace = ''
+        path = self._trace_paths[w]
         if hasattr(signal, 'SIGUSR1'):
-            before = os.path.getsize(self._trace_paths[i]) if os.path.exists(self._trace_paths[i]) else 0
+            before = os.path.getsize(path) if os.path.exists(path) else 0
             try:
                 os.kill(proc.pid, signal.SIGUSR1)
             except OSError:  # pragma: no cover
@@ -277,30 +319,31 @@ class SubprocessBackend:
             end = time.monotonic() + 2.0
             while time.monotonic() < end:
                 time.sleep(0.05)
-                if os.path.exists(self._trace_paths[i]) and os.path.getsize(self._trace_paths[i]) > before:
+                if os.path.exists(path) and os.path.getsize(path) > before:
                     time.sleep(0.1)  # let faulthandler finish writing
                     break
-            trace = self._read_trace(i)[before:]
-        return EnvWorkerError(i, f'did not answer within step_timeout={self._timeout} s (hung?); the stack '
-                                 f'it is stuck in is below', trace)
+            trace = self._read_trace(w)[before:]
+        return EnvWorkerError(self._env_of(w), f'did not answer within step_timeout={self._timeout} s (hung?)'
+                                               f'{self._where(w)}; the stack it is stuck in is below', trace)
 
     def _first_dead_worker_error(self, cause: BaseException) -> EnvWorkerError:
-        """``AsyncVectorEnv`` failed in its constructor: name a worker that failed making its env."""
-        for i in range(len(self._trace_paths)):
-            text = self._read_trace(i)
+        """``AsyncVectorEnv`` failed in its constructor: name an env that failed being made."""
+        for w in range(len(self._trace_paths)):
+            text = self._read_trace(w)
             if 'Traceback' in text or 'Fatal Python error' in text:
-                return EnvWorkerError(i, 'failed while making its env', text)
-        return EnvWorkerError(-1, f'a worker failed while making its env ({cause!r})')
+                return EnvWorkerError(self._env_of(w), f'failed while making its env{self._where(w)}', text)
+        return EnvWorkerError(-1, f'a worker failed while making its envs ({cause!r})')
 
-    def _read_trace(self, i: int) -> str:
+    def _read_trace(self, w: int) -> str:
         try:
-            with open(self._trace_paths[i]) as f:
+            with open(self._trace_paths[w]) as f:
                 return f.read()
         except OSError:
             return ''
 
-    def _remove_trace_files(self) -> None:
-        for path in self._trace_paths:
+    def _remove_files(self) -> None:
+        self._marks.close()
+        for path in self._trace_paths + [self._marks_path]:
             try:
                 os.unlink(path)
             except OSError:

@@ -18,55 +18,77 @@ class SyncBackend:
 
     name = 'sync'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]]) -> None:
-        self._envs = [fn() for fn in fns]
+    def __init__(self, fns: Sequence[Callable[[], Any]], mark: Optional[np.ndarray] = None,
+                 first: int = 0) -> None:
+        # ``mark``: a one-slot int64 array set to the index (``first + j``) of the env being made,
+        # reset or stepped, so a subprocess worker's parent can name the env after a crash or a hang
+        self._mark = mark
+        self._first = first
+        self._envs: List[Any] = []
+        for j, fn in enumerate(fns):
+            if mark is not None:
+                mark[0] = first + j
+            self._envs.append(fn())
         self.observation_space = self._envs[0].observation_space
         self.action_space = self._envs[0].action_space
 
+    @property
+    def envs(self) -> List[Any]:
+        return self._envs
+
     def reset(self, seeds: Optional[Sequence[int]]) -> np.ndarray:
         first = []
+        mark = self._mark
         for i, env in enumerate(self._envs):
+            if mark is not None:
+                mark[0] = self._first + i
             if seeds is not None:
                 o, _ = env.reset(seed=seeds[i])
                 env.action_space.seed(seeds[i])
             else:
                 o, _ = env.reset()
             first.append(o)
-        return np.stack(first)
+        return np.array(first)
 
-    def step(self, ids: np.ndarray, act_list: List[Any], keep_infos: bool) -> StepArrays:
-        """Step env ``ids[j]`` with ``act_list[j]``; return ``(next_obs, after_obs, reward, terminated,
+    def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
+        """Step env ``ids[j]`` with ``actions[j]`` (a numpy scalar or row); return ``(next_obs, after_obs, reward, terminated,
         truncated, infos, final_infos)`` where ``next_obs`` holds the final observation of a finished
         episode, ``after_obs`` the observation each env is in now (the reset one after a finished
         episode) and ``final_infos`` the last info dict of each finished episode by row."""
-        n = len(ids)
         envs = self._envs
-        next_list: List[Any] = [None] * n
+        mark, first = self._mark, self._first
+        next_list: List[Any] = []
         after_list: Optional[List[Any]] = None
-        reward = np.empty(n, dtype=np.float64)
-        terminated = np.empty(n, dtype=bool)
-        truncated = np.empty(n, dtype=bool)
+        rewards: List[Any] = []
+        term: List[Any] = []
+        trunc: List[Any] = []
         infos: Optional[List[dict]] = [] if keep_infos else None
         final_infos: Dict[int, dict] = {}
-        for j in range(n):
-            env = envs[ids[j]]
+        # numpy scalars for discrete actions: gymnasium's Discrete.contains checks them faster than ints
+        act_list = list(actions)
+        for j, i in enumerate(ids.tolist()):
+            env = envs[i]
+            if mark is not None:
+                mark[0] = first + i
             o, r, te, tr, info = env.step(act_list[j])
-            next_list[j] = o
-            reward[j] = r
-            terminated[j] = te
-            truncated[j] = tr
+            next_list.append(o)
+            rewards.append(r)
+            term.append(te)
+            trunc.append(tr)
             if infos is not None:
                 infos.append(info)
             if te or tr:
                 final_infos[j] = info
                 if after_list is None:
-                    after_list = list(next_list[:j])
+                    after_list = next_list[:j]
                 o, _ = env.reset()
             if after_list is not None:
                 after_list.append(o)
-        next_obs = np.stack(next_list)
-        after = next_obs if after_list is None else np.stack(after_list)
-        return next_obs, after, reward, terminated, truncated, infos, final_infos
+        # np.array of a list of equal-shape rows: a few times cheaper than np.stack for small rows
+        next_obs = np.array(next_list)
+        after = next_obs if after_list is None else np.array(after_list)
+        return (next_obs, after, np.array(rewards, dtype=np.float64), np.array(term, dtype=bool),
+                np.array(trunc, dtype=bool), infos, final_infos)
 
     def close(self) -> None:
         for env in self._envs:

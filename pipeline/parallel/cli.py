@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
     run.add_argument("--auto-recover", action="store_true",
                      help="restart a node that crashes (its main raises, or a signal kills it); a node whose "
-                          "main returns an exit code is not restarted")
+                          "main returns an exit code is not restarted. The restarted node gets RLPIPE_RESTARTS "
+                          "in its environment: a restarted learner of a training example resumes from its "
+                          "newest checkpoint")
     run.add_argument("--max-retries", type=int, default=3, help="restarts per node with --auto-recover")
     run.add_argument("--stop-on-failure", action="store_true",
                      help="stop every node when one fails for good (and finish the task when a peer is "

@@ -5,7 +5,11 @@
 key in ``RLPIPE_KEY``. The worker installs a ``ZmqRouter`` factory (``configure``) and calls the user's
 main. The launcher stops every node on Ctrl-C/SIGTERM (SIGTERM, then SIGKILL after a grace period),
 restarts crashed nodes (main raised, or killed by a signal) with ``auto_recover``, and its children die
-with it (``PR_SET_PDEATHSIG`` on Linux plus a parent-watch thread).
+with it (``PR_SET_PDEATHSIG`` on Linux plus a parent-watch thread). As under the Ray launcher, a restarted
+node finds ``RLPIPE_RESTARTS`` (1, 2, ...) in its environment, so a restarted learner of a training
+example resumes the launch's run from its newest checkpoint (:mod:`pipeline.resume`), and with
+``auto_recover`` every node finds ``RLPIPE_MAX_RESTARTS`` (collectors and evaluators wait for a lost
+learner to come back instead of finishing).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..resume import RESTARTS_ENV  # a restarted node's restart count (light: no torch)
 from ..roles import Role
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
 
@@ -29,6 +34,7 @@ NODE_ENV = "RLPIPE_NODE"
 PARENT_ENV = "RLPIPE_PARENT_PID"
 LAUNCH_ID_ENV = "RLPIPE_LAUNCH_ID"  # the same for every node of one launch: they share a run folder
 DEFAULT_PORT = 50515
+MAX_RESTARTS_ENV = "RLPIPE_MAX_RESTARTS"  # every node: how often a node that dies is restarted
 CRASH_EXIT_CODE = 70  # a node whose main raised; with a signal death, what auto_recover restarts
 
 
@@ -273,6 +279,10 @@ class Launcher:
             os.makedirs(spec.ipc_dir, exist_ok=True)  # the last node to stop removed it; a restart needs it
         env = dict(self.env)
         env[NODE_ENV] = spec.to_json()
+        # as under the Ray launcher: a restarted node knows it (a learner then resumes from its newest
+        # checkpoint, pipeline.resume), and every node knows that lost nodes come back (collectors wait)
+        env[RESTARTS_ENV] = str(self.retries.get(spec.node_id, 0))
+        env[MAX_RESTARTS_ENV] = str(self.max_retries if self.auto_recover else 0)
         cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package,
                "--", *self.main_args]
         log.info("starting node %d (%s, roles %s) at %s", spec.node_id, spec.topology,

@@ -145,10 +145,21 @@ def _target():
     return buf, per
 
 
-def test_failed_load_leaves_the_buffer_intact(tmp_path):
+def _damage(payload, how):
+    cols = payload["data"]["cols"]
+    if how == "short column":
+        cols["reward"]["v"] = cols["reward"]["v"][:-1]  # one row missing
+    elif how == "unknown kind":
+        cols["obs"]["kind"] = "no-such-kind"
+    else:  # a nested list column whose lengths do not add up
+        cols["info"]["cols"]["k"]["len"] = torch.tensor([1, 1, -1])
+
+
+@pytest.mark.parametrize("how", ["short column", "unknown kind", "bad lengths"])
+def test_failed_load_leaves_the_buffer_intact(tmp_path, how):
     payload_path = _saved(tmp_path)
     payload = torch.load(payload_path, weights_only=True)
-    payload["data"][-1] = {"__rlpipe__": "no-such-tag"}  # the last item does not decode
+    _damage(payload, how)
     torch.save(payload, payload_path)
     buf, per = _target()
     before = [(it.index, it.data, dict(it.meta)) for it in (buf.get(k) for k in range(buf.count()))]
@@ -159,7 +170,7 @@ def test_failed_load_leaves_the_buffer_intact(tmp_path):
     assert len(buf.sample(5)) == 5
 
 
-@pytest.mark.parametrize("key", ["ids", "data", "meta", "next_id"])
+@pytest.mark.parametrize("key", ["ids", "data", "meta", "next_id", "count"])
 def test_load_with_a_missing_key_is_a_clear_value_error(tmp_path, key):
     path = _saved(tmp_path, **{key: KeyError})
     buf, _ = _target()
@@ -168,11 +179,19 @@ def test_load_with_a_missing_key_is_a_clear_value_error(tmp_path, key):
     assert buf.count() == 5
 
 
-@pytest.mark.parametrize("ids", [[-1, 0, 1], [0, 0, 1], [0, 2, 1], [0, 1.5, 2], [True, 2, 3]])
+@pytest.mark.parametrize("ids", [[-1, 0, 1], [0, 0, 1], [0, 2, 1], [0, 1.5, 2], [True, False, True], [0, 1]])
 def test_load_refuses_negative_duplicate_or_non_integer_ids(tmp_path, ids):
-    path = _saved(tmp_path, ids=ids)
+    path = _saved(tmp_path, ids=torch.tensor(ids))
     buf, _ = _target()
     with pytest.raises(ValueError, match="ids"):
+        buf.load_data(path)
+    assert buf.count() == 5
+
+
+def test_a_newer_format_version_is_refused_with_a_clear_message(tmp_path):
+    path = _saved(tmp_path, version=3)
+    buf, _ = _target()
+    with pytest.raises(ValueError, match="version 3.*newer rlpipe"):
         buf.load_data(path)
     assert buf.count() == 5
 

@@ -2,6 +2,7 @@
 import os
 import sys
 import time
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +13,8 @@ from pipeline.envs import EnvManager, EnvWorkerError
 pytestmark = pytest.mark.timeout(120)
 
 BACKENDS = ['sync', 'subprocess']
+# the contract on every layout: the default (one worker per core), one env per worker, all in one worker
+LAYOUTS = ['sync', 'subprocess', 'subprocess:per-env', 'subprocess:one-worker']
 
 
 class CountEnv(gym.Env):
@@ -59,10 +62,13 @@ class FailingMake:
 
 
 def make_mgr(backend, fns, **kw):
+    backend, _, layout = backend.partition(':')
+    if layout:
+        kw['workers'] = {'per-env': len(fns), 'one-worker': 1}[layout]
     return EnvManager(fns, len(fns), backend=backend, **kw)
 
 
-@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('backend', LAYOUTS)
 def test_final_obs_auto_reset_and_episode_stats(backend):
     with make_mgr(backend, [lambda: CountEnv(3), lambda: CountEnv(2)], seed=0) as m:
         first = m.reset().copy()
@@ -82,7 +88,7 @@ def test_final_obs_auto_reset_and_episode_stats(backend):
         assert s3.reward.dtype == np.float32
 
 
-@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('backend', LAYOUTS)
 def test_truncation_apart_from_termination_and_infos(backend):
     with make_mgr(backend, [lambda: CountEnv(2, truncate=True)] * 2, keep_infos=True) as m:
         m.reset()
@@ -93,7 +99,7 @@ def test_truncation_apart_from_termination_and_infos(backend):
         assert [i['t'] for i in s.infos] == [2, 2]          # the final step's info, not the reset's
 
 
-@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('backend', LAYOUTS)
 def test_subset_step_leaves_other_envs_alone(backend):
     with make_mgr(backend, [lambda: CountEnv(100)] * 3, seed=1) as m:
         obs0 = m.reset().copy()
@@ -109,8 +115,8 @@ def test_sync_and_subprocess_give_the_same_trajectories():
     rng = np.random.default_rng(0)
     actions = rng.integers(0, 2, (400, 3))
     runs = []
-    for backend in BACKENDS:
-        with EnvManager('CartPole-v1', 3, seed=11, backend=backend, max_episode_steps=60) as m:
+    for backend, kw in (('sync', {}), ('subprocess', {}), ('subprocess', {'workers': 2})):  # last: groups 2 + 1
+        with EnvManager('CartPole-v1', 3, seed=11, backend=backend, max_episode_steps=60, **kw) as m:
             rec = [m.reset().copy()]
             eps = []
             for a in actions:
@@ -118,13 +124,82 @@ def test_sync_and_subprocess_give_the_same_trajectories():
                 rec += [s.next_obs, s.reward, s.terminated, s.truncated, m.obs.copy()]
                 eps += s.finished
             runs.append((rec, eps))
-    (ra, ea), (rb, eb) = runs
+    (ra, ea) = runs[0]
     assert len(ea) > 10 and any(e.truncated for e in ea) and any(e.terminated for e in ea)
-    assert ea == eb
-    for x, y in zip(ra, rb):
-        np.testing.assert_array_equal(x, y)
+    for rb, eb in runs[1:]:
+        assert ea == eb
+        for x, y in zip(ra, rb):
+            np.testing.assert_array_equal(x, y)
     with EnvManager('CartPole-v1', 3, seed=12, backend='subprocess') as m:
         assert not np.array_equal(m.reset(), ra[0])
+
+
+def test_grouped_workers_match_sync_on_subsets_in_any_order_with_infos():
+    """5 envs in 2 workers (3 + 2): steps of random subsets in random order give what sync gives."""
+    lengths = [2, 3, 4, 5, 3]
+    fns = [partial(CountEnv, n) for n in lengths]
+    rng = np.random.default_rng(3)
+    plan = []
+    for _ in range(40):
+        ids = rng.permutation(5)[:rng.integers(1, 6)]
+        plan.append((ids, rng.integers(0, 3, len(ids))))
+    runs = []
+    for backend, kw in (('sync', {}), ('subprocess', {'workers': 2})):
+        with EnvManager(fns, 5, seed=4, backend=backend, keep_infos=True, **kw) as m:
+            if backend == 'subprocess':
+                assert (m._backend.workers, m._backend.group_size) == (2, 3)
+            rec = [m.reset().copy()]
+            for ids, a in plan:
+                s = m.step(a, env_ids=ids)
+                rec.append((s.env_ids, s.obs, s.next_obs, s.reward, s.terminated, s.truncated, s.finished,
+                            [i['t'] for i in s.infos], m.obs.copy()))
+            runs.append(rec)
+    assert sum(len(r[6]) for r in runs[0][1:]) > 10
+    for x, y in zip(*runs):
+        for u, v in zip(x, y) if isinstance(x, tuple) else [(x, y)]:
+            if isinstance(u, np.ndarray):
+                np.testing.assert_array_equal(u, v)
+            else:
+                assert u == v
+
+
+@pytest.mark.parametrize('how', ['raise', 'hang', 'exit'])
+def test_failing_env_in_a_group_is_named(how):
+    """Envs 0-2 in one worker: the failing env (1) is named, not the worker's first env."""
+    fns = [lambda: CountEnv(10), lambda: CountEnv(10, fail=how, fail_at=2), lambda: CountEnv(10)]
+    m = make_mgr('subprocess:one-worker', fns, step_timeout=1.0)
+    try:
+        m.reset()
+        m.step(np.array([0, 0, 0]))
+        with pytest.raises(EnvWorkerError) as e:
+            m.step(np.array([0, 0, 0]))
+        assert e.value.env_index == 1 and 'worker 0, which runs envs 0-2' in str(e.value)
+        expected = {'raise': 'boom in env step', 'hang': 'hung', 'exit': 'exit code 3'}[how]
+        assert expected in str(e.value)
+        if how == 'raise':
+            assert 'raise_from_env_step' in e.value.worker_traceback
+        elif how == 'hang' and sys.platform.startswith('linux'):
+            assert 'hang_in_env_step' in e.value.worker_traceback
+    finally:
+        t0 = time.monotonic()
+        m.close()
+        assert time.monotonic() - t0 < 15
+    assert all(not p.is_alive() for p in m._backend._procs)
+
+
+def test_env_that_cannot_be_made_in_a_group_is_named():
+    with pytest.raises(EnvWorkerError, match='cannot make this env') as e:
+        EnvManager([lambda: CountEnv(3), lambda: CountEnv(3), FailingMake()], 3, backend='subprocess', workers=1)
+    assert e.value.env_index == 2
+
+
+def test_workers_layout_and_bad_workers():
+    with EnvManager('CartPole-v1', 5, backend='subprocess', workers=4) as m:
+        assert (m._backend.workers, m._backend.group_size) == (3, 2)   # ceil(5 / 4) = 2 envs per worker
+        assert len(m._backend._procs) == 3 and m.reset().shape == (5, 4)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match='workers must be a positive int'):
+            EnvManager('CartPole-v1', 2, backend='subprocess', workers=bad)
 
 
 def test_worker_exception_reports_index_and_traceback():
@@ -273,3 +348,29 @@ def test_close_after_ctrl_c_in_a_step_with_a_hung_worker_and_no_timeout():
         m.close()
     assert time.monotonic() - t0 < 15
     assert all(not p.is_alive() for p in m._backend._procs)
+
+
+class DictActionEnv(CountEnv):
+    """Actions are dicts ({'a': int}): they reach the workers as an object array, pickled as it is."""
+
+    def __init__(self):
+        super().__init__(length=4)
+        self.action_space = gym.spaces.Dict({'a': gym.spaces.Discrete(3)})
+
+    def step(self, action):
+        return super().step(int(action['a']))
+
+
+def test_dict_actions_and_spawned_workers_match_sync():
+    actions = [np.array([{'a': i % 3}, {'a': (i + 1) % 3}, {'a': 2}], dtype=object) for i in range(9)]
+    runs = []
+    for backend, kw in (('sync', {}), ('subprocess', {'workers': 2, 'start_method': 'spawn'})):
+        with EnvManager(DictActionEnv, 3, seed=5, backend=backend, **kw) as m:
+            rec = [m.reset().copy()]
+            for a in actions:
+                s = m.step(a)
+                rec += [s.next_obs, s.reward, s.terminated, m.obs.copy()]
+            runs.append(rec)
+    assert runs[0][-1][0, 0] == 1 and runs[0][-4][0, 1] == 2   # the actions reached the envs
+    for x, y in zip(*runs):
+        np.testing.assert_array_equal(x, y)

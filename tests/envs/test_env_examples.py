@@ -4,8 +4,6 @@ Learning itself is documented in the README, not tested here."""
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -35,20 +33,21 @@ def check_run_folder(r, exp):
 
 
 @pytest.mark.parametrize('name', ['dqn_atari', 'ppo_atari', 'sac_mujoco'])
-def test_help_answers_without_importing_torch(name):
-    code = ('import runpy, sys\n'
-            f'sys.argv = [{name!r}, "--help"]\n'
-            'try:\n'
-            f'    runpy.run_path({os.path.join(ROOT, "examples", name + ".py")!r}, run_name="__main__")\n'
-            'except SystemExit as e:\n'
-            '    assert e.code in (0, None), e.code\n'
-            'print("TORCH" if "torch" in sys.modules else "NO-TORCH")\n')
-    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip().endswith('NO-TORCH'), p.stdout[-500:]
+def test_help_answers_without_importing_torch(name, help_without_torch):
+    text = help_without_torch(os.path.join(ROOT, 'examples', f'{name}.py'))
     for flag in ('--exp-name', '--seed', '--set', '--resume', '--play', '--video', '--middleware', '--env',
                  '--backend', '--max-episode-steps'):
-        assert flag in p.stdout, f'{name} --help lacks {flag}'
+        assert flag in text, f'{name} --help lacks {flag}'
+
+
+@pytest.mark.parametrize('name, default', [('dqn_atari', 'atari_dqn'), ('ppo_atari', 'atari_ppo'),
+                                           ('sac_mujoco', 'mujoco_sac')])
+def test_the_default_exp_name_gives_one_run_folder_per_env(name, default):
+    parser = load(name).build_parser()
+    env = parser.get_default('env')
+    assert parser.parse_args([]).exp_name == f'{default}_{env}'
+    assert parser.parse_args(['--env', 'ALE/Breakout-v5']).exp_name == f'{default}_Breakout-v5'
+    assert parser.parse_args(['--exp-name', 'mine', '--env', 'X-v1']).exp_name == 'mine'
 
 
 @needs_atari

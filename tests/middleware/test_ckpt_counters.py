@@ -165,3 +165,60 @@ def test_resume_restores_the_buffer_and_counters_before_the_first_step(tmp_path)
         bad = tmp_path / 'bad.pth.tar'
         bad.write_bytes(b'x' * 50)
         CkptSaver(TinyPolicy(), str(tmp_path / 'c'), resume_from=str(bad))
+
+
+def test_a_restarted_evaluator_never_replaces_a_better_saved_evaluation(tmp_path, caplog):
+    def evaluate(saver, value, it):
+        with task.start(ctx=OnlineRLContext(), roles=['evaluator']):
+            ctx = task.ctx
+            ctx.train_iter, ctx.eval_value = it, value
+            ctx.eval_output = {'model_state': TinyPolicy().model.state_dict(), 'train_iter': it}
+            _step(saver, ctx)
+
+    def saved():
+        extra = torch.load(tmp_path / 'run' / 'ckpt' / 'eval.pth.tar', weights_only=True)['extra']
+        return extra['eval_value'], extra['eval_train_iter']
+
+    evaluate(CkptSaver(TinyPolicy(), str(tmp_path / 'run')), 480.0, 25)
+    restarted = CkptSaver(TinyPolicy(), str(tmp_path / 'run'))  # same run folder, best_eval starts at -inf
+    evaluate(restarted, 300.0, 40)
+    assert saved() == (480.0, 25)
+    evaluate(restarted, 450.0, 50)
+    assert saved() == (480.0, 25)
+    evaluate(restarted, 500.0, 60)
+    assert saved() == (500.0, 60)
+    (tmp_path / 'run' / 'ckpt' / 'eval.pth.tar').write_bytes(b'junk' * 10)  # unreadable: replaced, with a warning
+    evaluate(CkptSaver(TinyPolicy(), str(tmp_path / 'run')), 10.0, 70)
+    assert saved() == (10.0, 70) and 'unreadable' in caplog.text
+
+
+def test_periodic_checkpoints_carry_the_buffer_and_resume_from_one_restores_it(tmp_path, caplog):
+    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    from pipeline.resume import latest_checkpoint
+
+    buf = DequeBuffer(100, seed=0)
+    per = PriorityExperienceReplay(buf)
+    buf.use(per)
+    saver = CkptSaver(TinyPolicy(), str(tmp_path / 'run'), train_freq=10, buffer=buf)
+    d = tmp_path / 'run' / 'ckpt'
+    with task.start(ctx=OnlineRLContext(), roles=['learner']):
+        ctx = task.ctx
+        for it in (0, 10, 20):
+            for i in range(5):
+                buf.push({'x': it + i}, {'priority': float(it + i + 1)})
+            ctx.train_iter = it
+            _step(saver, ctx)
+    assert sorted(f for f in os.listdir(d) if f.startswith('iteration_')) == [
+        'iteration_10.pth.tar', 'iteration_20.buffer', 'iteration_20.pth.tar']  # only the newest buffer is kept
+    path = latest_checkpoint(str(d))
+    assert path == str(d / 'iteration_20.pth.tar')
+    buf2 = DequeBuffer(100)
+    per2 = PriorityExperienceReplay(buf2)
+    buf2.use(per2)
+    CkptSaver(TinyPolicy(), str(tmp_path / 'resumed'), resume_from=path, buffer=buf2)
+    assert [buf2.get(i).data['x'] for i in range(buf2.count())] == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22,
+                                                                    23, 24]
+    assert all(per2.priority(i) == per.priority(i) for i in buf.indices())
+    CkptSaver(TinyPolicy(), str(tmp_path / 'resumed2'), resume_from=str(d / 'iteration_10.pth.tar'),
+              buffer=DequeBuffer(100))
+    assert 'no replay buffer saved with' in caplog.text  # an older periodic checkpoint: said, not silent

@@ -28,3 +28,22 @@ def kill_learner_once(cfg):
                            'env_episode': int(ctx.env_episode)}, f)
 
     return kill_learner_once
+
+
+def check_resumed_run(out_dir, exp_name='restart'):
+    """Assert what a test of ``kill_learner_once`` expects in ``out_dir`` (the launch's working directory): the
+    restarted learner's first counters are at least those of the first periodic checkpoint (it resumed, not
+    from zero), and the final checkpoint is later still. Returns the run folder."""
+    import torch
+
+    (run_dir,) = glob.glob(os.path.join(str(out_dir), exp_name, '*'))
+    ckpts = sorted(glob.glob(f'{run_dir}/ckpt/iteration_*.pth.tar'), key=lambda p: int(p.split('_')[-1][:-8]))
+    saved = torch.load(ckpts[0], weights_only=True)['counters']  # what the first incarnation saved
+    assert saved['train_iter'] >= 1000
+    with open(os.path.join(str(out_dir), 'restart-1.json')) as f:
+        resumed = json.load(f)  # the restarted learner's counters at its first step
+    for k in ('train_iter', 'env_step', 'env_episode'):
+        assert resumed[k] >= saved[k] > 0, (k, resumed, saved)
+    final = torch.load(f'{run_dir}/ckpt/final.pth.tar', weights_only=True)['counters']
+    assert final['train_iter'] >= resumed['train_iter'] and final['env_step'] > resumed['env_step'], (final, resumed)
+    return run_dir

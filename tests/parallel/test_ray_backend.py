@@ -104,10 +104,7 @@ def test_a_killed_dqn_learner_is_restarted_and_resumes_from_its_checkpoint(local
     """The unchanged examples/dqn_cartpole.py under the Ray launcher with --max-restarts 1: the learner's
     actor is killed (SIGKILL) after its first periodic checkpoint; it is reported, restarted, resumes from
     that checkpoint with its counters (not from zero), and the job still ends by its finish."""
-    import glob
-    import json
-
-    import torch
+    from ray_fault_hooks import check_resumed_run
 
     monkeypatch.chdir(tmp_path)  # the run folder goes under the driver's directory
     caplog.set_level("INFO", logger="rlpipe.ray")
@@ -121,13 +118,4 @@ def test_a_killed_dqn_learner_is_restarted_and_resumes_from_its_checkpoint(local
     text = caplog.text
     assert "node 0 actor died" in text and "restarting node 0 (1 of 1)" in text, text[-3000:]
     assert all(results[i] in (0, 1) for i in (0, 1)), results  # every main returned (1: not solved)
-    (run_dir,) = glob.glob(str(tmp_path / "restart" / "*"))
-    ckpts = sorted(glob.glob(f"{run_dir}/ckpt/iteration_*.pth.tar"), key=lambda p: int(p.split("_")[-1][:-8]))
-    saved = torch.load(ckpts[0], weights_only=True)["counters"]  # what the first incarnation saved
-    assert saved["train_iter"] >= 1000
-    with open(tmp_path / "restart-1.json") as f:
-        resumed = json.load(f)  # the restarted learner's counters at its first step
-    for k in ("train_iter", "env_step", "env_episode"):
-        assert resumed[k] >= saved[k] > 0, (k, resumed, saved)
-    final = torch.load(f"{run_dir}/ckpt/final.pth.tar", weights_only=True)["counters"]
-    assert final["train_iter"] >= resumed["train_iter"] and final["env_step"] > resumed["env_step"], (final, resumed)
+    check_resumed_run(tmp_path)
