@@ -264,7 +264,7 @@ def bench_memory(n: int, n_naive: int) -> None:
         buf.sample_batch(32)
     sample_ms = (time.perf_counter() - t0) * 10
     used = rss() - r0
-    print(f'\nReplay memory, Pong transitions (obs/next_obs 4x84x84 uint8):')
+    print('\nReplay memory, Pong transitions (obs/next_obs 4x84x84 uint8):')
     print(f'  default layout: {per_naive / 1e3:.1f} kB per transition (measured on {n_naive}) -> '
           f'{per_naive * 1e5 / 1e9:.2f} GB for 100k')
     print(f'  FrameStorage:   {used / 1e9:.3f} GB resident for {buf.count()} transitions '

@@ -11,14 +11,15 @@ from .codec_format import (Buffer, _dd, DecodeError, _EMPTY_DICT, _EVENT_STR_HEA
 
 
 class _Decoder:
-    __slots__ = ("data", "pos", "end", "buffers", "used")
+    __slots__ = ("data", "pos", "end", "buffers", "used", "adopt")
 
-    def __init__(self, meta: Buffer, buffers: Sequence[Buffer]) -> None:
+    def __init__(self, meta: Buffer, buffers: Sequence[Buffer], adopt: bool = False) -> None:
         self.data = meta if isinstance(meta, bytes) else memoryview(meta).cast("B")
         self.pos = 0
         self.end = len(self.data)
         self.buffers = buffers
-        self.used = 0
+        self.used = 0  # bit i: buffer i was used
+        self.adopt = adopt  # arrays and tensors may use writable buffers as their memory (see decode_event)
 
     def need(self, n: int) -> int:
         """Reserve ``n`` bytes; return their start offset."""
@@ -48,7 +49,9 @@ class _Decoder:
         i = self.u32()
         if i >= len(self.buffers):
             raise DecodeError(f"reference to out-of-band buffer {i}, but the message has {len(self.buffers)}")
-        self.used += 1
+        if self.used >> i & 1:  # each buffer backs one value (so that none aliases another)
+            raise DecodeError(f"out-of-band buffer {i} referenced twice")
+        self.used |= 1 << i  # a bit per buffer used
         b = self.buffers[i]
         return b if isinstance(b, bytes) else memoryview(b).cast("B")
 
@@ -199,6 +202,10 @@ class _Decoder:
         if count * dt.itemsize != len(data):
             raise DecodeError(
                 f"array of shape {shape} and dtype {name} needs {count * dt.itemsize} bytes, got {len(data)}")
+        if self.adopt and type(data) is memoryview and not data.readonly and count:
+            arr = np.frombuffer(data, dtype=dt)  # the received frame is the array's memory: no copy
+            if arr.flags.aligned:
+                return arr.reshape(shape)
         # A writable array that owns its memory, like any other array the user creates.
         return np.frombuffer(bytearray(data), dtype=dt).reshape(shape)
 
@@ -218,6 +225,10 @@ class _Decoder:
                 f"tensor of shape {shape} and dtype {name} needs {count * itemsize} bytes, got {len(data)}")
         if count == 0:
             return torch.empty(shape, dtype=dtype)
+        if self.adopt and type(data) is memoryview and not data.readonly:
+            t = torch.frombuffer(data, dtype=dtype)  # the received frame is the tensor's memory: no copy
+            if t.data_ptr() % itemsize == 0:
+                return t.reshape(shape)
         return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
 
@@ -287,16 +298,20 @@ def _decode_small_event(meta: bytes, p: int) -> Any:
         return None
 
 
-def decode_event(meta: Buffer, buffers: Sequence[Buffer] = (), offset: int = 0) -> Tuple[str, tuple, dict]:
+def decode_event(meta: Buffer, buffers: Sequence[Buffer] = (), offset: int = 0,
+                 try_small: bool = True, adopt: bool = False) -> Tuple[str, tuple, dict]:
     """Decode what ``encode_event`` (or ``encode((event, args, kwargs))``) produced, from ``meta[offset:]``: a
-    str, a tuple and a dict with str keys. Raises ``DecodeError`` for malformed input and for any other value."""
-    if not buffers and type(meta) is bytes:
+    str, a tuple and a dict with str keys. Raises ``DecodeError`` for malformed input and for any other value.
+    ``try_small=False``: the caller already found that ``_decode_small_event`` does not apply. ``adopt``: the
+    caller hands ``buffers`` over (the bus: received frames nobody else holds); a numpy array or a torch
+    tensor then uses its writable, suitably aligned buffer as its memory instead of a copy of it."""
+    if try_small and not buffers and type(meta) is bytes:
         small = _decode_small_event(meta, offset)
         if small is not None:
             return small
     if offset:
         meta = memoryview(meta)[offset:]
-    d = _Decoder(meta, buffers)
+    d = _Decoder(meta, buffers, adopt)
     event, args, kwargs = _read_whole(d, _read_event, d)
     if kwargs:
         for k in kwargs:
@@ -339,5 +354,6 @@ def _read_event(d: _Decoder) -> Tuple[str, tuple, dict]:
 def _check_consumed(d: _Decoder) -> None:
     if d.pos != d.end:
         raise DecodeError(f"{d.end - d.pos} trailing bytes after the value")
-    if d.used != len(d.buffers):
-        raise DecodeError(f"message has {len(d.buffers)} out-of-band buffers but uses {d.used}")
+    n = len(d.buffers)
+    if d.used != (1 << n) - 1:
+        raise DecodeError(f"message has {n} out-of-band buffers but uses {bin(d.used).count('1')}")

@@ -1,13 +1,12 @@
 """Telling a peer with another key from silence (a mixin of ``ZmqRouter``).
 
-Nodes whose ``RLPIPE_KEY`` differ cannot authenticate each other: every message fails the HMAC check and
-is dropped before anything in it is decoded. Both sides say so, naming the peer, and a node that has no
-peer at all ``startup_timeout`` s after that started ends with ``KeyMismatchError`` (its worker exits with
-code 2, which the launcher does not restart):
+Nodes whose ``RLPIPE_KEY`` differ cannot authenticate each other: the connection handshake fails
+(``transport_auth``: the credential is derived from the key) before anything the other node sent is read.
+Both sides say so, naming the peer, and a node that has no peer at all ``startup_timeout`` s after that
+started ends with ``KeyMismatchError`` (its worker exits with code 2, which the launcher does not restart):
 
-* the receiving side sees HELLOs that fail the check: "peer at ADDR signs with a different key" (ADDR is
-  the connection's remote address as ZeroMQ reports it; the frame itself is not parsed, only its first
-  bytes compared with an rlpipe HELLO's to word the message);
+* the receiving side refuses the connection: "peer at ADDR signs with a different key" (ADDR is the
+  connection's remote address as ZeroMQ reports it);
 * the connecting side gets no answer to its HELLOs although the address accepts connections (a plain
   TCP/ipc connect succeeds): "peer at ADDR signs with a different key (or is not an rlpipe node)".
 """
@@ -17,8 +16,6 @@ import logging
 import socket
 import time
 from typing import Dict, Optional
-
-from .wire import _MAC_LEN, _MAGIC, K_HELLO
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -47,30 +44,13 @@ def _accepts_connections(address: str, timeout: float = 1.0) -> bool:
 
 
 class KeyCheck:
-    """Uses ``ZmqRouter``'s ``_rx_frame`` (the frame being handled), ``_probes``, ``_n_alive``, ``startup_timeout``
-    and ``_end_run``."""
+    """Uses ``ZmqRouter``'s ``_probes``, ``_n_alive``, ``startup_timeout``, ``stats``, ``_end_run`` and
+    ``_keycheck_lock``."""
 
-    _rx_frame = None
-    _bad_key_from: Optional[Dict[str, float]] = None  # remote address -> when its first bad HELLO came
+    _bad_key_from: Optional[Dict[str, float]] = None  # remote address -> when its first refused connection came
     _key_error: Optional[str] = None
     _probes_checked = False
     _refused_seen = None  # (address, reason) pairs already logged
-
-    def _auth_failed(self, first: bytes) -> None:
-        """A message failed the HMAC check (called by ``Framing._open``). A HELLO from a connection we have not
-        blamed yet is reported once, with the connection's address."""
-        if first[_MAC_LEN:_MAC_LEN + 2] != _MAGIC or first[_MAC_LEN + 3:_MAC_LEN + 4] != bytes([K_HELLO]):
-            return
-        try:
-            addr = self._rx_frame.get("Peer-Address")
-        except Exception:  # noqa: BLE001 - a transport without the property
-            addr = "?"
-        if self._bad_key_from is None:
-            self._bad_key_from = {}
-        if addr not in self._bad_key_from:
-            self._bad_key_from[addr] = time.monotonic()
-            log.error("node %d: peer at %s signs with a different key: its HELLO failed the HMAC check (%s)",
-                      self.node_id, addr, _ADVICE)
 
     def _refused(self, address: str, why: str, wrong_key: bool) -> None:
         """A connection failed the transport handshake (``transport_auth``, on its guard thread): nothing it
@@ -104,17 +84,23 @@ class KeyCheck:
         return ", ".join(silent)
 
     def _check_keys(self, now: float) -> Optional[str]:
-        """After the startup timeout, with no peer: the reason to end (a peer with another key), else None."""
+        """After the startup timeout, with no peer: the reason to end (a peer with another key), else None.
+        Called by ``start`` and by the heartbeat thread: one at a time, so that neither returns before the
+        other's check of the probes (it takes up to a second) is over."""
         if self._key_error is not None:
             return self._key_error
         if now < self._started_at + self.startup_timeout or self._n_alive() or self._peers:
             return None
-        silent = ""
-        if not self._probes_checked and self._probes:
-            self._probes_checked = True
-            silent = self._unanswered_probes()
-        bad = [a for a, t in (self._bad_key_from or {}).items() if now - t >= self.startup_timeout]
-        if silent or bad:
-            self._key_error = (f"node {self.node_id}: no peer could be authenticated within {self.startup_timeout:.0f}"
-                               f" s: peer at {silent or ', '.join(bad)} signs with a different key ({_ADVICE})")
-        return self._key_error
+        with self._keycheck_lock:
+            if self._key_error is not None:
+                return self._key_error
+            silent = ""
+            if not self._probes_checked and self._probes:
+                self._probes_checked = True
+                silent = self._unanswered_probes()
+            bad = [a for a, t in (self._bad_key_from or {}).items() if now - t >= self.startup_timeout]
+            if silent or bad:
+                self._key_error = (f"node {self.node_id}: no peer could be authenticated within "
+                                   f"{self.startup_timeout:.0f} s: peer at {silent or ', '.join(bad)} signs with a "
+                                   f"different key ({_ADVICE})")
+            return self._key_error

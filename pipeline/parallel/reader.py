@@ -21,12 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import zmq as _zmq
 
 from . import codec
-from .wire import _HEADER_SIZE, _INF, _MAC_LEN, _NONCE, _KIND_NAMES, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT
+from .decoder import _decode_small_event
+from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT, _unpack_seq, FINISH,
+                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT)
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -57,6 +59,9 @@ class Reader:
         again = _zmq.Again
         recv = self._pull.recv
         handle = self._handle
+        on_data = self._on_data
+        mac = self._mac
+        known_get = self._rx_known.get
         wake_msg = self._wake_msg
         monotonic = time.monotonic
         if self._rcvtimeo != -1:
@@ -78,7 +83,6 @@ class Reader:
             except again:
                 continue
             first = frame.bytes
-            self._rx_frame = frame  # its remote address names a peer with another key (``keycheck``)
             if frame.more:
                 # ZeroMQ hands over a multipart message once all of it arrived, each frame within
                 # max_frame_size (MAXMSGSIZE); the sum is checked here, before any hashing or decoding.
@@ -96,8 +100,24 @@ class Reader:
                                "or decoded (raise max_message_size on every node if it was genuine)")
                     continue
                 handle(first, extra)
+            elif len(first) < _MIN_FRAME:
+                if first != wake_msg:
+                    handle(first, ())  # dropped as malformed
+            elif _compare_digest(mac(first[_MAC_LEN:] if len(first) < 8192 else memoryview(first)[_MAC_LEN:]),
+                                 first[:_MAC_LEN]):
+                # Authenticated. The common case in one pass: a data message, in order, from a sender
+                # incarnation already checked once (its header prefix is known, see ``_check_header``).
+                known = known_get(first[_MAC_LEN:_SEQ_AT])
+                if known is not None:
+                    window = known[0]
+                    seq, nbufs = _unpack_seq(first, _SEQ_AT)
+                    if seq == window.floor + 1 and not nbufs and not window.above:
+                        window.floor = window.top = seq
+                        on_data(first, (), known[1], known[2], _BODY_AT)
+                        continue
+                self._act(first, (), self._check_header(first, ()))
             elif first != wake_msg:
-                handle(first, ())
+                self._drop("auth_failed", "HMAC check failed (forged or corrupted)")
         return False
 
     def _recv_loop(self) -> None:
@@ -244,37 +264,18 @@ class Reader:
         return bool(until())
 
     def _handle(self, first: bytes, extra: Sequence[Any]) -> None:
-        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames."""
-        header = self._open(first, extra)
+        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
+        (``_read`` does the same for a single frame, with the common case inline.)"""
+        self._act(first, extra, self._open(first, extra))
+
+    def _act(self, first: bytes, extra: Sequence[Any], header: Optional[Tuple[Any, ...]]) -> None:
+        """Act on a message that passed ``_open`` (``header``: its fields; None: it was dropped)."""
         if header is None:
             return
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
-        start = _MAC_LEN + _HEADER_SIZE + _NONCE if extra else _MAC_LEN + _HEADER_SIZE  # the body, read in place
+        start = _BODY_AT + _NONCE if extra else _BODY_AT  # the body, read in place
         if kind == K_DATA:
-            # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
-            # can take many seconds on a loaded machine) must not make this node hold the peers' silence
-            # against them (the heartbeat thread sees the reader busy, see liveness).
-            self._deliveries += 1
-            self._handler_event = "(decoding a message)"
-            self._in_handler = True
-            try:
-                event, args, kwargs = codec.decode_event(first, extra, start)
-            except codec.DecodeError as e:
-                self._in_handler = False
-                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
-                return
-            peer = self._peers.get(sender)
-            if peer is not None and peer.session == session:
-                peer.rx_count += 1
-                if not peer.alive:
-                    try:
-                        self._revive(peer)
-                    except Exception:
-                        log.exception("node %d: could not reconnect to node %d", self.node_id, sender)
-            self.stats["received"] += 1
-            if event == FINISH:
-                self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
-            self._deliver(event, args, kwargs)
+            self._on_data(first, extra, sender, session, start)
             return
         try:
             value = codec.decode(first[start:], extra)
@@ -307,6 +308,48 @@ class Reader:
         except Exception as e:  # e.g. an announced address ZeroMQ cannot connect to
             self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
         self._deliver_notices()
+
+    def _on_data(self, first: bytes, extra: Sequence[Any], sender: int, session: int, start: int) -> None:
+        """Decode and deliver an authenticated data message (its body starts at ``first[start]``)."""
+        small = None if extra else _decode_small_event(first, start)  # leaves only: nothing to import, quick
+        if small is not None:
+            event, args, kwargs = small
+        else:
+            # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
+            # can take many seconds on a loaded machine) must not make this node hold the peers' silence
+            # against them (the heartbeat thread sees the reader busy, see liveness).
+            self._deliveries += 1
+            self._handler_event = "(decoding a message)"
+            self._in_handler = True
+            try:
+                event, args, kwargs = codec.decode_event(first, extra, start, try_small=False, adopt=True)
+            except codec.DecodeError as e:
+                self._in_handler = False
+                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
+                return
+        peer = self._peers.get(sender)
+        if peer is not None and peer.session == session:
+            peer.rx_count += 1
+            if not peer.alive:
+                try:
+                    self._revive(peer)
+                except Exception:
+                    log.exception("node %d: could not reconnect to node %d", self.node_id, sender)
+        self.stats["received"] += 1
+        if event == FINISH:
+            self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
+        # _deliver, inline (the hot path)
+        self._deliveries += 1
+        self._handler_event = event
+        self._in_handler = True
+        try:
+            self._on_message(event, args, kwargs)  # type: ignore[misc]
+        except Exception:
+            log.exception("node %d: listener of remote event %r raised", self.node_id, event)
+        finally:
+            self._in_handler = False
+        if self._sleepers:
+            self._notify_sleepers()
 
     def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
         self._deliveries += 1

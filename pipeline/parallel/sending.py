@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence
 
 import zmq as _zmq
 
-from . import codec
+from .encoder import encode_event as _encode_event
 from .liveness import _Peer
 from .wire import FINISH, K_DATA, _pack_seq
 
@@ -30,7 +30,7 @@ class BackpressureTimeout(TimeoutError):
 
 
 class Sending:
-    """``emit`` and the bounded, backpressured send; a mixin of ``ZmqRouter`` (uses its ``_peers``, ``_hmac``,
+    """``emit`` and the bounded, backpressured send; a mixin of ``ZmqRouter`` (uses its ``_peers``, ``_mac2``,
     ``stats``, ``_stopped``, ``_finish_seen`` and ``_frames``)."""
 
     def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
@@ -38,15 +38,15 @@ class Sending:
 
         Blocks under backpressure (bounded by ``send_timeout``). Raises ``codec.EncodeError`` for values
         the safe codec cannot carry. A message for a dead or unknown peer is counted and logged."""
-        if not self._started or self._stopped:
+        if self._stopped or not self._started:
             raise RuntimeError(f"node {self.node_id}: emit({event!r}) on a router that is not running "
                                "(call start() first; after stop() build a new router)")
         if type(event) is not str:
             if not isinstance(event, str):
                 raise TypeError(f"event names are str, got {type(event).__name__} {event!r}")
             event = str.__str__(event)
-        meta, buffers = codec.encode_event(event, args if type(args) is tuple else tuple(args),
-                                           kwargs if type(kwargs) is dict else dict(kwargs or {}))
+        meta, buffers = _encode_event(event, args if type(args) is tuple else tuple(args),
+                                      kwargs if type(kwargs) is dict else dict(kwargs or {}))
         if buffers:
             # Snapshot large payloads (e.g. weights an optimizer updates in place right after emit), so that
             # what is sent to every peer is what the MAC covers; frames then go out without another copy.
@@ -83,11 +83,8 @@ class Sending:
                     sock = p.sock
                     if p.alive and sock is not None:
                         head = p.data_prefix + _pack_seq(p.next_seq, 0)
-                        h = self._hmac.copy()
-                        h.update(head)
-                        h.update(meta)
                         try:
-                            _zsend(sock, b"".join((h.digest(), head, meta)), _NOBLOCK)  # one copy of meta
+                            _zsend(sock, b"".join((self._mac2(head, meta), head, meta)), _NOBLOCK)  # one copy of meta
                         except _zmq.Again:
                             pass  # queue full: the bounded wait of _send_to
                         else:
@@ -168,7 +165,10 @@ class Sending:
         while True:
             try:
                 if big:
-                    sock.send_multipart(frames, zmq.NOBLOCK)  # small frames copied, large ones (>= 64 KiB) not
+                    # Without copying: pyzmq's copying send of a large frame costs ~0.35 ms per MiB here (a fresh
+                    # buffer each time), zero-copy ~0.01 ms. The frames are immutable bytes (``emit``
+                    # snapshots payloads), held by ZeroMQ until they are on the wire.
+                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
                 else:
                     sock.send(frames[0], zmq.NOBLOCK)
                 return True

@@ -10,18 +10,22 @@ that nonce with HMAC-SHA256 (a key never used twice; the tags are recomputed by 
 AES-GMAC reads a MiB in ~0.05 ms (Poly1305 ~0.1 ms) where SHA-256 (with the CPU's SHA extensions) takes
 ~0.6 ms and keyed BLAKE2b ~1.1 ms (measured on the project's 2-core VM), which
 is what makes large messages cheap; HMAC-SHA256 stays for the first frame, where it is faster than keyed
-BLAKE2b for small messages (1.5 vs 1.9 us per 1 KiB message). A message that fails
+BLAKE2b from about 1 KiB on (``benchmarks/bench_mac.py`` on the project's 2-core VM: at 1 KiB 1.2 vs 1.5 us to
+sign, 1.5 vs 1.7 us to verify; at 4 KiB 3.1 vs 4.9 us; BLAKE2b wins by 0.2-0.3 us only below ~300 bytes, e.g.
+heartbeats). The HMAC is computed from the two padded-key SHA-256 states prepared once (``keyed_hmac``): the
+same RFC 2104 value as ``hmac``, a little cheaper than copying a keyed HMAC object. A message that fails
 the check or is malformed is dropped and counted (``stats``) before anything in it is decoded. Each message
 names the receiver's id and incarnation and carries a per-pair sequence number, so duplicates and replays
 are dropped too (a HELLO, sent before the pair has sequence numbers, is checked by ``handshake`` instead).
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import struct
 from os import urandom as _urandom
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .replay import ReplayWindow
 
@@ -45,7 +49,10 @@ _PREFIX = struct.Struct("<2sBBiQiQ")  # the header up to the sequence number
 _SEQ = struct.Struct("<QI")  # the header's sequence number and number of extra frames
 _HEADER_SIZE = _HEADER.size
 _MIN_FRAME = 32 + _HEADER_SIZE
+_SEQ_AT = 32 + _PREFIX.size  # where the sequence number starts; first[32:_SEQ_AT] is the header prefix
+_BODY_AT = 32 + _HEADER_SIZE  # where the body of a single-frame message starts
 _unpack_header = _HEADER.unpack_from
+_unpack_seq = _SEQ.unpack_from
 _pack_seq = _SEQ.pack
 _MAGIC = b"RP"
 _VERSION = 2
@@ -58,14 +65,40 @@ _compare_digest = hmac.compare_digest
 _INF = float("inf")
 
 
-def _payload_tag(otk_base: Any, nonce: bytes, buffers: Sequence[Any]) -> bytes:
+def keyed_hmac(key: bytes) -> Tuple[Callable[[Any], bytes], Callable[[Any, Any], bytes]]:
+    """HMAC-SHA256 under ``key`` (RFC 2104, the value ``hmac.digest(key, msg, "sha256")`` gives) as two
+    functions, of one part and of two parts (hashed one after the other, not joined). The inner and outer
+    padded-key states are hashed once here; a message then costs two copies of a SHA-256 state."""
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner = hashlib.sha256(bytes(b ^ 0x36 for b in key)).copy
+    outer = hashlib.sha256(bytes(b ^ 0x5C for b in key)).copy
+
+    def mac(data: Any) -> bytes:
+        h = inner()
+        h.update(data)
+        o = outer()
+        o.update(h.digest())
+        return o.digest()
+
+    def mac2(a: Any, b: Any) -> bytes:
+        h = inner()
+        h.update(a)
+        h.update(b)
+        o = outer()
+        o.update(h.digest())
+        return o.digest()
+
+    return mac, mac2
+
+
+def _payload_tag(otk_mac: Callable[[Any], bytes], nonce: bytes, buffers: Sequence[Any]) -> bytes:
     """The tags of the extra frames, bound into the MAC of the first frame: AES-GMAC (AES-GCM with no
-    plaintext) of each frame under a one-time key derived from the message's random ``nonce`` with the keyed
-    ``otk_base`` (an HMAC-SHA256 object), frame ``i`` under GCM nonce ``i``. The frames are read in place,
-    one after the other, never joined or copied."""
-    h = otk_base.copy()
-    h.update(nonce)
-    gmac = _AESGCM(h.digest()).encrypt
+    plaintext) of each frame under a one-time key derived from the message's random ``nonce`` with
+    ``otk_mac`` (HMAC-SHA256 under the payload key), frame ``i`` under GCM nonce ``i``. The frames are read
+    in place, one after the other, never joined or copied."""
+    gmac = _AESGCM(otk_mac(nonce)).encrypt
     if len(buffers) == 1:
         return gmac(_GCM_NONCES[0], b"", buffers[0])
     return b"".join([gmac(_gcm_nonce(i), b"", b) for i, b in enumerate(buffers)])
@@ -95,8 +128,8 @@ def require_payload_mac() -> None:
 
 
 class Framing:
-    """Signing and checking messages; a mixin of ``ZmqRouter`` (uses its ``node_id``, ``session``, ``_hmac``,
-    ``_rx_seq`` and ``stats``)."""
+    """Signing and checking messages; a mixin of ``ZmqRouter`` (uses its ``node_id``, ``session``, ``_mac``,
+    ``_mac2``, ``_otk_mac``, ``_rx_seq``, ``_rx_known`` and ``stats``)."""
 
     def _frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
                 buffers: Sequence[Any], digest: bytes) -> List[Any]:
@@ -104,20 +137,16 @@ class Framing:
         travels after the header, the tag is covered by the MAC but not sent (the receiver recomputes it)."""
         head = _HEADER.pack(_MAGIC, _VERSION, kind, self.node_id, self.session, peer_id, peer_session, seq,
                             len(buffers))
-        h = self._hmac.copy()
         if buffers:
             body = head + digest[:_NONCE] + meta
-            h.update(body)
-            h.update(digest[_NONCE:])
-            return [h.digest() + body, *buffers]
+            return [self._mac2(body, digest[_NONCE:]) + body, *buffers]
         body = head + meta
-        h.update(body)
-        return [h.digest() + body]
+        return [self._mac(body) + body]
 
     def _seal(self, buffers: Sequence[Any]) -> bytes:
         """``nonce + tag`` for a message carrying ``buffers`` as extra frames (see ``_payload_tag``)."""
         nonce = _urandom(_NONCE)
-        return nonce + _payload_tag(self._otk_base, nonce, buffers)
+        return nonce + _payload_tag(self._otk_mac, nonce, buffers)
 
     def _open(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
         """Check one message (MAC, header, receiver, sequence number) and return its header fields; None when
@@ -125,16 +154,19 @@ class Framing:
         if len(first) < _MIN_FRAME:
             self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
             return None
-        h = self._hmac.copy()
-        h.update(memoryview(first)[_MAC_LEN:])  # no copy of the message
+        signed = memoryview(first)[_MAC_LEN:]  # no copy of the message
         if extra:  # the nonce after the header is only an input to the tag: nothing is parsed yet
-            h.update(_payload_tag(self._otk_base, first[_MAC_LEN + _HEADER_SIZE:_MAC_LEN + _HEADER_SIZE + _NONCE],
-                                  extra))
-        if not _compare_digest(h.digest(), first[:_MAC_LEN]):
-            self._drop("auth_failed", "HMAC check failed (wrong key, forged or corrupted)")
-            self._auth_failed(first)  # a peer with another key is named (``keycheck``)
+            nonce = first[_BODY_AT:_BODY_AT + _NONCE]
+            mac = self._mac2(signed, _payload_tag(self._otk_mac, nonce, extra))
+        else:
+            mac = self._mac(signed)
+        if not _compare_digest(mac, first[:_MAC_LEN]):
+            self._drop("auth_failed", "HMAC check failed (forged or corrupted)")
             return None
-        # Authenticated: only now is anything in the message parsed.
+        return self._check_header(first, extra)
+
+    def _check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
+        """``_open`` after the MAC check passed: the header fields, or None when the message was dropped."""
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)
         if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
             self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
@@ -147,6 +179,11 @@ class Framing:
             window = self._rx_seq.get((sender, session))
             if window is None:
                 window = self._rx_seq[(sender, session)] = ReplayWindow()
+                # From now on a data message of this sender incarnation to this one is known by its header
+                # prefix (magic, version, kind, sender, session, receiver, receiver session): one dict lookup
+                # on the receiver's fast path (``Reader._handle``) instead of unpacking and comparing fields.
+                prefix = _PREFIX.pack(_MAGIC, _VERSION, K_DATA, sender, session, self.node_id, self.session)
+                self._rx_known[prefix] = (window, sender, session)
             if seq == window.floor + 1 and not window.above:  # in order: ReplayWindow.accept's fast path
                 window.floor = window.top = seq
             else:

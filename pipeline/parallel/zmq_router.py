@@ -48,7 +48,7 @@ from .transport_auth import TransportGuard, resolve_bus_auth
 # Re-exported: these names were importable from this module before it was split.
 from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
                    K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing,
-                   is_local_address, require_payload_mac)
+                   is_local_address, keyed_hmac, require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -180,15 +180,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         self.bus_auth = resolve_bus_auth(bus_auth)
         self._guard: Optional[TransportGuard] = None
-        # Keyed once, copied per message; the C object of the OpenSSL HMAC when there is one (faster).
-        base = hmac.new(self._key, digestmod="sha256")
-        self._hmac = getattr(base, "_hmac", None) or base
-        # One-time Poly1305 keys of the extra frames come from HMAC(payload key, nonce); the payload key is
+        # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
+        self._mac, self._mac2 = keyed_hmac(self._key)
+        # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
         # derived from the shared key, so that the first-frame MAC key is never used for anything else.
         require_payload_mac()
-        payload_key = hmac.new(self._key, b"rlpipe payload-mac key v2", "sha256").digest()
-        otk = hmac.new(payload_key, digestmod="sha256")
-        self._otk_base = getattr(otk, "_hmac", None) or otk
+        self._otk_mac = keyed_hmac(hmac.new(self._key, b"rlpipe payload-mac key v2", "sha256").digest())[0]
         self.session = secrets.randbits(63) | 1
         self.address: Optional[str] = None  # the announced address, known after start()
         self._seeds = self._seed_addresses()
@@ -200,7 +197,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
+        self._keycheck_lock = threading.Lock()  # one check of the keys at a time (``keycheck``)
         self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
+        self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._notices: deque = deque()
         self._stopping = threading.Event()

@@ -68,10 +68,11 @@ def test_forged_garbage_and_malformed_are_dropped_and_counted(node):
 
 def test_the_codec_is_not_reached_before_the_mac_check(node, monkeypatch):
     r, push, got = node
+    from pipeline.parallel import reader
     calls = []
-    for name in ("decode", "decode_event"):
-        real = getattr(codec, name)
-        monkeypatch.setattr(codec, name, lambda *a, _real=real: calls.append(1) or _real(*a))
+    for module, name in ((codec, "decode"), (codec, "decode_event"), (reader, "_decode_small_event")):
+        real = getattr(module, name)  # the reader decodes the common small event itself
+        monkeypatch.setattr(module, name, lambda *a, _real=real, **kw: calls.append(1) or _real(*a, **kw))
     push.send(_message(b"y" * 32, r, "forged"))
     assert wait_until(lambda: r.stats["auth_failed"] == 1)
     assert calls == [] and got == []

@@ -143,6 +143,31 @@ def test_decode_event_refuses_trailing_bytes_and_unused_buffers():
         decode_event(meta, [b"x"])
 
 
+def test_adopted_buffers_become_the_arrays_memory_and_are_used_once():
+    """``adopt=True`` (the bus hands over its received frames): a numpy array or torch tensor is the frame's
+    memory, writable, without a copy; without it, or from a read-only buffer, a copy. A buffer named twice
+    (two values over one memory) is refused."""
+    arr = np.arange(OOB_THRESHOLD, dtype=np.float64)
+    ten = torch.arange(OOB_THRESHOLD, dtype=torch.float32)
+    meta, buffers = encode_event("w", (arr, ten), {})
+    frames = [memoryview(bytearray(b)) for b in buffers]  # writable, like ZeroMQ's received frames
+    _, (a, t), _ = decode_event(meta, frames, adopt=True)
+    assert (a == arr).all() and torch.equal(t, ten)
+    assert np.shares_memory(a, np.frombuffer(frames[0], np.uint8)) and a.flags.writeable
+    assert t.data_ptr() == np.frombuffer(frames[1], np.uint8).ctypes.data
+    t[0] = 7.0  # the tensor's own memory: writable
+    assert np.frombuffer(frames[1], np.float32)[0] == 7.0
+    _, (a2, t2), _ = decode_event(meta, frames)  # not adopted: copies
+    assert not np.shares_memory(a2, np.frombuffer(frames[0], np.uint8))
+    assert t2.data_ptr() != np.frombuffer(frames[1], np.uint8).ctypes.data
+    _, (a3, _), _ = decode_event(meta, buffers, adopt=True)  # read-only bytes: copied, still writable
+    assert a3.flags.writeable and (a3 == arr).all()
+    twice = encode_event("w", (b"z" * OOB_THRESHOLD, b"z" * OOB_THRESHOLD), {})[0].replace(
+        b"B\x01\x00\x00\x00", b"B\x00\x00\x00\x00")  # both values name buffer 0
+    with pytest.raises(DecodeError, match="referenced twice"):
+        decode_event(twice, [b"z" * OOB_THRESHOLD, b"z" * OOB_THRESHOLD])
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=60), st.data())
 def test_decode_event_on_random_input_only_ever_raises_decode_error(tail, data):
