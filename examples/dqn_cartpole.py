@@ -9,25 +9,27 @@ Each run writes to its own folder ``./cartpole_dqn/<n>/`` (``config.json``, ``ck
 ``tensorboard --logdir cartpole_dqn``). It stops by itself when solved (or after --max-env-step env
 steps). Ctrl-C saves ``final.pth.tar`` (with the replay buffer) and prints the command to resume.
 
-Measured 2026-12-01 with ``python benchmarks/bench_cartpole_solve.py --no-sb3 --budget 30000`` (one seed at
-a time, torch threads 1, on a 2-core machine shared with other jobs: the load column is the 1-minute load
-average, so wall time is up to 2.6x the CPU time). Env steps count evaluation too: a solved 10-episode
-evaluation alone costs ~5,000; an evaluation stops as soon as a mean of 475 is out of reach (CartPole-v1
-pays at most 500 per episode), and those env steps are counted as well. The anchor is Stable-Baselines3
-2.9's DQN with RL-Zoo settings on this kind of machine: 14-15k env steps and ~85 s to the same criterion.
+Measured 2026-12-01 with ``python benchmarks/bench_cartpole_solve.py --budget 30000`` (one seed at a time,
+torch threads 1, on a 2-core machine, load average 2.4-4.6 from other jobs). Env steps count evaluation
+too: a solved 10-episode evaluation alone costs ~5,000; an evaluation stops as soon as a mean of 475 is
+out of reach (CartPole-v1 pays at most 500 per episode), and those env steps are counted as well. The
+anchor is Stable-Baselines3 2.9's DQN with RL-Zoo settings on this kind of machine: 14-15k env steps and
+~85 s to the same criterion. SB3 also ran in the same benchmark (last column: its training env steps;
+its evaluation env steps, in brackets, are not counted by RL-Zoo):
 
-| seed | rlpipe env steps: training + evaluation = total | rlpipe wall / CPU | load | beats the anchor (env steps / wall) |
-|---|---|---|---|---|
-| 0 | 3,696 + 5,009 = 8,705 | 22 s / 12 s | 6.1 | yes / yes |
-| 1 | 5,000 + 5,010 = 10,010 | 44 s / 17 s | 8.3 | yes / yes |
-| 2 | 5,272 + 5,009 = 10,281 | 28 s / 17 s | 6.6 | yes / yes |
-| 3 | 7,356 + 5,172 = 12,528 | 37 s / 24 s | 6.3 | yes / yes |
-| 4 | 7,676 + 5,111 = 12,787 | 35 s / 23 s | 5.3 | yes / yes |
+| seed | rlpipe env steps: training + evaluation = total | rlpipe wall / CPU | load | beats the anchor (env steps / wall) | SB3 in this run: training env steps (+ evaluation), wall / CPU |
+|---|---|---|---|---|---|
+| 0 | 3,696 + 5,009 = 8,705 | 12 s / 10 s | 3.4 | yes / yes | 7,000 (+ 15,214), 10 s / 9 s |
+| 1 | 5,000 + 5,010 = 10,010 | 14 s / 13 s | 3.6 | yes / yes | 30,000 (+ 40,997), 35 s / 35 s |
+| 2 | 5,272 + 5,009 = 10,281 | 13 s / 13 s | 2.7 | yes / yes | not solved in 30,208 (+ 46,553), 43 s / 38 s |
+| 3 | 7,356 + 5,172 = 12,528 | 21 s / 20 s | 2.4 | yes / yes | 7,000 (+ 11,934), 9 s / 9 s |
+| 4 | 7,676 + 5,111 = 12,787 | 25 s / 22 s | 3.0 | yes / yes | 26,000 (+ 37,957), 46 s / 34 s |
 
-Runs repeat exactly for a seed (same env steps). SB3, measured with the same benchmark earlier that day
-(its training env steps, plus its evaluation env steps, which RL-Zoo does not count): 2,000 (+ 5,093) /
-30,000 (+ 40,588) / not solved in 30,208 (+ 47,492) / 7,000 (+ 11,699) / 26,000 (+ 37,663) on seeds 0-4,
-14-251 s. With learning rate 1e-3 (the previous default) seeds 0-4 took 12,151 / 14,950 / 17,334 / 7,767 /
+rlpipe's runs repeat exactly for a seed (same env steps; SB3's did not: seed 0 passed after 2,000
+training env steps in an earlier run). Against SB3 in this run, rlpipe used fewer env steps on seeds 1, 2
+and 4 even with its evaluation counted and SB3's not (with both counted, on every seed), and less wall
+time on seeds 1, 2 and 4; on seeds 0 and 3 SB3's training needed 7,000 env steps and ~10 s.
+With learning rate 1e-3 (the previous default) seeds 0-4 took 12,151 / 14,950 / 17,334 / 7,767 /
 15,811 env steps; with 2e-3, 10,513 / 9,450 / 13,939 / 10,543 / 9,086.
 """
 from __future__ import annotations
