@@ -75,7 +75,8 @@ class RolloutExchanger:
         self.version = -1          # learner: version sent last; others: version loaded
         self.stats: Dict[str, int] = {'rollouts_received': 0, 'rollouts_trained': 0, 'stale_refused': 0,
                                       'partial_sets': 0, 'empty_waits': 0, 'weights_sent': 0, 'weights_resent': 0,
-                                      'weights_loaded': 0, 'rollouts_sent': 0, 'wait_timeouts': 0}
+                                      'weights_loaded': 0, 'rollouts_sent': 0, 'wait_timeouts': 0,
+                                      'rollouts_unsent': 0}
         self._w = Waiter()
         self._rollouts: Dict[int, Dict[str, Any]] = {}   # learner: collector id -> rollout of this version
         self._weights: Optional[Dict[str, Any]] = None   # others: newest weights message
@@ -274,6 +275,14 @@ class RolloutExchanger:
             for node in learners:
                 current_task().emit_to(node, EV_ROLLOUT, msg)
             self.stats['rollouts_sent'] += 1
+        elif r is not None:
+            # No live learner (declared dead, or gone): the rollout is not kept (once a revived learner is
+            # back, this collector's next bounded wait for newer weights ends and it collects a new rollout
+            # with the weights it has), but it is counted and said, never dropped silently.
+            self.stats['rollouts_unsent'] += 1
+            log.warning('RolloutExchanger (node %d): no learner is alive; a rollout of weights version %d '
+                        '(%d env steps) was not sent [%d so far]', self.node_id, used,
+                        int(ctx.env_step - step0), self.stats['rollouts_unsent'])
         if current_task().finish:
             self._final(ctx)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from test_distributed_pipeline import _free_port_base
 
@@ -57,3 +58,29 @@ def test_stale_rollouts_are_refused_and_counted():
     ex._on_rollout({'node': 2, 'version': 4, 'rollout': roll})   # a version that does not exist yet
     assert list(ex._rollouts) == [1]
     assert ex.stats == {'rollouts_received': 4, 'stale_refused': 3}
+
+
+def test_a_rollout_with_no_live_learner_is_counted_and_logged_not_dropped_silently(caplog):
+    import logging
+
+    from middleware.exchange.shared import Newest, Waiter
+    from middleware.onpolicy_exchanger import RolloutExchanger
+    from contexts import OnlineRLContext
+
+    ex = object.__new__(RolloutExchanger)  # the collector's step alone, without a router
+    ex._w = Waiter()
+    ex._evals = Newest(ex._w)
+    ex.stats = {'rollouts_sent': 0, 'rollouts_unsent': 0, 'wait_timeouts': 0}
+    ex._roles, ex._weights, ex.version, ex.node_id, ex.wait_timeout = {}, None, 2, 1, 0.01
+    from pipeline import task
+
+    ctx = OnlineRLContext()
+    with task.start(), caplog.at_level(logging.WARNING):   # a fresh task: not finished
+        step = ex._collector_step(ctx)
+        next(step)                                  # forward part: no newer weights within the wait
+        ctx.rollout = {'obs': np.zeros((2, 1, 4), np.float32)}
+        ctx.env_step += 2
+        with pytest.raises(StopIteration):
+            next(step)                              # backward part: no learner is alive to send it to
+    assert ex.stats['rollouts_unsent'] == 1 and ex.stats['rollouts_sent'] == 0
+    assert any('no learner is alive' in r.getMessage() and 'version 2' in r.getMessage() for r in caplog.records)
