@@ -338,18 +338,7 @@ class Reader:
         self.stats["received"] += 1
         if event == FINISH:
             self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
-        # _deliver, inline (the hot path)
-        self._deliveries += 1
-        self._handler_event = event
-        self._in_handler = True
-        try:
-            self._on_message(event, args, kwargs)  # type: ignore[misc]
-        except Exception:
-            log.exception("node %d: listener of remote event %r raised", self.node_id, event)
-        finally:
-            self._in_handler = False
-        if self._sleepers:
-            self._notify_sleepers()
+        self._deliver(event, args, kwargs)
 
     def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
         self._deliveries += 1
