@@ -46,6 +46,15 @@ class RolloutExchanger:
         Forward: waits (up to ``wait_timeout`` s) for a version newer than the one it last used and
         loads it (``ctx.train_iter``/``ctx.env_step`` follow the learner's). Backward: sends
         ``ctx.rollout`` tagged with that version and its env-step/episode increments and returns.
+        With no learner alive (paused past the heartbeat timeout, or gone) the rollout is kept
+        (``stats['rollouts_kept']``, logged) and sent as soon as the bus sees a learner alive again,
+        from the forward wait (``stats['kept_sent']``); the learner then takes it only if it is still
+        of the current version, like any other rollout. Only the newest one is kept (the learner takes
+        at most one rollout per collector and version): a kept rollout is dropped, counted in
+        ``stats['kept_dropped']`` and logged, when a newer rollout replaces it, when newer weights show
+        the learner has moved past its version, or when the run finishes before a learner is back. A
+        rollout made when the run has finished and the learner is gone is not kept
+        (``stats['unsent_at_finish']``).
     Evaluator (role EVALUATOR, not learner)
         Forward: waits (up to ``wait_timeout`` s) for a new version and loads it (``ctx.train_iter``
         becomes the learner's). Backward: sends ``ctx.eval_value`` when it evaluated this step.
@@ -76,10 +85,12 @@ class RolloutExchanger:
         self.stats: Dict[str, int] = {'rollouts_received': 0, 'rollouts_trained': 0, 'stale_refused': 0,
                                       'partial_sets': 0, 'empty_waits': 0, 'weights_sent': 0, 'weights_resent': 0,
                                       'weights_loaded': 0, 'rollouts_sent': 0, 'wait_timeouts': 0,
-                                      'rollouts_unsent': 0}
+                                      'rollouts_kept': 0, 'kept_sent': 0, 'kept_dropped': 0,
+                                      'unsent_at_finish': 0}
         self._w = Waiter()
         self._rollouts: Dict[int, Dict[str, Any]] = {}   # learner: collector id -> rollout of this version
         self._weights: Optional[Dict[str, Any]] = None   # others: newest weights message
+        self._kept: Optional[Dict[str, Any]] = None      # collector: the newest rollout no learner got yet
         self._evals = Newest(self._w)                    # evaluation results
         self._peers = PeerTable(self.router, self._w)
         self._roles, self._joined = self._peers.alive, self._peers.joined   # peer id -> roles; joined, not served
@@ -242,9 +253,9 @@ class RolloutExchanger:
                 info.setdefault('collect_episode_return', []).extend(m['episode_return'])
                 info.setdefault('collect_episode_length', []).extend(m['episode_length'])
 
-    def _load_newer(self, ctx: Any, what: str) -> bool:
+    def _load_newer(self, ctx: Any, what: str, poll: Optional[Callable[[], None]] = None) -> bool:
         newer = lambda: self._weights is not None and int(self._weights['version']) > self.version  # noqa: E731
-        self._wait(newer, what)
+        self._wait(newer, what, poll)
         with self._w.cv:
             msg = self._weights if newer() else None
         if msg is None:
@@ -257,33 +268,90 @@ class RolloutExchanger:
         ctx.env_episode = max(int(ctx.env_episode), int(msg['env_episode']))
         return True
 
+    def _send_rollout(self, msg: Dict[str, Any]) -> bool:
+        """Send ``msg`` to every live learner; False when none is alive or none took it (the bus declared
+        it dead between our look and the send: the bus counts it undeliverable)."""
+        with self._w.cv:
+            learners = [i for i, roles in self._roles.items() if 'learner' in roles]
+        if not learners:
+            return False
+        stats = getattr(self.router, 'stats', None) or {}
+        lost = stats.get('undeliverable', 0)
+        for node in learners:
+            current_task().emit_to(node, EV_ROLLOUT, msg)
+        if stats.get('undeliverable', 0) - lost >= len(learners):
+            return False
+        self.stats['rollouts_sent'] += 1
+        return True
+
+    def _drop_kept(self, why: str) -> None:
+        msg, self._kept = self._kept, None
+        if msg is None:
+            return
+        self.stats['kept_dropped'] += 1
+        log.warning('RolloutExchanger (node %d): dropped the kept rollout of weights version %d (%d env steps): '
+                    '%s [%d dropped so far]', self.node_id, msg['version'], msg['env_step'], why,
+                    self.stats['kept_dropped'])
+
+    def _send_kept(self) -> None:
+        """The collector's poll while it waits for weights (called under the lock): drop the kept rollout once
+        newer weights show that the learner moved past its version (it would refuse it), else send it once a
+        learner is alive again."""
+        msg = self._kept
+        if msg is None:
+            return
+        if self._weights is not None and int(self._weights['version']) > int(msg['version']):
+            self._drop_kept(f'the learner moved on to weights version {int(self._weights["version"])}')
+            return
+        if not any('learner' in r for r in self._roles.values()):
+            return
+        self._kept = None
+        self._w.cv.release()
+        try:
+            sent = self._send_rollout(msg)
+        finally:
+            self._w.cv.acquire()
+        if not sent:
+            if self._kept is None:
+                self._kept = msg
+            return
+        self.stats['kept_sent'] += 1
+        log.warning('RolloutExchanger (node %d): a learner is alive again; sent the rollout of weights version %d '
+                    'kept meanwhile', self.node_id, msg['version'])
+
     def _collector_step(self, ctx: Any) -> Generator:
-        self._load_newer(ctx, f'weights newer than version {self.version}')
+        self._load_newer(ctx, f'weights newer than version {self.version}', self._send_kept)
+        with self._w.cv:
+            self._send_kept()   # a kept rollout: dropped if the weights just loaded are newer, else sent if it can be
         self._apply_eval(ctx)
         used = self.version
         step0, ep0 = ctx.env_step, ctx.env_episode
         n_ret0 = len(ctx.info_for_logging.get('collect_episode_return', ()))
         yield
         r = getattr(ctx, 'rollout', None)
-        learners = [i for i, roles in self._roles.items() if 'learner' in roles]
-        if r is not None and learners:
+        if r is not None:
             info = ctx.info_for_logging
             msg = {'node': self.node_id, 'version': used, 'rollout': r,
                    'env_step': int(ctx.env_step - step0), 'env_episode': int(ctx.env_episode - ep0),
                    'episode_return': [float(x) for x in info.get('collect_episode_return', ())[n_ret0:]],
                    'episode_length': [int(x) for x in info.get('collect_episode_length', ())[n_ret0:]]}
-            for node in learners:
-                current_task().emit_to(node, EV_ROLLOUT, msg)
-            self.stats['rollouts_sent'] += 1
-        elif r is not None:
-            # No live learner (declared dead, or gone): the rollout is not kept (once a revived learner is
-            # back, this collector's next bounded wait for newer weights ends and it collects a new rollout
-            # with the weights it has), but it is counted and said, never dropped silently.
-            self.stats['rollouts_unsent'] += 1
-            log.warning('RolloutExchanger (node %d): no learner is alive; a rollout of weights version %d '
-                        '(%d env steps) was not sent [%d so far]', self.node_id, used,
-                        int(ctx.env_step - step0), self.stats['rollouts_unsent'])
+            with self._w.cv:
+                self._drop_kept('a newer rollout replaces it')
+            sent = self._send_rollout(msg)
+            if not sent and current_task().finish:   # the learner finished (and left): nobody will train on it
+                self.stats['unsent_at_finish'] += 1
+                log.info('RolloutExchanger (node %d): the run finished; the last rollout (weights version %d) was '
+                         'not sent', self.node_id, used)
+            elif not sent:
+                with self._w.cv:
+                    self._kept = msg
+                self.stats['rollouts_kept'] += 1
+                log.warning('RolloutExchanger (node %d): no learner is alive; keeping the rollout of weights '
+                            'version %d (%d env steps) until one is back [%d kept so far]', self.node_id, used,
+                            msg['env_step'], self.stats['rollouts_kept'])
         if current_task().finish:
+            with self._w.cv:
+                self._drop_kept('the run finished before a learner was back')
             self._final(ctx)
 
     def _evaluator_step(self, ctx: Any) -> Generator:

@@ -254,3 +254,70 @@ def fault_main() -> int:
     with open(path, 'w') as f:
         json.dump(record, f)
     return 0
+
+
+def ppo_fault_main() -> int:
+    """Learner + collector exchanging weights and rollouts with ``RolloutExchanger``; each rollout carries a
+    unique id (``uid``), for the test of a learner paused while a rollout is collected.
+
+    The learner appends the id of every rollout it trained on to ``<out>/trained.txt`` and finishes once
+    ``<out>/finish-now`` exists. The collector appends, after the exchanger's send, one JSON line per rollout
+    (its id, the weights version, the exchanger's stats) to ``<out>/collected.txt``; while ``<out>/hold``
+    exists it waits at the start of its collect step (having written ``<out>/holding``), and it writes
+    ``<out>/dead-<node>`` when the bus declares a peer dead."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', required=True)
+    args = ap.parse_args()
+    from middleware import RolloutExchanger
+
+    counter = itertools.count()
+    out = args.out
+
+    def path(name):
+        return os.path.join(out, name)
+
+    @for_roles(Role.COLLECTOR)
+    def collect(ctx):
+        if os.path.exists(path('hold')):
+            open(path('holding'), 'w').close()
+            while os.path.exists(path('hold')) and not task.finish:
+                time.sleep(0.05)
+        ctx.rollout = {'obs': np.zeros((4, 1, 3), np.float32), 'uid': np.full((4, 1), next(counter), np.int64)}
+        ctx.env_step += 4
+        time.sleep(0.05)
+
+    def log_collected(ctx):  # before the exchanger in the chain: its backward part runs after the send
+        yield
+        if task.has_role(Role.COLLECTOR) and getattr(ctx, 'rollout', None) is not None:
+            with open(path('collected.txt'), 'a') as f:
+                f.write(json.dumps({'uid': int(ctx.rollout['uid'][0, 0]), 'version': rx.version,
+                                    'stats': rx.stats}) + '\n')
+
+    @for_roles(Role.LEARNER)
+    def learn(ctx):
+        if ctx.rollout is not None:
+            with open(path('trained.txt'), 'a') as f:
+                f.write(''.join('%d\n' % u for u in ctx.rollout['uid'][0]))
+            ctx.train_iter += 1
+        if os.path.exists(path('finish-now')):
+            task.finish = True
+
+    def on_dead(node_id, *_, **__):
+        open(path(f'dead-{int(node_id)}'), 'w').close()
+
+    os.makedirs(out, exist_ok=True)
+    t0 = time.monotonic()
+    with task.start(ctx=OnlineRLContext()):
+        me = task.router.node_id
+        with open(path(f'pid-{me}-{os.getpid()}'), 'w'):
+            pass
+        task.on('__peer_dead__', on_dead)
+        rx = RolloutExchanger(torch.nn.Linear(3, 2))
+        task.use(log_collected)
+        task.use(rx)
+        task.use(collect)
+        task.use(learn)
+        task.run()
+        record = _record(task.ctx, rx, None, t0)
+    _write(out, record)
+    return 0

@@ -130,3 +130,50 @@ def test_a_learner_paused_past_the_heartbeat_timeout_gets_what_was_collected_mea
     lines = _lines(sent_file()[0])
     missing = [i for line in lines for i in line if i not in received]
     assert set(missing) <= {i for line in lines[-2:] for i in line}, missing[:10]  # at most the last window
+
+
+def test_a_ppo_rollout_collected_while_the_learner_is_paused_is_trained_on_exactly_once(tmp_path):
+    """RolloutExchanger: the learner is paused (SIGSTOP) past the heartbeat timeout while it waits for the
+    collector's rollout of the current weights version; the collector, seeing no learner alive, keeps the
+    rollout it collects meanwhile and sends it once the bus sees the learner again (SIGCONT). The learner,
+    still at that version, trains on it exactly once."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    hb_timeout = 2.0
+    proc = launch('ppo_fault_main', 2, str(out), [], extra=['--roles', 'learner:collector'],
+                  heartbeat_timeout=hb_timeout)
+
+    def trained():
+        p = out / 'trained.txt'
+        return [int(x) for x in p.read_text().split()] if p.exists() else []
+
+    def collected():
+        p = out / 'collected.txt'
+        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
+
+    _wait(lambda: len(trained()) >= 5, GUARD, 'training', proc)
+    (out / 'hold').touch()   # the collector stops at the start of its next collect step, weights loaded
+    _wait(lambda: (out / 'holding').exists(), GUARD, 'the collector holding', proc)
+    n_before = len(collected())
+    pid0 = int(glob.glob(str(out / 'pid-0-*'))[0].rsplit('-', 1)[1])
+    os.kill(pid0, signal.SIGSTOP)
+    try:
+        _wait(lambda: (out / 'dead-0').exists(), 6 * hb_timeout + 60, 'the collector declaring the learner dead',
+              proc)
+        (out / 'hold').unlink()
+        _wait(lambda: len(collected()) > n_before, GUARD, 'a rollout collected while the learner is paused', proc)
+    finally:
+        os.kill(pid0, signal.SIGCONT)
+    meanwhile = collected()[n_before]
+    uid = meanwhile['uid']
+    _wait(lambda: len([u for u in trained() if u > uid]) >= 2, GUARD, 'training after the learner is back', proc)
+    (out / 'finish-now').touch()
+    log = wait(proc, GUARD)
+    assert proc.returncode == 0, log[-6000:]
+    got = trained()
+    assert got.count(uid) == 1, (uid, got[-10:], log[-6000:])
+    assert len(got) == len(set(got)), got
+    collector = json.load(open(out / 'node-1.json'))['cx_stats']
+    assert meanwhile['stats']['rollouts_kept'] == 1, meanwhile   # no learner was alive at its send
+    assert collector['kept_sent'] == 1 and collector['kept_dropped'] == 0, collector
+    assert 'keeping the rollout of weights version' in log and 'kept meanwhile' in log, log[-6000:]

@@ -60,27 +60,48 @@ def test_stale_rollouts_are_refused_and_counted():
     assert ex.stats == {'rollouts_received': 4, 'stale_refused': 3}
 
 
-def test_a_rollout_with_no_live_learner_is_counted_and_logged_not_dropped_silently(caplog):
+def test_a_rollout_with_no_live_learner_is_kept_the_newest_only_and_dropped_once_outdated(caplog):
+    """The collector's step alone, without a router (no learner alive): it keeps the newest rollout only (the
+    learner takes one per collector and version), counts and logs what it drops, and drops the kept one once
+    newer weights show the learner moved past its version. Delivery on the learner's return: test_faults.py."""
     import logging
+
+    import torch
 
     from middleware.exchange.shared import Newest, Waiter
     from middleware.onpolicy_exchanger import RolloutExchanger
     from contexts import OnlineRLContext
 
-    ex = object.__new__(RolloutExchanger)  # the collector's step alone, without a router
+    ex = object.__new__(RolloutExchanger)
     ex._w = Waiter()
     ex._evals = Newest(ex._w)
-    ex.stats = {'rollouts_sent': 0, 'rollouts_unsent': 0, 'wait_timeouts': 0}
-    ex._roles, ex._weights, ex.version, ex.node_id, ex.wait_timeout = {}, None, 2, 1, 0.01
+    ex.stats = {'rollouts_sent': 0, 'wait_timeouts': 0, 'weights_loaded': 0, 'rollouts_kept': 0, 'kept_sent': 0,
+                'kept_dropped': 0, 'unsent_at_finish': 0}
+    ex._roles, ex._weights, ex._kept, ex.version, ex.node_id, ex.wait_timeout = {}, None, None, 2, 1, 0.01
+    ex.model = torch.nn.Linear(3, 2)
     from pipeline import task
 
-    ctx = OnlineRLContext()
-    with task.start(), caplog.at_level(logging.WARNING):   # a fresh task: not finished
+    def one_step(ctx, uid):
         step = ex._collector_step(ctx)
-        next(step)                                  # forward part: no newer weights within the wait
-        ctx.rollout = {'obs': np.zeros((2, 1, 4), np.float32)}
+        next(step)                                  # forward part: wait for newer weights (bounded)
+        ctx.rollout = {'uid': np.full((2, 1), uid)}
         ctx.env_step += 2
         with pytest.raises(StopIteration):
             next(step)                              # backward part: no learner is alive to send it to
-    assert ex.stats['rollouts_unsent'] == 1 and ex.stats['rollouts_sent'] == 0
-    assert any('no learner is alive' in r.getMessage() and 'version 2' in r.getMessage() for r in caplog.records)
+
+    ctx = OnlineRLContext()
+    with task.start(), caplog.at_level(logging.WARNING):   # a fresh task: not finished
+        one_step(ctx, 7)
+        assert ex._kept['rollout']['uid'][0, 0] == 7 and ex._kept['version'] == 2
+        one_step(ctx, 8)                            # a newer rollout replaces the kept one
+        assert ex._kept['rollout']['uid'][0, 0] == 8
+        assert ex.stats['rollouts_kept'] == 2 and ex.stats['kept_dropped'] == 1 and ex.stats['rollouts_sent'] == 0
+        ex._weights = {'version': 3, 'state': ex.model.state_dict(), 'train_iter': 5, 'env_step': 0,
+                       'env_episode': 0}
+        step = ex._collector_step(ctx)
+        next(step)                                  # loads version 3: the kept rollout of version 2 is outdated
+        assert ex._kept is None and ex.stats['kept_dropped'] == 2 and ex.version == 3
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any('no learner is alive; keeping the rollout of weights version 2' in m for m in msgs), msgs
+    assert any('a newer rollout replaces it' in m for m in msgs), msgs
+    assert any('moved on to weights version 3' in m for m in msgs), msgs
