@@ -201,7 +201,8 @@ def test_progress_lines_have_rate_and_eta_and_log_lines_stay_whole():
     time.sleep(0.01)
     d.update(100, 'train_iter 5')
     line = buf.getvalue().strip()
-    assert 'env_step 100/1000 (10%)' in line and 'steps/s' in line and 'ETA' in line and 'train_iter 5' in line
+    assert 'env_step 100/1000 (10%)' in line and 'steps/s' in line and 'train_iter 5' in line
+    assert re.search(r'ETA to the step budget \d\d:\d\d', line), line
 
     buf = io.StringIO()
     handler = setup_logging(stream=buf)
@@ -217,3 +218,27 @@ def test_progress_lines_have_rate_and_eta_and_log_lines_stay_whole():
     log_lines = [seg for seg in re.split(r'[\r\n]', text) if 'hello from a log line' in seg]
     assert log_lines and all(re.fullmatch(r'\d\d:\d\d:\d\d hello from a log line', s.strip()) for s in log_lines)
     assert 'env steps' in text  # the bar's unit
+
+
+def test_the_bar_names_its_estimate_the_time_to_the_step_budget_and_drops_it_when_the_run_stops_early():
+    """A run that stops on an evaluation target ends long before its step budget: while it runs, the bar's
+    remaining time is labelled as the time to the budget; the bar left on screen at the end shows none."""
+    from middleware.functional.logger import ProgressDisplay
+
+    def segments(total, steps):
+        buf = io.StringIO()
+        bar = ProgressDisplay(buf, total=total, use_tqdm=True)
+        for n in steps:
+            time.sleep(0.01)
+            bar.update(n, 'train_iter 1')
+        bar.close()
+        return [seg for seg in re.split(r'[\r\n]', buf.getvalue()) if seg.strip()]
+
+    shown = segments(300_000, [1000, 2000, 3000])   # stops at 1% of the budget (e.g. solved)
+    assert all('to the step budget' in seg for seg in shown[:-1]), shown
+    assert not any('<' in seg for seg in shown), shown   # tqdm's unlabelled "[elapsed<remaining" ETA
+    last = shown[-1]
+    assert '3.00k/300k' in last and 'stopped before the step budget' in last, last
+    assert 'to the step budget,' not in last, last
+    done = segments(1000, [500, 1000])              # reached the budget: nothing to correct
+    assert 'stopped' not in done[-1] and '1.00k/1.00k' in done[-1], done

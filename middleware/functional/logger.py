@@ -71,9 +71,18 @@ def _fmt_time(sec: float) -> str:
     return f'{sec // 3600}:{sec % 3600 // 60:02d}:{sec % 60:02d}' if sec >= 3600 else f'{sec // 60:02d}:{sec % 60:02d}'
 
 
+# tqdm's default layout, with the remaining time named for what it is: the time to the step budget (a run that
+# stops on an evaluation target ends long before it); and the layout ``close`` leaves when the run stopped early.
+_BAR_RUNNING = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {remaining} to the step budget, {rate_fmt}{postfix}]'
+_BAR_STOPPED = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}, stopped before the step budget]'
+
+
 class ProgressDisplay:
-    """A progress display of env steps: a tqdm bar on a terminal (rate, and an ETA when ``total``
-    is known), plain lines every ``interval`` seconds otherwise (also with rate and ETA).
+    """A progress display of env steps: a tqdm bar on a terminal (rate, and, when ``total`` (the step
+    budget) is known, the time left to it at this rate, labelled "to the step budget"), plain lines every
+    ``interval`` seconds otherwise (also with rate and "ETA to the step budget"). The estimate is an upper
+    bound for a run that may stop earlier on an evaluation target; when the display is closed before the
+    budget is reached (such a stop, ``task.finish``, Ctrl-C), the bar is redrawn without it.
 
     Log lines written through :func:`pipeline.experiment.setup_logging` go through ``tqdm.write``,
     which lifts the bar, prints the line and redraws it, so they never garble each other.
@@ -96,7 +105,8 @@ class ProgressDisplay:
             try:
                 from tqdm import tqdm
                 self._bar = tqdm(total=total, unit=' env steps', unit_scale=True, desc=label or 'train',
-                                 file=stream, dynamic_ncols=True, leave=True, mininterval=0.5)
+                                 file=stream, dynamic_ncols=True, leave=True, mininterval=0.5,
+                                 bar_format=_BAR_RUNNING if total else None)
             except ImportError:
                 self._bar = None
 
@@ -119,7 +129,7 @@ class ProgressDisplay:
         parts.append(f'{rate:.0f} steps/s')
         parts.append(f'elapsed {_fmt_time(el)}')
         if self.total and rate > 0 and n < self.total:
-            parts.append(f'ETA {_fmt_time((self.total - n) / rate)}')
+            parts.append(f'ETA to the step budget {_fmt_time((self.total - n) / rate)}')
         if info:
             parts.append(info)
         self.stream.write(' | '.join(parts) + '\n')
@@ -127,6 +137,8 @@ class ProgressDisplay:
 
     def close(self) -> None:
         if self._bar is not None:
+            if self.total and self._last_n < self.total:   # stopped before the budget: no time left to show
+                self._bar.bar_format = _BAR_STOPPED
             self._bar.close()
             self._bar = None
 
@@ -150,9 +162,10 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     and collect episode returns. TensorBoard is imported on the first write; when it is not
     installed scalars are skipped with one warning. The progress line (env steps, train iters,
     last eval, loss) is a :class:`ProgressDisplay`: a tqdm bar on a terminal, with the rate and,
-    given ``total_env_step`` (the run's budget), an ETA; plain lines every ``progress_interval``
-    seconds otherwise. In a multi-node run it names the node and its roles. Not role-gated: every
-    node logs what it has.
+    given ``total_env_step`` (the run's budget), the time left to that budget (labelled so: a run that
+    stops on an evaluation target ends earlier; the bar left at the end then shows none); plain lines
+    every ``progress_interval`` seconds otherwise. In a multi-node run it names the node and its roles.
+    Not role-gated: every node logs what it has.
     """
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')
