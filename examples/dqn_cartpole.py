@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence
 
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
 
 # Settings that learn CartPole-v1 (measured in the table above, by benchmarks/bench_cartpole_solve.py):
 # a small Q-net with LayerNorm (it keeps TD learning stable at this update rate and learning rate 2.5e-3),
@@ -208,7 +208,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
     solved = ctx.last_eval_value >= cfg.env.stop_value
     eval_steps = evaluator.env_steps
     print()
-    print(f'{"solved" if solved else "NOT solved"}: last mean eval return {ctx.last_eval_value:.1f} '
+    node_print(f'{"solved" if solved else "NOT solved"}: last mean eval return {ctx.last_eval_value:.1f} '
           f'(stop value {cfg.env.stop_value}) after {ctx.env_step} training + {eval_steps} evaluation env steps, '
           f'{ctx.train_iter} train iters, {wall:.0f} s')
     run.print_paths(ckpt, __file__)

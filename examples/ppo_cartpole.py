@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
-from pipeline.experiment import example_parser, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
 
 USER_CONFIG = {
     'exp_name': 'cartpole_ppo',
@@ -166,11 +166,11 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
     stop = cfg.env.stop_value
     solved = stop is not None and ctx.last_eval_value >= stop
     print()
-    print(f'{"solved" if solved else "NOT solved" if stop is not None else "done"}: last mean eval return '
+    node_print(f'{"solved" if solved else "NOT solved" if stop is not None else "done"}: last mean eval return '
           f'{ctx.last_eval_value:.1f} (stop value {stop}) after {ctx.env_step} env steps, '
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:
-        print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
+        node_print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
     run.print_paths(ckpt, __file__)
     return 0 if (solved or stop is None) else 1
 

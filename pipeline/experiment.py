@@ -33,7 +33,7 @@ from .play import play_policy, play_without_rendering
 
 __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
            'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
-           'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script']
+           'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script', 'node_print']
 
 
 class ExampleParser(argparse.ArgumentParser):
@@ -291,7 +291,7 @@ class RunInfo:
         from pipeline import task
         from pipeline.roles import Role
 
-        print(f'run folder: {self.dir}')
+        node_print(f'run folder: {self.dir}')
         if task.roles and Role.LEARNER not in task.roles:
             return
         found = {}
@@ -299,13 +299,13 @@ class RunInfo:
             path = ckpt.paths.get(name) or os.path.join(ckpt.dir, name)
             found[name] = path if os.path.isfile(path) else None
         best, final = found['eval.pth.tar'], found['final.pth.tar']
-        print(f'  best evaluated policy: {best}')
-        print(f'  final (for --resume):  {final}')
-        print(f'  logs: tensorboard --logdir {os.path.join(str(self.dir), "log")}')
+        lines = [f'  best evaluated policy: {best}', f'  final (for --resume):  {final}',
+                 f'  logs: tensorboard --logdir {os.path.join(str(self.dir), "log")}']
         if best:
             rel = os.path.relpath(script)
-            print(f'  watch it: python {shlex.quote(rel if not rel.startswith("..") else os.path.abspath(script))} '
-                  f'--play {shlex.quote(best)} --render')
+            cmd = shlex.quote(rel if not rel.startswith("..") else os.path.abspath(script))
+            lines.append(f'  watch it: python {cmd} --play {shlex.quote(best)} --render')
+        node_print(*lines)
 
     def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
         """Build the ``--middleware`` factories with the resolved config."""
@@ -383,6 +383,21 @@ class _NodeTag(logging.Filter):
         label = node_label()
         record.node = f'[{label}] ' if label else ''
         return True
+
+
+def node_print(*lines: str) -> None:
+    """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
+    the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
+    newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
+    A line that starts with a newline keeps it before the tag."""
+    from middleware.functional.logger import node_label
+
+    label = node_label()
+    tag = f'[{label}] ' if label else ''
+    for line in lines:
+        stripped = line.lstrip('\n')
+        print(line[:len(line) - len(stripped)] + tag + stripped)
+    sys.stdout.flush()
 
 
 def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .experiment import RunInfo, play_policy, prepare_run, setup_logging
+from .experiment import RunInfo, node_print, play_policy, prepare_run, setup_logging
 
 __all__ = ['add_env_flags', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger', 'atari_envs', 'mujoco_envs',
            'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
@@ -217,7 +217,7 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, 
               'last_eval': ctx.last_eval_value, 'wall_time': wall, 'run_dir': run.dir, 'interrupted': interrupted}
     if interrupted:
         return result
-    print(f'\nlast mean eval {what} {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, {ctx.train_iter} '
+    node_print(f'\nlast mean eval {what} {ctx.last_eval_value:.1f} after {ctx.env_step} env steps, {ctx.train_iter} '
           f'updates, {wall:.0f} s ({ctx.env_step / max(wall, 1e-9):.0f} env steps/s)')
     run.print_paths(ckpt, script or run.script or sys.argv[0])
     return result

@@ -242,3 +242,15 @@ def test_the_bar_names_its_estimate_the_time_to_the_step_budget_and_drops_it_whe
     assert 'to the step budget,' not in last, last
     done = segments(1000, [500, 1000])              # reached the budget: nothing to correct
     assert 'stopped' not in done[-1] and '1.00k/1.00k' in done[-1], done
+
+
+def test_end_of_run_lines_name_the_node_in_a_multi_node_run_only(capsys, monkeypatch):
+    import middleware.functional.logger as logger_mod
+    from pipeline.experiment import node_print
+
+    node_print('\nsolved: last mean eval return 500.0', 'run folder: x')   # one process: as is
+    assert capsys.readouterr().out == '\nsolved: last mean eval return 500.0\nrun folder: x\n'
+    monkeypatch.setattr(logger_mod, 'node_label', lambda: 'node 3 evaluator')
+    node_print('\nsolved: last mean eval return 500.0', 'run folder: x')
+    assert capsys.readouterr().out == ('\n[node 3 evaluator] solved: last mean eval return 500.0\n'
+                                       '[node 3 evaluator] run folder: x\n')

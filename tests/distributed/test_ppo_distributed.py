@@ -41,6 +41,9 @@ def test_ppo_example_as_three_processes(tmp_path):
     assert stats['weights_sent'] >= 7 and stats['partial_sets'] == 0, stats
     done = re.findall(r'after (\d+) env steps, (\d+) train iters', out)
     assert done and all(int(s) >= 3072 for s, _ in done), done
+    # every node prints its end line tagged with its id and roles, so the merged output says whose it is
+    ends = re.findall(r'^(.*)done: last mean eval return', out, re.M)
+    assert sorted(ends) == ['[node 0 learner] ', '[node 1 collector] ', '[node 2 collector] '], ends
 
 
 def test_stale_rollouts_are_refused_and_counted():

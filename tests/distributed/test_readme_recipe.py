@@ -68,5 +68,8 @@ def test_readme_multi_machine_recipe_runs_to_the_end(tmp_path):
     # they connected (each names the other), trained, and both printed the example's end line
     assert 'connected to node 1' in a and 'connected to node 0' in b, a[-4000:] + b[-4000:]
     assert 'solved: last mean eval return' in a and 'solved: last mean eval return' in b
+    # each node's end line says whose it is: [node <id> <roles>]
+    tags = [re.findall(r'^\[node (\d+) [a-z+]+\] solved: last mean eval return', o, re.M) for o in (a, b)]
+    assert tags == [['0'], ['1']], (tags, a[-2000:], b[-2000:])
     ends = [re.search(r'after (\d+) training \+ \d+ evaluation env steps, (\d+) train iters', o) for o in (a, b)]
     assert all(ends) and int(ends[0].group(2)) > 0, a[-4000:]
