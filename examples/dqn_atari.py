@@ -16,8 +16,10 @@ transitions, an evaluation every 25k updates. It stops when the mean evaluation 
 
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): runs go to ``./atari_dqn_<env>/<n>/`` (``config.json``, ``ckpt/``,
-``log/`` for TensorBoard). The replay buffer is not saved with the checkpoints (100k stacked Pong
-frames would be several GB): a resumed run refills it before it trains again.
+``log/`` for TensorBoard). The replay buffer is saved with the checkpoints only with ``--save-buffer``
+(``final.buffer`` next to ``final.pth.tar``, and next to the newest periodic checkpoint; a columnar file
+that holds each frame once: about 7 KB per transition, ~0.7 GB for the full 100k); ``--resume`` with
+``--save-buffer`` restores it. Without it a resumed run refills the buffer before it trains again.
 """
 from __future__ import annotations
 
@@ -32,7 +34,11 @@ from pipeline.experiment_envs import (add_env_flags, atari_envs, atari_play_env,
 
 def build_parser():
     p = example_parser(__doc__, exp_name='atari_dqn', max_env_step=3_000_000)
-    return add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+    add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+    p.add_argument('--save-buffer', action='store_true',
+                   help='save the replay buffer with the checkpoints (each frame once: ~7 KB per transition) and '
+                        'restore it on --resume')
+    return p
 
 
 def user_config(args: Any) -> Dict[str, Any]:
@@ -83,7 +89,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     collector_env, evaluator_env = atari_envs(cfg, args.backend)
     policy = build_policy(cfg, collector_env.observation_space, collector_env.action_space)
     buffer_ = make_buffer(cfg)
-    ckpt = checkpointer(run, policy, cfg, 'dqn', train_freq=50_000)
+    ckpt = checkpointer(run, policy, cfg, 'dqn', train_freq=50_000, buffer=buffer_ if args.save_buffer else None)
     logger = run_logger(run, args, train_show_freq=1000)
     run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()
