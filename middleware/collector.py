@@ -1,7 +1,7 @@
 """Collectors: step or episode collection from an ``EnvManager`` with a policy's collect mode."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from contexts import OnlineRLContext
 from pipeline.roles import Role, for_roles
@@ -43,12 +43,16 @@ def _collect_count(cfg: Mapping, key: str) -> int:
 
 
 class _EnvCollector:
-    """What both collectors share: the policy's collect mode on an ``EnvManager``, one env step at a time."""
+    """What both collectors share: the policy's collect mode on an ``EnvManager``, one env step at a
+    time (all envs in lock step, or two halves overlapped: see :class:`StepCollector`)."""
 
-    def __init__(self, policy: Any, env: Any) -> None:
+    def __init__(self, policy: Any, env: Any, overlap: bool = False) -> None:
         self.policy = policy
         self.env = env
         self._forward = policy.forward if hasattr(policy, 'forward') else policy
+        self.overlap = bool(overlap) and env.env_num >= 2 if overlap else False  # one env: lock step
+        self._halves: Optional[Tuple[Any, Any]] = None
+        self._waiting: Optional[int] = None  # overlap: the half whose step is in flight between steps
 
     def _reset_if_needed(self) -> bool:
         """Reset the env (and the policy's per-env state) before the first call; True if it did."""
@@ -60,15 +64,40 @@ class _EnvCollector:
         return True
 
     def _step(self, ctx: OnlineRLContext, kwargs: Mapping) -> Any:
-        """One step of every env; counts env steps and finished episodes on ``ctx``; returns the ``EnvStep``."""
+        """One step of every env (lock step), or of one half of them (overlap); counts env steps and
+        finished episodes on ``ctx``; returns the ``EnvStep``."""
         env = self.env
-        step = env.step(self._forward(env.obs, **kwargs))
+        if self.overlap:
+            step = self._overlapped_step(kwargs)
+        else:
+            step = env.step(self._forward(env.obs, **kwargs))
         ctx.env_step += len(step.env_ids)
         if step.finished:
             ctx.env_episode += len(step.finished)
             _log_finished(ctx, step.finished)
             if hasattr(self.policy, 'reset'):
                 self.policy.reset([e.env_id for e in step.finished])
+        return step
+
+    def _overlapped_step(self, kwargs: Mapping) -> Any:
+        """Start the other half's step, then take the waiting half's: while one half steps in the
+        workers, this process computes the other half's actions and handles its transitions. One
+        half's step stays in flight between calls (its actions were chosen in the previous call)."""
+        env = self.env
+        if self._halves is None:
+            self._halves = env.halves()
+        halves = self._halves
+        if env.in_flight == 0:  # the first step, or the env was reset: start half 0
+            self._waiting = None
+        if self._waiting is None:
+            ids = halves[0]
+            env.step_async(self._forward(env.obs[ids], **kwargs), ids)
+            self._waiting = 0
+        other = 1 - self._waiting
+        ids = halves[other]
+        env.step_async(self._forward(env.obs[ids], **kwargs), ids)
+        step = env.step_wait()
+        self._waiting = other
         return step
 
 
@@ -87,10 +116,20 @@ class StepCollector(_EnvCollector):
 
     ``policy`` is a collect mode (``forward(obs [N, ...], **kwargs) -> actions [N]``); ``env`` an
     ``EnvManager`` (reset on the first call; episodes continue across calls). Role: COLLECTOR.
+
+    ``overlap=True`` steps the envs in two halves (:meth:`EnvManager.halves`) with
+    ``step_async``/``step_wait``: while one half steps in the worker processes, this process runs the
+    policy on the other half and builds its transitions, instead of waiting. It helps with
+    ``backend='subprocess'`` when the envs' steps are slow (Atari, MuJoCo) or the policy's forward
+    pass is; on ``sync`` and ``envpool`` it changes nothing but the order of the work. The
+    transitions are the same as in lock step for a deterministic policy, in the same order (half
+    by half); the difference is that one half's step is in flight between calls, its actions chosen
+    in the previous call (with the policy and ``collect_kwargs`` of then), and ``n_sample`` is
+    reached in half rounds. Needs ``env_num >= 2`` (with one env it steps in lock step).
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
-        super().__init__(policy, env)
+    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
+        super().__init__(policy, env, overlap)
         self.n_sample = _collect_count(cfg, 'n_sample')
 
     def __call__(self, ctx: OnlineRLContext) -> None:
@@ -111,11 +150,11 @@ class EpisodeCollector(_EnvCollector):
     away). Reads ``ctx.collect_kwargs``, ``ctx.env_step``, ``ctx.env_episode``. Writes
     ``ctx.episodes`` (a list of episodes, each a list of transition dicts as in
     :class:`StepCollector`), advances ``ctx.env_step`` and ``ctx.env_episode``, and logs returns in
-    ``ctx.info_for_logging``. Role: COLLECTOR.
+    ``ctx.info_for_logging``. Role: COLLECTOR. ``overlap=True``: as in :class:`StepCollector`.
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
-        super().__init__(policy, env)
+    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
+        super().__init__(policy, env, overlap)
         self.n_episode = _collect_count(cfg, 'n_episode')
         self._partial: Dict[int, List[Dict[str, Any]]] = {}
 

@@ -12,7 +12,8 @@ bootstrapping from ``next_obs`` is correct) are kept apart in every step result.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -210,6 +211,9 @@ class EnvManager:
         self._all_ids = np.arange(env_num, dtype=np.int64)
         self._closed = False
         self._first_reset = True
+        # step_async calls in flight, oldest first: (ids, obs, actions, whether all envs in order)
+        self._pending: Deque[Tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = deque()
+        self._busy: Optional[np.ndarray] = None  # [env_num] bool: env has a step in flight
 
     @staticmethod
     def _env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
@@ -266,6 +270,7 @@ class EnvManager:
         With ``seed`` (or, on the first reset, the constructor's seed) env ``i`` gets ``seed + i``.
         """
         self._check_open()
+        self._drain()
         if seed is not None:
             self._seed = seed
             self._first_reset = True
@@ -282,16 +287,37 @@ class EnvManager:
         """Step the envs in ``env_ids`` (default: all) with ``actions`` (one row per env).
 
         Finished episodes are reset at once: their final observation is ``EnvStep.next_obs`` and
-        the first observation of the next episode is in ``self.obs``.
+        the first observation of the next episode is in ``self.obs``. Refused while a
+        :meth:`step_async` is in flight (collect its result with :meth:`step_wait` first).
+        """
+        self._check_open()
+        if self._pending:
+            raise RuntimeError(f'step() while {len(self._pending)} step_async() call(s) are in flight '
+                               f'(envs {self._in_flight_ids()}); call step_wait() for each first')
+        self.step_async(actions, env_ids)
+        return self.step_wait()
+
+    def step_async(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> None:
+        """Start stepping the envs in ``env_ids`` (default: all) with ``actions`` and return at once;
+        :meth:`step_wait` returns the ``EnvStep``.
+
+        With ``backend='subprocess'`` the workers step while the caller goes on (e.g. computing the
+        actions of the other envs); ``sync`` and ``envpool`` do the work in ``step_wait``. Several
+        calls may be in flight for disjoint sets of envs; their results come back in the order they
+        were started. Sending to an env that already has a step in flight raises ``RuntimeError``.
+        ``reset()`` and ``close()`` with steps in flight wait for them (bounded by ``step_timeout``)
+        and drop their results.
         """
         self._check_open()
         obs_all = self.obs
         if env_ids is None:
             ids = self._all_ids
-            obs = obs_all
         else:
-            ids = np.asarray(env_ids, dtype=np.int64)
-            obs = obs_all[ids]
+            ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+            if len(ids) and (ids.min() < 0 or ids.max() >= self.env_num):
+                raise ValueError(f'env_ids must be in 0..{self.env_num - 1}, got {ids.tolist()}')
+            if len(np.unique(ids)) != len(ids):
+                raise ValueError(f'env_ids must not repeat an env, got {ids.tolist()}')
         n = len(ids)
         if hasattr(actions, 'detach'):  # torch tensor
             actions = actions.detach().cpu().numpy()
@@ -299,17 +325,39 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        next_obs, after, reward, terminated, truncated, infos, final_infos = \
-            self._backend.step(ids, actions, self._keep_infos)
+        if self._busy is not None:
+            clash = np.flatnonzero(self._busy[ids])
+            if len(clash):
+                raise RuntimeError(f'envs {ids[clash].tolist()} already have a step_async() in flight; '
+                                   f'call step_wait() before stepping them again')
+        else:
+            self._busy = np.zeros(self.env_num, dtype=bool)
+        # the observations the actions are taken in: obs_all is never written in place (a step makes
+        # a new array), so the full-batch case can hand it out without a copy
+        obs = obs_all if env_ids is None else obs_all[ids]
+        self._backend.step_async(ids, actions, self._keep_infos)
+        self._busy[ids] = True
+        self._pending.append((ids, obs, actions, env_ids is None))
+
+    def step_wait(self) -> EnvStep:
+        """The ``EnvStep`` of the oldest :meth:`step_async` still in flight (waits for it).
+
+        Raises ``RuntimeError`` when no step is in flight."""
+        self._check_open()
+        if not self._pending:
+            raise RuntimeError('step_wait() without a step_async() in flight: call step_async(actions) first')
+        ids, obs, actions, full = self._pending.popleft()
+        self._busy[ids] = False  # type: ignore[index]
+        next_obs, after, reward, terminated, truncated, infos, final_infos = self._backend.step_wait()
         ep_ret, ep_len = self._ep_return, self._ep_len
-        if n == self.env_num and env_ids is None:
+        if full:
             ep_ret += reward
             ep_len += 1
             self._obs = after
         else:
             ep_ret[ids] += reward
             ep_len[ids] += 1
-            new_obs = obs_all.copy()
+            new_obs = self.obs.copy()  # never in place: earlier EnvSteps and obs batches may share it
             new_obs[ids] = after
             self._obs = new_obs
         finished: List[EpisodeInfo] = []
@@ -326,12 +374,49 @@ class EnvManager:
         return EnvStep(ids, obs, actions, reward.astype(np.float32), next_obs, terminated, truncated,
                        finished, infos)
 
+    @property
+    def in_flight(self) -> int:
+        """How many :meth:`step_async` calls await their :meth:`step_wait`."""
+        return len(self._pending)
+
+    def _in_flight_ids(self) -> List[int]:
+        return [] if self._busy is None else np.flatnonzero(self._busy).tolist()
+
+    def _drain(self) -> None:
+        """Wait for every step in flight and drop the results (before a reset)."""
+        while self._pending:
+            ids = self._pending.popleft()[0]
+            self._busy[ids] = False  # type: ignore[index]
+            try:
+                self._backend.step_wait()
+            except BaseException:
+                self._pending.clear()
+                self._busy = None
+                raise
+
+    def halves(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Two disjoint, non-empty sets of env ids covering every env (``env_num >= 2``), for
+        overlapped stepping (one half steps while the caller works on the other).
+
+        On ``subprocess`` the split falls on a worker group boundary where there is one (so each half
+        is a set of whole workers); else it is the middle."""
+        if self.env_num < 2:
+            raise ValueError('halves() needs env_num >= 2')
+        mid = self.env_num // 2
+        k = getattr(self._backend, 'group_size', None)
+        if self.backend == 'subprocess' and k is not None and getattr(self._backend, 'workers', 1) > 1:
+            bounds = [w * k for w in range(1, self._backend.workers)]
+            mid = min(bounds, key=lambda b: (abs(b - self.env_num / 2), b))
+        return self._all_ids[:mid].copy(), self._all_ids[mid:].copy()
+
     def close(self) -> None:
         """Close every env (idempotent; never waits long on a hung subprocess worker)."""
         if self._closed:
             return
         self._closed = True
-        self._backend.close()
+        self._pending.clear()
+        self._busy = None
+        self._backend.close()  # waits for steps in flight only up to a bounded timeout
 
     def _check_open(self) -> None:
         if self._closed:

@@ -35,7 +35,8 @@ base seed itself; a ``reset(seed=...)`` rebuilds the pool (so the same seed give
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from collections import deque
+from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -115,6 +116,7 @@ class EnvPoolBackend:
             self._kwargs['max_episode_steps'] = int(max_episode_steps)
         self._seed = None
         self._pool = None
+        self._requests: Deque[Tuple[np.ndarray, np.ndarray, bool]] = deque()  # step_async calls, oldest first
         self._spares = min(env_num, MAX_SPARES)
         self._make(seed)
         self.observation_space = self._pool.observation_space
@@ -173,6 +175,15 @@ class EnvPoolBackend:
     def _noop(self, k: int) -> np.ndarray:
         """``k`` placeholder actions (EnvPool ignores the action of an env it resets)."""
         return np.zeros((k,) + self._act_shape, dtype=self._act_dtype)
+
+    def step_async(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> None:
+        """Remember the request; :meth:`step_wait` steps it (EnvPool's pool answers one batch at a
+        time, and its own threads already step the envs in parallel)."""
+        self._requests.append((ids, actions, keep_infos))
+
+    def step_wait(self) -> StepArrays:
+        """Step the oldest request of :meth:`step_async` now."""
+        return self.step(*self._requests.popleft())
 
     def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
         """As :meth:`SyncBackend.step`, with the actions as one array."""
@@ -266,6 +277,7 @@ class EnvPoolBackend:
         return next_obs, after, reward, terminated, truncated, infos, final_infos
 
     def close(self) -> None:
+        self._requests.clear()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -27,7 +27,8 @@ import select
 import signal
 import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -90,6 +91,8 @@ class SubprocessBackend:
         self._broken: Optional[str] = None
         self._closed = False
         self._vec = None
+        self._requests: Deque[Tuple[np.ndarray, _Plan, bool]] = deque()  # step_async requests, oldest first
+        self._owed = [0] * n_workers  # step answers each worker still owes (steps in flight)
         self._trace_paths: List[str] = []
         for w in range(n_workers):
             fd, path = tempfile.mkstemp(prefix=f'rlpipe-worker{w}-', suffix='.trace')
@@ -126,6 +129,8 @@ class SubprocessBackend:
     # ------------------------------------------------------------------ protocol
     def reset(self, seeds: Optional[Sequence[int]]) -> np.ndarray:
         self._check_usable()
+        while self._requests:  # steps in flight: their answers come first
+            self.step_wait()
         k = self.group_size
         workers = range(len(self._pipes))
         for w in workers:
@@ -148,10 +153,35 @@ class SubprocessBackend:
         return [(w, rows, np.asarray(pos)) for w, (rows, pos) in sorted(by_worker.items())]
 
     def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
+        self.step_async(ids, actions, keep_infos)
+        return self.step_wait()
+
+    def step_async(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> None:
+        """Send the step to the workers of ``ids`` and return; :meth:`step_wait` takes the answers.
+
+        Several requests may be in flight (for disjoint envs): a worker answers its requests in the
+        order it got them, and :meth:`step_wait` takes the oldest request's answers first, so the next
+        answer on each of its workers' pipes is always its own."""
         self._check_usable()
         plan = self._plan(ids)
         for w, rows, pos in plan:
             self._send(w, ('step', (rows, pack_array(actions[pos]), keep_infos)))
+            self._owed[w] += 1
+        self._requests.append((ids, plan, keep_infos))
+
+    def step_wait(self) -> StepArrays:
+        """The answers to the oldest :meth:`step_async` request (see :meth:`SyncBackend.step`): the
+        observations are copied out of the shared memory, so nothing returned aliases it."""
+        self._check_usable()
+        ids, plan, keep_infos = self._requests.popleft()
+        try:
+            return self._take_answers(ids, plan, keep_infos)
+        except BaseException:
+            if self._broken is None:  # e.g. Ctrl-C: some answers of this step may be unread
+                self._broken = 'a step_wait() was interrupted'
+            raise
+
+    def _take_answers(self, ids: np.ndarray, plan: _Plan, keep_infos: bool) -> StepArrays:
         n = len(ids)
         shm = self._obs
         after = np.empty((n,) + shm.shape[1:], dtype=shm.dtype)
@@ -162,7 +192,8 @@ class SubprocessBackend:
         finals: List[Tuple[int, Any, dict]] = []
         # each worker's answer is taken in as it arrives, while the others are still stepping
         for j, answer in self._answers([w for w, _, _ in plan]):
-            _, _, pos = plan[j]
+            w, _, pos = plan[j]
+            self._owed[w] -= 1
             after[pos] = shm[pos] if isinstance(pos, slice) else shm[ids[pos]]
             r, te, tr, w_infos, w_finals = answer[4]
             reward[pos] = r
@@ -188,6 +219,7 @@ class SubprocessBackend:
         if self._closed:
             return
         self._closed = True
+        self._requests.clear()
         vec = self._vec
         if vec is None:
             return
@@ -200,14 +232,18 @@ class SubprocessBackend:
                 except (OSError, ValueError):
                     graceful = False
             deadline = time.monotonic() + _CLOSE_TIMEOUT
-            for pipe in pipes:
-                try:
-                    if pipe.poll(max(0.0, deadline - time.monotonic())):
-                        pipe.recv()
-                    else:
+            for w, pipe in enumerate(pipes):
+                # the answers to steps in flight come before the answer to 'close'
+                for _ in range(self._owed[w] + 1):
+                    try:
+                        if pipe.poll(max(0.0, deadline - time.monotonic())):
+                            pipe.recv()
+                        else:
+                            graceful = False
+                            break
+                    except (OSError, EOFError, ValueError):
                         graceful = False
-                except (OSError, EOFError, ValueError):
-                    graceful = False
+                        break
         for p in procs:
             if not graceful and p.is_alive():
                 p.terminate()

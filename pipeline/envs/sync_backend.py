@@ -1,7 +1,8 @@
 """The in-process backend: every env lives in the caller's process and is stepped in turn."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +25,7 @@ class SyncBackend:
         # reset or stepped, so a subprocess worker's parent can name the env after a crash or a hang
         self._mark = mark
         self._first = first
+        self._requests: Deque[Tuple[np.ndarray, np.ndarray, bool]] = deque()  # step_async calls, oldest first
         self._envs: List[Any] = []
         for j, fn in enumerate(fns):
             if mark is not None:
@@ -49,6 +51,15 @@ class SyncBackend:
                 o, _ = env.reset()
             first.append(o)
         return np.array(first)
+
+    def step_async(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> None:
+        """Remember the request: the envs are stepped in :meth:`step_wait` (this process has no one
+        else to step them)."""
+        self._requests.append((ids, actions, keep_infos))
+
+    def step_wait(self) -> StepArrays:
+        """Step the oldest request of :meth:`step_async` now and return what :meth:`step` returns."""
+        return self.step(*self._requests.popleft())
 
     def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
         """Step env ``ids[j]`` with ``actions[j]`` (a numpy scalar or row); return ``(next_obs, after_obs, reward, terminated,
@@ -91,6 +102,7 @@ class SyncBackend:
                 np.array(trunc, dtype=bool), infos, final_infos)
 
     def close(self) -> None:
+        self._requests.clear()
         for env in self._envs:
             try:
                 env.close()
