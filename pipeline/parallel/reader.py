@@ -111,7 +111,7 @@ class Reader:
                 if known is not None:
                     window = known[0]
                     seq, nbufs = _unpack_seq(first, _SEQ_AT)
-                    if seq == window.floor + 1 and not nbufs and not window.above:
+                    if seq == window.floor + 1 and not nbufs and not window.bits:
                         window.floor = window.top = seq
                         on_data(first, (), known[1], known[2], _BODY_AT)
                         continue

@@ -184,7 +184,7 @@ class Framing:
                 # on the receiver's fast path (``Reader._handle``) instead of unpacking and comparing fields.
                 prefix = _PREFIX.pack(_MAGIC, _VERSION, K_DATA, sender, session, self.node_id, self.session)
                 self._rx_known[prefix] = (window, sender, session)
-            if seq == window.floor + 1 and not window.above:  # in order: ReplayWindow.accept's fast path
+            if seq == window.floor + 1 and not window.bits:  # in order: ReplayWindow.accept's fast path
                 window.floor = window.top = seq
             else:
                 lost = window.accept(seq)
