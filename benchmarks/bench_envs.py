@@ -15,10 +15,14 @@ Rows (8 envs, uniformly random actions, all in this one run):
     worker process per core, each stepping a group of consecutive envs; the layout is printed) next
     to gymnasium's ``AsyncVectorEnv`` (shared memory) with the same layout: as many workers, each
     running a ``SyncVectorEnv`` of its group;
-  - ``rlpipe envpool`` / ``bare EnvPool``: EnvPool's C++ thread pool.
+  - ``rlpipe envpool`` / ``bare EnvPool``: EnvPool's C++ thread pool;
+  - ``rlpipe subprocess+overlap``: the subprocess backend's default layout with
+    ``StepCollector(..., overlap=True)``: the envs step in two halves (one per worker with the
+    default two workers), this process computing one half's actions and transitions while the
+    other half steps (``EnvManager.step_async`` / ``step_wait``).
 
-  Targets: each rlpipe row >= 0.9x its bare row; on Pong ``rlpipe subprocess`` >= 1.6x
-  ``rlpipe sync`` (on 2 free cores). The CPU column is each row's CPU time per env step (this
+  Targets: each rlpipe row >= 0.9x its bare row; on Pong ``rlpipe subprocess`` (and
+  ``subprocess+overlap``) >= 1.6x ``rlpipe sync`` (on 2 free cores). The CPU column is each row's CPU time per env step (this
   process and its worker processes), which depends less on other load than the rates do.
 - Replay memory for 100k Pong transitions: ``FrameStorage`` (each frame once) measured on 100k
   synthetic transitions with distinct frames (the worst case for sharing), next to the default
@@ -63,13 +67,15 @@ class RandomPolicy:
         return self.rng.integers(0, self.n, len(obs))
 
 
-def collector_runner(mgr: EnvManager, n_actions: int) -> Callable[[int], None]:
+def collector_runner(mgr: EnvManager, n_actions: int, overlap: bool = False) -> Callable[[int], None]:
     """Run rlpipe's StepCollector for ``steps`` env steps, one step of every env per call, as the DQN
     examples collect (``n_sample`` = env count). Collecting 16 steps per call (PPO-style rollouts)
     keeps 16 steps of observations alive, which on Pong costs ~10 % more CPU per step in cache
-    misses whatever the env layer: a bare loop keeping its observations as long would pay it too."""
+    misses whatever the env layer: a bare loop keeping its observations as long would pay it too.
+    ``overlap``: ``StepCollector(..., overlap=True)`` (two halves of the envs, one stepping in the
+    workers while this process computes the other's actions and transitions)."""
     cfg = {'policy': {'collect': {'n_sample': N_ENVS}}}
-    col = StepCollector(cfg, RandomPolicy(n_actions), mgr)
+    col = StepCollector(cfg, RandomPolicy(n_actions), mgr, overlap=overlap)
     ctx = OnlineRLContext()
 
     def run(steps: int) -> None:
@@ -183,6 +189,10 @@ def env_rows(game: str) -> tuple:
     closers.append(vec)
     rows['bare AsyncVectorEnv'] = Row(bare_runner(vec, n_act, shape=(layout.workers, layout.group_size)),
                                       [p.pid for p in vec.processes])
+    mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess')
+    closers.append(mgr)
+    rows['rlpipe subprocess+overlap'] = Row(collector_runner(mgr, n_act, overlap=True),
+                                            [p.pid for p in mgr._backend._procs])
     if HAVE_ENVPOOL:
         import envpool
         mgr = EnvManager(ep_task, N_ENVS, seed=0, backend='envpool', env_kwargs=dict(ep_kwargs))
@@ -210,15 +220,19 @@ def bench_game(game: str, steps: int, rounds: int) -> Dict[str, List[float]]:
             c.close()
     print(f'\n{game}, {N_ENVS} envs, random actions ({rounds} interleaved rounds of {steps} steps); subprocess '
           f'and bare AsyncVectorEnv: {layout}')
-    print(f'  {"":24s} {"env steps/s":>11s} {"best":>10s} {"CPU us/step":>12s}')
+    print(f'  {"":26s} {"env steps/s":>11s} {"best":>10s} {"CPU us/step":>12s}')
     for k, v in res.items():
-        print(f'  {k:24s} {statistics.median(v):11.0f} {max(v):10.0f} {cpu[k]:12.1f}')
+        print(f'  {k:26s} {statistics.median(v):11.0f} {max(v):10.0f} {cpu[k]:12.1f}')
     for kind, bare in (('sync', 'bare SyncVectorEnv'), ('subprocess', 'bare AsyncVectorEnv'),
                        ('envpool', 'bare EnvPool')):
         if f'rlpipe {kind}' in res:
             print(f'  rlpipe {kind} / {bare}: {ratio(res, f"rlpipe {kind}", bare)} (target >= 0.9x)')
     target = ' (target >= 1.6x on 2 free cores)' if game != 'CartPole-v1' else ''
     print(f'  rlpipe subprocess / rlpipe sync: {ratio(res, "rlpipe subprocess", "rlpipe sync")}{target}')
+    print(f'  rlpipe subprocess+overlap / rlpipe sync: '
+          f'{ratio(res, "rlpipe subprocess+overlap", "rlpipe sync")}{target}')
+    print(f'  rlpipe subprocess+overlap / rlpipe subprocess: '
+          f'{ratio(res, "rlpipe subprocess+overlap", "rlpipe subprocess")}')
     return res
 
 

@@ -51,7 +51,7 @@ class _EnvCollector:
         self.env = env
         self._forward = policy.forward if hasattr(policy, 'forward') else policy
         self.overlap = bool(overlap) and env.env_num >= 2 if overlap else False  # one env: lock step
-        self._halves: Optional[Tuple[Any, Any]] = None
+        self._halves: Optional[Tuple[Tuple[Any, slice], ...]] = None
         self._waiting: Optional[int] = None  # overlap: the half whose step is in flight between steps
 
     def _reset_if_needed(self) -> bool:
@@ -85,17 +85,18 @@ class _EnvCollector:
         half's step stays in flight between calls (its actions were chosen in the previous call)."""
         env = self.env
         if self._halves is None:
-            self._halves = env.halves()
+            # (ids, rows of env.obs: a slice, so the policy gets a view, not a copy)
+            self._halves = tuple((h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves())
         halves = self._halves
         if env.in_flight == 0:  # the first step, or the env was reset: start half 0
             self._waiting = None
         if self._waiting is None:
-            ids = halves[0]
-            env.step_async(self._forward(env.obs[ids], **kwargs), ids)
+            ids, rows = halves[0]
+            env.step_async(self._forward(env.obs[rows], **kwargs), ids)
             self._waiting = 0
         other = 1 - self._waiting
-        ids = halves[other]
-        env.step_async(self._forward(env.obs[ids], **kwargs), ids)
+        ids, rows = halves[other]
+        env.step_async(self._forward(env.obs[rows], **kwargs), ids)
         step = env.step_wait()
         self._waiting = other
         return step

@@ -211,9 +211,11 @@ class EnvManager:
         self._all_ids = np.arange(env_num, dtype=np.int64)
         self._closed = False
         self._first_reset = True
-        # step_async calls in flight, oldest first: (ids, obs, actions, whether all envs in order)
-        self._pending: Deque[Tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = deque()
+        # step_async calls in flight, oldest first: (ids, obs, actions, span) where span is None for a
+        # step of all envs, (start, stop) for a run of consecutive envs, (-1, -1) for other subsets
+        self._pending: Deque[Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]] = deque()
         self._busy: Optional[np.ndarray] = None  # [env_num] bool: env has a step in flight
+        self._ids_cache: Dict[bytes, Tuple[np.ndarray, Optional[Tuple[int, int]]]] = {}
 
     @staticmethod
     def _env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
@@ -311,13 +313,9 @@ class EnvManager:
         self._check_open()
         obs_all = self.obs
         if env_ids is None:
-            ids = self._all_ids
+            ids, span = self._all_ids, (0, self.env_num)
         else:
-            ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
-            if len(ids) and (ids.min() < 0 or ids.max() >= self.env_num):
-                raise ValueError(f'env_ids must be in 0..{self.env_num - 1}, got {ids.tolist()}')
-            if len(np.unique(ids)) != len(ids):
-                raise ValueError(f'env_ids must not repeat an env, got {ids.tolist()}')
+            ids, span = self._checked_ids(env_ids)
         n = len(ids)
         if hasattr(actions, 'detach'):  # torch tensor
             actions = actions.detach().cpu().numpy()
@@ -325,19 +323,44 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        if self._busy is not None:
-            clash = np.flatnonzero(self._busy[ids])
-            if len(clash):
-                raise RuntimeError(f'envs {ids[clash].tolist()} already have a step_async() in flight; '
-                                   f'call step_wait() before stepping them again')
-        else:
-            self._busy = np.zeros(self.env_num, dtype=bool)
+        busy = self._busy
+        if busy is None:
+            busy = self._busy = np.zeros(self.env_num, dtype=bool)
+        elif (busy[span[0]:span[1]] if span is not None else busy[ids]).any():
+            clash = ids[busy[ids]]
+            raise RuntimeError(f'envs {clash.tolist()} already have a step_async() in flight; '
+                               f'call step_wait() before stepping them again')
         # the observations the actions are taken in: obs_all is never written in place (a step makes
-        # a new array), so the full-batch case can hand it out without a copy
-        obs = obs_all if env_ids is None else obs_all[ids]
+        # a new array), so a view of it can be handed out
+        obs = obs_all if env_ids is None else obs_all[span[0]:span[1]] if span is not None else obs_all[ids]
+        if span is None:
+            span = (-1, -1)
         self._backend.step_async(ids, actions, self._keep_infos)
-        self._busy[ids] = True
-        self._pending.append((ids, obs, actions, env_ids is None))
+        if span[0] >= 0:
+            busy[span[0]:span[1]] = True
+        else:
+            busy[ids] = True
+        self._pending.append((ids, obs, actions, None if env_ids is None else span))
+
+    def _checked_ids(self, env_ids: Any) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
+        """``env_ids`` as a read-only int64 array, checked (in range, no repeats), and ``(start, stop)``
+        when it is a run of consecutive ids (else None). Cached: a collector passes the same few sets."""
+        key = None
+        if isinstance(env_ids, np.ndarray) and env_ids.dtype == np.int64 and env_ids.ndim == 1:
+            key = env_ids.tobytes()
+            hit = self._ids_cache.get(key)
+            if hit is not None:
+                return hit
+        ids = np.array(env_ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.env_num):
+            raise ValueError(f'env_ids must be in 0..{self.env_num - 1}, got {ids.tolist()}')
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError(f'env_ids must not repeat an env, got {ids.tolist()}')
+        span = (int(ids[0]), int(ids[-1]) + 1) if len(ids) and bool((np.diff(ids) == 1).all()) else None
+        ids.flags.writeable = False
+        if key is not None and len(self._ids_cache) < 64:
+            self._ids_cache[key] = (ids, span)
+        return ids, span
 
     def step_wait(self) -> EnvStep:
         """The ``EnvStep`` of the oldest :meth:`step_async` still in flight (waits for it).
@@ -346,19 +369,27 @@ class EnvManager:
         self._check_open()
         if not self._pending:
             raise RuntimeError('step_wait() without a step_async() in flight: call step_async(actions) first')
-        ids, obs, actions, full = self._pending.popleft()
+        ids, obs, actions, span = self._pending.popleft()
         self._busy[ids] = False  # type: ignore[index]
         next_obs, after, reward, terminated, truncated, infos, final_infos = self._backend.step_wait()
         ep_ret, ep_len = self._ep_return, self._ep_len
-        if full:
+        if span is None:
             ep_ret += reward
             ep_len += 1
             self._obs = after
         else:
             ep_ret[ids] += reward
             ep_len[ids] += 1
-            new_obs = self.obs.copy()  # never in place: earlier EnvSteps and obs batches may share it
-            new_obs[ids] = after
+            old = self.obs
+            new_obs = np.empty_like(old)  # never in place: earlier EnvSteps and obs batches may share it
+            if span[0] >= 0:  # a run of consecutive envs
+                a, b = span
+                new_obs[:a] = old[:a]
+                new_obs[a:b] = after
+                new_obs[b:] = old[b:]
+            else:
+                new_obs[:] = old
+                new_obs[ids] = after
             self._obs = new_obs
         finished: List[EpisodeInfo] = []
         if final_infos:
@@ -395,8 +426,8 @@ class EnvManager:
                 raise
 
     def halves(self) -> Tuple[np.ndarray, np.ndarray]:
-        """Two disjoint, non-empty sets of env ids covering every env (``env_num >= 2``), for
-        overlapped stepping (one half steps while the caller works on the other).
+        """Env ids ``0 .. m-1`` and ``m .. env_num-1`` (``env_num >= 2``), for overlapped stepping
+        (one half steps while the caller works on the other).
 
         On ``subprocess`` the split falls on a worker group boundary where there is one (so each half
         is a set of whole workers); else it is the middle."""

@@ -63,8 +63,9 @@ class EnvWorkerError(RuntimeError):
 
 
 # How one step's envs map to workers: per worker involved, ``(worker, rows in its group or None for
-# all, positions of those envs in the step: a slice or an index array)``.
-_Plan = List[Tuple[int, Optional[List[int]], Any]]
+# all, positions of those envs in the step: a slice or an index array, their rows in the shared
+# observation memory: a slice or an index array)``.
+_Plan = List[Tuple[int, Optional[List[int]], Any, Any]]
 
 
 class SubprocessBackend:
@@ -124,7 +125,9 @@ class SubprocessBackend:
             raise TypeError(f'the subprocess backend needs array observations; got observation space '
                             f'{self.observation_space} (flatten dict observations with a wrapper)')
         self._obs: np.ndarray = shm.reshape((n_workers * k,) + shm.shape[2:])  # a view: env i is row i
-        self._full: _Plan = [(w, None, slice(w * k, min(n, (w + 1) * k))) for w in range(n_workers)]
+        self._full: _Plan = [(w, None, slice(w * k, min(n, (w + 1) * k)), slice(w * k, min(n, (w + 1) * k)))
+                             for w in range(n_workers)]
+        self._plans: Dict[bytes, _Plan] = {}  # plans of subsets stepped before (e.g. overlap's halves)
 
     # ------------------------------------------------------------------ protocol
     def reset(self, seeds: Optional[Sequence[int]]) -> np.ndarray:
@@ -144,13 +147,28 @@ class SubprocessBackend:
         n = len(ids)
         if n == self.env_num and (n == 1 or bool((ids[1:] > ids[:-1]).all())):
             return self._full  # every env, in order
+        key = ids.tobytes()
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
         k = self.group_size
         by_worker: Dict[int, Tuple[List[int], List[int]]] = {}
         for j, i in enumerate(ids.tolist()):
             rows, pos = by_worker.setdefault(i // k, ([], []))
             rows.append(i % k)
             pos.append(j)
-        return [(w, rows, np.asarray(pos)) for w, (rows, pos) in sorted(by_worker.items())]
+        plan = []
+        for w, (rows, pos) in sorted(by_worker.items()):
+            size = min(self.env_num, (w + 1) * k) - w * k
+            if rows == list(range(size)) and pos == list(range(pos[0], pos[0] + size)):
+                # the worker's whole group, in order: no row list to send, slices to copy
+                plan.append((w, None, slice(pos[0], pos[0] + size), slice(w * k, w * k + size)))
+            else:
+                p = np.asarray(pos)
+                plan.append((w, rows, p, ids[p]))
+        if len(self._plans) < 64:
+            self._plans[key] = plan
+        return plan
 
     def step(self, ids: np.ndarray, actions: np.ndarray, keep_infos: bool) -> StepArrays:
         self.step_async(ids, actions, keep_infos)
@@ -164,7 +182,7 @@ class SubprocessBackend:
         answer on each of its workers' pipes is always its own."""
         self._check_usable()
         plan = self._plan(ids)
-        for w, rows, pos in plan:
+        for w, rows, pos, _ in plan:
             self._send(w, ('step', (rows, pack_array(actions[pos]), keep_infos)))
             self._owed[w] += 1
         self._requests.append((ids, plan, keep_infos))
@@ -191,10 +209,10 @@ class SubprocessBackend:
         infos: Optional[List[Any]] = [None] * n if keep_infos else None
         finals: List[Tuple[int, Any, dict]] = []
         # each worker's answer is taken in as it arrives, while the others are still stepping
-        for j, answer in self._answers([w for w, _, _ in plan]):
-            w, _, pos = plan[j]
+        for j, answer in self._answers([w for w, _, _, _ in plan]):
+            w, _, pos, src = plan[j]
             self._owed[w] -= 1
-            after[pos] = shm[pos] if isinstance(pos, slice) else shm[ids[pos]]
+            after[pos] = shm[src]
             r, te, tr, w_infos, w_finals = answer[4]
             reward[pos] = r
             terminated[pos] = te
