@@ -67,7 +67,25 @@ class RandomPolicy:
         return self.rng.integers(0, self.n, len(obs))
 
 
-def collector_runner(mgr: EnvManager, n_actions: int, overlap: bool = False) -> Callable[[int], None]:
+class CNNPolicy:
+    """Greedy actions of the Nature-DQN Q-network (``AtariQNetwork``, random weights, torch on one
+    thread), as ``examples/dqn_atari.py`` acts: for rows where choosing actions costs about as much
+    CPU as stepping the envs."""
+
+    def __init__(self, n_actions: int) -> None:
+        import torch
+        from pipeline.policy.conv import AtariQNetwork
+        torch.manual_seed(0)
+        self.torch = torch
+        self.net = AtariQNetwork(n_actions).eval()
+
+    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+        with self.torch.no_grad():
+            return self.net(self.torch.as_tensor(np.asarray(obs))).argmax(1).numpy()
+
+
+def collector_runner(mgr: EnvManager, n_actions: int, overlap: bool = False,
+                     policy: Callable[[int], Any] = RandomPolicy) -> Callable[[int], None]:
     """Run rlpipe's StepCollector for ``steps`` env steps, one step of every env per call, as the DQN
     examples collect (``n_sample`` = env count). Collecting 16 steps per call (PPO-style rollouts)
     keeps 16 steps of observations alive, which on Pong costs ~10 % more CPU per step in cache
@@ -75,7 +93,7 @@ def collector_runner(mgr: EnvManager, n_actions: int, overlap: bool = False) -> 
     ``overlap``: ``StepCollector(..., overlap=True)`` (two halves of the envs, one stepping in the
     workers while this process computes the other's actions and transitions)."""
     cfg = {'policy': {'collect': {'n_sample': N_ENVS}}}
-    col = StepCollector(cfg, RandomPolicy(n_actions), mgr, overlap=overlap)
+    col = StepCollector(cfg, policy(n_actions), mgr, overlap=overlap)
     ctx = OnlineRLContext()
 
     def run(steps: int) -> None:
@@ -155,12 +173,13 @@ def measure(rows: Dict[str, Row], steps: int, rounds: int) -> Tuple[Dict[str, Li
     return rates, {k: v / (steps * rounds) * 1e6 for k, v in cpu.items()}
 
 
-def env_rows(game: str) -> tuple:
+def env_rows(game: str, cnn: bool = False) -> tuple:
     """(rows, closers) for one game: rlpipe on each backend and the matching bare vector envs.
 
     ``rlpipe subprocess`` runs the backend's default layout (one worker per core, each stepping a
     group of envs); ``bare AsyncVectorEnv`` is gymnasium's ``AsyncVectorEnv`` with the same layout:
-    as many worker processes, each running a ``SyncVectorEnv`` of the same group of envs."""
+    as many worker processes, each running a ``SyncVectorEnv`` of the same group of envs.
+    ``cnn``: the rlpipe rows act with :class:`CNNPolicy`; no bare rows (they cannot run a policy)."""
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
     rows: Dict[str, Row] = {}
@@ -174,33 +193,37 @@ def env_rows(game: str) -> tuple:
         fn = AtariEnvFn('PongNoFrameskip-v4', training=True)
         make = fn
         ep_task, ep_kwargs, n_act = 'Pong-v5', envpool_atari_kwargs(True), 6
+    pol: Callable[[int], Any] = CNNPolicy if cnn else RandomPolicy
     mgr = EnvManager(fn, N_ENVS, seed=0, backend='sync')
     closers.append(mgr)
-    rows['rlpipe sync'] = Row(collector_runner(mgr, n_act), [])
-    vec: Any = gym.vector.SyncVectorEnv([make] * N_ENVS)
-    closers.append(vec)
-    rows['bare SyncVectorEnv'] = Row(bare_runner(vec, n_act), [])
+    rows['rlpipe sync'] = Row(collector_runner(mgr, n_act, policy=pol), [])
+    if not cnn:
+        vec: Any = gym.vector.SyncVectorEnv([make] * N_ENVS)
+        closers.append(vec)
+        rows['bare SyncVectorEnv'] = Row(bare_runner(vec, n_act), [])
     mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess')
     closers.append(mgr)
     layout = mgr._backend
-    rows['rlpipe subprocess'] = Row(collector_runner(mgr, n_act), [p.pid for p in layout._procs])
-    vec = gym.vector.AsyncVectorEnv([GroupFn(make, layout.group_size)] * layout.workers, shared_memory=True,
-                                    autoreset_mode=AutoresetMode.DISABLED)  # each group resets its own envs
-    closers.append(vec)
-    rows['bare AsyncVectorEnv'] = Row(bare_runner(vec, n_act, shape=(layout.workers, layout.group_size)),
-                                      [p.pid for p in vec.processes])
+    rows['rlpipe subprocess'] = Row(collector_runner(mgr, n_act, policy=pol), [p.pid for p in layout._procs])
+    if not cnn:
+        vec = gym.vector.AsyncVectorEnv([GroupFn(make, layout.group_size)] * layout.workers, shared_memory=True,
+                                        autoreset_mode=AutoresetMode.DISABLED)  # each group resets its own envs
+        closers.append(vec)
+        rows['bare AsyncVectorEnv'] = Row(bare_runner(vec, n_act, shape=(layout.workers, layout.group_size)),
+                                          [p.pid for p in vec.processes])
     mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess')
     closers.append(mgr)
-    rows['rlpipe subprocess+overlap'] = Row(collector_runner(mgr, n_act, overlap=True),
+    rows['rlpipe subprocess+overlap'] = Row(collector_runner(mgr, n_act, overlap=True, policy=pol),
                                             [p.pid for p in mgr._backend._procs])
     if HAVE_ENVPOOL:
         import envpool
         mgr = EnvManager(ep_task, N_ENVS, seed=0, backend='envpool', env_kwargs=dict(ep_kwargs))
         closers.append(mgr)
-        rows['rlpipe envpool'] = Row(collector_runner(mgr, n_act), [])
-        pool = envpool.make_gymnasium(ep_task, num_envs=N_ENVS, batch_size=N_ENVS, seed=0, **ep_kwargs)
-        closers.append(pool)
-        rows['bare EnvPool'] = Row(bare_runner(pool, n_act, envpool=True), [])
+        rows['rlpipe envpool'] = Row(collector_runner(mgr, n_act, policy=pol), [])
+        if not cnn:
+            pool = envpool.make_gymnasium(ep_task, num_envs=N_ENVS, batch_size=N_ENVS, seed=0, **ep_kwargs)
+            closers.append(pool)
+            rows['bare EnvPool'] = Row(bare_runner(pool, n_act, envpool=True), [])
     return rows, closers, f'{layout.workers} worker processes x {layout.group_size} envs'
 
 
@@ -211,21 +234,22 @@ def ratio(rates: Dict[str, List[float]], a: str, b: str) -> str:
     return f'{statistics.median(paired):.2f}x (best rounds: {max(rates[a]) / max(rates[b]):.2f}x)'
 
 
-def bench_game(game: str, steps: int, rounds: int) -> Dict[str, List[float]]:
-    rows, closers, layout = env_rows(game)
+def bench_game(game: str, steps: int, rounds: int, cnn: bool = False) -> Dict[str, List[float]]:
+    rows, closers, layout = env_rows(game, cnn)
     try:
         res, cpu = measure(rows, steps, rounds)
     finally:
         for c in closers:
             c.close()
-    print(f'\n{game}, {N_ENVS} envs, random actions ({rounds} interleaved rounds of {steps} steps); subprocess '
+    acting = 'actions from the Nature-DQN CNN (torch, 1 thread)' if cnn else 'random actions'
+    print(f'\n{game}, {N_ENVS} envs, {acting} ({rounds} interleaved rounds of {steps} steps); subprocess '
           f'and bare AsyncVectorEnv: {layout}')
     print(f'  {"":26s} {"env steps/s":>11s} {"best":>10s} {"CPU us/step":>12s}')
     for k, v in res.items():
         print(f'  {k:26s} {statistics.median(v):11.0f} {max(v):10.0f} {cpu[k]:12.1f}')
     for kind, bare in (('sync', 'bare SyncVectorEnv'), ('subprocess', 'bare AsyncVectorEnv'),
                        ('envpool', 'bare EnvPool')):
-        if f'rlpipe {kind}' in res:
+        if f'rlpipe {kind}' in res and bare in res:
             print(f'  rlpipe {kind} / {bare}: {ratio(res, f"rlpipe {kind}", bare)} (target >= 0.9x)')
     target = ' (target >= 1.6x on 2 free cores)' if game != 'CartPole-v1' else ''
     print(f'  rlpipe subprocess / rlpipe sync: {ratio(res, "rlpipe subprocess", "rlpipe sync")}{target}')
@@ -293,17 +317,23 @@ def main() -> None:
     ap.add_argument('--skip-memory', action='store_true')
     ap.add_argument('--skip-envs', action='store_true')
     ap.add_argument('--game', choices=['all', 'cartpole', 'pong'], default='all', help='env rows of one game only')
+    ap.add_argument('--cnn', action='store_true',
+                    help='Pong only: act with the Nature-DQN CNN (torch, 1 thread) instead of random actions, '
+                         'as dqn_atari.py does; no bare rows')
     args = ap.parse_args()
+    if args.cnn:
+        import torch
+        torch.set_num_threads(1)
     load0 = os.getloadavg()
     print(f'load average at start: {load0[0]:.1f} (1 min), {os.cpu_count()} cores; envpool: '
           f'{"installed" if HAVE_ENVPOOL else "not installed"}')
     if not args.skip_envs:
-        if args.game != 'pong':
+        if args.game != 'pong' and not args.cnn:
             bench_game('CartPole-v1', 2_000 if args.quick else 4_000, 3 if args.quick else 9)
         if args.game == 'cartpole':
             pass
         elif HAVE_ATARI:
-            bench_game('Pong', 400 if args.quick else 800, 3 if args.quick else 7)
+            bench_game('Pong', 400 if args.quick else 800, 3 if args.quick else 7, cnn=args.cnn)
         else:
             print("\nPong skipped: pip install 'rlpipe[atari]'")
     if not args.skip_memory:

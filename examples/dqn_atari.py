@@ -13,6 +13,9 @@ hard target update every 2,000 updates, eps 1 -> 0.01 over the first 250k env st
 (frame-efficient: :mod:`pipeline.data.frame_storage`, about 0.75 GB), learning from 20k stored
 transitions, an evaluation every 25k updates. It stops when the mean evaluation score reaches 20
 (``--set env.stop_value=...``) or after ``--max-env-step``.
+With ``--backend subprocess`` the collector steps the envs in two halves
+(``StepCollector(..., overlap=True)``): one half steps in the worker processes while this process
+runs the Q-network for the other half (and, between collector calls, while it trains).
 
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): runs go to ``./atari_dqn_<env>/<n>/`` (``config.json``, ``ckpt/``,
@@ -96,7 +99,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
         task.use(eps_greedy_handler(cfg))
-        task.use(StepCollector(cfg, policy.collect_mode, collector_env))
+        # subprocess envs: one half of the envs steps in the workers while the policy acts for the other
+        task.use(StepCollector(cfg, policy.collect_mode, collector_env, overlap=args.backend == 'subprocess'))
         task.use(nstep_reward_enhancer(cfg))
         task.use(data_pusher(cfg, buffer_))
         task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))

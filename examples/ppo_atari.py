@@ -12,6 +12,9 @@ usual PPO Atari ones, as in Stable-Baselines3's RL-Zoo and CleanRL): 8 envs x 12
 decaying linearly to 0 over ``--max-env-step``, entropy 0.01, value coefficient 0.5, max grad norm
 0.5; an evaluation every 50 rollouts; it stops at a mean evaluation score of 20
 (``--set env.stop_value=...``) or after ``--max-env-step``.
+With ``--backend subprocess`` the rollouts step the envs in two halves
+(``RolloutCollector(..., overlap=True)``): one half steps in the worker processes while this process
+runs the CNN for the other half.
 
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): runs go to ``./atari_ppo_<env>/<n>/`` (``config.json``, ``ckpt/``,
@@ -73,7 +76,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-        task.use(RolloutCollector(cfg, policy.collect_mode, collector_env))
+        # subprocess envs: one half of the envs steps in the workers while the CNN acts for the other
+        task.use(RolloutCollector(cfg, policy.collect_mode, collector_env, overlap=args.backend == 'subprocess'))
         task.use(gae_estimator(cfg, policy.model))
         task.use(OnPolicyTrainer(cfg, policy.learn_mode))
         task.use(ckpt)

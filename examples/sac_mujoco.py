@@ -11,6 +11,9 @@ first, one update per env step (``update_per_collect`` = ``n_sample`` = ``--env-
 are rescaled to [-1, 1] (:mod:`pipeline.envs.mujoco`); a 1000-step time limit is a truncation
 (bootstrapped), a fall is a termination. Evaluation: the deterministic policy over 5 episodes
 every 20k updates. Needs the ``mujoco`` extra: ``pip install 'rlpipe[mujoco]'``.
+With ``--backend subprocess`` and ``--env-num`` >= 2 the collector steps the envs in two halves
+(``StepCollector(..., overlap=True)``): one half steps in the worker processes while this process
+runs the actor for the other half.
 
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): runs go to ``./mujoco_sac_<env>/<n>/`` (``config.json``, ``ckpt/``,
@@ -80,7 +83,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
         task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-        task.use(StepCollector(cfg, policy.collect_mode, collector_env))
+        # subprocess envs (--env-num >= 2): one half steps in the workers while the policy acts for the other
+        task.use(StepCollector(cfg, policy.collect_mode, collector_env, overlap=args.backend == 'subprocess'))
         task.use(data_pusher(cfg, buffer_))
         task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
         task.use(ckpt)

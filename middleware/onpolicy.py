@@ -44,9 +44,17 @@ class RolloutCollector:
     advances ``ctx.env_step`` by ``n_steps * env_num`` and ``ctx.env_episode`` by the finished
     episodes, and appends their returns/lengths to ``ctx.info_for_logging['collect_episode_return' /
     'collect_episode_length']``. Role: COLLECTOR.
+
+    ``overlap=True`` steps the envs in two halves (:meth:`EnvManager.halves`, with
+    ``step_async``/``step_wait``): while one half steps in the worker processes of
+    ``backend='subprocess'``, this process runs the policy on the other half. Worth it when the
+    policy's forward pass costs about as much as a step (a CNN on Atari, on CPU); on ``sync`` and
+    ``envpool`` it changes nothing but the order of the work. Every action is still chosen by the
+    current policy and the rollout is complete when the call returns (nothing stays in flight), so
+    with a deterministic policy the rollout is the lock-step one. Needs ``env_num >= 2``.
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any) -> None:
+    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
         self.n_steps = int(cfg['policy']['collect']['n_steps'])
         if self.n_steps < 1:
             raise ValueError(f'policy.collect.n_steps must be >= 1, got {self.n_steps}')
@@ -58,12 +66,16 @@ class RolloutCollector:
         self.env = env
         self.gamma = float(cfg['policy']['discount_factor'])
         self._ret = np.zeros(env.env_num, dtype=np.float64)
+        self.overlap = bool(overlap) and env.env_num >= 2 if overlap else False
 
     def __call__(self, ctx: Any) -> None:
         env, pol, T, N = self.env, self.policy, self.n_steps, self.env.env_num
         if env.needs_reset:
             env.reset()
             self._ret[:] = 0.0
+        if self.overlap:
+            self._overlapped(ctx)
+            return
         obs0 = env.obs
         obs = np.empty((T,) + obs0.shape, dtype=obs0.dtype)
         f32 = np.zeros((5, T, N), dtype=np.float32)
@@ -99,6 +111,66 @@ class RolloutCollector:
                 _log_finished(ctx, step.finished)
         ctx.env_step += T * N
         ctx.rollout = {'obs': obs, 'action': action, 'logp': logp, 'value': value, 'reward': reward,
+                       'terminated': terminated, 'truncated': truncated, 'final_value': final_value,
+                       'disc_return': disc, 'last_value': pol.value(env.obs)}
+
+    def _overlapped(self, ctx: Any) -> None:
+        """The rollout with the envs stepped in two halves: half 0's step ``t`` is in flight while the
+        policy acts for half 1 at ``t``, and half 1's while it acts for half 0 at ``t + 1``."""
+        env, pol, T, N = self.env, self.policy, self.n_steps, self.env.env_num
+        halves = [(h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves()]
+        obs0 = env.obs
+        obs = np.empty((T,) + obs0.shape, dtype=obs0.dtype)
+        f32 = np.zeros((5, T, N), dtype=np.float32)
+        logp, value, reward, final_value, disc = f32
+        terminated = np.empty((T, N), dtype=bool)
+        truncated = np.empty((T, N), dtype=bool)
+        ret, gamma = self._ret, self.gamma
+        acts: Dict[str, np.ndarray] = {}
+
+        def act(h: int, t: int) -> None:
+            ids, sl = halves[h]
+            o = env.obs[sl]
+            out = pol.forward(o)
+            a = out['action']
+            if 'a' not in acts:
+                acts['a'] = np.empty((T, N) + a.shape[1:], dtype=a.dtype)
+            env.step_async(out['env_action'], ids)
+            obs[t, sl] = o
+            acts['a'][t, sl] = a
+            logp[t, sl] = out['logp']
+            value[t, sl] = out['value']
+
+        def take(h: int, t: int) -> None:
+            sl = halves[h][1]
+            step = env.step_wait()
+            reward[t, sl] = step.reward
+            terminated[t, sl] = step.terminated
+            truncated[t, sl] = step.truncated
+            r = ret[sl]  # a view: updated in place
+            r *= gamma
+            r += step.reward
+            disc[t, sl] = r
+            if step.finished:
+                r[step.terminated | step.truncated] = 0.0
+                cut = np.flatnonzero(step.truncated & ~step.terminated)
+                if len(cut):
+                    final_value[t, sl.start + cut] = pol.value(step.next_obs[cut])
+                ctx.env_episode += len(step.finished)
+                _log_finished(ctx, step.finished)
+
+        if env.in_flight:  # e.g. left by an interrupted call: its results belong to no rollout
+            env.reset()
+            self._ret[:] = 0.0
+        act(0, 0)
+        for t in range(T):
+            act(1, t)
+            take(0, t)
+            if t + 1 < T:
+                act(0, t + 1)
+            take(1, t)
+        ctx.env_step += T * N
+        ctx.rollout = {'obs': obs, 'action': acts['a'], 'logp': logp, 'value': value, 'reward': reward,
                        'terminated': terminated, 'truncated': truncated, 'final_value': final_value,
                        'disc_return': disc, 'last_value': pol.value(env.obs)}
 
