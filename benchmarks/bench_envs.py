@@ -1,7 +1,8 @@
 """Env layer benchmark: rlpipe's collector on each backend next to the bare vector env it runs on,
 and replay memory for Atari transitions.
 
-Run: ``python benchmarks/bench_envs.py [--quick] [--skip-memory] [--game cartpole|pong]``.
+Run: ``python benchmarks/bench_envs.py [--quick] [--skip-memory] [--skip-envs] [--game cartpole|pong] [--cnn]
+[--rounds N]``.
 
 Rows (8 envs, uniformly random actions, all in this one run):
 
@@ -22,8 +23,12 @@ Rows (8 envs, uniformly random actions, all in this one run):
     other half steps (``EnvManager.step_async`` / ``step_wait``).
 
   Targets: each rlpipe row >= 0.9x its bare row; on Pong ``rlpipe subprocess`` (and
-  ``subprocess+overlap``) >= 1.6x ``rlpipe sync`` (on 2 free cores). The CPU column is each row's CPU time per env step (this
-  process and its worker processes), which depends less on other load than the rates do.
+  ``subprocess+overlap``) >= 1.6x ``rlpipe sync`` (on 2 free cores). The CPU column is each row's
+  CPU time per env step (this process and its worker processes), which depends less on other load
+  than the rates do.
+- ``--cnn``: the Pong rows act with the Nature-DQN Q-network (torch, one thread) as
+  ``examples/dqn_atari.py`` does, where choosing the actions costs about as much CPU as a step: the
+  case overlapped stepping is for. No bare rows there.
 - Replay memory for 100k Pong transitions: ``FrameStorage`` (each frame once) measured on 100k
   synthetic transitions with distinct frames (the worst case for sharing), next to the default
   layout (two full 4-frame stacks per transition) measured on a few thousand and scaled.
@@ -320,6 +325,9 @@ def main() -> None:
     ap.add_argument('--cnn', action='store_true',
                     help='Pong only: act with the Nature-DQN CNN (torch, 1 thread) instead of random actions, '
                          'as dqn_atari.py does; no bare rows')
+    ap.add_argument('--rounds', type=int, default=None,
+                    help='interleaved rounds per game (default 9 CartPole, 7 Pong; 3 with --quick): more rounds '
+                         'steady the medians on a noisy machine')
     args = ap.parse_args()
     if args.cnn:
         import torch
@@ -329,11 +337,11 @@ def main() -> None:
           f'{"installed" if HAVE_ENVPOOL else "not installed"}')
     if not args.skip_envs:
         if args.game != 'pong' and not args.cnn:
-            bench_game('CartPole-v1', 2_000 if args.quick else 4_000, 3 if args.quick else 9)
+            bench_game('CartPole-v1', 2_000 if args.quick else 4_000, args.rounds or (3 if args.quick else 9))
         if args.game == 'cartpole':
             pass
         elif HAVE_ATARI:
-            bench_game('Pong', 400 if args.quick else 800, 3 if args.quick else 7, cnn=args.cnn)
+            bench_game('Pong', 400 if args.quick else 800, args.rounds or (3 if args.quick else 7), cnn=args.cnn)
         else:
             print("\nPong skipped: pip install 'rlpipe[atari]'")
     if not args.skip_memory:
