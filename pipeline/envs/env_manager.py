@@ -216,6 +216,9 @@ class EnvManager:
         self._pending: Deque[Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]] = deque()
         self._busy: Optional[np.ndarray] = None  # [env_num] bool: env has a step in flight
         self._ids_cache: Dict[bytes, Tuple[np.ndarray, Optional[Tuple[int, int]]]] = {}
+        # (start, stop) -> the observations (``after``) the last step of exactly envs start..stop-1
+        # returned, while no other step or reset has moved them since
+        self._run_obs: Dict[Tuple[int, int], np.ndarray] = {}
 
     @staticmethod
     def _env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
@@ -280,6 +283,7 @@ class EnvManager:
         if self._first_reset and self._seed is not None:
             seeds = [self._seed + i for i in range(self.env_num)]
         self._obs = self._backend.reset(seeds)
+        self._run_obs.clear()
         self._first_reset = False
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
@@ -332,8 +336,16 @@ class EnvManager:
                                f'call step_wait() before stepping them again')
         # the observations the actions are taken in: obs_all is never written in place (a step makes
         # a new array), so a view of it can be handed out
-        obs = obs_all if env_ids is None else obs_all[span[0]:span[1]] if span is not None else obs_all[ids]
-        if span is None:
+        if env_ids is None:
+            obs = obs_all
+        elif span is not None:
+            # the array the last step of exactly these envs returned, when they have not moved since: then
+            # a transition's obs and the previous transition's next_obs share memory, as in lock step
+            obs = self._run_obs.get(span)
+            if obs is None:
+                obs = obs_all[span[0]:span[1]]
+        else:
+            obs = obs_all[ids]
             span = (-1, -1)
         self._backend.step_async(ids, actions, self._keep_infos)
         if span[0] >= 0:
@@ -377,16 +389,23 @@ class EnvManager:
             ep_ret += reward
             ep_len += 1
             self._obs = after
+            self._run_obs.clear()
         else:
             ep_ret[ids] += reward
             ep_len[ids] += 1
             old = self.obs
             new_obs = np.empty_like(old)  # never in place: earlier EnvSteps and obs batches may share it
+            run_obs = self._run_obs
+            if run_obs:  # forget the runs that share an env with this step
+                stale = [r for r in run_obs if r[0] < span[1] and span[0] < r[1]] if span[0] >= 0 else list(run_obs)
+                for r in stale:
+                    del run_obs[r]
             if span[0] >= 0:  # a run of consecutive envs
                 a, b = span
                 new_obs[:a] = old[:a]
                 new_obs[a:b] = after
                 new_obs[b:] = old[b:]
+                run_obs[span] = after
             else:
                 new_obs[:] = old
                 new_obs[ids] = after

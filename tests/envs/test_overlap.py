@@ -304,3 +304,26 @@ def test_rollout_collector_overlap_gives_the_lock_step_rollouts(backend, kw):
         assert x.keys() == y.keys()
         for k in x:
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+@pytest.mark.parametrize('backend', ['sync', 'subprocess'])
+def test_overlap_transitions_share_obs_with_the_previous_next_obs_as_in_lock_step(backend):
+    """Memory: a transition's obs is mostly the very array of its env's previous next_obs (no second
+    copy kept alive per transition), with overlap as in lock step. Not after a step in which some env
+    of the batch finished an episode: then next_obs is a copy holding the final observations."""
+    fractions = []
+    for overlap in (False, True):
+        with EnvManager('CartPole-v1', 4, seed=0, backend=backend, max_episode_steps=30) as m:
+            col = StepCollector({'policy': {'collect': {'n_sample': 8}}}, policy, m, overlap=overlap)
+            ctx = OnlineRLContext()
+            last, shared, pairs = {}, 0, 0
+            for _ in range(40):
+                col(ctx)
+                for t in ctx.trajectories:
+                    prev = last.get(t['env_id'])
+                    if prev is not None and not (prev['terminated'] or prev['truncated']):
+                        pairs += 1
+                        shared += np.shares_memory(t['obs'], prev['next_obs'])
+                    last[t['env_id']] = t
+            fractions.append(shared / pairs)
+    assert fractions[0] > 0.5 and fractions[1] >= fractions[0]
