@@ -20,10 +20,13 @@ Rows (8 envs, uniformly random actions, all in this one run):
   - ``rlpipe subprocess+overlap``: the subprocess backend's default layout with
     ``StepCollector(..., overlap=True)``: the envs step in two halves (one per worker with the
     default two workers), this process computing one half's actions and transitions while the
-    other half steps (``EnvManager.step_async`` / ``step_wait``).
+    other half steps (``EnvManager.step_async`` / ``step_wait``);
+  - ``rlpipe subprocess+local``: ``EnvManager(..., backend='subprocess', local_envs=N // cores)``:
+    that many envs stepped in this process while one worker per remaining core steps the others
+    (8 envs on 2 cores: 4 here, 4 in one worker).
 
   Targets: each rlpipe row >= 0.9x its bare row; on Pong ``rlpipe subprocess`` (and
-  ``subprocess+overlap``) >= 1.6x ``rlpipe sync`` (on 2 free cores). The CPU column is each row's
+  ``subprocess+overlap``, ``subprocess+local``) >= 1.6x ``rlpipe sync`` (on 2 free cores). The CPU column is each row's
   CPU time per env step (this process and its worker processes), which depends less on other load
   than the rates do.
 - ``--cnn``: the Pong rows act with the Nature-DQN Q-network (torch, one thread) as
@@ -59,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from contexts import OnlineRLContext  # noqa: E402
 from middleware import StepCollector  # noqa: E402
 from pipeline.envs import EnvManager  # noqa: E402
+from pipeline.envs.subprocess_backend import default_workers  # noqa: E402
 
 N_ENVS = 8
 HAVE_ATARI = all(importlib.util.find_spec(m) is not None for m in ('ale_py', 'cv2'))
@@ -222,6 +226,12 @@ def env_rows(game: str, cnn: bool = False) -> tuple:
     closers.append(mgr)
     rows['rlpipe subprocess+overlap'] = Row(collector_runner(mgr, n_act, overlap=True, policy=pol),
                                             [p.pid for p in mgr._backend._procs])
+    local = N_ENVS // default_workers(N_ENVS) if default_workers(N_ENVS) > 1 else 0
+    if local:
+        mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess', local_envs=local)
+        closers.append(mgr)
+        rows['rlpipe subprocess+local'] = Row(collector_runner(mgr, n_act, policy=pol),
+                                              [p.pid for p in mgr._backend._procs])
     if HAVE_ENVPOOL:
         import envpool
         mgr = EnvManager(ep_task, N_ENVS, seed=0, backend='envpool', env_kwargs=dict(ep_kwargs))
@@ -251,9 +261,9 @@ def bench_game(game: str, steps: int, rounds: int, cnn: bool = False) -> Dict[st
     acting = 'actions from the Nature-DQN CNN (torch, 1 thread)' if cnn else 'random actions'
     print(f'\n{game}, {N_ENVS} envs, {acting} ({rounds} interleaved rounds of {steps} steps); subprocess '
           f'and bare AsyncVectorEnv: {layout}')
-    print(f'  {"":26s} {"env steps/s":>11s} {"best":>10s} {"CPU us/step":>12s}')
+    print(f'  {"":25s} {"env steps/s":>11s} {"best":>10s} {"CPU us/step":>12s}')
     for k, v in res.items():
-        print(f'  {k:26s} {statistics.median(v):11.0f} {max(v):10.0f} {cpu[k]:12.1f}')
+        print(f'  {k:25s} {statistics.median(v):11.0f} {max(v):10.0f} {cpu[k]:12.1f}')
     for kind, bare in (('sync', 'bare SyncVectorEnv'), ('subprocess', 'bare AsyncVectorEnv'),
                        ('envpool', 'bare EnvPool')):
         if f'rlpipe {kind}' in res and bare in res:
@@ -264,6 +274,11 @@ def bench_game(game: str, steps: int, rounds: int, cnn: bool = False) -> Dict[st
           f'{ratio(res, "rlpipe subprocess+overlap", "rlpipe sync")}{target}')
     print(f'  rlpipe subprocess+overlap / rlpipe subprocess: '
           f'{ratio(res, "rlpipe subprocess+overlap", "rlpipe subprocess")}')
+    if 'rlpipe subprocess+local' in res:
+        print(f'  rlpipe subprocess+local / rlpipe sync: '
+              f'{ratio(res, "rlpipe subprocess+local", "rlpipe sync")}{target}')
+        print(f'  rlpipe subprocess+local / rlpipe subprocess: '
+              f'{ratio(res, "rlpipe subprocess+local", "rlpipe subprocess")}')
     return res
 
 

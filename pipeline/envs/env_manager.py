@@ -163,6 +163,10 @@ class EnvManager:
         workers: ``subprocess`` only: at most this many worker processes (default: one per usable
             core, at most ``env_num``); worker ``w`` steps envs ``w*k .. w*k+k-1`` in turn, with
             ``k = ceil(env_num / workers)``. ``workers=env_num`` gives every env its own process.
+        local_envs: ``subprocess`` only: step envs ``0 .. local_envs-1`` in this process, while the
+            workers step the others (:mod:`pipeline.envs.hybrid_backend`); ``workers`` then defaults
+            to one per core but one. E.g. 8 Pong envs on 2 cores: ``local_envs=4`` and one worker.
+            A local env's exception propagates as it is, and ``step_timeout`` does not bound it.
 
     Every backend keeps termination and truncation apart, returns the true final observation of a
     finished episode in ``EnvStep.next_obs``, resets finished envs at once and reports finished
@@ -181,11 +185,18 @@ class EnvManager:
                  seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
                  env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False,
                  backend: str = 'sync', step_timeout: Optional[float] = 60.0,
-                 start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
+                 start_method: Optional[str] = None, workers: Optional[int] = None, local_envs: int = 0) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:
             raise ValueError(f'env_num must be a positive int, got {env_num!r}')
         if backend not in BACKENDS:
             raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}')
+        if not isinstance(local_envs, int) or isinstance(local_envs, bool) or local_envs < 0:
+            raise ValueError(f'local_envs must be an int >= 0, got {local_envs!r}')
+        if local_envs and backend != 'subprocess':
+            raise ValueError(f"local_envs is for backend='subprocess' (got backend={backend!r})")
+        if local_envs and local_envs >= env_num:
+            raise ValueError(f'local_envs must leave at least one env to the workers: local_envs={local_envs}, '
+                             f'env_num={env_num}')
         env_kwargs = dict(env_kwargs or {})
         self.env_num = env_num
         self.backend = backend
@@ -196,7 +207,14 @@ class EnvManager:
             self._backend: Any = EnvPoolBackend(env, env_num, seed, env_kwargs, max_episode_steps)
         else:
             fns = self._env_fns(env, env_num, max_episode_steps, env_kwargs)
-            if backend == 'subprocess':
+            if backend == 'subprocess' and local_envs:
+                from .hybrid_backend import HybridBackend
+                from .subprocess_backend import default_workers
+                if workers is None:  # one process per core, this one included
+                    workers = max(1, default_workers(env_num - local_envs + 1) - 1)
+                self._backend = HybridBackend(fns, local_envs, step_timeout=step_timeout, start_method=start_method,
+                                              workers=workers)
+            elif backend == 'subprocess':
                 from .subprocess_backend import SubprocessBackend
                 self._backend = SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method,
                                                   workers=workers)
@@ -449,12 +467,15 @@ class EnvManager:
         (one half steps while the caller works on the other).
 
         On ``subprocess`` the split falls on a worker group boundary where there is one (so each half
-        is a set of whole workers); else it is the middle."""
+        is a set of whole workers), with ``local_envs`` between the local envs and the workers' ones;
+        else it is the middle."""
         if self.env_num < 2:
             raise ValueError('halves() needs env_num >= 2')
         mid = self.env_num // 2
         k = getattr(self._backend, 'group_size', None)
-        if self.backend == 'subprocess' and k is not None and getattr(self._backend, 'workers', 1) > 1:
+        if getattr(self._backend, 'split', None):  # local envs | worker envs
+            mid = self._backend.split
+        elif self.backend == 'subprocess' and k is not None and getattr(self._backend, 'workers', 1) > 1:
             bounds = [w * k for w in range(1, self._backend.workers)]
             mid = min(bounds, key=lambda b: (abs(b - self.env_num / 2), b))
         return self._all_ids[:mid].copy(), self._all_ids[mid:].copy()

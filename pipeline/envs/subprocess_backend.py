@@ -75,7 +75,8 @@ class SubprocessBackend:
     name = 'subprocess'
 
     def __init__(self, fns: Sequence[Callable[[], Any]], step_timeout: Optional[float] = 60.0,
-                 start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
+                 start_method: Optional[str] = None, workers: Optional[int] = None, first: int = 0) -> None:
+        # ``first``: the manager's index of env 0 here (errors name envs by the manager's index)
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
         if step_timeout is not None and step_timeout <= 0:
@@ -89,6 +90,7 @@ class SubprocessBackend:
         n_workers = -(-n // k)
         self.env_num, self.group_size, self.workers = n, k, n_workers
         self._timeout = step_timeout
+        self._first = first
         self._broken: Optional[str] = None
         self._closed = False
         self._vec = None
@@ -103,7 +105,8 @@ class SubprocessBackend:
         os.close(fd)
         self._marks_path = marks_path
         self._marks = EnvMarks(marks_path, n_workers, create=True)
-        worker_fns = [WorkerEnvFn(fns[w * k:(w + 1) * k], k, w * k, w, self._trace_paths[w], marks_path, n_workers)
+        worker_fns = [WorkerEnvFn(fns[w * k:(w + 1) * k], k, first + w * k, w, self._trace_paths[w], marks_path,
+                                  n_workers)
                       for w in range(n_workers)]
         try:
             self._vec = AsyncVectorEnv(worker_fns, shared_memory=True, copy=False, context=start_method,
@@ -328,13 +331,14 @@ class SubprocessBackend:
         """The env worker ``w`` was last making, resetting or stepping (its first env if unknown)."""
         k = self.group_size
         i = int(self._marks.slots[w]) if self._marks.slots is not None else -1
-        return i if w * k <= i < min(self.env_num, (w + 1) * k) else w * k
+        lo, hi = self._first + w * k, self._first + min(self.env_num, (w + 1) * k)
+        return i if lo <= i < hi else lo
 
     def _where(self, w: int) -> str:
         k = self.group_size
         if k == 1:
             return ''
-        return f' (worker {w}, which runs envs {w * k}-{min(self.env_num, (w + 1) * k) - 1})'
+        return f' (worker {w}, which runs envs {self._first + w * k}-{self._first + min(self.env_num, (w + 1) * k) - 1})'
 
     def _raised_error(self, w: int) -> EnvWorkerError:
         import queue

@@ -13,8 +13,9 @@ from pipeline.envs import EnvManager, EnvWorkerError
 pytestmark = pytest.mark.timeout(120)
 
 BACKENDS = ['sync', 'subprocess']
-# the contract on every layout: the default (one worker per core), one env per worker, all in one worker
-LAYOUTS = ['sync', 'subprocess', 'subprocess:per-env', 'subprocess:one-worker']
+# the contract on every layout: the default (one worker per core), one env per worker, all in one worker,
+# env 0 in this process and the others in workers (local_envs=1)
+LAYOUTS = ['sync', 'subprocess', 'subprocess:per-env', 'subprocess:one-worker', 'subprocess:local']
 
 
 class CountEnv(gym.Env):
@@ -63,7 +64,9 @@ class FailingMake:
 
 def make_mgr(backend, fns, **kw):
     backend, _, layout = backend.partition(':')
-    if layout:
+    if layout == 'local':
+        kw['local_envs'] = 1
+    elif layout:
         kw['workers'] = {'per-env': len(fns), 'one-worker': 1}[layout]
     return EnvManager(fns, len(fns), backend=backend, **kw)
 

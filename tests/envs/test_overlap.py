@@ -21,7 +21,7 @@ BACKENDS = ['sync', 'subprocess'] + (['envpool'] if HAVE_ENVPOOL else [])
 # subprocess layouts: default (2 workers on 2 cores, halves = workers), 3 workers of 2 (halves 2 + 4),
 # one worker (both halves queued on the same worker), one worker per env
 LAYOUTS = [('sync', {}), ('subprocess', {}), ('subprocess', {'workers': 3}), ('subprocess', {'workers': 1}),
-           ('subprocess', {'workers': 6})]
+           ('subprocess', {'workers': 6}), ('subprocess', {'local_envs': 3}), ('subprocess', {'local_envs': 2})]
 
 
 def policy(obs, **_):
@@ -100,12 +100,13 @@ def test_overlap_resets_the_policy_state_of_finished_envs_before_their_next_acti
     assert runs[0] == runs[1] and len(runs[0]) >= 4
 
 
-def test_handed_out_transitions_never_change_and_do_not_alias_shared_memory():
-    with EnvManager('CartPole-v1', 4, seed=1, backend='subprocess', max_episode_steps=20) as m:
+@pytest.mark.parametrize('kw', [{}, {'local_envs': 2}])
+def test_handed_out_transitions_never_change_and_do_not_alias_shared_memory(kw):
+    with EnvManager('CartPole-v1', 4, seed=1, backend='subprocess', max_episode_steps=20, **kw) as m:
         col = StepCollector({'policy': {'collect': {'n_sample': 8}}}, policy, m, overlap=True)
         ctx = OnlineRLContext()
         kept, copies = [], []
-        shm = m._backend._obs
+        shm = getattr(m._backend, '_remote', m._backend)._obs
         for _ in range(30):
             col(ctx)
             for t in ctx.trajectories:
@@ -327,3 +328,72 @@ def test_overlap_transitions_share_obs_with_the_previous_next_obs_as_in_lock_ste
                     last[t['env_id']] = t
             fractions.append(shared / pairs)
     assert fractions[0] > 0.5 and fractions[1] >= fractions[0]
+
+
+@pytest.mark.parametrize('overlap', [False, True])
+def test_local_envs_match_sync_lock_step_and_in_any_subset_order(overlap):
+    """local_envs: envs 0-1 in this process, 2-4 in a worker; the sync trajectories, also for random
+    subsets in random order (with infos), also with two subsets in flight."""
+    from test_backends import CountEnv as C
+    fns = [partial(C, n) for n in (2, 3, 4, 5, 3)]
+    rng = np.random.default_rng(5)
+    plan = []
+    for _ in range(40):
+        ids = rng.permutation(5)[:rng.integers(1, 6)]
+        plan.append((ids, rng.integers(0, 3, len(ids))))
+    runs = []
+    for kw in ({'backend': 'sync'}, {'backend': 'subprocess', 'local_envs': 2}):
+        with EnvManager(fns, 5, seed=4, keep_infos=True, **kw) as m:
+            rec = [m.reset().copy()]
+            for ids, a in plan:
+                if overlap and len(ids) > 1:   # two halves of the subset in flight at once
+                    h = len(ids) // 2
+                    m.step_async(a[:h], ids[:h])
+                    m.step_async(a[h:], ids[h:])
+                    steps = [m.step_wait(), m.step_wait()]
+                else:
+                    steps = [m.step(a, env_ids=ids)]
+                for s in steps:
+                    rec.append((s.env_ids, s.obs, s.next_obs, s.reward, s.terminated, s.truncated, s.finished,
+                                [i['t'] for i in s.infos]))
+                rec.append(m.obs.copy())
+            runs.append(rec)
+    assert sum(len(r[6]) for r in runs[0][1:] if isinstance(r, tuple)) > 10
+    for x, y in zip(*runs):
+        for u, v in zip(x, y) if isinstance(x, tuple) else [(x, y)]:
+            if isinstance(u, np.ndarray):
+                np.testing.assert_array_equal(u, v)
+            else:
+                assert u == v
+
+
+def test_local_envs_layout_errors_and_failures():
+    with EnvManager('CartPole-v1', 8, backend='subprocess', local_envs=4, workers=2) as m:
+        assert (m._backend.local_num, m._backend.workers, m._backend.group_size) == (4, 2, 2)
+        assert [h.tolist() for h in m.halves()] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    for bad, msg in ((8, 'at least one env to the workers'), (-1, '>= 0'), (True, '>= 0')):
+        with pytest.raises(ValueError, match=msg):
+            EnvManager('CartPole-v1', 8, backend='subprocess', local_envs=bad)
+    with pytest.raises(ValueError, match="for backend='subprocess'"):
+        EnvManager('CartPole-v1', 8, backend='sync', local_envs=2)
+    # a worker env fails: named by the manager's index; a local env fails: its own exception
+    fns = [lambda: CountEnv(10), lambda: CountEnv(10), lambda: CountEnv(10, fail='raise', fail_at=2)]
+    m = EnvManager(fns, 3, backend='subprocess', local_envs=1)
+    try:
+        m.reset()
+        m.step(np.zeros(3, np.int64))
+        with pytest.raises(EnvWorkerError, match='boom in env step') as e:
+            m.step(np.zeros(3, np.int64))
+        assert e.value.env_index == 2 and 'worker 0, which runs envs 1-2' in str(e.value)
+    finally:
+        m.close()
+    fns = [lambda: CountEnv(10, fail='raise', fail_at=2), lambda: CountEnv(10)]
+    with EnvManager(fns, 2, backend='subprocess', local_envs=1) as m:
+        m.reset()
+        m.step(np.zeros(2, np.int64))
+        with pytest.raises(ValueError, match='boom in env step'):
+            m.step(np.zeros(2, np.int64))
+        m.step(np.zeros(1, np.int64), env_ids=[1])      # the worker's answer was read: still in step
+        m.step_async(np.zeros(1, np.int64), [1])
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 10                    # closed with a step in flight
