@@ -3,8 +3,10 @@
 Backends: ``'sync'`` (every env in this process, stepped in turn), ``'subprocess'`` (worker processes
 on gymnasium's ``AsyncVectorEnv`` with shared memory, by default one per core, each stepping a group
 of the envs) and ``'envpool'`` (EnvPool's
-C++ thread pool, optional extra). Observations, rewards and flags come back as numpy arrays, so a
-collector sees one ``[env_num, ...]`` batch per step whatever the backend.
+C++ thread pool, optional extra); ``subprocess`` with ``local_envs`` steps some envs in this process
+next to the workers. Observations, rewards and flags come back as numpy arrays, so a collector sees
+one ``[env_num, ...]`` batch per step whatever the backend; ``step_async``/``step_wait`` split a step
+in two so that the caller can work while the workers step.
 
 Termination (the MDP ended: no bootstrapping) and truncation (a time limit cut the episode:
 bootstrapping from ``next_obs`` is correct) are kept apart in every step result.
@@ -178,6 +180,10 @@ class EnvManager:
         mgr = EnvManager('CartPole-v1', 4, seed=0, backend='subprocess')
         obs = mgr.reset()                       # [4, 4] float32
         step = mgr.step(np.zeros(4, np.int64))  # EnvStep; mgr.obs holds the next observations
+        lo, hi = mgr.halves()                   # split-phase: one half steps while we work on the other
+        mgr.step_async(np.zeros(len(lo), np.int64), lo)
+        mgr.step_async(np.zeros(len(hi), np.int64), hi)
+        step_lo, step_hi = mgr.step_wait(), mgr.step_wait()
         mgr.close()
     """
 

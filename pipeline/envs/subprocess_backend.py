@@ -338,7 +338,8 @@ class SubprocessBackend:
         k = self.group_size
         if k == 1:
             return ''
-        return f' (worker {w}, which runs envs {self._first + w * k}-{self._first + min(self.env_num, (w + 1) * k) - 1})'
+        lo, hi = self._first + w * k, self._first + min(self.env_num, (w + 1) * k)
+        return f' (worker {w}, which runs envs {lo}-{hi - 1})'
 
     def _raised_error(self, w: int) -> EnvWorkerError:
         import queue
