@@ -31,6 +31,17 @@ ROLLOUT_KEYS = ('obs', 'action', 'logp', 'value', 'reward', 'terminated', 'trunc
                 'disc_return')
 
 
+def _rollout_arrays(T: int, obs0: np.ndarray) -> tuple:
+    """Empty arrays of one rollout of ``T`` steps of the ``N = len(obs0)`` envs: ``obs [T, N, ...]``;
+    ``logp``, ``value``, ``reward``, ``final_value``, ``disc_return`` ``[T, N]`` float32 zeros;
+    ``terminated``, ``truncated`` ``[T, N]`` bool."""
+    N = len(obs0)
+    obs = np.empty((T,) + obs0.shape, dtype=obs0.dtype)
+    logp, value, reward, final_value, disc = np.zeros((5, T, N), dtype=np.float32)
+    return (obs, logp, value, reward, final_value, disc, np.empty((T, N), dtype=bool),
+            np.empty((T, N), dtype=bool))
+
+
 @for_roles(Role.COLLECTOR, reads=["env_step", "env_episode"],
            writes=["rollout", "env_step", "env_episode", "info_for_logging"])
 class RolloutCollector:
@@ -76,12 +87,7 @@ class RolloutCollector:
         if self.overlap:
             self._overlapped(ctx)
             return
-        obs0 = env.obs
-        obs = np.empty((T,) + obs0.shape, dtype=obs0.dtype)
-        f32 = np.zeros((5, T, N), dtype=np.float32)
-        logp, value, reward, final_value, disc = f32
-        terminated = np.empty((T, N), dtype=bool)
-        truncated = np.empty((T, N), dtype=bool)
+        obs, logp, value, reward, final_value, disc, terminated, truncated = _rollout_arrays(T, env.obs)
         action = None
         ret, gamma = self._ret, self.gamma
         for t in range(T):
@@ -119,12 +125,7 @@ class RolloutCollector:
         policy acts for half 1 at ``t``, and half 1's while it acts for half 0 at ``t + 1``."""
         env, pol, T, N = self.env, self.policy, self.n_steps, self.env.env_num
         halves = [(h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves()]
-        obs0 = env.obs
-        obs = np.empty((T,) + obs0.shape, dtype=obs0.dtype)
-        f32 = np.zeros((5, T, N), dtype=np.float32)
-        logp, value, reward, final_value, disc = f32
-        terminated = np.empty((T, N), dtype=bool)
-        truncated = np.empty((T, N), dtype=bool)
+        obs, logp, value, reward, final_value, disc, terminated, truncated = _rollout_arrays(T, env.obs)
         ret, gamma = self._ret, self.gamma
         acts: Dict[str, np.ndarray] = {}
 
