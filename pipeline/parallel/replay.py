@@ -17,6 +17,12 @@ from __future__ import annotations
 
 WINDOW = 1 << 16
 
+try:
+    _popcount = int.bit_count  # Python >= 3.10
+except AttributeError:  # Python 3.9 (setup.cfg allows it); only the rare slide past a gap counts bits
+    def _popcount(x: int) -> int:
+        return bin(x).count("1")
+
 
 class ReplayWindow:
     __slots__ = ("floor", "top", "bits")
@@ -41,7 +47,7 @@ class ReplayWindow:
         if off >= WINDOW:  # seq is more than WINDOW ahead: slide so that floor = seq - WINDOW; the numbers
             shift = off + 1 - WINDOW  # slid past that never arrived are lost (gaps)
             kept = bits >> shift
-            lost = shift - (bits.bit_count() - kept.bit_count())
+            lost = shift - (_popcount(bits) - _popcount(kept))
             bits = kept
             floor += shift
             off -= shift
