@@ -324,8 +324,9 @@ class EnvManager:
         if self._pending:
             raise RuntimeError(f'step() while {len(self._pending)} step_async() call(s) are in flight '
                                f'(envs {self._in_flight_ids()}); call step_wait() for each first')
-        self.step_async(actions, env_ids)
-        return self.step_wait()
+        ids, obs, actions, span = self._prepare(actions, env_ids)
+        # nothing in flight: the backend's one-call step (no request queue, no in-flight bookkeeping)
+        return self._finish(ids, obs, actions, span, self._backend.step(ids, actions, self._keep_infos))
 
     def step_async(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> None:
         """Start stepping the envs in ``env_ids`` (default: all) with ``actions`` and return at once;
@@ -339,9 +340,29 @@ class EnvManager:
         and drop their results.
         """
         self._check_open()
+        ids, obs, actions, span = self._prepare(actions, env_ids)
+        busy = self._busy
+        if busy is None:
+            busy = self._busy = np.zeros(self.env_num, dtype=bool)
+        elif (busy[span[0]:span[1]] if span is not None and span[0] >= 0 else busy[ids]).any():
+            clash = ids[busy[ids]]
+            raise RuntimeError(f'envs {clash.tolist()} already have a step_async() in flight; '
+                               f'call step_wait() before stepping them again')
+        self._backend.step_async(ids, actions, self._keep_infos)
+        if span is not None and span[0] >= 0:
+            busy[span[0]:span[1]] = True
+        else:
+            busy[ids] = True
+        self._pending.append((ids, obs, actions, span))
+
+    def _prepare(self, actions: Any, env_ids: Optional[Sequence[int]]
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]:
+        """Check a step request: ``(ids, obs, actions, span)`` with ``obs`` the observations the actions
+        are taken in and ``span`` None for all envs, ``(start, stop)`` for a run of consecutive envs,
+        ``(-1, -1)`` for another subset."""
         obs_all = self.obs
         if env_ids is None:
-            ids, span = self._all_ids, (0, self.env_num)
+            ids, span = self._all_ids, None
         else:
             ids, span = self._checked_ids(env_ids)
         n = len(ids)
@@ -351,13 +372,6 @@ class EnvManager:
         if actions.shape[:1] != (n,):
             raise ValueError(f'expected one action per stepped env ({n}), got actions of shape '
                              f'{actions.shape}')
-        busy = self._busy
-        if busy is None:
-            busy = self._busy = np.zeros(self.env_num, dtype=bool)
-        elif (busy[span[0]:span[1]] if span is not None else busy[ids]).any():
-            clash = ids[busy[ids]]
-            raise RuntimeError(f'envs {clash.tolist()} already have a step_async() in flight; '
-                               f'call step_wait() before stepping them again')
         # the observations the actions are taken in: obs_all is never written in place (a step makes
         # a new array), so a view of it can be handed out
         if env_ids is None:
@@ -371,12 +385,7 @@ class EnvManager:
         else:
             obs = obs_all[ids]
             span = (-1, -1)
-        self._backend.step_async(ids, actions, self._keep_infos)
-        if span[0] >= 0:
-            busy[span[0]:span[1]] = True
-        else:
-            busy[ids] = True
-        self._pending.append((ids, obs, actions, None if env_ids is None else span))
+        return ids, obs, actions, span
 
     def _checked_ids(self, env_ids: Any) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
         """``env_ids`` as a read-only int64 array, checked (in range, no repeats), and ``(start, stop)``
@@ -407,7 +416,13 @@ class EnvManager:
             raise RuntimeError('step_wait() without a step_async() in flight: call step_async(actions) first')
         ids, obs, actions, span = self._pending.popleft()
         self._busy[ids] = False  # type: ignore[index]
-        next_obs, after, reward, terminated, truncated, infos, final_infos = self._backend.step_wait()
+        return self._finish(ids, obs, actions, span, self._backend.step_wait())
+
+    def _finish(self, ids: np.ndarray, obs: np.ndarray, actions: np.ndarray, span: Optional[Tuple[int, int]],
+                result: Any) -> EnvStep:
+        """The ``EnvStep`` of a step of ``ids`` whose backend answer is ``result``; updates ``self.obs``, the
+        episode returns and lengths."""
+        next_obs, after, reward, terminated, truncated, infos, final_infos = result
         ep_ret, ep_len = self._ep_return, self._ep_len
         if span is None:
             ep_ret += reward
