@@ -137,15 +137,32 @@ def test_sync_and_subprocess_give_the_same_trajectories():
         assert not np.array_equal(m.reset(), ra[0])
 
 
+def assert_same_records(a: list, b: list) -> None:
+    """Two runs' records (arrays, or tuples of arrays and plain values) are equal item by item."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for u, v in zip(x, y) if isinstance(x, tuple) else [(x, y)]:
+            if isinstance(u, np.ndarray):
+                np.testing.assert_array_equal(u, v)
+            else:
+                assert u == v
+
+
+def random_subset_plan(seed: int, n_envs: int = 5, steps: int = 40, n_actions: int = 3) -> list:
+    """``steps`` pairs (env ids: a random non-empty subset in random order, one random action per id)."""
+    rng = np.random.default_rng(seed)
+    plan = []
+    for _ in range(steps):
+        ids = rng.permutation(n_envs)[:rng.integers(1, n_envs + 1)]
+        plan.append((ids, rng.integers(0, n_actions, len(ids))))
+    return plan
+
+
 def test_grouped_workers_match_sync_on_subsets_in_any_order_with_infos():
     """5 envs in 2 workers (3 + 2): steps of random subsets in random order give what sync gives."""
     lengths = [2, 3, 4, 5, 3]
     fns = [partial(CountEnv, n) for n in lengths]
-    rng = np.random.default_rng(3)
-    plan = []
-    for _ in range(40):
-        ids = rng.permutation(5)[:rng.integers(1, 6)]
-        plan.append((ids, rng.integers(0, 3, len(ids))))
+    plan = random_subset_plan(seed=3)
     runs = []
     for backend, kw in (('sync', {}), ('subprocess', {'workers': 2})):
         with EnvManager(fns, 5, seed=4, backend=backend, keep_infos=True, **kw) as m:
@@ -158,12 +175,7 @@ def test_grouped_workers_match_sync_on_subsets_in_any_order_with_infos():
                             [i['t'] for i in s.infos], m.obs.copy()))
             runs.append(rec)
     assert sum(len(r[6]) for r in runs[0][1:]) > 10
-    for x, y in zip(*runs):
-        for u, v in zip(x, y) if isinstance(x, tuple) else [(x, y)]:
-            if isinstance(u, np.ndarray):
-                np.testing.assert_array_equal(u, v)
-            else:
-                assert u == v
+    assert_same_records(*runs)
 
 
 @pytest.mark.parametrize('how', ['raise', 'hang', 'exit'])

@@ -334,13 +334,9 @@ def test_overlap_transitions_share_obs_with_the_previous_next_obs_as_in_lock_ste
 def test_local_envs_match_sync_lock_step_and_in_any_subset_order(overlap):
     """local_envs: envs 0-1 in this process, 2-4 in a worker; the sync trajectories, also for random
     subsets in random order (with infos), also with two subsets in flight."""
-    from test_backends import CountEnv as C
+    from test_backends import CountEnv as C, assert_same_records, random_subset_plan
     fns = [partial(C, n) for n in (2, 3, 4, 5, 3)]
-    rng = np.random.default_rng(5)
-    plan = []
-    for _ in range(40):
-        ids = rng.permutation(5)[:rng.integers(1, 6)]
-        plan.append((ids, rng.integers(0, 3, len(ids))))
+    plan = random_subset_plan(seed=5)
     runs = []
     for kw in ({'backend': 'sync'}, {'backend': 'subprocess', 'local_envs': 2}):
         with EnvManager(fns, 5, seed=4, keep_infos=True, **kw) as m:
@@ -359,12 +355,7 @@ def test_local_envs_match_sync_lock_step_and_in_any_subset_order(overlap):
                 rec.append(m.obs.copy())
             runs.append(rec)
     assert sum(len(r[6]) for r in runs[0][1:] if isinstance(r, tuple)) > 10
-    for x, y in zip(*runs):
-        for u, v in zip(x, y) if isinstance(x, tuple) else [(x, y)]:
-            if isinstance(u, np.ndarray):
-                np.testing.assert_array_equal(u, v)
-            else:
-                assert u == v
+    assert_same_records(*runs)
 
 
 def test_local_envs_layout_errors_and_failures():
