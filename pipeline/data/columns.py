@@ -22,7 +22,11 @@ _PY = 0  # python scalar
 _NP = 1  # numpy array or numpy scalar
 _TT = 2  # torch tensor
 
-_PY_DTYPES = {bool: np.bool_, int: np.int64, float: np.float32}
+# Python floats are kept exactly (float64) and gathered as float32 tensors
+_PY_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64}
+
+# how Columns.row rebuilds a leaf: a Python scalar, an array of >= 1 dims, a 0-d array, a numpy scalar, a tensor
+_ROW_PY, _ROW_ARR, _ROW_ARR0, _ROW_NPSCALAR, _ROW_TENSOR = range(5)
 
 
 class Columns:
@@ -43,8 +47,14 @@ class Columns:
         if not self._leaves:
             raise Unsupported("no leaves")
         self._flat = all(len(p) <= 1 for p, *_ in self._leaves)
+        # a flat dict can be rebuilt from its row alone (Columns.row), so the buffer need not keep it
+        self.rows = bool(self._dicts) and self._flat and type(example) is dict
+        self._row_spec = [(p[0], mode, col) for (p, _k, col, _s, _d), mode in zip(self._leaves, self._modes)] \
+            if self.rows else []
 
     def _build(self, path: tuple, x: Any) -> None:
+        if not path:
+            self._modes: List[int] = []
         if isinstance(x, Mapping):
             self._dicts.append((path, len(x)))
             for k, v in x.items():
@@ -60,14 +70,17 @@ class Columns:
                 raise Unsupported(f"dtype {x.dtype}") from None
             col = np.zeros((self.capacity,) + tuple(x.shape), dtype=np_dtype)
             self._leaves.append((path, _TT, col, x.shape, x.dtype))
+            self._modes.append(_ROW_TENSOR)
         elif t is np.ndarray or isinstance(x, np.generic):
             if x.dtype.kind not in "biuf":
                 raise Unsupported(f"dtype {x.dtype}")
             col = np.zeros((self.capacity,) + x.shape, dtype=x.dtype)
             self._leaves.append((path, _NP, col, x.shape, x.dtype))
+            self._modes.append(_ROW_NPSCALAR if t is not np.ndarray else _ROW_ARR if x.ndim else _ROW_ARR0)
         elif t in _PY_DTYPES:
             col = np.zeros(self.capacity, dtype=_PY_DTYPES[t])
             self._leaves.append((path, _PY, col, (), t))
+            self._modes.append(_ROW_PY)
         else:
             raise Unsupported(f"leaf type {t.__name__}")
 
@@ -152,11 +165,67 @@ class Columns:
             col[idx] = v
         self.ok[idx] = True
 
+    def row(self, slot: int, copy: bool = False) -> Dict[Any, Any]:
+        """The item of row ``slot`` rebuilt as the flat dict that was written there (only when
+        :attr:`rows`): Python scalars and numpy scalars as they were pushed, arrays and tensors as
+        views of the row (``copy=True``: arrays of their own)."""
+        out: Dict[Any, Any] = {}
+        for key, mode, col in self._row_spec:
+            if mode == _ROW_PY:
+                out[key] = col[slot].item()
+            elif mode == _ROW_ARR:
+                out[key] = col[slot].copy() if copy else col[slot]
+            elif mode == _ROW_NPSCALAR:
+                out[key] = col[slot]
+            elif mode == _ROW_ARR0:
+                out[key] = col[slot, ...].copy() if copy else col[slot, ...]
+            else:
+                t = torch.from_numpy(col[slot, ...])
+                out[key] = t.clone() if copy else t
+        return out
+
+    def bind(self, slot: int, data: Any) -> Any:
+        """``data`` (already written to row ``slot``) with its array leaves (numpy arrays and tensors
+        of one or more dimensions) replaced by views of that row, so the buffer holds one copy of
+        the item. Dicts along the way are new; ``data`` itself is not changed. Scalars stay as
+        they are."""
+        if not self._dicts:
+            return data
+        new = dict(data)
+        for path, kind, col, shape, _dtype in self._leaves:
+            if kind == _PY or not shape:
+                continue
+            d = new
+            for k in path[:-1]:
+                d[k] = d = dict(d[k])
+            d[path[-1]] = col[slot] if kind == _NP else torch.from_numpy(col[slot])
+        return new
+
+    def unbind(self, data: Any) -> None:
+        """Give ``data`` (from :meth:`bind`) its own copies of the leaves that view a row, in
+        place: the row may now be reused while somebody still holds the item."""
+        for path, kind, col, shape, _dtype in self._leaves:
+            if kind == _PY or not shape:
+                continue
+            d = data
+            try:
+                for k in path[:-1]:
+                    d = d[k]
+                v = d[path[-1]]
+            except (KeyError, TypeError, IndexError):
+                continue  # changed by its holder since it was bound: not ours any more
+            if type(v) is np.ndarray:
+                if v.base is col:
+                    d[path[-1]] = v.copy()
+            elif type(v) is torch.Tensor:
+                d[path[-1]] = v.clone()
+
     def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
         out: Dict[Any, Any] = {}
         for path, _kind, col, _shape, _dtype in self._leaves:
-            t = torch.from_numpy(col.take(slots, axis=0))
+            v = col.take(slots, axis=0)
+            t = torch.from_numpy(v.astype(np.float32) if v.dtype == np.float64 and _dtype is float else v)
             if not path:
                 return t  # the item itself is a single leaf
             d = out

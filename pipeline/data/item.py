@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-__all__ = ["BufferedData", "copy_repeats"]
+__all__ = ["BufferedData", "RowItem", "copy_repeats"]
 
 
 @dataclass(slots=True, eq=False)
@@ -32,6 +32,50 @@ class BufferedData:
     data: Any
     index: int
     meta: Dict[str, Any]
+
+
+_DATA = BufferedData.data  # the slot descriptor: a RowItem keeps its _Row there
+
+
+class _Row:
+    """Where a :class:`RowItem`'s data lives: row ``slot`` of ``columns``."""
+
+    __slots__ = ("columns", "slot")
+
+    def __init__(self, columns: Any, slot: int) -> None:
+        self.columns, self.slot = columns, slot
+
+
+class RowItem(BufferedData):
+    """A stored item whose data lives only in its row of the buffer's columns (see
+    ``SlotStorage._bind``). The first read of ``data`` rebuilds the dict, with arrays as views of
+    the row, and the item becomes a plain :class:`BufferedData` holding it; assigning ``data``
+    does the same with the new value. Copies and pickles are plain items with arrays of their own."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        row = _DATA.__get__(self)
+        d = row.columns.row(row.slot)
+        _DATA.__set__(self, d)
+        self.__class__ = BufferedData
+        return d
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        _DATA.__set__(self, value)
+        self.__class__ = BufferedData
+
+    def detach(self) -> None:
+        """Become a plain item with arrays of its own (the row is about to be reused)."""
+        row = _DATA.__get__(self)
+        _DATA.__set__(self, row.columns.row(row.slot, copy=True))
+        self.__class__ = BufferedData
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        row = _DATA.__get__(self)
+        return BufferedData, (row.columns.row(row.slot, copy=True), self.index, self.meta)
 
 
 class _Sampled(list):

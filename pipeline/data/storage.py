@@ -45,6 +45,7 @@ slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, Dict, Iterable, List, Optional, Protocol, runtime_checkable
@@ -54,7 +55,7 @@ import torch
 
 from .columns import Columns, Unsupported
 from .group_index import GroupIndex, sample_groups
-from .item import BufferedData, _Sampled, _SlotIds, copy_repeats
+from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, _SlotIds, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -94,13 +95,19 @@ class SlotStorage:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.lock = threading.RLock()
+        bound = self.__dict__.get("bound")
+        if bound is not None:  # the copied items hold copies of their rows: view the copied columns again
+            slots = np.flatnonzero(bound).tolist()
+            bound[:] = False
+            self._bind(slots)
 
     def _alloc(self) -> None:
         size = self.size
         self.items: List[Optional[BufferedData]] = [None] * size
         self.slot_id = np.full(size, -1, dtype=np.int64)
         self.id2slot: Dict[int, int] = {}
-        self.free: List[int] = list(range(size - 1, -1, -1))
+        self.free: List[int] = []  # slots freed by removals, reused first (last freed first)
+        self.unused = 0  # slots unused..size-1 have never held an item
         self.dense = np.zeros(size, dtype=np.int64)
         self.dense_pos = [0] * size
         self.count = 0
@@ -117,6 +124,8 @@ class SlotStorage:
         self.columns: Optional[Columns] = None
         self.columns_unsupported = False
         self.pending: List[int] = []  # slots whose column rows are stale
+        # slot -> its item's array leaves are views of the column row (see ensure_columns); None: no item is
+        self.bound: Optional[np.ndarray] = None
         self._rbuf = np.zeros(0, dtype=np.int64)
         self._rpos = 0
         self._rn = self._rn_prev = -1
@@ -131,7 +140,11 @@ class SlotStorage:
             raise TypeError(f"push(meta=...) must be a dict or None, got {type(meta).__name__}")
         if self.count >= self.size:
             self.remove_slot(int(self.order[self.otail]))
-        slot = self.free.pop()
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.unused
+            self.unused = slot + 1
         idx = self.next_id
         self.next_id = idx + 1
         self.pushes += 1
@@ -169,7 +182,22 @@ class SlotStorage:
                 listener.on_push(slot, item)
         return item
 
+    def release(self, slot: int) -> None:
+        """Give the item of ``slot`` its own copies of the arrays that view its column row, before
+        the row is reused (eviction, ``update``, ``clear``): whoever still holds the item keeps its data."""
+        bound = self.bound
+        if bound is not None and bound[slot]:
+            bound[slot] = False
+            it = self.items[slot]
+            if type(it) is RowItem:
+                if sys.getrefcount(it) > 3:  # held elsewhere (a sample, a caller): give it its data
+                    it.detach()
+            else:
+                self.columns.unbind(it.data)
+
     def remove_slot(self, slot: int) -> None:
+        if self.bound is not None:
+            self.release(slot)
         item = self.items[slot]
         self.items[slot] = None
         self.version += 1
@@ -204,7 +232,13 @@ class SlotStorage:
         for listener in self.listeners:
             listener.on_remove(slot)
 
+    def _release_all(self) -> None:
+        if self.bound is not None:
+            for slot in np.flatnonzero(self.bound).tolist():
+                self.release(slot)
+
     def clear(self) -> None:
+        self._release_all()
         cols, next_id, pushes, version = self.columns, self.next_id, self.pushes, self.version
         self._alloc()
         self.next_id, self.pushes, self.version = next_id, pushes + 1, version + 1
@@ -217,6 +251,7 @@ class SlotStorage:
     def adopt(self, other: "SlotStorage") -> None:
         """Take ``other``'s contents (items, indexes, columns), keeping this storage's lock, random
         generator, settings and listeners (``load_data``: the caller then tells the listeners)."""
+        self._release_all()
         version, pushes = self.version, self.pushes
         keep = {"size", "lock", "rng", "columnar", "listeners", "syncers"}
         for k, v in other.__dict__.items():
@@ -262,8 +297,36 @@ class SlotStorage:
             items = self.items
             slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
             self.pending = []
-            self.columns.write_many(slots, [items[s].data for s in slots])
+            cols = self.columns
+            cols.write_many(slots, [items[s].data for s in slots])
+            self._bind(slots)
         return self.columns
+
+    def _bind(self, slots: List[int]) -> None:
+        """Let the items of ``slots`` (rows just written) keep their data only in the columns: a flat
+        dict item becomes a :class:`RowItem` (rebuilt from its row when read); any other item's arrays
+        become views of its row. One copy of each item, in memory allocated once: per-item arrays that
+        live as long as the buffer, allocated between a learner's short-lived tensors, fragment the C
+        heap, and a long run then grows by kilobytes per update (``benchmarks/bench_memory.py``)."""
+        cols = self.columns
+        bind = getattr(cols, "bind", None)
+        if bind is None:
+            return
+        if self.bound is None:
+            self.bound = np.zeros(self.size, dtype=bool)
+        bound, ok, items = self.bound, cols.ok, self.items
+        lazy = cols.rows
+        for s in slots:
+            if ok[s] and not bound[s]:
+                it = items[s]
+                if type(it) is not BufferedData:
+                    continue
+                if lazy and type(it.data) is dict:
+                    _DATA.__set__(it, _Row(cols, s))
+                    it.__class__ = RowItem
+                else:
+                    it.data = bind(s, it.data)
+                bound[s] = True
 
     def draw(self, n: int, k: int, replace: bool) -> np.ndarray:
         """``k`` uniform offsets in ``[0, n)`` (distinct unless ``replace``)."""
