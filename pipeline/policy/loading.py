@@ -36,7 +36,7 @@ def build_policy_from_checkpoint(path: str) -> Any:
             policy.model.load_state_dict(sd['model'])
         elif kind == 'sac':
             from .sac import SACPolicy
-            policy = SACPolicy(cfg)
+            policy = SACPolicy(cfg, *_sac_shapes(cfg, sd['actor']))
             policy.actor.load_state_dict(sd['actor'])
             if 'critic' in sd:
                 policy.critic.load_state_dict(sd['critic'])
@@ -50,6 +50,18 @@ def build_policy_from_checkpoint(path: str) -> Any:
                               f'{str(e).splitlines()[0][:300]})') from None
     policy.saved_config = cfg  # the full config the checkpoint was trained with (env id, ...)
     return policy
+
+
+def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
+    """``(obs_shape, action_shape)`` for ``SACPolicy``: the config's, else read off the actor's weights
+    (the examples size the networks from the env's spaces and leave them out of the config)."""
+    model = cfg.get('policy', cfg).get('model', {}) or {}
+    if model.get('obs_shape') is not None and model.get('action_shape') is not None:
+        return None, None
+    weights = [v for k, v in actor_sd.items() if k.startswith('body.') and k.endswith('weight')]
+    if not weights or 'mu.weight' not in actor_sd:
+        raise KeyError('actor weights (body.*.weight, mu.weight)')
+    return int(weights[0].shape[1]), int(actor_sd['mu.weight'].shape[0])
 
 
 def _ppo_from_config(cfg: Any) -> Any:

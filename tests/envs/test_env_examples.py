@@ -114,6 +114,9 @@ def test_sac_mujoco_smoke_resume_and_play(tmp_path):
     assert r2['env_step'] == 350 and r2['train_iter'] == 350 - 256 + 1 and r2['buffer_count'] == 350
     p = ex.main(['--play', final, '--episodes', '2', *THREADS])
     assert len(p['play_returns']) == 2 and all(abs(x) < 1000 for x in p['play_returns'])
+    from pipeline.policy import load_policy   # the networks' sizes come from the weights (not in the config)
+    act = load_policy(final)(np.zeros((2, 17), dtype=np.float32))   # HalfCheetah-v5: 17 -> 6
+    assert act.shape == (2, 6) and np.all(np.abs(act) <= 1)
 
 
 @needs_atari
