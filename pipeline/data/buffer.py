@@ -152,7 +152,6 @@ class DequeBuffer(Buffer):
             raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
         item = s.items[slot]
         if data is not None:
-            s.release(slot)
             item.data = data
             if s.columns is not None:
                 s.columns.ok[slot] = False

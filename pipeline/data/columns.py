@@ -165,60 +165,23 @@ class Columns:
             col[idx] = v
         self.ok[idx] = True
 
-    def row(self, slot: int, copy: bool = False) -> Dict[Any, Any]:
+    def row(self, slot: int) -> Dict[Any, Any]:
         """The item of row ``slot`` rebuilt as the flat dict that was written there (only when
         :attr:`rows`): Python scalars and numpy scalars as they were pushed, arrays and tensors as
-        views of the row (``copy=True``: arrays of their own)."""
+        new copies of the row."""
         out: Dict[Any, Any] = {}
         for key, mode, col in self._row_spec:
             if mode == _ROW_PY:
                 out[key] = col[slot].item()
             elif mode == _ROW_ARR:
-                out[key] = col[slot].copy() if copy else col[slot]
+                out[key] = col[slot].copy()
             elif mode == _ROW_NPSCALAR:
                 out[key] = col[slot]
             elif mode == _ROW_ARR0:
-                out[key] = col[slot, ...].copy() if copy else col[slot, ...]
+                out[key] = col[slot, ...].copy()
             else:
-                t = torch.from_numpy(col[slot, ...])
-                out[key] = t.clone() if copy else t
+                out[key] = torch.from_numpy(col[slot, ...].copy())
         return out
-
-    def bind(self, slot: int, data: Any) -> Any:
-        """``data`` (already written to row ``slot``) with its array leaves (numpy arrays and tensors
-        of one or more dimensions) replaced by views of that row, so the buffer holds one copy of
-        the item. Dicts along the way are new; ``data`` itself is not changed. Scalars stay as
-        they are."""
-        if not self._dicts:
-            return data
-        new = dict(data)
-        for path, kind, col, shape, _dtype in self._leaves:
-            if kind == _PY or not shape:
-                continue
-            d = new
-            for k in path[:-1]:
-                d[k] = d = dict(d[k])
-            d[path[-1]] = col[slot] if kind == _NP else torch.from_numpy(col[slot])
-        return new
-
-    def unbind(self, data: Any) -> None:
-        """Give ``data`` (from :meth:`bind`) its own copies of the leaves that view a row, in
-        place: the row may now be reused while somebody still holds the item."""
-        for path, kind, col, shape, _dtype in self._leaves:
-            if kind == _PY or not shape:
-                continue
-            d = data
-            try:
-                for k in path[:-1]:
-                    d = d[k]
-                v = d[path[-1]]
-            except (KeyError, TypeError, IndexError):
-                continue  # changed by its holder since it was bound: not ours any more
-            if type(v) is np.ndarray:
-                if v.base is col:
-                    d[path[-1]] = v.copy()
-            elif type(v) is torch.Tensor:
-                d[path[-1]] = v.clone()
 
     def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""

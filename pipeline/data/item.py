@@ -38,29 +38,31 @@ _DATA = BufferedData.data  # the slot descriptor: a RowItem keeps its _Row there
 
 
 class _Row:
-    """Where a :class:`RowItem`'s data lives: row ``slot`` of ``columns``."""
+    """Where a :class:`RowItem`'s data lives: row ``slot`` of ``columns``, guarded by the storage's ``lock``."""
 
-    __slots__ = ("columns", "slot")
+    __slots__ = ("columns", "slot", "lock")
 
-    def __init__(self, columns: Any, slot: int) -> None:
-        self.columns, self.slot = columns, slot
+    def __init__(self, columns: Any, slot: int, lock: Any) -> None:
+        self.columns, self.slot, self.lock = columns, slot, lock
 
 
 class RowItem(BufferedData):
     """A stored item whose data lives only in its row of the buffer's columns (see
-    ``SlotStorage._bind``). The first read of ``data`` rebuilds the dict, with arrays as views of
-    the row, and the item becomes a plain :class:`BufferedData` holding it; assigning ``data``
-    does the same with the new value. Copies and pickles are plain items with arrays of their own."""
+    ``SlotStorage._bind``). The first read of ``data`` rebuilds the dict from the row (arrays of
+    its own) and the item becomes a plain :class:`BufferedData` holding it; assigning ``data``
+    does the same with the new value. Copies and pickles are plain items."""
 
     __slots__ = ()
 
     @property  # type: ignore[override]
     def data(self) -> Any:
         row = _DATA.__get__(self)
-        d = row.columns.row(row.slot)
-        _DATA.__set__(self, d)
-        self.__class__ = BufferedData
-        return d
+        if type(row) is not _Row:  # given its data by another thread meanwhile
+            return row
+        with row.lock:  # the row may be rewritten only under the storage's lock
+            if type(self) is RowItem:
+                self.detach()
+        return _DATA.__get__(self)
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -68,14 +70,13 @@ class RowItem(BufferedData):
         self.__class__ = BufferedData
 
     def detach(self) -> None:
-        """Become a plain item with arrays of its own (the row is about to be reused)."""
+        """Become a plain item holding its data (the caller holds the storage's lock)."""
         row = _DATA.__get__(self)
-        _DATA.__set__(self, row.columns.row(row.slot, copy=True))
+        _DATA.__set__(self, row.columns.row(row.slot))
         self.__class__ = BufferedData
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        row = _DATA.__get__(self)
-        return BufferedData, (row.columns.row(row.slot, copy=True), self.index, self.meta)
+        return BufferedData, (self.data, self.index, self.meta)
 
 
 class _Sampled(list):

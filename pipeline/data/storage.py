@@ -95,11 +95,6 @@ class SlotStorage:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.lock = threading.RLock()
-        bound = self.__dict__.get("bound")
-        if bound is not None:  # the copied items hold copies of their rows: view the copied columns again
-            slots = np.flatnonzero(bound).tolist()
-            bound[:] = False
-            self._bind(slots)
 
     def _alloc(self) -> None:
         size = self.size
@@ -112,7 +107,8 @@ class SlotStorage:
         self.dense_pos = [0] * size
         self.count = 0
         self.ocap = max(2 * size, 16)
-        self.order = np.full(self.ocap, -1, dtype=np.int64)
+        # only order[otail:ohead] is ever read, so untouched pages of a large buffer cost no memory
+        self.order = np.empty(self.ocap, dtype=np.int64)
         self.opos = np.zeros(size, dtype=np.int64)
         self.otail = 0
         self.ohead = 0
@@ -124,8 +120,6 @@ class SlotStorage:
         self.columns: Optional[Columns] = None
         self.columns_unsupported = False
         self.pending: List[int] = []  # slots whose column rows are stale
-        # slot -> its item's array leaves are views of the column row (see ensure_columns); None: no item is
-        self.bound: Optional[np.ndarray] = None
         self._rbuf = np.zeros(0, dtype=np.int64)
         self._rpos = 0
         self._rn = self._rn_prev = -1
@@ -183,21 +177,14 @@ class SlotStorage:
         return item
 
     def release(self, slot: int) -> None:
-        """Give the item of ``slot`` its own copies of the arrays that view its column row, before
-        the row is reused (eviction, ``update``, ``clear``): whoever still holds the item keeps its data."""
-        bound = self.bound
-        if bound is not None and bound[slot]:
-            bound[slot] = False
-            it = self.items[slot]
-            if type(it) is RowItem:
-                if sys.getrefcount(it) > 3:  # held elsewhere (a sample, a caller): give it its data
-                    it.detach()
-            else:
-                self.columns.unbind(it.data)
+        """Before row ``slot`` is reused (eviction, ``update``, ``clear``): a :class:`RowItem` that somebody
+        still holds (a sample, a caller) gets its data from the row, so nothing they hold changes."""
+        it = self.items[slot]
+        if type(it) is RowItem and sys.getrefcount(it) > 3:  # the list, `it`, the call's argument
+            it.detach()
 
     def remove_slot(self, slot: int) -> None:
-        if self.bound is not None:
-            self.release(slot)
+        self.release(slot)
         item = self.items[slot]
         self.items[slot] = None
         self.version += 1
@@ -233,8 +220,8 @@ class SlotStorage:
             listener.on_remove(slot)
 
     def _release_all(self) -> None:
-        if self.bound is not None:
-            for slot in np.flatnonzero(self.bound).tolist():
+        if self.columns is not None:
+            for slot in self.dense[:self.count].tolist():
                 self.release(slot)
 
     def clear(self) -> None:
@@ -257,6 +244,10 @@ class SlotStorage:
         for k, v in other.__dict__.items():
             if k not in keep:
                 setattr(self, k, v)
+        for slot in self.dense[:self.count].tolist():
+            it = self.items[slot]
+            if type(it) is RowItem:
+                _DATA.__get__(it).lock = self.lock
         # later than anything seen before: no cached (version, slots) pair may match the new contents
         self.version = version + other.version + 1
         self.pushes = pushes + other.pushes + 1
@@ -303,30 +294,21 @@ class SlotStorage:
         return self.columns
 
     def _bind(self, slots: List[int]) -> None:
-        """Let the items of ``slots`` (rows just written) keep their data only in the columns: a flat
-        dict item becomes a :class:`RowItem` (rebuilt from its row when read); any other item's arrays
-        become views of its row. One copy of each item, in memory allocated once: per-item arrays that
-        live as long as the buffer, allocated between a learner's short-lived tensors, fragment the C
-        heap, and a long run then grows by kilobytes per update (``benchmarks/bench_memory.py``)."""
+        """Let the flat dict items of ``slots`` (rows just written) keep their data only in the columns:
+        each becomes a :class:`RowItem`, rebuilt from its row when read. One copy of each item, in memory
+        allocated once: per-item arrays that live as long as the buffer, allocated between a learner's
+        short-lived tensors, fragment the C heap, and a long run then grows by kilobytes per update
+        (``benchmarks/bench_memory.py``). Items somebody else holds right now are left as they are."""
         cols = self.columns
-        bind = getattr(cols, "bind", None)
-        if bind is None:
+        if not getattr(cols, "rows", False):
             return
-        if self.bound is None:
-            self.bound = np.zeros(self.size, dtype=bool)
-        bound, ok, items = self.bound, cols.ok, self.items
-        lazy = cols.rows
+        ok, items, lock = cols.ok, self.items, self.lock
+        getrefcount = sys.getrefcount
         for s in slots:
-            if ok[s] and not bound[s]:
-                it = items[s]
-                if type(it) is not BufferedData:
-                    continue
-                if lazy and type(it.data) is dict:
-                    _DATA.__set__(it, _Row(cols, s))
-                    it.__class__ = RowItem
-                else:
-                    it.data = bind(s, it.data)
-                bound[s] = True
+            it = items[s]
+            if ok[s] and type(it) is BufferedData and type(_DATA.__get__(it)) is dict and getrefcount(it) <= 3:
+                _DATA.__set__(it, _Row(cols, s, lock))
+                it.__class__ = RowItem
 
     def draw(self, n: int, k: int, replace: bool) -> np.ndarray:
         """``k`` uniform offsets in ``[0, n)`` (distinct unless ``replace``)."""
