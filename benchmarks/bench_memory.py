@@ -10,8 +10,9 @@ Two parts (each run is its own child process, so each RSS is one run's alone):
 * ``--vs-sb3 --steps 100000``: SAC on a MuJoCo env (``--env``, Hopper-v5 by default; the ``mujoco``
   extra) in rlpipe and in Stable-Baselines3 (``pip install stable-baselines3``) with the same settings:
   256x256 nets, batch 256, 1M replay, ``--learning-starts`` random steps first, one update per env step,
-  Adam 3e-4, soft target 0.005, learned temperature; one torch thread. Printed: peak RSS of each, their
-  ratio, RSS samples, wall time, and the final deterministic policy's mean return over 10 episodes.
+  Adam 3e-4, soft target 0.005, learned temperature; one torch thread; both evaluate 5 episodes on one env
+  every 20k steps. Printed: peak RSS of each, their ratio, RSS samples, wall time, and the final
+  deterministic policy's mean return over 10 episodes.
 
     python benchmarks/bench_memory.py                                   # all learners, ~15 min
     python benchmarks/bench_memory.py --learners sac --steps 12000
@@ -91,6 +92,7 @@ def child_sac_rlpipe(env_id: str, steps: int, starts: int, seed: int, workdir: s
 
     res = sac_mujoco.main(["--env", env_id, "--max-env-step", str(steps), "--seed", str(seed), "--threads", "1",
                            "--exp-name", os.path.join(workdir, "sac"), "--no-progress", "--quiet",
+                           "--set", "env.evaluator_env_num=1",  # 5 episodes on one env, as SB3's EvalCallback
                            "--set", f"policy.learn.learning_starts={starts}",
                            "--set", f"policy.collect.random_collect_size={starts}"],
                           extra_middleware=[rss_probe])
@@ -142,12 +144,15 @@ def child_sac_sb3(env_id: str, steps: int, starts: int, seed: int) -> None:
                 print("SAMPLE " + json.dumps({"env_step": int(self.num_timesteps), "rss": _rss()}), flush=True)
             return True
 
+    from stable_baselines3.common.callbacks import CallbackList, EvalCallback
+
     t0 = time.perf_counter()
     env = gym.make(env_id)
+    evaluate = EvalCallback(gym.make(env_id), n_eval_episodes=5, eval_freq=20_000, deterministic=True, verbose=0)
     model = SAC("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=starts, batch_size=256,
                 tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto",
                 policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu", verbose=0)
-    model.learn(steps, callback=Probe())
+    model.learn(steps, callback=CallbackList([Probe(), evaluate]))
     wall = time.perf_counter() - t0
     rets = []
     eval_env = gym.make(env_id)
