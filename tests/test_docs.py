@@ -10,7 +10,9 @@ A block is skipped when the line before it (blank lines aside) is an HTML commen
 - ``<!-- needs: EXTRA -->``: needs an optional extra of setup.cfg (``atari``, ``mujoco``, ``ray``, ...);
   skipped, with the reason shown, when a module of that extra is not installed.
 
-Each block is its own test (``README.md:40``, ``docs/runs.md:97``, ...), so a failure names the block.
+A ``print(...)  # TEXT`` line promises what it prints: the block's output must contain a line ``TEXT``
+(the commented prints in order). Each block is its own test (``README.md:40``, ``docs/runs.md:97``, ...),
+so a failure names the block.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ EXTRA_MODULES = {
     "dist": ["zmq", "cryptography"],
     "log": ["tensorboard"],
 }
+PROMISE = re.compile(r"^\s*print\(.*\)\s+#\s*(.+?)\s*$", re.M)
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 MARK = re.compile(r"<!--\s*(no-run|needs:\s*([\w, -]+?))\s*-->\s*$")
 
@@ -79,7 +82,7 @@ BLOCKS = [b for page in PAGES for b in collect(page)]
 
 # Runs inside the subprocess: each block in a fresh namespace, its outcome as one JSON line in the report file.
 RUNNER = r"""
-import json, os, signal, sys, traceback
+import contextlib, io, json, os, signal, sys, traceback
 report = open(os.environ["RLPIPE_DOCS_REPORT"], "w")
 blocks = json.loads(sys.stdin.read())
 def alarm(signum, frame):
@@ -87,8 +90,10 @@ def alarm(signum, frame):
 signal.signal(signal.SIGALRM, alarm)
 for line, code in blocks:
     signal.alarm(TIMEOUT)
+    out = io.StringIO()
     try:
-        exec(compile(code, "%s:%d" % (PAGE, line), "exec"), {"__name__": "__main__"})
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "%s:%d" % (PAGE, line), "exec"), {"__name__": "__main__"})
         outcome = None
     except SystemExit as e:
         outcome = None if e.code in (None, 0) else "SystemExit(%r)\n" % (e.code,)
@@ -96,11 +101,23 @@ for line, code in blocks:
         outcome = traceback.format_exc()
     finally:
         signal.alarm(0)
-    report.write(json.dumps([line, outcome]) + "\n")
+    sys.stdout.write(out.getvalue())
+    report.write(json.dumps([line, outcome, out.getvalue()]) + "\n")
     report.flush()
 """
 
 _results: Dict[Path, Dict[int, Optional[str]]] = {}
+
+
+def broken_promises(code: str, printed: str) -> List[str]:
+    """The ``print(...)  # TEXT`` promises of ``code`` that ``printed`` does not keep, in order."""
+    lines, at, broken = [x.strip() for x in printed.splitlines()], 0, []
+    for want in PROMISE.findall(code):
+        try:
+            at = lines.index(want, at) + 1
+        except ValueError:
+            broken.append(want)
+    return broken
 
 
 def run_page(page: Path) -> Dict[int, Optional[str]]:
@@ -123,12 +140,16 @@ def run_page(page: Path) -> Dict[int, Optional[str]]:
             proc.kill()
             out, _ = proc.communicate()
         with open(report) if os.path.exists(report) else open(os.devnull) as f:
-            outcomes = {line: err for line, err in (json.loads(x) for x in f.read().splitlines())}
+            outcomes = {line: (err, printed) for line, err, printed in (json.loads(x) for x in f.read().splitlines())}
     output = out.decode(errors="replace")[-4000:]
     results = {}
-    for line, _code in blocks:
+    for line, block_code in blocks:
         if line in outcomes:
-            results[line] = None if outcomes[line] is None else f"{outcomes[line]}\n--- page output ---\n{output}"
+            err, printed = outcomes[line]
+            broken = [] if err else broken_promises(block_code, printed)
+            if broken:
+                err = f"printed:\n{printed}\nbut not (in this order) the commented lines: {broken}"
+            results[line] = None if err is None else f"{err}\n--- page output ---\n{output}"
         else:
             results[line] = f"the page's process ended (code {proc.returncode}) before this block finished\n{output}"
     _results[page] = results
@@ -147,6 +168,13 @@ def test_every_page_has_its_blocks_found() -> None:
     """The fence pattern finds what a plain count of ```python fences finds (no block silently missed)."""
     for page in PAGES:
         assert len(collect(page)) == page.read_text().count("```python"), page
+
+
+def test_a_broken_print_promise_is_caught() -> None:
+    code = 'print(1)  # 1\nprint(2)  # 3\n'
+    assert broken_promises(code, "1\n2\n") == ["3"]
+    assert broken_promises(code, "1\n3\n") == []
+    assert broken_promises('print(2)  # 2\nprint(1)  # 1\n', "1\n2\n") == ["1"]  # order matters
 
 
 def test_the_readme_and_the_guides_have_code_blocks() -> None:
