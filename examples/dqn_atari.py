@@ -10,7 +10,7 @@ gray, 4 stacked frames; episodic life and sign-clipped rewards for the training 
 evaluation envs play whole games with raw rewards, so the evaluation return is the game score
 (Pong: -21..21). Double DQN with 3-step returns, Adam 1e-4, batch 32, one update per 4 env steps,
 hard target update every 2,000 updates, eps 1 -> 0.01 over the first 250k env steps, 100k replay
-(frame-efficient: :mod:`pipeline.data.frame_storage`, about 0.77 GB), learning from 20k stored
+(frame-efficient: :mod:`pipeline.data.frame_storage`), learning from 20k stored
 transitions, an evaluation every 25k updates. It stops when the mean evaluation score reaches 20
 (``--set env.stop_value=...``) or after ``--max-env-step``.
 With ``--backend subprocess`` the collector steps the envs in two halves
@@ -21,7 +21,7 @@ Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=va
 ``--play``, ``--middleware``, ...): runs go to ``./atari_dqn_<env>/<n>/`` (``config.json``, ``ckpt/``,
 ``log/`` for TensorBoard). The replay buffer is saved with the checkpoints only with ``--save-buffer``
 (``final.buffer`` next to ``final.pth.tar``, and next to the newest periodic checkpoint; a columnar file
-that holds each frame once: about 7 KB per transition, ~0.7 GB for the full 100k); ``--resume`` with
+that holds each frame once; its size: docs/benchmarks.md); ``--resume`` with
 ``--save-buffer`` restores it. Without it a resumed run refills the buffer before it trains again.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def build_parser():
     p = example_parser(__doc__, exp_name='atari_dqn', max_env_step=3_000_000)
     add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
     p.add_argument('--save-buffer', action='store_true',
-                   help='save the replay buffer with the checkpoints (each frame once: ~7 KB per transition) and '
+                   help='save the replay buffer with the checkpoints (each frame once) and '
                         'restore it on --resume')
     return p
 
@@ -69,7 +69,7 @@ def build_policy(cfg: Any, observation_space: Any, action_space: Any) -> Any:
 
 
 def make_buffer(cfg: Any) -> Any:
-    """Replay that keeps each frame once (100k Pong transitions: ~0.77 GB instead of ~8.6 GB)."""
+    """Replay that keeps each frame once (memory as measured: docs/benchmarks.md)."""
     from pipeline.data import DequeBuffer
     from pipeline.data.frame_storage import FrameStorage
 

@@ -9,28 +9,8 @@ Each run writes to its own folder ``./cartpole_dqn/<n>/`` (``config.json``, ``ck
 ``tensorboard --logdir cartpole_dqn``). It stops by itself when solved (or after --max-env-step env
 steps). Ctrl-C saves ``final.pth.tar`` (with the replay buffer) and prints the command to resume.
 
-Measured 2026-12-01 with ``python benchmarks/bench_cartpole_solve.py --budget 30000`` (one seed at a time,
-torch threads 1, on a 2-core machine, load average 2.4-4.6 from other jobs). Env steps count evaluation
-too: a solved 10-episode evaluation alone costs ~5,000; an evaluation stops as soon as a mean of 475 is
-out of reach (CartPole-v1 pays at most 500 per episode), and those env steps are counted as well. The
-anchor is Stable-Baselines3 2.9's DQN with RL-Zoo settings on this kind of machine: 14-15k env steps and
-~85 s to the same criterion. SB3 also ran in the same benchmark (last column: its training env steps;
-its evaluation env steps, in brackets, are not counted by RL-Zoo):
-
-| seed | rlpipe env steps: training + evaluation = total | rlpipe wall / CPU | load | beats the anchor (env steps / wall) | SB3 in this run: training env steps (+ evaluation), wall / CPU |
-|---|---|---|---|---|---|
-| 0 | 3,696 + 5,009 = 8,705 | 12 s / 10 s | 3.4 | yes / yes | 7,000 (+ 15,214), 10 s / 9 s |
-| 1 | 5,000 + 5,010 = 10,010 | 14 s / 13 s | 3.6 | yes / yes | 30,000 (+ 40,997), 35 s / 35 s |
-| 2 | 5,272 + 5,009 = 10,281 | 13 s / 13 s | 2.7 | yes / yes | not solved in 30,208 (+ 46,553), 43 s / 38 s |
-| 3 | 7,356 + 5,172 = 12,528 | 21 s / 20 s | 2.4 | yes / yes | 7,000 (+ 11,934), 9 s / 9 s |
-| 4 | 7,676 + 5,111 = 12,787 | 25 s / 22 s | 3.0 | yes / yes | 26,000 (+ 37,957), 46 s / 34 s |
-
-rlpipe's runs repeat exactly for a seed (same env steps; SB3's did not: seed 0 passed after 2,000
-training env steps in an earlier run). Against SB3 in this run, rlpipe used fewer env steps on seeds 1, 2
-and 4 even with its evaluation counted and SB3's not (with both counted, on every seed), and less wall
-time on seeds 1, 2 and 4; on seeds 0 and 3 SB3's training needed 7,000 env steps and ~10 s.
-With learning rate 1e-3 (the previous default) seeds 0-4 took 12,151 / 14,950 / 17,334 / 7,767 /
-15,811 env steps; with 2e-3, 10,513 / 9,450 / 13,939 / 10,543 / 9,086.
+Env steps and time to solve for seeds 0-4, next to Stable-Baselines3 (``python
+benchmarks/bench_cartpole_solve.py``): docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -41,7 +21,7 @@ from typing import Any, List, Optional, Sequence
 
 from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
 
-# Settings that learn CartPole-v1 (measured in the table above, by benchmarks/bench_cartpole_solve.py):
+# Settings that learn CartPole-v1 (measured by benchmarks/bench_cartpole_solve.py; docs/benchmarks.md):
 # a small Q-net with LayerNorm (it keeps TD learning stable at this update rate and learning rate 2.5e-3),
 # one update per env step (4 envs, 4 updates per pipeline step), a soft target update (theta 0.05) after every update,
 # 3-step double-DQN returns with discount 0.99 bootstrapping through the 500-step time limit (a

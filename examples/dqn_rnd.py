@@ -7,11 +7,10 @@ DeepSea (size 20): the only reward is at the end of the one path that goes "righ
 (which action is "right" differs per cell), and each right step costs a little. Random or
 eps-greedy exploration finds it with probability about 2**-20 per episode; the RND bonus leads
 the agent to novel cells until it does. The run stops at the first episode that reaches the
-treasure, or when the budget (default 1000 episodes) is spent, and prints which. Measured with
-seeds 0-4 (benchmarks/bench_her_rnd.py): DQN + RND finds the treasure in 4 of 5 within the budget
-(episodes 627-885, under a minute each; seed 3 at episode 1628), plain DQN in none. A fast
-target network (synced every 5 updates; 20 took ~1400 episodes) matters: the novelty bonus must
-propagate back up the 20-step chain before the predictor has learnt the new cells.
+treasure, or when the budget (default 1000 episodes) is spent, and prints which. How often each
+variant finds it (``benchmarks/bench_her_rnd.py``): docs/benchmarks.md. A fast target network
+(synced every 5 updates) matters: the novelty bonus must propagate back up the 20-step chain
+before the predictor has learnt the new cells.
 
 The learner is the standard ``OffPolicyLearner(cfg, policy.learn_mode, buffer_, reward_model=rnd)``:
 each round fetches a batch, adds RND's normalised intrinsic reward to a new batch (the buffer keeps

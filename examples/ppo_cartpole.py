@@ -15,25 +15,8 @@ Evaluation every 4 rollouts (1,024 env steps). It stops by itself when solved (o
 ``final.pth.tar`` and prints the command that resumes the run. The same flags as every training
 example (``--exp-name``, ``--seed``, ``--set``, ``--resume``, ``--play``, ``--middleware``, ...).
 
-Env steps to solve (``python benchmarks/bench_ppo.py --solve --seeds 0 1 2 3 4 5 6 7``: evaluation every
-1,024 env steps over 10 deterministic episodes, stop at a mean >= 475; the env steps trained on when
-the solving evaluation ran; SB3 = Stable-Baselines3 2.9.2 PPO with the same settings and its
-``EvalCallback`` at the same frequency; measured 2026-12-01 on the shared 2-core CPU, load average
-10-19, one torch thread):
-
-| seed | 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7 | median |
-|---|---|---|---|---|---|---|---|---|---|
-| rlpipe | 12,288 | 15,360 | 18,432 | 6,144 | 11,264 | 26,624 | 2,048 | 13,312 | 12,800 |
-| SB3 | 16,384 | 10,240 | 14,336 | 15,360 | 8,192 | 10,240 | 6,144 | 8,192 | 10,240 |
-
-Every seed solved on both. Before the collect mode's action sampler got its own random stream
-(``pipeline.policy.ppo.sampling_seed``; it used to be seeded with the seed that also initialised the
-weights) rlpipe's median was 19,968 over the same seeds (SB3 was faster on 7 of 8); the same learner driven
-by SB3's collection (seeds 4, 6, 7: 7,168 / 9,216 / 18,432), or the sampler on torch's global stream
-(seeds 4, 6, 1: 9,216 / 10,240 / 17,408), was back in SB3's range. As 4
-processes (``rlpipe run ... --parallel-workers 4``: learner, 2 collectors, evaluator) seed 0 solved
-after 11,008 env steps (22 rollout sets of 2 x 256 rows) in 31-33 s, with no stale rollout trained
-on (measured before the sampler change). Timings: ``python benchmarks/bench_ppo.py``.
+Env steps to solve over seeds, next to Stable-Baselines3 (``python benchmarks/bench_ppo.py --solve``),
+and timings (``python benchmarks/bench_ppo.py``): docs/benchmarks.md.
 """
 from __future__ import annotations
 

@@ -14,18 +14,7 @@ InvertedPendulum-v5 settings (``SETTINGS`` below): 8 envs x 64 steps = 512 rows 
 0.2, entropy 0, max grad norm 0.5, [64, 64] tanh actor and critic, Gaussian log-std init 0, no
 observation or reward normalisation; evaluation every 5 rollouts (2,560 env steps) over 10
 deterministic episodes, stop at a mean of 1000 (every episode held for the full 1000 steps).
-Measured 2026-12-01 on the shared 2-core CPU (one torch thread, load average 10-17 from other jobs;
-env steps as the example prints them, i.e. including the rollout collected in the step that evaluated):
-
-| seed | env steps to a mean eval return of 1000 | CPU time (whole process) | wall time |
-|---|---|---|---|
-| 0 | 15,872 | 10.9 s | 44 s |
-| 1 | 15,872 | 10.7 s | 44 s |
-| 2 | 8,192 | 9.6 s | 29 s |
-| 3 | 15,872 | 14.5 s | 35 s |
-| 4 | 13,312 | 12.9 s | 36 s |
-| 5 | 13,312 | 10.0 s | 33 s |
-
+Env steps and time to the maximum return for seeds 0-5: docs/benchmarks.md.
 ``tests/ppo/test_ppo_mujoco.py`` runs seed 0 to 1000 (budget 60k env steps).
 
 Other MuJoCo ids: RL-Zoo's MuJoCo PPO defaults (1 env x 2,048 steps, minibatch 64, 10 epochs, gamma

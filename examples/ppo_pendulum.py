@@ -11,14 +11,8 @@ with state-independent log-std (init 0), [64, 64] tanh actor and critic, observa
 normalised by running statistics (saved in the checkpoints). The env gets actions clipped to
 [-2, 2]; log-probabilities are of the unclipped samples.
 
-Measured 2026-12-01 with ``benchmarks/bench_ppo.py --pendulum`` (same hyperparameters and 102,400
-env steps for both, i.e. 25 rollouts; final mean return over 10 deterministic episodes; SB3 with
-``VecNormalize`` of observations and rewards): seed 0: rlpipe -122.1, SB3 -614.5; seed 1: rlpipe
--563.2, SB3 -577.9; seed 2: rlpipe -613.5, SB3 -196.8; mean over seeds 0-2: rlpipe -433.0, SB3 -463.1
-(rlpipe with the action sampler on its own random stream, ``pipeline.policy.ppo.sampling_seed``;
-before that change: -119.2, -533.9, -713.2, mean -455.4). The spread between seeds is far larger
-than the difference of the means: with 3 seeds this comparison is not robust either way (seeds 3-4
-were not measured before the deadline; one seed takes ~40 s of CPU for rlpipe, more for SB3).
+Final returns over seeds, next to Stable-Baselines3 with the same hyperparameters
+(``python benchmarks/bench_ppo.py --pendulum``): docs/benchmarks.md.
 
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): see ``examples/ppo_cartpole.py``.

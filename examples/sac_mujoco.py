@@ -18,8 +18,8 @@ runs the actor for the other half.
 Same flags as every training example (``--exp-name``, ``--seed``, ``--set key=value``, ``--resume``,
 ``--play``, ``--middleware``, ...): runs go to ``./mujoco_sac_<env>/<n>/`` (``config.json``, ``ckpt/``,
 ``log/`` for TensorBoard). The replay buffer is saved with the final checkpoint only with
-``--save-buffer`` (a columnar file of about 200 bytes per transition, e.g. 200 MB for the full 1M buffer;
-saving 20k transitions took 0.1 s of CPU and loading them 0.5 s here: ``benchmarks/bench_buffer_io.py``).
+``--save-buffer`` (a columnar file; its size per transition and the time to save and load it:
+docs/benchmarks.md, ``benchmarks/bench_buffer_io.py``).
 """
 from __future__ import annotations
 

@@ -180,9 +180,8 @@ class CkptSaver:
 
     With ``buffer=`` the replay buffer is saved next to both kinds (``final.buffer``,
     ``iteration_<n>.buffer``; of the periodic ones only the newest is kept) and restored on resume
-    from either (also when a restarted learner resumes from its newest checkpoint). A buffer file
-    takes about 220 bytes per SAC transition and 5 us of CPU per transition to write
-    (``benchmarks/bench_buffer_io.py``).
+    from either (also when a restarted learner resumes from its newest checkpoint). The size and
+    write time of a buffer file: ``benchmarks/bench_buffer_io.py`` (figures: docs/benchmarks.md).
 
     On an evaluator (or a node without roles):
 

@@ -1,4 +1,4 @@
-"""The README tells the truth: printed values match their comments; the context table lists every field."""
+"""The docs tell the truth: printed values match their comments; the context table lists every field."""
 import contextlib
 import dataclasses
 import io
@@ -10,13 +10,13 @@ from contexts import OnlineRLContext
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def readme() -> str:
-    with open(os.path.join(ROOT, 'README.md')) as f:
+def readme(page: str = 'README.md') -> str:
+    with open(os.path.join(ROOT, page)) as f:
         return f.read()
 
 
 def test_learner_update_snippet_prints_what_its_comment_says():
-    blocks = re.findall(r'```python\n(.*?)```', readme(), re.S)
+    blocks = re.findall(r'```python\n(.*?)```', readme('docs/learner.md'), re.S)
     block = next(b for b in blocks if 'RegressionLearner' in b)
     expected = [m.group(1).strip() for m in re.finditer(r'print\(.*\)\s+#\s*(\S+)\s*$', block, re.M)]
     assert expected, 'the snippet has no commented print'
@@ -27,9 +27,10 @@ def test_learner_update_snippet_prints_what_its_comment_says():
 
 
 def test_context_table_lists_every_field_with_its_kept_flag():
-    text = readme()
+    text = readme('docs/contexts.md')
     section = text[text.index('## The context: `OnlineRLContext` fields'):]
-    section = section[:section.index('\n## ', 5)]
+    end = section.find('\n## ', 5)
+    section = section if end < 0 else section[:end]
     rows = re.findall(r'^\| `(\w+)` \| (.+?) \| (.+?) \| (yes|no) \|$', section, re.M)
     table = {name: kept == 'yes' for name, _, _, kept in rows}
     fields = {f.name for f in dataclasses.fields(OnlineRLContext) if not f.name.startswith('_')}

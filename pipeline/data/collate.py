@@ -85,8 +85,8 @@ def to_treetensor(batch: Any) -> Any:
     """Wrap a (nested) dict of tensors as a ``treetensor.torch.Tensor`` (imports treetensor lazily).
 
     Leaves are shared, not copied. When every leaf is already a tensor the tree is built straight from
-    a storage (a few microseconds); ``ttorch.as_tensor`` formats every leaf with ``repr`` while
-    building (about 12 ms for a CartPole batch), so it only serves batches with other leaves.
+    a storage; ``ttorch.as_tensor`` formats every leaf with ``repr`` while building, which costs far
+    more, so it only serves batches with other leaves.
     """
     import warnings
 

@@ -12,9 +12,9 @@ content only, so it is exact whatever the push order, env interleaving or episod
 
 ``save_data`` writes each frame once too (:mod:`.frame_file`), and ``load_data`` rebuilds the pool from it.
 
-Use: ``DequeBuffer(size, storage=FrameStorage(size))``. A 100k-transition Pong buffer needs about
-0.77 GB resident here instead of 8.6 GB in the default layout (one stack per transition in the
-pushed items plus obs and next_obs in the columnar mirror): ``benchmarks/bench_envs.py --skip-envs``.
+Use: ``DequeBuffer(size, storage=FrameStorage(size))``. The default layout holds one stack per
+transition in the pushed items plus obs and next_obs in the columnar mirror; ``benchmarks/bench_envs.py
+--skip-envs`` measures both for a 100k-transition Pong buffer (figures: docs/benchmarks.md).
 """
 from __future__ import annotations
 

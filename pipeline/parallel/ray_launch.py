@@ -10,12 +10,10 @@ full address map before the entry script starts. Why not Ray actor calls or Ray 
 already gives the event semantics the pipeline relies on (every remote listener gets each event
 exactly once, ``finish`` reaches every node, peer loss is reported, HMAC-checked frames, no pickle
 from the wire), with the same code path as every other launcher, so a fix or a guarantee of the bus
-holds under Ray too. Speed agrees: ``benchmarks/bench_ray.py`` measures, in one run, a small-event
-round trip through the bus between two Ray actors next to a Ray actor-call round trip; on this 2-core
-machine the bus did 2,880-4,874 round trips/s and the Ray call 629-998 (load average 9.7; at load 16 an
-earlier run had them of the same order, 317 vs 436), and the whole 4-node DQN run was as fast as under
-the ZeroMQ process launcher (1.13x and 1.45x its env steps/s in two runs). The pipeline's traffic is
-one-way streams of transitions and weights, not round trips. Ray queues would add an actor hop per message.
+holds under Ray too. ``benchmarks/bench_ray.py`` measures, in one run, a small-event round trip through
+the bus between two Ray actors next to a Ray actor-call round trip, and the 4-node DQN run under Ray next
+to the ZeroMQ process launcher (figures: docs/benchmarks.md). The pipeline's traffic is one-way streams of
+transitions and weights, not round trips. Ray queues would add an actor hop per message.
 
 Restarts and failures: with ``max_restarts=N`` a node whose actor dies (or whose main raises) is started
 again, at most N times, on the same Ray node and the same address, so its peers see a node that rejoined

@@ -18,8 +18,8 @@ socket must first pass a ZeroMQ security handshake with credentials derived from
     CurveZMQ (Curve25519 key exchange, every message encrypted and authenticated on the connection) with
     the server's and the clients' key pairs derived from the key; the ZAP handler accepts only the derived
     client public key. Nothing sniffed on the network lets anyone connect, and the traffic is confidential.
-    It encrypts every byte: on the project's 2-core VM a 1 MiB round trip is ~4-5x slower than with
-    ``"plain"`` (1 KiB ones are about the same). Use it on networks you do not trust.
+    It encrypts every byte, so large messages cost more than with ``"plain"`` (``benchmarks/bench_bus.py
+    --bus-auth curve``; figures: docs/benchmarks.md). Use it on networks you do not trust.
 
 Refused connections are counted (``stats["refused_connections"]``) and logged once per remote address; a
 peer whose credential is wrong is "a peer that signs with a different key" (``keycheck``).

@@ -7,12 +7,9 @@ bytes) travel as extra frames, sent without copying or joining them: a message w
 16-byte random nonce after the header, and the MAC of the first frame also covers the AES-GMAC tags of the
 extra frames (AES-GCM with no plaintext, frame ``i`` under GCM nonce ``i``) under a one-time key derived from
 that nonce with HMAC-SHA256 (a key never used twice; the tags are recomputed by the receiver, not sent).
-AES-GMAC reads a MiB in ~0.05 ms (Poly1305 ~0.1 ms) where SHA-256 (with the CPU's SHA extensions) takes
-~0.6 ms and keyed BLAKE2b ~1.1 ms (measured on the project's 2-core VM), which
-is what makes large messages cheap; HMAC-SHA256 stays for the first frame, where it is faster than keyed
-BLAKE2b from about 1 KiB on (``benchmarks/bench_mac.py`` on the project's 2-core VM: at 1 KiB 1.2 vs 1.5 us to
-sign, 1.5 vs 1.7 us to verify; at 4 KiB 3.1 vs 4.9 us; BLAKE2b wins by 0.2-0.3 us only below ~300 bytes, e.g.
-heartbeats). The HMAC is computed from the two padded-key SHA-256 states prepared once (``keyed_hmac``): the
+AES-GMAC reads large frames several times faster than SHA-256 or keyed BLAKE2b, which is what makes
+large messages cheap; HMAC-SHA256 stays for the first frame, where it beats keyed BLAKE2b except on the
+smallest messages (``benchmarks/bench_mac.py``; figures: docs/benchmarks.md). The HMAC is computed from the two padded-key SHA-256 states prepared once (``keyed_hmac``): the
 same RFC 2104 value as ``hmac``, a little cheaper than copying a keyed HMAC object. A message that fails
 the check or is malformed is dropped and counted (``stats``) before anything in it is decoded. Each message
 names the receiver's id and incarnation and carries a per-pair sequence number, so duplicates and replays

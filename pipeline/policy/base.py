@@ -26,7 +26,7 @@ def policy_section(cfg: Mapping) -> Mapping:
 
 def optimizer_factory(name: str, kwargs: Optional[Mapping] = None) -> Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]:
     """``factory(params, lr)`` for an optimizer named in :data:`OPTIMIZERS` (multi-tensor kernels
-    by default: ~2x faster steps for small nets on CPU)."""
+    by default, faster for small nets on CPU)."""
     key = str(name).lower()
     if key not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")

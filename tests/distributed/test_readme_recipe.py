@@ -1,10 +1,10 @@
-"""The README's multi-machine recipe, run as written on loopback: two launchers, the second attached to the
+"""The multi-machine recipe of docs/distributed.md, run as written on loopback: two launchers, the second attached to the
 first with --attach-to, until the job ends by itself.
 
 Only what cannot be the same on one machine is replaced: HOST_A/HOST_B become 127.0.0.1 (and the listen
 address 0.0.0.0 loopback: tests bind to loopback only), the ports become free ones, `rlpipe` is this
 Python's `-m pipeline.parallel.cli`. The job is shortened by arguments for the example (a stop value every
-evaluation reaches, an output folder in tmp); the flags of the recipe are the README's.
+evaluation reaches, an output folder in tmp); the flags of the recipe are the page's.
 """
 import os
 import re
@@ -20,7 +20,7 @@ TIMEOUT = 400  # a hang guard only
 
 
 def readme_commands():
-    text = open(os.path.join(ROOT, 'README.md')).read()
+    text = open(os.path.join(ROOT, 'docs', 'distributed.md')).read()
     blocks = re.findall(r'```bash\n(.*?)```', text, re.S)
     block = next(b for b in blocks if '--attach-to' in b and 'RLPIPE_KEY' in b)
     lines = block.replace('\\\n', ' ').splitlines()

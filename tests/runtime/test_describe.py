@@ -97,8 +97,8 @@ def test_describe_shows_a_miswired_pipeline():
 
 
 def test_readme_shows_the_current_describe_output_of_dqn_cartpole():
-    """The README's table for examples/dqn_cartpole.py is what `rlpipe describe` prints today."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    """The runtime guide's table for examples/dqn_cartpole.py is what `rlpipe describe` prints today."""
+    with open(os.path.join(ROOT, "docs", "runtime.md")) as f:
         readme = f.read()
     after = readme[readme.index("For `examples/dqn_cartpole.py`:"):]
     shown, bus = after.split("```")[1].strip("\n"), after.split("```")[3].strip("\n")

@@ -1,0 +1,183 @@
+"""Every ```python block of README.md and docs/*.md runs (issue 29; issue 27 item 8).
+
+The blocks of one page run in order in one subprocess whose working directory is a fresh temporary
+folder (so a block may use a file an earlier block of the same page wrote, e.g. a checkpoint), each in
+a fresh namespace and under a timeout. The repository's root is on ``sys.path`` (``from examples...``).
+
+A block is skipped when the line before it (blank lines aside) is an HTML comment:
+
+- ``<!-- no-run -->``: not runnable here (e.g. needs several machines); use sparingly;
+- ``<!-- needs: EXTRA -->``: needs an optional extra of setup.cfg (``atari``, ``mujoco``, ``ray``, ...);
+  skipped, with the reason shown, when a module of that extra is not installed.
+
+A ``print(...)  # TEXT`` line promises what it prints: the block's output must contain a line ``TEXT``
+(the commented prints in order). Each block is its own test (``README.md:40``, ``docs/runs.md:97``, ...),
+so a failure names the block.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK_TIMEOUT = 60  # seconds per block: a hang guard; the blocks take a few seconds at most
+# The modules each optional extra provides (what a block marked `<!-- needs: EXTRA -->` imports).
+EXTRA_MODULES = {
+    "atari": ["ale_py", "cv2"],
+    "mujoco": ["mujoco"],
+    "envpool": ["envpool"],
+    "ray": ["ray"],
+    "video": ["moviepy", "pygame"],
+    "dist": ["zmq", "cryptography"],
+    "log": ["tensorboard"],
+}
+PROMISE = re.compile(r"^\s*print\(.*\)\s+#\s*(.+?)\s*$", re.M)
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+MARK = re.compile(r"<!--\s*(no-run|needs:\s*([\w, -]+?))\s*-->\s*$")
+
+
+class Block(NamedTuple):
+    page: Path
+    line: int
+    code: str
+    skip: Optional[str]  # the reason, when skipped
+
+
+def _marker(text: str, start: int) -> Optional[re.Match]:
+    before = text[:start].rstrip("\n").rsplit("\n", 1)[-1].strip()
+    return MARK.search(before)
+
+
+def _skip_reason(mark: Optional[re.Match]) -> Optional[str]:
+    if mark is None:
+        return None
+    if mark.group(1) == "no-run":
+        return "marked <!-- no-run --> in the page"
+    for extra in (e.strip() for e in mark.group(2).split(",")):
+        if extra not in EXTRA_MODULES:
+            raise ValueError(f"<!-- needs: {extra} -->: unknown extra (known: {', '.join(EXTRA_MODULES)})")
+        missing = [m for m in EXTRA_MODULES[extra] if importlib.util.find_spec(m) is None]
+        if missing:
+            return f"needs the '{extra}' extra (pip install -e '.[{extra}]'): {', '.join(missing)} not installed"
+    return None
+
+
+def collect(page: Path) -> List[Block]:
+    text = page.read_text()
+    return [Block(page, text.count("\n", 0, m.start()) + 1, m.group(1), _skip_reason(_marker(text, m.start())))
+            for m in FENCE.finditer(text)]
+
+
+BLOCKS = [b for page in PAGES for b in collect(page)]
+
+# Runs inside the subprocess: each block in a fresh namespace, its outcome as one JSON line in the report file.
+RUNNER = r"""
+import contextlib, io, json, os, signal, sys, traceback
+report = open(os.environ["RLPIPE_DOCS_REPORT"], "w")
+blocks = json.loads(sys.stdin.read())
+def alarm(signum, frame):
+    raise TimeoutError("the block did not finish within %d s" % TIMEOUT)
+signal.signal(signal.SIGALRM, alarm)
+for line, code in blocks:
+    signal.alarm(TIMEOUT)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "%s:%d" % (PAGE, line), "exec"), {"__name__": "__main__"})
+        outcome = None
+    except SystemExit as e:
+        outcome = None if e.code in (None, 0) else "SystemExit(%r)\n" % (e.code,)
+    except BaseException:
+        outcome = traceback.format_exc()
+    finally:
+        signal.alarm(0)
+    sys.stdout.write(out.getvalue())
+    report.write(json.dumps([line, outcome, out.getvalue()]) + "\n")
+    report.flush()
+"""
+
+_results: Dict[Path, Dict[int, Optional[str]]] = {}
+
+
+def broken_promises(code: str, printed: str) -> List[str]:
+    """The ``print(...)  # TEXT`` promises of ``code`` that ``printed`` does not keep, in order."""
+    lines, at, broken = [x.strip() for x in printed.splitlines()], 0, []
+    for want in PROMISE.findall(code):
+        try:
+            at = lines.index(want, at) + 1
+        except ValueError:
+            broken.append(want)
+    return broken
+
+
+def run_page(page: Path) -> Dict[int, Optional[str]]:
+    """Run the page's runnable blocks once (the first test of the page does it); line -> error or None."""
+    if page in _results:
+        return _results[page]
+    blocks = [(b.line, b.code) for b in BLOCKS if b.page == page and b.skip is None]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               MPLBACKEND="Agg", SDL_VIDEODRIVER="dummy")
+    code = RUNNER.replace("TIMEOUT", str(BLOCK_TIMEOUT)).replace("PAGE", repr(str(page.relative_to(ROOT))))
+    with tempfile.TemporaryDirectory(prefix="rlpipe-docs-") as tmp:
+        cwd = os.path.join(tmp, "work")
+        os.mkdir(cwd)
+        env["RLPIPE_DOCS_REPORT"] = report = os.path.join(tmp, "report.jsonl")
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = proc.communicate(json.dumps(blocks).encode(), timeout=BLOCK_TIMEOUT * (len(blocks) + 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        with open(report) if os.path.exists(report) else open(os.devnull) as f:
+            outcomes = {line: (err, printed) for line, err, printed in (json.loads(x) for x in f.read().splitlines())}
+    output = out.decode(errors="replace")[-4000:]
+    results = {}
+    for line, block_code in blocks:
+        if line in outcomes:
+            err, printed = outcomes[line]
+            broken = [] if err else broken_promises(block_code, printed)
+            if broken:
+                err = f"printed:\n{printed}\nbut not (in this order) the commented lines: {broken}"
+            results[line] = None if err is None else f"{err}\n--- page output ---\n{output}"
+        else:
+            results[line] = f"the page's process ended (code {proc.returncode}) before this block finished\n{output}"
+    _results[page] = results
+    return results
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.relative_to(ROOT)}:{b.line}" for b in BLOCKS])
+def test_code_block_runs(block: Block) -> None:
+    if block.skip:
+        pytest.skip(block.skip)
+    error = run_page(block.page)[block.line]
+    assert error is None, f"{block.page.relative_to(ROOT)}:{block.line} failed:\n{error}"
+
+
+def test_every_page_has_its_blocks_found() -> None:
+    """The fence pattern finds what a plain count of ```python fences finds (no block silently missed)."""
+    for page in PAGES:
+        assert len(collect(page)) == page.read_text().count("```python"), page
+
+
+def test_a_broken_print_promise_is_caught() -> None:
+    code = 'print(1)  # 1\nprint(2)  # 3\n'
+    assert broken_promises(code, "1\n2\n") == ["3"]
+    assert broken_promises(code, "1\n3\n") == []
+    assert broken_promises('print(2)  # 2\nprint(1)  # 1\n', "1\n2\n") == ["1"]  # order matters
+
+
+def test_the_readme_and_the_guides_have_code_blocks() -> None:
+    pages = {b.page.name for b in BLOCKS}
+    for name in ("README.md", "runtime.md", "contexts.md", "learner.md", "replay.md", "envs.md", "ppo.md", "runs.md"):
+        assert name in pages, f"{name} has no python block"
