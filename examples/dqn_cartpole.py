@@ -109,7 +109,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
                               'priority_IS_weight': True}}}}
         if args.exp_name == 'cartpole_dqn':
             args.exp_name = 'cartpole_dqn_per'
-    run = prepare_run(args, user)  # checks --resume/--play paths and --set before anything heavy
+    # checks --resume/--play paths, --set keys and the env id before anything heavy (a typo: exit status 2)
+    run = prepare_run(args, user, policy='dqn', env_check=True)
     setup_logging()
 
     import torch
@@ -126,11 +127,10 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         raise SystemExit(f'error: {e}') from None
     if run.play:
         return play(run.play, args)
-    from pipeline.config import compile_config
     from pipeline.envs import EnvManager
+    from pipeline.precheck import compile_or_exit, usage_error
 
-    cfg = compile_config(run.user_config, policy='dqn')
-    run.create_dir()
+    cfg = compile_or_exit(run.user_config, 'dqn')
     collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     from pipeline.policy import DQNPolicy
@@ -140,9 +140,10 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     try:
         cfg.policy.model.action_shape = discrete_action_count(collector_env.action_space, 'DQN')
     except ValueError as e:  # e.g. --set env.env_id=Pendulum-v1
-        raise SystemExit(f'error: {e}') from None
+        usage_error(f'error: {e}')
     policy = DQNPolicy(cfg, seed=cfg.seed)
     buffer_ = make_buffer(cfg)
+    run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=1000, resume_from=run.resume,
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')

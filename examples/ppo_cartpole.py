@@ -86,7 +86,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     args = parser.parse_args(argv)
     if config_from_args is not None:
         user_config = config_from_args(args)
-    run = prepare_run(args, user_config)  # checks --resume/--play paths and --set before anything heavy
+    # checks --resume/--play paths, --set keys and the env id before anything heavy (a typo: exit status 2)
+    run = prepare_run(args, user_config, policy='ppo', env_check=True)
     setup_logging()
 
     import torch
@@ -103,21 +104,19 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         return play(run.play, args, make_env)
     from middleware import CkptSaver
     from pipeline.envs import EnvManager
-    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+    from pipeline.policy.ppo import PPOPolicy
+    from pipeline.precheck import compile_or_exit
 
-    try:
-        cfg = make_ppo_config(run.user_config)
-    except ValueError as e:
-        raise SystemExit(f'error: {e}') from None
+    cfg = compile_or_exit(run.user_config, 'ppo')
     if args.no_stop:
         cfg.env.stop_value = None
     max_env_step = args.max_env_step or cfg.policy.learn.total_env_steps
-    run.create_dir()
     env_id, kw = cfg.env.env_id, dict(cfg.env.env_kwargs or {})
     spec = env_id if make_env is None else (lambda: make_env(env_id, None))
     collector_env = EnvManager(spec, cfg.env.collector_env_num, seed=cfg.seed, env_kwargs=kw)
     evaluator_env = EnvManager(spec, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, env_kwargs=kw)
     policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, seed=cfg.seed)
+    run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
     except CheckpointError as e:

@@ -312,9 +312,12 @@ class RunInfo:
         return [f(cfg) for f in self.middleware_factories]
 
 
-def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
+def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None,
+                env_check: bool = False) -> RunInfo:
     """Apply ``--set``, check ``--resume``/``--play`` paths and ``--middleware`` specs. Bad input ends
-    with a one-line error. The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
+    with a one-line error. With ``policy`` (``'dqn'``, ``'ppo'``, ``'sac'``) the config is checked against
+    that policy's schema, and with ``env_check`` its ``env.env_id`` against gymnasium's registry, before
+    torch is imported: a problem ends the run with exit status 2 (:mod:`pipeline.precheck`). The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
     them once the config has compiled, so a config error leaves no empty folder).
 
     On a learner node that the launcher restarted (``rlpipe run --auto-recover`` or ``--backend ray
@@ -329,6 +332,10 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
         raise SystemExit(f'error: --set: {e}') from None
     user['exp_name'] = args.exp_name
     user['seed'] = args.seed
+    if policy is not None and not args.play:
+        from .precheck import precheck_config
+
+        precheck_config(user, policy, env_check)
     if args.resume and args.play:
         raise SystemExit('error: give --resume (continue training) or --play (run a saved policy), not both')
     if (args.render or args.video) and not args.play:
