@@ -73,14 +73,16 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
          user_config: dict = USER_CONFIG, doc: Optional[str] = __doc__,
          make_env: Optional[Callable[[str, Optional[str]], Any]] = None,
          add_flags: Optional[Callable[[Any], None]] = None,
-         config_from_args: Optional[Callable[[Any], dict]] = None) -> int:
+         config_from_args: Optional[Callable[[Any], dict]] = None, script: str = __file__) -> int:
     """Train (or ``--play``) PPO with ``user_config``. ``extra_middleware``: middleware appended to
     the pipeline (as are ``--middleware module:factory`` ones). ``make_env(env_id, render_mode)``
     returns one gymnasium env (default: ``gymnasium.make``); the collector and evaluator run copies
     of it. ``add_flags(parser)`` adds an example's own flags; ``config_from_args(args)`` then returns
-    the user config (it may also set ``args.exp_name``). Returns the exit status (0 = solved, or a
+    the user config (it may also set ``args.exp_name``). ``script``: the example's file, recorded in
+    ``config.json`` and named in the printed resume and "watch it" commands. Returns the exit status (0 = solved, or a
     fixed budget done)."""
     parser = build_parser(doc, user_config['exp_name'])
+    parser.script = os.path.abspath(script)
     if add_flags is not None:
         add_flags(parser)
     args = parser.parse_args(argv)
@@ -170,7 +172,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:
         node_print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
-    run.print_paths(ckpt, __file__)
+    run.print_paths(ckpt, run.script or __file__)
     return 0 if (solved or stop is None) else 1
 
 
