@@ -77,6 +77,10 @@ _BAR_RUNNING = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {remaining} to the
 _BAR_STOPPED = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}, stopped before the step budget]'
 
 
+#: plain progress lines show a rate (and the time left) only once this many seconds have passed
+MIN_RATE_SECONDS = 1.0
+
+
 class ProgressDisplay:
     """A progress display of env steps: a tqdm bar on a terminal (rate, and, when ``total`` (the step
     budget) is known, the time left to it at this rate, labelled "to the step budget"), plain lines every
@@ -123,10 +127,12 @@ class ProgressDisplay:
             return
         self._last_print = now
         el = now - self._t0
-        rate = n / el if el > 0 else 0.0
+        # a rate over the first instants of a run (one batch of env steps in a few ms) means nothing: none yet
+        rate = n / el if el >= MIN_RATE_SECONDS else 0.0
         parts = [self.label] if self.label else []
         parts.append(f'env_step {n}' + (f'/{self.total} ({100.0 * n / self.total:.0f}%)' if self.total else ''))
-        parts.append(f'{rate:.0f} steps/s')
+        if rate > 0:
+            parts.append(f'{rate:.0f} steps/s')
         parts.append(f'elapsed {_fmt_time(el)}')
         if self.total and rate > 0 and n < self.total:
             parts.append(f'ETA to the step budget {_fmt_time((self.total - n) / rate)}')

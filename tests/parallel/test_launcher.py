@@ -171,6 +171,15 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
+def test_one_node_on_a_named_loopback_address_without_a_key_is_refused(tmp_path):
+    """Issue 27 item 9: it made a random key and waited forever for peers that cannot know it."""
+    p = subprocess.run(_run_cmd(1, "--address", "127.0.0.1", "--roles", "learner"), env=_env(tmp_path), cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--address 127.0.0.1 with one node" in lines[0] and "RLPIPE_KEY" in lines[0]
+
+
 def _ipc_leftovers(tmp):
     return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
 

@@ -1,0 +1,48 @@
+"""Small traps of a newcomer's first hour (issue 27, item 9): the examples' run folders are ignored by
+git, and MuJoCo's warnings go to logging instead of ``MUJOCO_LOG.TXT`` in the working directory."""
+import fnmatch
+import logging
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# the run folders the training examples make under the working directory with their default flags
+RUN_FOLDERS = ['cartpole_dqn', 'cartpole_dqn_per', 'cartpole_ppo', 'pendulum_ppo', 'atari_dqn_PongNoFrameskip-v4',
+               'atari_ppo_PongNoFrameskip-v4', 'mujoco_sac_HalfCheetah-v5', 'mujoco_ppo_InvertedPendulum-v5',
+               'bitflip_dqn_her', 'point_sac_her', 'deepsea_dqn_rnd', 'videos']
+
+
+def _ignored(name, patterns):
+    return any(fnmatch.fnmatch(name + '/', p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def test_gitignore_covers_every_examples_run_folder():
+    with open(os.path.join(ROOT, '.gitignore')) as f:
+        patterns = [line.strip() for line in f if line.strip() and not line.startswith('#')]
+    missing = [name for name in RUN_FOLDERS if not _ignored(name, patterns)]
+    assert missing == []
+    assert 'MUJOCO_LOG.TXT' in patterns
+    assert not _ignored('pipeline', patterns) and not _ignored('examples', patterns)
+
+
+def test_mujoco_warnings_are_logged_not_written_to_the_working_directory(tmp_path, monkeypatch, caplog):
+    pytest.importorskip('mujoco', reason="needs the mujoco extra: pip install -e '.[mujoco]'")
+    import mujoco
+    import numpy as np
+
+    from pipeline.envs.env_manager import make_gym_env
+
+    monkeypatch.chdir(tmp_path)
+    env = make_gym_env('InvertedPendulum-v5')
+    try:
+        env.reset(seed=0)
+        data = env.unwrapped.data
+        data.qpos[:] = np.nan  # an unstable simulation: MuJoCo warns
+        with caplog.at_level(logging.WARNING, logger='mujoco'):
+            mujoco.mj_step(env.unwrapped.model, data)
+    finally:
+        env.close()
+    assert not (tmp_path / 'MUJOCO_LOG.TXT').exists()
+    assert any('Nan, Inf or huge value' in r.getMessage() for r in caplog.records)
