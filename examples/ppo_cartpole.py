@@ -43,20 +43,9 @@ import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.recipes import PPO_CARTPOLE, use_ppo  # no torch
 
-USER_CONFIG = {
-    'exp_name': 'cartpole_ppo',
-    'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
-            'n_evaluator_episode': 10, 'stop_value': 475},
-    'policy': {
-        'discount_factor': 0.98,
-        'gae_lambda': 0.8,
-        'learn': {'n_epochs': 20, 'batch_size': 256, 'learning_rate': 1e-3, 'clip_range': 0.2,
-                  'ent_coef': 0.0, 'total_env_steps': 100_000},
-        'collect': {'n_steps': 32},
-        'eval': {'evaluator': {'eval_freq': 4}},
-    },
-}
+USER_CONFIG = PPO_CARTPOLE  # pipeline.recipes: shared with pipeline.agents.PPO
 
 
 def build_parser(doc: Optional[str] = __doc__, exp_name: str = 'cartpole_ppo', max_env_step: Optional[int] = None):
@@ -130,8 +119,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
 def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: Any, evaluator_env: Any,
           max_env_step: int, extra_middleware: List[Any]) -> int:
     from contexts import OnlineRLContext
-    from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, evaluate_episodes, gae_estimator,
-                            interaction_evaluator, online_logger, termination_checker)
+    from middleware import evaluate_episodes, online_logger, termination_checker
     from pipeline import task
     from pipeline.roles import Role
 
@@ -139,14 +127,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
                            progress=not args.no_progress, total_env_step=max_env_step)
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
-        # Under `rlpipe run` every node has its own id, so collectors run differently seeded envs.
-        collector_env.seed(cfg.seed + 1000 * task.router.node_id)
-        # Multi-process: weights out, rollouts in, stale rollouts refused; a no-op in one process.
-        task.use(RolloutExchanger(policy.model))
-        task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-        task.use(RolloutCollector(cfg, policy.collect_mode, collector_env))
-        task.use(gae_estimator(cfg, policy.model))
-        task.use(OnPolicyTrainer(cfg, policy.learn_mode))
+        use_ppo(cfg, policy, collector_env, evaluator_env)  # exchanger, evaluator, collector, GAE, trainer
         task.use(ckpt)
         task.use(logger)
         task.use(termination_checker(max_env_step=max_env_step))
