@@ -112,10 +112,12 @@ def dqn_buffer(cfg: Any) -> Any:
     return buffer_
 
 
-def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: Any) -> Any:
+def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: Any,
+            min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> Any:
     """Add DQN's middleware to the running task: exchangers (no-ops in one process), eps-greedy, the step
     collector, n-step returns, the buffer, the learner and, after it, the evaluator (returned: its
-    ``env_steps`` counts the evaluation env steps)."""
+    ``env_steps`` counts the evaluation env steps). ``min_collect_return``: a due evaluation waits until
+    the last training episodes returned this much (or ``MAX_EVAL_GAP`` iterations passed); None: no wait."""
     from middleware import (ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector, data_pusher,
                             eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer)
     from pipeline import task
@@ -125,7 +127,7 @@ def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
     evaluator = interaction_evaluator(cfg, policy.eval_mode, evaluator_env,
                                       max_episode_return='auto',  # 500 on CartPole-v1: stop a doomed evaluation
                                       # the screen reads this node's training episodes: none without collectors
-                                      min_collect_return=EVAL_MIN_COLLECT_RETURN
+                                      min_collect_return=min_collect_return
                                       if task.has_role('collector') else None,
                                       max_eval_gap=MAX_EVAL_GAP, collect_window=EVAL_COLLECT_WINDOW)
     task.use(ContextExchanger())  # under `rlpipe run --parallel-workers N`; no-ops in one process
