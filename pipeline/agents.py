@@ -111,12 +111,14 @@ class Agent:
         return int(self._ctx.env_step)
 
     def train(self, max_env_step: int, stop_value: Optional[float] = None, log_dir: Optional[str] = None,
-              progress: bool = False) -> Dict[str, Any]:
+              progress: bool = False, threads: Optional[int] = 1) -> Dict[str, Any]:
         """Train for up to ``max_env_step`` more env steps; stop early once an evaluation's mean return
         reaches ``stop_value`` (default: the config's ``env.stop_value``, 475 for the CartPole settings;
         ``float('inf')`` never stops early). ``log_dir``: TensorBoard logs there (and a progress line with
-        ``progress``). Returns ``env_step``, ``train_iter``, ``last_eval`` (the last evaluation's mean
-        return, ``-inf`` before any) and ``solved``."""
+        ``progress``). ``threads``: torch threads while training (1, as the examples' ``--threads``, is
+        fastest for small nets; None keeps torch's setting). Returns ``env_step``, ``train_iter``,
+        ``last_eval`` (the last evaluation's mean return, ``-inf`` before any), ``solved`` and
+        ``interrupted`` (Ctrl-C: the agent keeps what it learned)."""
         if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
             raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
         from contexts import OnlineRLContext
@@ -140,6 +142,11 @@ class Agent:
         for k in COUNTER_KEYS:
             if hasattr(self._ctx, k) and hasattr(ctx, k):
                 setattr(ctx, k, getattr(self._ctx, k))
+        import torch
+
+        torch_threads = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
         try:
             with task.start(ctx=ctx):
                 self._use(collector_env, evaluator_env)
@@ -149,6 +156,7 @@ class Agent:
                 task.use(termination_checker(max_env_step=until))
                 ctx, interrupted = run_pipeline()
         finally:
+            torch.set_num_threads(torch_threads)
             if logger is not None:
                 logger.close()
             collector_env.close()

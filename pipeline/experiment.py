@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .console import node_print, setup_logging
 from .play import play_policy, play_without_rendering
 
 __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
@@ -360,67 +361,6 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
     argv, script = getattr(args, '_argv', None), getattr(args, '_script', None)
     _parsed = (list(argv), script) if argv is not None else None
     return RunInfo(run_dir, user, resume, play, factories, exp_name=args.exp_name, argv=argv, script=script)
-
-
-# --------------------------------------------------------------------------- terminal
-class _TqdmAwareHandler(logging.StreamHandler):
-    """Writes log lines through ``tqdm.write`` (when tqdm is installed) so a progress bar on the
-    same terminal is lifted and redrawn instead of being garbled."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = self.format(record)
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                self.stream.write(msg + '\n')
-                self.flush()
-                return
-            tqdm.write(msg, file=self.stream)
-        except Exception:  # noqa: BLE001 - logging must not raise
-            self.handleError(record)
-
-
-class _NodeTag(logging.Filter):
-    """Adds ``record.node``: ``'[node 1 collector] '`` in a multi-node run, ``''`` otherwise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from middleware.functional.logger import node_label
-
-        label = node_label()
-        record.node = f'[{label}] ' if label else ''
-        return True
-
-
-def node_print(*lines: str) -> None:
-    """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
-    the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
-    newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
-    A line that starts with a newline keeps it before the tag."""
-    from middleware.functional.logger import node_label
-
-    label = node_label()
-    tag = f'[{label}] ' if label else ''
-    for line in lines:
-        stripped = line.lstrip('\n')
-        print(line[:len(line) - len(stripped)] + tag + stripped)
-    sys.stdout.flush()
-
-
-def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
-    """Log INFO lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node
-    runs), through ``tqdm.write`` so they do not garble the progress bar. Returns the handler."""
-    handler = _TqdmAwareHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
-    handler.addFilter(_NodeTag())
-    root = logging.getLogger()
-    for h in list(root.handlers):  # ours from an earlier call, or a plain console handler (e.g. basicConfig)
-        if isinstance(h, _TqdmAwareHandler) or (type(h) is logging.StreamHandler
-                                                and getattr(h, 'stream', None) in (sys.stderr, sys.stdout)):
-            root.removeHandler(h)
-    root.addHandler(handler)
-    root.setLevel(level)
-    return handler
 
 
 # --------------------------------------------------------------------------- running

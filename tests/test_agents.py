@@ -74,9 +74,13 @@ def test_save_and_load_give_identical_actions_and_counters(trained, name):
 
 def test_a_loaded_agent_trains_on_from_its_counters(trained):
     _, path = trained['DQN']
+    import torch
+
     agent = agents.DQN.load(path)
     before = agent.env_step
-    result = agent.train(max_env_step=16)
+    torch.set_num_threads(2)
+    result = agent.train(max_env_step=16)  # one torch thread while training, as the examples
+    assert torch.get_num_threads() == 2
     assert result['env_step'] == agent.env_step >= before + 16
     assert len(agent.evaluate(episodes=2)) == 2
 
@@ -126,3 +130,26 @@ def test_bad_calls_are_one_line(trained, tmp_path):
         with pytest.raises(AgentError) as e:
             call()
         assert message in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+def test_the_readme_and_docs_snippets_run_with_a_small_budget(tmp_path, monkeypatch):
+    """Every Python block of docs/agents.md and the README's "Python API" block, with budgets cut to a few
+    hundred env steps (the docs page's last block loads the checkpoint of an example run made here)."""
+    import contextlib
+    import io
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    _load_example('dqn_cartpole').main(['--max-env-step', '64', '--no-progress', '--set',
+                                        'policy.learn.learning_starts=32'])
+    with open(os.path.join(ROOT, 'docs', 'agents.md')) as f:
+        blocks = re.findall(r'```python\n(.*?)```', f.read(), re.S)
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        readme = f.read()
+    section = readme[readme.index('## Python API'):]
+    blocks += re.findall(r'```python\n(.*?)```', section[:section.index('\n## ', 5)], re.S)
+    assert len(blocks) >= 5
+    for block in blocks:
+        small = re.sub(r'max_env_step=[\d_]+', 'max_env_step=200', block)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(small, 'snippet', 'exec'), {})

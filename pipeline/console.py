@@ -1,0 +1,70 @@
+"""The terminal of a training run: log lines as ``HH:MM:SS [node 1 collector] message`` that do not garble
+a progress bar (:func:`setup_logging`), and the end-of-run summary lines (:func:`node_print`). Re-exported by
+:mod:`pipeline.experiment`; importing this module loads neither torch nor gymnasium."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+__all__ = ['setup_logging', 'node_print']
+
+
+class _TqdmAwareHandler(logging.StreamHandler):
+    """Writes log lines through ``tqdm.write`` (when tqdm is installed) so a progress bar on the
+    same terminal is lifted and redrawn instead of being garbled."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self.stream.write(msg + '\n')
+                self.flush()
+                return
+            tqdm.write(msg, file=self.stream)
+        except Exception:  # noqa: BLE001 - logging must not raise
+            self.handleError(record)
+
+
+class _NodeTag(logging.Filter):
+    """Adds ``record.node``: ``'[node 1 collector] '`` in a multi-node run, ``''`` otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from middleware.functional.logger import node_label
+
+        label = node_label()
+        record.node = f'[{label}] ' if label else ''
+        return True
+
+
+def node_print(*lines: str) -> None:
+    """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
+    the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
+    newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
+    A line that starts with a newline keeps it before the tag."""
+    from middleware.functional.logger import node_label
+
+    label = node_label()
+    tag = f'[{label}] ' if label else ''
+    for line in lines:
+        stripped = line.lstrip('\n')
+        print(line[:len(line) - len(stripped)] + tag + stripped)
+    sys.stdout.flush()
+
+
+def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
+    """Log INFO lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node
+    runs), through ``tqdm.write`` so they do not garble the progress bar. Returns the handler."""
+    handler = _TqdmAwareHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
+    handler.addFilter(_NodeTag())
+    root = logging.getLogger()
+    for h in list(root.handlers):  # ours from an earlier call, or a plain console handler (e.g. basicConfig)
+        if isinstance(h, _TqdmAwareHandler) or (type(h) is logging.StreamHandler
+                                                and getattr(h, 'stream', None) in (sys.stderr, sys.stdout)):
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
