@@ -57,7 +57,7 @@ def env_id_problem(env_id: Any) -> Optional[str]:
     import gymnasium as gym
 
     if env_id in gym.registry:
-        return None
+        return _missing_package(env_id, gym.registry[env_id])
     from .envs.env_manager import _register_ale
 
     atari = env_id.startswith('ALE/') or 'NoFrameskip' in env_id or 'Deterministic' in env_id
@@ -69,6 +69,22 @@ def env_id_problem(env_id: Any) -> Optional[str]:
     close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
     hint = f'; did you mean {", ".join(repr(c) for c in close)}?' if close else '; see gymnasium.registry for the ids'
     return f'unknown gymnasium env id {env_id!r}{hint}'
+
+
+#: gymnasium entry-point packages -> (module they need, how to install it)
+_NEEDS = {'gymnasium.envs.mujoco': ('mujoco', "the mujoco extra: pip install -e '.[mujoco]'"),
+          'gymnasium.envs.box2d': ('Box2D', 'pip install "gymnasium[box2d]"')}
+
+
+def _missing_package(env_id: str, spec: Any) -> Optional[str]:
+    """What to install for a registered ``env_id`` whose package is missing, or ``None``."""
+    import importlib.util
+
+    entry = str(getattr(spec, 'entry_point', '') or '')
+    for prefix, (module, how) in _NEEDS.items():
+        if entry.startswith(prefix) and importlib.util.find_spec(module) is None:
+            return f'env id {env_id!r} needs the {module!r} package, which is not installed: {how}'
+    return None
 
 
 def config_problems(user: Optional[Mapping], policy: str, env_check: bool = False) -> List[str]:

@@ -70,3 +70,15 @@ def test_precheck_api_names_the_problem():
     with pytest.raises(UsageError, match='learnig_rate') as e:
         precheck_config({'policy': {'learn': {'learnig_rate': 1}}}, 'ppo')
     assert e.value.code == 2
+
+
+def test_a_registered_env_whose_package_is_missing_names_the_extra(monkeypatch):
+    import importlib.util
+
+    from pipeline.precheck import env_id_problem
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None if name == 'mujoco' else find_spec(name, *a))
+    problem = env_id_problem('HalfCheetah-v5')
+    assert "needs the 'mujoco' package" in problem and "pip install -e '.[mujoco]'" in problem
+    assert env_id_problem('Pendulum-v1') is None
