@@ -4,10 +4,11 @@ a progress bar (:func:`setup_logging`), and the end-of-run summary lines (:func:
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Any
+from typing import Any, List
 
-__all__ = ['setup_logging', 'node_print']
+__all__ = ['setup_logging', 'node_print', 'take_summary', 'RAY_NODE_ENV']
 
 
 class _TqdmAwareHandler(logging.StreamHandler):
@@ -43,15 +44,36 @@ def node_print(*lines: str) -> None:
     """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
     the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
     newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
-    A line that starts with a newline keeps it before the tag."""
+    A line that starts with a newline keeps it before the tag.
+
+    In a node of ``rlpipe run --backend ray`` (``$RLPIPE_RAY_NODE`` set) the lines are kept for the launcher
+    instead (:func:`take_summary`), which prints them on its console: an actor's stdout goes to Ray's worker
+    log files, and its last lines do not reliably reach the driver before the job ends."""
     from middleware.functional.logger import node_label
 
     label = node_label()
     tag = f'[{label}] ' if label else ''
+    under_ray = bool(os.environ.get(RAY_NODE_ENV))
     for line in lines:
         stripped = line.lstrip('\n')
-        print(line[:len(line) - len(stripped)] + tag + stripped)
+        text = line[:len(line) - len(stripped)] + tag + stripped
+        if under_ray:
+            _kept.append(text)
+        else:
+            print(text)
     sys.stdout.flush()
+
+
+#: set by the Ray launcher in its node actors: :func:`node_print` keeps the lines for the launcher
+RAY_NODE_ENV = 'RLPIPE_RAY_NODE'
+_kept: List[str] = []
+
+
+def take_summary() -> List[str]:
+    """The lines :func:`node_print` kept in a Ray node actor since the last call (then forgotten)."""
+    out = list(_kept)
+    _kept.clear()
+    return out
 
 
 def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
