@@ -271,10 +271,11 @@ class RunInfo:
         return path
 
     def begin(self, cfg: Mapping[str, Any], quiet: bool = False) -> str:
-        """Create the run folder, save the resolved config there and print its path; returns it."""
+        """Create the run folder, save the resolved config there and print its path (with the node's tag in a
+        multi-node run, :func:`node_print`); returns it."""
         self.save_config(cfg)
         if not quiet:
-            print(f'run folder: {self.dir}', flush=True)
+            node_print(f'run folder: {self.dir}')
         assert self.dir is not None
         return self.dir
 

@@ -46,3 +46,19 @@ def test_mujoco_warnings_are_logged_not_written_to_the_working_directory(tmp_pat
         env.close()
     assert not (tmp_path / 'MUJOCO_LOG.TXT').exists()
     assert any('Nan, Inf or huge value' in r.getMessage() for r in caplog.records)
+
+
+def test_a_launched_nodes_run_folder_line_has_its_node_tag_before_its_task_starts(tmp_path, monkeypatch, capsys):
+    """The first ``run folder:`` lines of ``rlpipe run`` (printed before the pipeline starts) lacked the tag."""
+    import json
+
+    from pipeline.experiment import RunInfo
+
+    monkeypatch.setenv('RLPIPE_NODE', json.dumps({'node_id': 2, 'roles': ['collector']}))
+    (tmp_path / 'run').mkdir()
+    run = RunInfo(str(tmp_path / 'run'), {})
+    run.begin({'seed': 0})
+    assert capsys.readouterr().out == f'[node 2 collector] run folder: {tmp_path / "run"}\n'
+    monkeypatch.delenv('RLPIPE_NODE')
+    run.begin({'seed': 0})
+    assert capsys.readouterr().out == f'run folder: {tmp_path / "run"}\n'

@@ -1,6 +1,8 @@
 """Online logging: TensorBoard scalars and a progress line. Never changes the context."""
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import os
@@ -59,11 +61,22 @@ def node_label() -> str:
         from pipeline import task
         router = task.router
         if router is None or not router.is_active:
-            return ''
+            return _launched_node_label(os.environ.get('RLPIPE_NODE', ''))
         roles = '+'.join(sorted(str(r) for r in task.roles)) or 'all roles'
         return f'node {router.node_id} {roles}'
     except Exception:  # noqa: BLE001 - a label must never break logging
         return ''
+
+
+@functools.lru_cache(maxsize=4)
+def _launched_node_label(spec_json: str) -> str:
+    """The label of a node that ``rlpipe run`` started (its spec in ``$RLPIPE_NODE``) before its task starts,
+    e.g. for the ``run folder:`` line printed before the pipeline runs; ``''`` outside a launch."""
+    if not spec_json:
+        return ''
+    spec = json.loads(spec_json)
+    roles = '+'.join(sorted(str(r) for r in spec.get('roles') or [])) or 'all roles'
+    return f'node {spec["node_id"]} {roles}'
 
 
 def _fmt_time(sec: float) -> str:
