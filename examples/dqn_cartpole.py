@@ -107,6 +107,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         ckpt = CkptSaver(policy, run.dir, train_freq=1000, resume_from=run.resume,
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
     run.begin(cfg)
     return train(cfg, args, run, policy, buffer_, ckpt, collector_env, evaluator_env, extra_middleware or [])

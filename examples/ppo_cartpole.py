@@ -111,6 +111,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
     run.begin(cfg)
     return train(cfg, args, run, policy, ckpt, collector_env, evaluator_env, max_env_step, extra_middleware or [])

@@ -256,6 +256,17 @@ class RunInfo:
                 self.dir = new_run_dir(self.exp_name)
         return self.dir
 
+    def abandon(self) -> None:
+        """Remove the run folder made by :meth:`create_dir` (and ``<exp-name>/`` if that leaves it empty) when
+        nothing was written to it: a start refused after the folder was made leaves nothing behind."""
+        if self.dir is None or not os.path.isdir(self.dir) or os.listdir(self.dir):
+            return
+        os.rmdir(self.dir)
+        parent = os.path.dirname(self.dir)
+        if not os.listdir(parent):
+            os.rmdir(parent)
+        self.dir = None
+
     def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
         """Write the resolved config (and the command line) to ``<run dir>/config.json``."""
         self.create_dir()

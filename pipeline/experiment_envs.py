@@ -110,6 +110,7 @@ def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type:
         return CkptSaver(policy, run.create_dir(), train_freq=train_freq, resume_from=run.resume, buffer=buffer,
                          config=cfg, policy_type=policy_type)
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
 
 

@@ -82,3 +82,20 @@ def test_a_registered_env_whose_package_is_missing_names_the_extra(monkeypatch):
     problem = env_id_problem('HalfCheetah-v5')
     assert "needs the 'mujoco' package" in problem and "pip install -e '.[mujoco]'" in problem
     assert env_id_problem('Pendulum-v1') is None
+
+
+def test_a_resume_checkpoint_that_does_not_fit_leaves_no_run_folder(tmp_path, monkeypatch):
+    import importlib.util
+
+    from pipeline import agents
+
+    ckpt = agents.DQN('CartPole-v1').save(str(tmp_path / 'dqn.pth.tar'))  # [128, 128, 64] Q-net, untrained
+    spec = importlib.util.spec_from_file_location('dqn_cartpole_typos', os.path.join(ROOT, 'examples', 'dqn_cartpole.py'))
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    work = tmp_path / 'work'
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(SystemExit, match='does not fit'):
+        ex.main(['--resume', ckpt, '--set', 'policy.model.encoder_hidden_size_list=[32]', '--no-progress'])
+    assert os.listdir(work) == []
