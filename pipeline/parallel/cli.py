@@ -140,8 +140,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                       labels=args.labels, roles=args.roles, **options)
         else:
             specs = plan_nodes(args.parallel_workers, topology=args.topology, protocol=args.protocol,
-                               address=args.address or "127.0.0.1", ports=args.ports, node_ids=args.node_ids, attach_to=attach,
-                               labels=args.labels, roles=args.roles, advertise=args.advertise, **options)
+                               address=args.address or "127.0.0.1", ports=args.ports, node_ids=args.node_ids,
+                               attach_to=attach, labels=args.labels, roles=args.roles, advertise=args.advertise,
+                               **options)
         launcher = Launcher(specs, args.main, package=args.package, startup_interval=args.startup_interval,
                             auto_recover=args.auto_recover, max_retries=args.max_retries,
                             stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,
