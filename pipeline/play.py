@@ -50,6 +50,12 @@ def render_problem() -> Optional[str]:
     return None
 
 
+def _first_clause(e: BaseException) -> str:
+    """``'pygame is not installed'`` from gymnasium's ``'pygame is not installed, run `pip install ...`'``
+    (the one-line note names rlpipe's extra instead)."""
+    return str(e).splitlines()[0].split(', run `')[0] if str(e) else type(e).__name__
+
+
 def _missing_package(e: BaseException) -> bool:
     """Whether ``e`` says a package is missing (``ImportError`` or gymnasium's ``DependencyNotInstalled``)."""
     return isinstance(e, ImportError) or type(e).__name__ == 'DependencyNotInstalled'
@@ -75,7 +81,7 @@ def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any]
         if not _missing_package(e):
             raise
         if render:
-            raise _NoRenderer(str(e).splitlines()[0]) from None
+            raise _NoRenderer(_first_clause(e)) from None
         raise SystemExit(f"error: rendering needs an extra package ({e}); try pip install -e '.[video]'") from None
     returns: List[float] = []
     try:
@@ -84,7 +90,7 @@ def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any]
                 obs, _ = env.reset(seed=seed + ep)
             except Exception as e:  # noqa: BLE001 - renderers import their packages on the first frame
                 if render and ep == 0 and _missing_package(e):
-                    raise _NoRenderer(str(e).splitlines()[0]) from None
+                    raise _NoRenderer(_first_clause(e)) from None
                 raise
             ret, length, done = 0.0, 0, False
             while not done:
