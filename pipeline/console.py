@@ -40,20 +40,21 @@ class _NodeTag(logging.Filter):
         return True
 
 
-def node_print(*lines: str) -> None:
+def node_print(*lines: str, summary: bool = True) -> None:
     """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
     the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
     newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
     A line that starts with a newline keeps it before the tag.
 
-    In a node of ``rlpipe run --backend ray`` (``$RLPIPE_RAY_NODE`` set) the lines are kept for the launcher
-    instead (:func:`take_summary`), which prints them on its console: an actor's stdout goes to Ray's worker
-    log files, and its last lines do not reliably reach the driver before the job ends."""
+    In a node of ``rlpipe run --backend ray`` (``$RLPIPE_RAY_NODE`` set) the lines of a ``summary`` (the end of
+    a run) are kept for the launcher instead (:func:`take_summary`), which prints them on its console: an
+    actor's stdout goes to Ray's worker log files, and its last lines do not reliably reach the driver before
+    the job ends. ``summary=False`` (e.g. the run folder at the start) prints them in any case."""
     from middleware.functional.logger import node_label
 
     label = node_label()
     tag = f'[{label}] ' if label else ''
-    under_ray = bool(os.environ.get(RAY_NODE_ENV))
+    under_ray = summary and bool(os.environ.get(RAY_NODE_ENV))
     for line in lines:
         stripped = line.lstrip('\n')
         text = line[:len(line) - len(stripped)] + tag + stripped

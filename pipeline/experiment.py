@@ -286,7 +286,7 @@ class RunInfo:
         multi-node run, :func:`node_print`); returns it."""
         self.save_config(cfg)
         if not quiet:
-            node_print(f'run folder: {self.dir}')
+            node_print(f'run folder: {self.dir}', summary=False)
         assert self.dir is not None
         return self.dir
 

@@ -62,3 +62,15 @@ def test_a_launched_nodes_run_folder_line_has_its_node_tag_before_its_task_start
     monkeypatch.delenv('RLPIPE_NODE')
     run.begin({'seed': 0})
     assert capsys.readouterr().out == f'run folder: {tmp_path / "run"}\n'
+
+
+def test_under_ray_the_end_of_run_lines_are_kept_for_the_launcher(monkeypatch, capsys):
+    from pipeline.console import RAY_NODE_ENV, node_print, take_summary
+    from pipeline.parallel.ray_launch import NodeActor
+
+    monkeypatch.setenv(RAY_NODE_ENV, '1')
+    node_print('run folder: x', summary=False)  # the start of a run: printed at once
+    node_print('solved: ...', '  watch it: python y.py --play z --render')
+    assert capsys.readouterr().out == 'run folder: x\n'
+    assert NodeActor.summary(None) == ['solved: ...', '  watch it: python y.py --play z --render']
+    assert take_summary() == []
