@@ -101,6 +101,9 @@ class Agent:
             raise AgentError(str(e).splitlines()[0]) from None
         self.observation_space, self.action_space = probe.observation_space, probe.action_space
         probe.close()
+        if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
+            raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
+                             f'observations (a vector per step); build a pipeline for others (README)')
         self.policy = self._build_policy()
         self._ctx = OnlineRLContext()
         self._buffer: Any = None

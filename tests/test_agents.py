@@ -108,6 +108,7 @@ def test_an_examples_checkpoint_loads_and_an_agents_file_plays_in_the_example(tm
     (lambda: agents.SAC('CartPole-v1'), 'SAC needs continuous actions'),
     (lambda: agents.DQN('Pendulum-v1'), 'DQN needs a discrete action space'),
     (lambda: agents.DQN(config=[1]), 'config must be a dict'),
+    (lambda: agents.DQN('FrozenLake-v1'), 'the agents take flat Box observations'),
 ])
 def test_bad_construction_is_one_line(make, message):
     with pytest.raises(AgentError) as e:
