@@ -197,7 +197,8 @@ class Agent:
 
     def save(self, path: str) -> str:
         """Write the policy (weights, optimizer state), the config and the counters to ``path`` in the
-        examples' checkpoint format; returns the absolute path."""
+        examples' checkpoint format (not the replay buffer: a loaded DQN or SAC agent refills it before it
+        updates again); returns the absolute path."""
         from middleware.ckpt_handler import save_checkpoint
 
         from .experiment import to_plain
