@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--platform", choices=["local", "slurm", "k8s"], default="local",
                      help="slurm/k8s: start this cluster task's node, with its id and the peers' addresses read "
                           "from the environment (SLURM_*; or RLPIPE_NODES=host:port,... and RLPIPE_RANK)")
-    run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
+    run.add_argument("--startup-interval", type=float, default=0.0,
+                     help="seconds between starting nodes (0: all at once; they find each other by their seed "
+                          "addresses)")
     run.add_argument("--auto-recover", action="store_true",
                      help="restart a node that crashes (its main raises, or a signal kills it); a node whose "
                           "main returns an exit code is not restarted. The restarted node gets RLPIPE_RESTARTS "
