@@ -190,10 +190,15 @@ class Agent:
         from .envs.env_manager import make_gym_env
         from .play import play_policy
 
+        if not isinstance(episodes, int) or episodes < 1:
+            raise AgentError(f'episodes must be a positive int, got {episodes!r}')
         limit = self.cfg.env.get('max_episode_steps')
-        return play_policy(lambda b: self.predict(b), lambda mode: make_gym_env(
-            self.env_id, limit, **({'render_mode': mode} if mode else {})), episodes=episodes, seed=seed,
-            render=render, video_dir=video_dir, print_fn=print if verbose else (lambda _: None))
+        try:
+            return play_policy(lambda b: self.predict(b), lambda mode: make_gym_env(
+                self.env_id, limit, **({'render_mode': mode} if mode else {})), episodes=episodes, seed=seed,
+                render=render, video_dir=video_dir, print_fn=print if verbose else (lambda _: None))
+        except SystemExit as e:  # what the examples' --play says on the command line, e.g. a missing package
+            raise AgentError(str(e.code).replace('error: ', '', 1)) from None
 
     def save(self, path: str) -> str:
         """Write the policy (weights, optimizer state), the config and the counters to ``path`` in the

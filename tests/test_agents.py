@@ -122,6 +122,7 @@ def test_bad_calls_are_one_line(trained, tmp_path):
     cases = [(lambda: agent.predict(np.zeros(3)), 'observations have shape (4,)'),
              (lambda: agent.predict(np.zeros((2, 5))), 'got shape (2, 5)'),
              (lambda: agent.train(max_env_step=0), 'max_env_step must be a positive int'),
+             (lambda: agent.evaluate(episodes=0), 'episodes must be a positive int'),
              (lambda: agents.DQN.load(ppo_file), 'holds a PPO policy: load it with agents.PPO.load'),
              (lambda: agents.DQN.load(str(tmp_path / 'none.pth.tar')), 'no checkpoint file')]
     junk = tmp_path / 'junk.pth.tar'
