@@ -13,10 +13,13 @@ Two parts (each run is its own child process, so each RSS is one run's alone):
   Adam 3e-4, soft target 0.005, learned temperature; one torch thread; both evaluate 5 episodes on one env
   every 20k steps. Printed: peak RSS of each, their ratio, RSS samples, wall time, and the final
   deterministic policy's mean return over 10 episodes.
+* ``--distributed``: DQN CartPole as 4 processes over the ZeroMQ bus (``rlpipe run``); the learner
+  node's RSS per 1,000 updates once its (10k) replay buffer is full.
 
     python benchmarks/bench_memory.py                                   # all learners, ~15 min
     python benchmarks/bench_memory.py --learners sac --steps 12000
     python benchmarks/bench_memory.py --vs-sb3 --steps 100000 [--parallel] [--seed 0]
+    python benchmarks/bench_memory.py --distributed --steps 40000      # the learner node of 4 processes
 
 RSS is what the kernel reports (``psutil``), so the figures do not depend on machine load; wall times do.
 """
@@ -168,6 +171,23 @@ def child_sac_sb3(env_id: str, steps: int, starts: int, seed: int) -> None:
     print("RESULT " + json.dumps({"peak": _peak_rss(), "wall": wall, "eval_return": sum(rets) / len(rets)}), flush=True)
 
 
+def learner_rss_probe(cfg: Any) -> Any:
+    """``--middleware benchmarks.bench_memory:learner_rss_probe``: the learner node prints its RSS every
+    500 updates (``SAMPLE {...}`` lines, read by :func:`run_distributed`)."""
+    from pipeline.roles import Role, for_roles
+
+    state = {"next": 0}
+
+    @for_roles(Role.LEARNER)
+    def learner_rss(ctx: Any) -> None:
+        if ctx.train_iter >= state["next"]:
+            state["next"] = ctx.train_iter + 500
+            print("SAMPLE " + json.dumps({"env_step": int(ctx.env_step), "train_iter": int(ctx.train_iter),
+                                          "rss": _rss()}), flush=True)
+
+    return learner_rss
+
+
 # ----------------------------------------------------------------------------- parent
 def _spawn(args: List[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdout=subprocess.PIPE,
@@ -232,6 +252,29 @@ def run_learners(names: List[str], steps: Optional[int], workdir: str) -> None:
               f"{per_update * 1000 / 1024:>18.1f}", flush=True)
 
 
+def run_distributed(steps: int, workdir: str) -> None:
+    """DQN CartPole as 4 processes (learner, 2 collectors, evaluator) over the ZeroMQ bus; a 10k replay
+    buffer fills early, so any growth over the last 60 % of the learner's samples is per update."""
+    print(f"# distributed DQN learner node, {steps} env steps, replay buffer 10k ({_machine()})")
+    cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", ".", "--main", "examples.dqn_cartpole.main",
+           "--parallel-workers", "4", "--", "--max-env-step", str(steps), "--set", "env.stop_value=1000000",
+           "--set", "policy.other.replay_buffer.replay_buffer_size=10000", "--no-progress",
+           "--exp-name", os.path.join(workdir, "dist"), "--middleware", "benchmarks.bench_memory:learner_rss_probe"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    samples = []
+    for line in proc.stdout.splitlines() + proc.stderr.splitlines():
+        k = line.find("SAMPLE {")
+        if k >= 0:
+            samples.append(json.loads(line[k + 7:]))
+    if len(samples) < 5:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"distributed run: too few samples from the learner (exit {proc.returncode}):\n{tail}")
+    samples.sort(key=lambda p: p["train_iter"])
+    slope, first, last = _slope(samples, "train_iter")
+    print(f"learner node: {last['train_iter']} updates, RSS {first['rss'] / 2**20:.0f} MB at {first['train_iter']} "
+          f"updates, {last['rss'] / 2**20:.0f} MB at {last['train_iter']}: {slope * 1000 / 1024:.1f} KB per 1k updates")
+
+
 def run_vs_sb3(env_id: str, steps: int, starts: int, seed: int, parallel: bool, workdir: str) -> None:
     print(f"# SAC {env_id}, {steps} env steps ({starts} random first), 1 update per step after that; "
           f"seed {seed} ({_machine()})")
@@ -259,6 +302,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--learners", default="dqn,sac,ppo,her,rnd", help="comma-separated: " + ",".join(LEARNERS))
     p.add_argument("--steps", type=int, default=None, help="env steps per run (default: per learner; 100k with --vs-sb3)")
     p.add_argument("--vs-sb3", action="store_true", help="SAC peak RSS side by side with Stable-Baselines3")
+    p.add_argument("--distributed", action="store_true", help="the learner node of a 4-process DQN run")
     p.add_argument("--env", default="Hopper-v5")
     p.add_argument("--learning-starts", type=int, default=5000)
     p.add_argument("--seed", type=int, default=0)
@@ -273,6 +317,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         return child_sac_sb3(a.env, a.steps, a.learning_starts, a.seed)
     if a.child:
         return child_learner(a.child, a.steps, not a.no_train, a.workdir)
+    if a.distributed:
+        return run_distributed(a.steps or 40_000, a.workdir)
     if a.vs_sb3:
         return run_vs_sb3(a.env, a.steps or 100_000, a.learning_starts, a.seed, a.parallel, a.workdir)
     names = [n.strip() for n in a.learners.split(",") if n.strip()]

@@ -79,7 +79,7 @@ def make_buffer(cfg: Any) -> Any:
 
 def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
     args = build_parser().parse_args(argv)
-    run = start_run(args, user_config(args))  # --set, logging, torch threads; --resume/--play checked
+    run = start_run(args, user_config(args), 'dqn')  # --set, logging, torch threads; --resume/--play checked
     if run.play:
         return play_checkpoint(run, args, build_policy, atari_play_env)
 

@@ -20,53 +20,12 @@ import time
 from typing import Any, List, Optional, Sequence
 
 from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.recipes import DQN_CARTPOLE, dqn_buffer, use_dqn  # no torch
 
-# Settings that learn CartPole-v1 (measured by benchmarks/bench_cartpole_solve.py; docs/benchmarks.md):
-# a small Q-net with LayerNorm (it keeps TD learning stable at this update rate and learning rate 2.5e-3),
-# one update per env step (4 envs, 4 updates per pipeline step), a soft target update (theta 0.05) after every update,
-# 3-step double-DQN returns with discount 0.99 bootstrapping through the 500-step time limit (a
-# truncation is not a terminal) and a quick exploration decay (eps ~0.1 after 3,000 env steps).
-USER_CONFIG = {
-    'exp_name': 'cartpole_dqn',
-    'env': {
-        'env_id': 'CartPole-v1',
-        'collector_env_num': 4,
-        'evaluator_env_num': 1,     # episodes one after another: an evaluation stops as soon as 475 is out of reach
-        'n_evaluator_episode': 10,
-        'stop_value': 475,
-    },
-    'policy': {
-        'discount_factor': 0.99,
-        'nstep': 3,
-        'model': {'encoder_hidden_size_list': [128, 128, 64], 'dueling': True, 'layer_norm': True},
-        'learn': {
-            'update_per_collect': 4,
-            'batch_size': 64,
-            'learning_rate': 2.5e-3,
-            'target_update_type': 'soft',
-            'target_theta': 0.05,
-            'truncation_as_terminal': False,
-            'grad_clip': 10.0,
-            'learning_starts': 500,
-        },
-        'collect': {'n_sample': 4},
-        'eval': {'evaluator': {'eval_freq': 500}},
-        'other': {
-            'eps': {'type': 'exp', 'start': 1.0, 'end': 0.05, 'decay': 1000},
-            'replay_buffer': {'replay_buffer_size': 50000},
-        },
-    },
-}
-
-#: When to evaluate (cost, not criterion: solved means a complete 10-episode evaluation with mean >= 475).
-#: At most every eval_freq train iterations (500 env steps), and only when each of the last
-#: EVAL_COLLECT_WINDOW training episodes returned at least EVAL_MIN_COLLECT_RETURN -- or when
-#: MAX_EVAL_GAP iterations (env steps) passed. An evaluation stops as soon as 475 is out of reach
-#: (CartPole-v1 pays at most 500 per episode), so evaluating a policy that is not good yet costs a
-#: few hundred env steps.
-EVAL_MIN_COLLECT_RETURN: Optional[float] = 475.0
-EVAL_COLLECT_WINDOW = 2
-MAX_EVAL_GAP: Optional[int] = 5000
+# The settings (pipeline.recipes.DQN_CARTPOLE, shared with pipeline.agents.DQN) learn CartPole-v1 (figures:
+# docs/benchmarks.md): a small Q-net with LayerNorm, one update per env step, a soft target update,
+# 3-step double-DQN returns, a quick exploration decay. When it evaluates: pipeline.recipes.use_dqn.
+USER_CONFIG = DQN_CARTPOLE
 
 
 def build_parser():
@@ -89,7 +48,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
                               'priority_IS_weight': True}}}}
         if args.exp_name == 'cartpole_dqn':
             args.exp_name = 'cartpole_dqn_per'
-    run = prepare_run(args, user)  # checks --resume/--play paths and --set before anything heavy
+    # checks --resume/--play paths, --set keys and the env id before anything heavy (a typo: exit status 2)
+    run = prepare_run(args, user, policy='dqn', env_check=True)
     setup_logging()
 
     import torch
@@ -106,11 +66,10 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         raise SystemExit(f'error: {e}') from None
     if run.play:
         return play(run.play, args)
-    from pipeline.config import compile_config
     from pipeline.envs import EnvManager
+    from pipeline.precheck import compile_or_exit, usage_error
 
-    cfg = compile_config(run.user_config, policy='dqn')
-    run.create_dir()
+    cfg = compile_or_exit(run.user_config, 'dqn')
     collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     from pipeline.policy import DQNPolicy
@@ -120,59 +79,36 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     try:
         cfg.policy.model.action_shape = discrete_action_count(collector_env.action_space, 'DQN')
     except ValueError as e:  # e.g. --set env.env_id=Pendulum-v1
-        raise SystemExit(f'error: {e}') from None
+        usage_error(f'error: {e}')
     policy = DQNPolicy(cfg, seed=cfg.seed)
     buffer_ = make_buffer(cfg)
+    run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=1000, resume_from=run.resume,
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
     run.begin(cfg)
     return train(cfg, args, run, policy, buffer_, ckpt, collector_env, evaluator_env, extra_middleware or [])
 
 
 def make_buffer(cfg: Any) -> Any:
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
-
-    rb = cfg.policy.other.replay_buffer
-    buffer_ = DequeBuffer(rb.replay_buffer_size, seed=cfg.seed)
-    if rb.priority:
-        buffer_.use(PriorityExperienceReplay(buffer_, IS_weight=rb.priority_IS_weight,
-                                             priority_power_factor=rb.priority_power_factor,
-                                             IS_weight_power_factor=rb.IS_weight_power_factor,
-                                             IS_weight_anneal_train_iter=rb.IS_weight_anneal_train_iter))
-    return buffer_
+    """The replay buffer (:func:`pipeline.recipes.dqn_buffer`: prioritized with ``--per``)."""
+    return dqn_buffer(cfg)
 
 
 def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, collector_env: Any,
           evaluator_env: Any, extra_middleware: List[Any]) -> int:
     from contexts import OnlineRLContext
-    from middleware import (ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector, data_pusher,
-                            eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer, online_logger,
-                            termination_checker)
+    from middleware import online_logger, termination_checker
     from pipeline import task
 
     logger = online_logger(log_dir=os.path.join(run.dir, 'log'), train_show_freq=100,
                            progress=not args.no_progress, total_env_step=args.max_env_step)
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
-        # Under `rlpipe run` every node has its own id, so the collectors explore differently seeded envs.
-        collector_env.seed(cfg.seed + 1000 * task.router.node_id)
-        evaluator = interaction_evaluator(cfg, policy.eval_mode, evaluator_env,
-                                          max_episode_return='auto',  # 500 on CartPole-v1: stop a doomed evaluation
-                                          # the screen reads this node's training episodes: none without collectors
-                                          min_collect_return=EVAL_MIN_COLLECT_RETURN
-                                          if task.has_role('collector') else None,
-                                          max_eval_gap=MAX_EVAL_GAP, collect_window=EVAL_COLLECT_WINDOW)
-        task.use(ContextExchanger())  # under `rlpipe run --parallel-workers N`; no-ops in one process
-        task.use(ModelExchanger(policy.model))
-        task.use(eps_greedy_handler(cfg))
-        task.use(StepCollector(cfg, policy.collect_mode, collector_env))
-        task.use(nstep_reward_enhancer(cfg))
-        task.use(data_pusher(cfg, buffer_))
-        task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
-        task.use(evaluator)  # after the learner: the weights it evaluates are the ones saved at the end
+        evaluator = use_dqn(cfg, policy, buffer_, collector_env, evaluator_env)  # collector ... learner, evaluator
         task.use(ckpt)
         task.use(logger)
         task.use(termination_checker(max_env_step=args.max_env_step))

@@ -28,7 +28,6 @@ from pipeline.experiment import (example_parser, play_without_rendering, prepare
 
 
 def make_config(size: int, seed: int) -> Any:
-    from pipeline.config import compile_config
 
     return compile_config(user_config(size, seed), policy="dqn")
 
@@ -77,7 +76,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     if args.exp_name == "deepsea_dqn_rnd" and args.no_rnd:
         args.exp_name = "deepsea_dqn"
     n = args.size
-    run = prepare_run(args, user_config(n, args.seed))
+    run = prepare_run(args, user_config(n, args.seed), policy='dqn')
     if not args.quiet:
         setup_logging()
 
@@ -87,15 +86,15 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,
                             online_logger, termination_checker)
     from pipeline import task
-    from pipeline.config import compile_config
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.deepsea import DeepSeaEnv
+    from pipeline.precheck import compile_or_exit
     from pipeline.reward_model import RndRewardModel
     from pipeline.run_record import RunRecorder
 
     torch.set_num_threads(args.threads)
-    cfg = compile_config(run.user_config, policy="dqn")
+    cfg = compile_or_exit(run.user_config, "dqn")
     policy = build_policy(cfg, n, args.seed)
     if run.play:
         return play_without_rendering(run.play, policy, lambda: DeepSeaEnv(size=n, seed=args.seed), args, "DeepSea")

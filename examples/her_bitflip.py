@@ -45,7 +45,6 @@ def user_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Dict[str,
 
 
 def make_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Any:
-    from pipeline.config import compile_config
 
     return compile_config(user_config(n_bits, seed, collector_env_num), policy="dqn")
 
@@ -75,7 +74,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     if args.exp_name == "bitflip_dqn_her" and args.no_her:
         args.exp_name = "bitflip_dqn_noher"
     n = args.bits
-    run = prepare_run(args, user_config(n, args.seed))
+    run = prepare_run(args, user_config(n, args.seed), policy='dqn')
     if not args.quiet:
         setup_logging()
 
@@ -86,16 +85,16 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
                             termination_checker)
     from middleware.her import HERLearner, goal_success_evaluator, goal_success_rate
     from pipeline import task
-    from pipeline.config import compile_config
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.goal_envs import BitFlipEnv, FlattenGoalObservation
+    from pipeline.precheck import compile_or_exit
     from pipeline.reward_model import HerRewardModel, NoRelabel
     from pipeline.run_record import RunRecorder
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    cfg = compile_config(run.user_config, policy="dqn")
+    cfg = compile_or_exit(run.user_config, "dqn")
     make_env = lambda: FlattenGoalObservation(BitFlipEnv(n_bits=n))  # noqa: E731
     probe = make_env()
     obs_dim = probe.observation_space.shape[0]

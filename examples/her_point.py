@@ -60,7 +60,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     args = build_parser().parse_args(argv)
     if args.exp_name == "point_sac_her" and args.no_her:
         args.exp_name = "point_sac_noher"
-    run = prepare_run(args, user_config(args.seed))
+    run = prepare_run(args, user_config(args.seed), policy='sac')
     if not args.quiet:
         setup_logging()
 

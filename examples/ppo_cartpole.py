@@ -26,20 +26,9 @@ import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.recipes import PPO_CARTPOLE, use_ppo  # no torch
 
-USER_CONFIG = {
-    'exp_name': 'cartpole_ppo',
-    'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
-            'n_evaluator_episode': 10, 'stop_value': 475},
-    'policy': {
-        'discount_factor': 0.98,
-        'gae_lambda': 0.8,
-        'learn': {'n_epochs': 20, 'batch_size': 256, 'learning_rate': 1e-3, 'clip_range': 0.2,
-                  'ent_coef': 0.0, 'total_env_steps': 100_000},
-        'collect': {'n_steps': 32},
-        'eval': {'evaluator': {'eval_freq': 4}},
-    },
-}
+USER_CONFIG = PPO_CARTPOLE  # pipeline.recipes: shared with pipeline.agents.PPO
 
 
 def build_parser(doc: Optional[str] = __doc__, exp_name: str = 'cartpole_ppo', max_env_step: Optional[int] = None):
@@ -56,20 +45,23 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
          user_config: dict = USER_CONFIG, doc: Optional[str] = __doc__,
          make_env: Optional[Callable[[str, Optional[str]], Any]] = None,
          add_flags: Optional[Callable[[Any], None]] = None,
-         config_from_args: Optional[Callable[[Any], dict]] = None) -> int:
+         config_from_args: Optional[Callable[[Any], dict]] = None, script: str = __file__) -> int:
     """Train (or ``--play``) PPO with ``user_config``. ``extra_middleware``: middleware appended to
     the pipeline (as are ``--middleware module:factory`` ones). ``make_env(env_id, render_mode)``
     returns one gymnasium env (default: ``gymnasium.make``); the collector and evaluator run copies
     of it. ``add_flags(parser)`` adds an example's own flags; ``config_from_args(args)`` then returns
-    the user config (it may also set ``args.exp_name``). Returns the exit status (0 = solved, or a
+    the user config (it may also set ``args.exp_name``). ``script``: the example's file, recorded in
+    ``config.json`` and named in the printed resume and "watch it" commands. Returns the exit status (0 = solved, or a
     fixed budget done)."""
     parser = build_parser(doc, user_config['exp_name'])
+    parser.script = os.path.abspath(script)
     if add_flags is not None:
         add_flags(parser)
     args = parser.parse_args(argv)
     if config_from_args is not None:
         user_config = config_from_args(args)
-    run = prepare_run(args, user_config)  # checks --resume/--play paths and --set before anything heavy
+    # checks --resume/--play paths, --set keys and the env id before anything heavy (a typo: exit status 2)
+    run = prepare_run(args, user_config, policy='ppo', env_check=True)
     setup_logging()
 
     import torch
@@ -86,24 +78,23 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         return play(run.play, args, make_env)
     from middleware import CkptSaver
     from pipeline.envs import EnvManager
-    from pipeline.policy.ppo import PPOPolicy, make_ppo_config
+    from pipeline.policy.ppo import PPOPolicy
+    from pipeline.precheck import compile_or_exit
 
-    try:
-        cfg = make_ppo_config(run.user_config)
-    except ValueError as e:
-        raise SystemExit(f'error: {e}') from None
+    cfg = compile_or_exit(run.user_config, 'ppo')
     if args.no_stop:
         cfg.env.stop_value = None
     max_env_step = args.max_env_step or cfg.policy.learn.total_env_steps
-    run.create_dir()
     env_id, kw = cfg.env.env_id, dict(cfg.env.env_kwargs or {})
     spec = env_id if make_env is None else (lambda: make_env(env_id, None))
     collector_env = EnvManager(spec, cfg.env.collector_env_num, seed=cfg.seed, env_kwargs=kw)
     evaluator_env = EnvManager(spec, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, env_kwargs=kw)
     policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, seed=cfg.seed)
+    run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
     run.begin(cfg)
     return train(cfg, args, run, policy, ckpt, collector_env, evaluator_env, max_env_step, extra_middleware or [])
@@ -112,8 +103,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
 def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: Any, evaluator_env: Any,
           max_env_step: int, extra_middleware: List[Any]) -> int:
     from contexts import OnlineRLContext
-    from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, evaluate_episodes, gae_estimator,
-                            interaction_evaluator, online_logger, termination_checker)
+    from middleware import evaluate_episodes, online_logger, termination_checker
     from pipeline import task
     from pipeline.roles import Role
 
@@ -121,14 +111,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
                            progress=not args.no_progress, total_env_step=max_env_step)
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
-        # Under `rlpipe run` every node has its own id, so collectors run differently seeded envs.
-        collector_env.seed(cfg.seed + 1000 * task.router.node_id)
-        # Multi-process: weights out, rollouts in, stale rollouts refused; a no-op in one process.
-        task.use(RolloutExchanger(policy.model))
-        task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-        task.use(RolloutCollector(cfg, policy.collect_mode, collector_env))
-        task.use(gae_estimator(cfg, policy.model))
-        task.use(OnPolicyTrainer(cfg, policy.learn_mode))
+        use_ppo(cfg, policy, collector_env, evaluator_env)  # exchanger, evaluator, collector, GAE, trainer
         task.use(ckpt)
         task.use(logger)
         task.use(termination_checker(max_env_step=max_env_step))
@@ -154,7 +137,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:
         node_print(f'final mean eval return {final:.1f} over {cfg.env.n_evaluator_episode} episodes')
-    run.print_paths(ckpt, __file__)
+    run.print_paths(ckpt, run.script or __file__)
     return 0 if (solved or stop is None) else 1
 
 

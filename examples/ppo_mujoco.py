@@ -90,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         return cfg
 
     return _ppo_main(argv, extra_middleware, user_config('InvertedPendulum-v5'), __doc__, make_env=make_env,
-                     add_flags=add_flags, config_from_args=config_from_args)
+                     add_flags=add_flags, config_from_args=config_from_args, script=__file__)
 
 
 if __name__ == '__main__':

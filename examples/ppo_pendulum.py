@@ -46,7 +46,7 @@ USER_CONFIG = {
 
 def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[Any]] = None) -> int:
     """Train (or ``--play``) PPO on Pendulum-v1; see :func:`examples.ppo_cartpole.main`."""
-    return _ppo_main(argv, extra_middleware, USER_CONFIG, __doc__)
+    return _ppo_main(argv, extra_middleware, USER_CONFIG, __doc__, script=__file__)
 
 
 if __name__ == '__main__':

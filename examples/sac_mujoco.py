@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 from pipeline.experiment import example_parser, run_pipeline  # no torch
 from pipeline.experiment_envs import (add_env_flags, checkpointer, compile_run_config, env_config, finish_run,
                                       mujoco_envs, mujoco_play_env, play_checkpoint, run_logger, start_run)
+from pipeline.recipes import sac_policy_settings, use_sac  # no torch
 
 
 def build_parser():
@@ -41,19 +42,9 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    return {
-        'env': env_config(args, stop_value=None),
-        'policy': {
-            'discount_factor': 0.99,
-            'model': {'actor_hidden_size_list': [256, 256], 'critic_hidden_size_list': [256, 256]},
-            'learn': {'update_per_collect': args.env_num, 'batch_size': 256, 'learning_rate_actor': 3e-4,
-                      'learning_rate_critic': 3e-4, 'learning_rate_alpha': 3e-4, 'target_theta': 0.005,
-                      'init_alpha': 1.0, 'truncation_as_terminal': False, 'learning_starts': 10_000},
-            'collect': {'n_sample': args.env_num, 'random_collect_size': 10_000},
-            'eval': {'evaluator': {'eval_freq': 20_000}},
-            'other': {'replay_buffer': {'replay_buffer_size': 1_000_000}},
-        },
-    }
+    """The env flags' ``env`` section and SAC's settings (:func:`pipeline.recipes.sac_policy_settings`, shared
+    with :class:`pipeline.agents.SAC`)."""
+    return {'env': env_config(args, stop_value=None), 'policy': sac_policy_settings(args.env_num)}
 
 
 def build_policy(cfg: Any, observation_space: Any, action_space: Any) -> Any:
@@ -64,12 +55,12 @@ def build_policy(cfg: Any, observation_space: Any, action_space: Any) -> Any:
 
 def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
     args = build_parser().parse_args(argv)
-    run = start_run(args, user_config(args))  # --set, logging, torch threads; --resume/--play checked
+    run = start_run(args, user_config(args), 'sac')  # --set, logging, torch threads; --resume/--play checked
     if run.play:
         return play_checkpoint(run, args, build_policy, mujoco_play_env)
 
     from contexts import OnlineRLContext
-    from middleware import OffPolicyLearner, StepCollector, data_pusher, interaction_evaluator, termination_checker
+    from middleware import termination_checker
     from pipeline import task
     from pipeline.data import DequeBuffer
 
@@ -82,11 +73,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()
     with task.start(ctx=ckpt.restore(OnlineRLContext())):
-        task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
         # subprocess envs (--env-num >= 2): one half steps in the workers while the policy acts for the other
-        task.use(StepCollector(cfg, policy.collect_mode, collector_env, overlap=args.backend == 'subprocess'))
-        task.use(data_pusher(cfg, buffer_))
-        task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer_))
+        use_sac(cfg, policy, buffer_, collector_env, evaluator_env, overlap=args.backend == 'subprocess')
         task.use(ckpt)
         task.use(logger)
         task.use(termination_checker(max_env_step=args.max_env_step))

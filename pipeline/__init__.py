@@ -1,7 +1,8 @@
 """rlpipe's runtime: ``from pipeline import task, Task, Role``.
 
 Subpackages (imported on demand, so ``import pipeline`` stays light): ``pipeline.learner``,
-``pipeline.data``, ``pipeline.policy``, ``pipeline.envs``, ``pipeline.parallel``.
+``pipeline.data``, ``pipeline.policy``, ``pipeline.envs``, ``pipeline.parallel``; ``pipeline.agents`` trains,
+saves, loads and runs a DQN, PPO or SAC policy in a few lines (``docs/agents.md``).
 """
 from .contracts import WiringError, WiringWarning
 from .roles import Role, for_all_roles, for_roles

@@ -30,7 +30,7 @@ from . import config_schema as S
 __all__ = [
     'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
     'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
-    'FREE_FORM_KEYS',
+    'FREE_FORM_KEYS', 'check_user_config',
 ]
 
 
@@ -226,6 +226,21 @@ def compile_config(user: Optional[Mapping] = None, policy: str = 'dqn') -> EasyD
     if errors:
         raise ConfigError(errors)
     return cfg
+
+
+def check_user_config(user: Optional[Mapping], policy: str) -> List[str]:
+    """The problems :func:`compile_config` would list for ``user`` that the schema alone shows
+    (unknown keys with suggestions, values outside the types and ranges), found without importing
+    torch: the built-in policies' schemas are in :mod:`pipeline.policy_schemas`. Checks that need the
+    policy's module (e.g. optimizer arguments) are left to :func:`compile_config`. Returns ``[]`` for a
+    policy without a torch-free schema."""
+    from .policy_schemas import SCHEMAS
+
+    schema = _REGISTERED[policy][0] if policy in _REGISTERED else SCHEMAS.get(policy)
+    if schema is None or policy in _LEGACY_DEFAULTS:
+        return []
+    _, errors = _merge_collect(S.defaults(schema), user, schema)
+    return errors
 
 
 def parse_override(item: str) -> Tuple[str, Any]:

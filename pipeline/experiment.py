@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .console import node_print, setup_logging
 from .play import play_policy, play_without_rendering
 
 __all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
@@ -255,6 +256,17 @@ class RunInfo:
                 self.dir = new_run_dir(self.exp_name)
         return self.dir
 
+    def abandon(self) -> None:
+        """Remove the run folder made by :meth:`create_dir` (and ``<exp-name>/`` if that leaves it empty) when
+        nothing was written to it: a start refused after the folder was made leaves nothing behind."""
+        if self.dir is None or not os.path.isdir(self.dir) or os.listdir(self.dir):
+            return
+        os.rmdir(self.dir)
+        parent = os.path.dirname(self.dir)
+        if not os.listdir(parent):
+            os.rmdir(parent)
+        self.dir = None
+
     def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
         """Write the resolved config (and the command line) to ``<run dir>/config.json``."""
         self.create_dir()
@@ -270,10 +282,11 @@ class RunInfo:
         return path
 
     def begin(self, cfg: Mapping[str, Any], quiet: bool = False) -> str:
-        """Create the run folder, save the resolved config there and print its path; returns it."""
+        """Create the run folder, save the resolved config there and print its path (with the node's tag in a
+        multi-node run, :func:`node_print`); returns it."""
         self.save_config(cfg)
         if not quiet:
-            print(f'run folder: {self.dir}', flush=True)
+            node_print(f'run folder: {self.dir}', summary=False)
         assert self.dir is not None
         return self.dir
 
@@ -312,9 +325,12 @@ class RunInfo:
         return [f(cfg) for f in self.middleware_factories]
 
 
-def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
+def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None,
+                env_check: bool = False) -> RunInfo:
     """Apply ``--set``, check ``--resume``/``--play`` paths and ``--middleware`` specs. Bad input ends
-    with a one-line error. The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
+    with a one-line error. With ``policy`` (``'dqn'``, ``'ppo'``, ``'sac'``) the config is checked against
+    that policy's schema, and with ``env_check`` its ``env.env_id`` against gymnasium's registry, before
+    torch is imported: a problem ends the run with exit status 2 (:mod:`pipeline.precheck`). The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
     them once the config has compiled, so a config error leaves no empty folder).
 
     On a learner node that the launcher restarted (``rlpipe run --auto-recover`` or ``--backend ray
@@ -329,6 +345,10 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
         raise SystemExit(f'error: --set: {e}') from None
     user['exp_name'] = args.exp_name
     user['seed'] = args.seed
+    if policy is not None and not args.play:
+        from .precheck import precheck_config
+
+        precheck_config(user, policy, env_check)
     if args.resume and args.play:
         raise SystemExit('error: give --resume (continue training) or --play (run a saved policy), not both')
     if (args.render or args.video) and not args.play:
@@ -353,67 +373,6 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> Run
     argv, script = getattr(args, '_argv', None), getattr(args, '_script', None)
     _parsed = (list(argv), script) if argv is not None else None
     return RunInfo(run_dir, user, resume, play, factories, exp_name=args.exp_name, argv=argv, script=script)
-
-
-# --------------------------------------------------------------------------- terminal
-class _TqdmAwareHandler(logging.StreamHandler):
-    """Writes log lines through ``tqdm.write`` (when tqdm is installed) so a progress bar on the
-    same terminal is lifted and redrawn instead of being garbled."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = self.format(record)
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                self.stream.write(msg + '\n')
-                self.flush()
-                return
-            tqdm.write(msg, file=self.stream)
-        except Exception:  # noqa: BLE001 - logging must not raise
-            self.handleError(record)
-
-
-class _NodeTag(logging.Filter):
-    """Adds ``record.node``: ``'[node 1 collector] '`` in a multi-node run, ``''`` otherwise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from middleware.functional.logger import node_label
-
-        label = node_label()
-        record.node = f'[{label}] ' if label else ''
-        return True
-
-
-def node_print(*lines: str) -> None:
-    """Print ``lines`` (a summary at the end of a run) to stdout, flushed. In a multi-node run each starts with
-    the node and its roles, ``[node 1 collector] solved: ...``: every node prints its own view (its counters, the
-    newest evaluation it received), and in the merged output of ``rlpipe run`` a reader must know whose it is.
-    A line that starts with a newline keeps it before the tag."""
-    from middleware.functional.logger import node_label
-
-    label = node_label()
-    tag = f'[{label}] ' if label else ''
-    for line in lines:
-        stripped = line.lstrip('\n')
-        print(line[:len(line) - len(stripped)] + tag + stripped)
-    sys.stdout.flush()
-
-
-def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
-    """Log INFO lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node
-    runs), through ``tqdm.write`` so they do not garble the progress bar. Returns the handler."""
-    handler = _TqdmAwareHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
-    handler.addFilter(_NodeTag())
-    root = logging.getLogger()
-    for h in list(root.handlers):  # ours from an earlier call, or a plain console handler (e.g. basicConfig)
-        if isinstance(h, _TqdmAwareHandler) or (type(h) is logging.StreamHandler
-                                                and getattr(h, 'stream', None) in (sys.stderr, sys.stdout)):
-            root.removeHandler(h)
-    root.addHandler(handler)
-    root.setLevel(level)
-    return handler
 
 
 # --------------------------------------------------------------------------- running

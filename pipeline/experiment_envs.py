@@ -69,11 +69,12 @@ def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[st
             'max_episode_steps': args.max_episode_steps}
 
 
-def start_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunInfo:
-    """:func:`pipeline.experiment.prepare_run` (``--set``, checked ``--resume``/``--play`` paths), then
+def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None) -> RunInfo:
+    """:func:`pipeline.experiment.prepare_run` (``--set``, checked ``--resume``/``--play`` paths; with
+    ``policy``, the config and its gymnasium env id checked before torch loads), then
     logging (unless ``--quiet``), torch threads, and the ``--resume``/``--play`` files read once: a
     corrupt or foreign file ends the run now, before anything is built."""
-    run = prepare_run(args, user_config)
+    run = prepare_run(args, user_config, policy=policy, env_check=policy is not None)
     if not getattr(args, 'quiet', False):
         setup_logging()
     import torch
@@ -92,13 +93,10 @@ def start_run(args: argparse.Namespace, user_config: Mapping[str, Any]) -> RunIn
 
 def compile_run_config(run: RunInfo, policy: str) -> Any:
     """``compile_config(run.user_config, policy=policy)``; a config error (e.g. a misspelled ``--set``
-    key) ends the run with the list of problems, before anything is built."""
-    from .config import compile_config
+    key) ends the run with the list of problems and exit status 2, before anything is built."""
+    from .precheck import compile_or_exit
 
-    try:
-        return compile_config(run.user_config, policy=policy)
-    except ValueError as e:
-        raise SystemExit(f'error: {e}') from None
+    return compile_or_exit(run.user_config, policy)
 
 
 def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
@@ -112,6 +110,7 @@ def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type:
         return CkptSaver(policy, run.create_dir(), train_freq=train_freq, resume_from=run.resume, buffer=buffer,
                          config=cfg, policy_type=policy_type)
     except CheckpointError as e:
+        run.abandon()
         raise SystemExit(f'error: {e}') from None
 
 

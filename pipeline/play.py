@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ['play_policy', 'play_without_rendering']
+__all__ = ['play_policy', 'play_without_rendering', 'render_problem']
 
 
 def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
@@ -16,11 +17,54 @@ def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]]
     """Run ``episodes`` episodes of ``policy`` (``policy(obs_batch) -> actions``, e.g. from
     :func:`pipeline.policy.load_policy`) and print each return. ``make_env(render_mode)`` returns a
     gymnasium env; ``render`` shows it in a window (``render_mode='human'``), ``video_dir`` records
-    every episode there with gymnasium's ``RecordVideo`` (needs ``moviepy``). Returns the returns."""
-    import numpy as np
-
+    every episode there with gymnasium's ``RecordVideo`` (needs ``moviepy``). When ``render`` cannot open a
+    window (no display, or the env's renderer needs a package that is missing, e.g. pygame) it prints one
+    line saying so and what to install, and plays on without a window. Returns the returns."""
     if episodes < 1:
         raise SystemExit(f'error: --episodes must be >= 1, got {episodes}')
+    if render:
+        problem = render_problem()
+        if problem is not None:
+            print_fn(f'--render: {problem}; playing without a window ({RENDER_HINT})')
+            render = False
+    try:
+        return _play(policy, make_env, episodes, seed, render, video_dir, print_fn)
+    except _NoRenderer as e:  # the env's renderer is missing (e.g. pygame): play on without a window
+        print_fn(f'--render: {e}; playing without a window ({RENDER_HINT})')
+        return _play(policy, make_env, episodes, seed, False, video_dir, print_fn)
+
+
+#: what the one-line note of a ``--render`` that cannot show a window suggests
+RENDER_HINT = "for a window: pip install -e '.[video]' on a machine with a display; or record with --video DIR"
+
+
+class _NoRenderer(Exception):
+    """The env could not render in a window for want of a package."""
+
+
+def render_problem() -> Optional[str]:
+    """Why ``render_mode='human'`` cannot show a window here (Linux without ``DISPLAY``/``WAYLAND_DISPLAY``),
+    or ``None``. A renderer's missing package (e.g. pygame) shows only when the env first draws."""
+    if sys.platform.startswith('linux') and not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
+        return 'no display to open a window on'
+    return None
+
+
+def _first_clause(e: BaseException) -> str:
+    """``'pygame is not installed'`` from gymnasium's ``'pygame is not installed, run `pip install ...`'``
+    (the one-line note names rlpipe's extra instead)."""
+    return str(e).splitlines()[0].split(', run `')[0] if str(e) else type(e).__name__
+
+
+def _missing_package(e: BaseException) -> bool:
+    """Whether ``e`` says a package is missing (``ImportError`` or gymnasium's ``DependencyNotInstalled``)."""
+    return isinstance(e, ImportError) or type(e).__name__ == 'DependencyNotInstalled'
+
+
+def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int, seed: int,
+          render: bool, video_dir: Optional[str], print_fn: Callable[[str], None]) -> List[float]:
+    import numpy as np
+
     mode = 'human' if render else ('rgb_array' if video_dir else None)
     try:
         env = make_env(mode)
@@ -33,12 +77,21 @@ def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]]
                     from None
             env = gym.wrappers.RecordVideo(env, os.path.abspath(video_dir), episode_trigger=lambda i: True,
                                            disable_logger=True)
-    except ImportError as e:  # gymnasium's DependencyNotInstalled is an ImportError
+    except Exception as e:  # noqa: BLE001 - ImportError or gymnasium's DependencyNotInstalled
+        if not _missing_package(e):
+            raise
+        if render:
+            raise _NoRenderer(_first_clause(e)) from None
         raise SystemExit(f"error: rendering needs an extra package ({e}); try pip install -e '.[video]'") from None
     returns: List[float] = []
     try:
         for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
+            try:
+                obs, _ = env.reset(seed=seed + ep)
+            except Exception as e:  # noqa: BLE001 - renderers import their packages on the first frame
+                if render and ep == 0 and _missing_package(e):
+                    raise _NoRenderer(_first_clause(e)) from None
+                raise
             ret, length, done = 0.0, 0, False
             while not done:
                 action = np.asarray(policy(np.asarray(obs, dtype=np.float32)[None]))[0]

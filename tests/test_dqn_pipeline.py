@@ -124,7 +124,7 @@ def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys, caplog, 
     assert it2 == it1 + 80
     assert not [r for r in caplog.records if r.getMessage().startswith('eval at')]  # no evaluation at resume
     assert torch.load(run2 / 'ckpt' / 'final.pth.tar', weights_only=True)['counters']['env_step'] == 240
-    from pipeline.config import ConfigError
-    with pytest.raises(ConfigError, match='batchsize'):
+    with pytest.raises(SystemExit, match='batchsize') as e:  # one line on stderr, exit status 2
         mod.main(['--set', 'policy.learn.batchsize=16'])
+    assert e.value.code == 2
     assert not (tmp_path / 'cartpole_dqn' / '3').exists()  # a config error leaves no empty run folder

@@ -75,7 +75,7 @@ def test_dqn_on_a_continuous_action_space_names_sac(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
         load('dqn_cartpole').main(['--set', 'env.env_id=Pendulum-v1', '--set', 'env.stop_value=0', '--no-progress'])
-    assert 'DQN needs a discrete action space' in str(e.value.code) and 'SAC' in str(e.value.code)
+    assert 'DQN needs a discrete action space' in str(e.value) and 'SAC' in str(e.value) and e.value.code == 2
     assert discrete_action_count(gym.spaces.Discrete(3)) == 3
 
 
@@ -198,7 +198,12 @@ def test_progress_lines_have_rate_and_eta_and_log_lines_stay_whole():
 
     buf = io.StringIO()
     d = ProgressDisplay(buf, total=1000, interval=0.0, use_tqdm=False)
-    time.sleep(0.01)
+    d.update(10, 'train_iter 1')  # at once: no rate over a ~0 s interval (it read e.g. "56198891 steps/s")
+    first = buf.getvalue().strip()
+    assert 'env_step 10/1000' in first and 'steps/s' not in first and 'ETA' not in first, first
+    buf.seek(0)
+    buf.truncate()
+    d._t0 -= 2.0  # as if started 2 s ago
     d.update(100, 'train_iter 5')
     line = buf.getvalue().strip()
     assert 'env_step 100/1000 (10%)' in line and 'steps/s' in line and 'train_iter 5' in line

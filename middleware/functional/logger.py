@@ -1,6 +1,8 @@
 """Online logging: TensorBoard scalars and a progress line. Never changes the context."""
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import os
@@ -59,11 +61,22 @@ def node_label() -> str:
         from pipeline import task
         router = task.router
         if router is None or not router.is_active:
-            return ''
+            return _launched_node_label(os.environ.get('RLPIPE_NODE', ''))
         roles = '+'.join(sorted(str(r) for r in task.roles)) or 'all roles'
         return f'node {router.node_id} {roles}'
     except Exception:  # noqa: BLE001 - a label must never break logging
         return ''
+
+
+@functools.lru_cache(maxsize=4)
+def _launched_node_label(spec_json: str) -> str:
+    """The label of a node that ``rlpipe run`` started (its spec in ``$RLPIPE_NODE``) before its task starts,
+    e.g. for the ``run folder:`` line printed before the pipeline runs; ``''`` outside a launch."""
+    if not spec_json:
+        return ''
+    spec = json.loads(spec_json)
+    roles = '+'.join(sorted(str(r) for r in spec.get('roles') or [])) or 'all roles'
+    return f'node {spec["node_id"]} {roles}'
 
 
 def _fmt_time(sec: float) -> str:
@@ -75,6 +88,10 @@ def _fmt_time(sec: float) -> str:
 # stops on an evaluation target ends long before it); and the layout ``close`` leaves when the run stopped early.
 _BAR_RUNNING = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {remaining} to the step budget, {rate_fmt}{postfix}]'
 _BAR_STOPPED = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}, stopped before the step budget]'
+
+
+#: plain progress lines show a rate (and the time left) only once this many seconds have passed
+MIN_RATE_SECONDS = 1.0
 
 
 class ProgressDisplay:
@@ -123,10 +140,12 @@ class ProgressDisplay:
             return
         self._last_print = now
         el = now - self._t0
-        rate = n / el if el > 0 else 0.0
+        # a rate over the first instants of a run (one batch of env steps in a few ms) means nothing: none yet
+        rate = n / el if el >= MIN_RATE_SECONDS else 0.0
         parts = [self.label] if self.label else []
         parts.append(f'env_step {n}' + (f'/{self.total} ({100.0 * n / self.total:.0f}%)' if self.total else ''))
-        parts.append(f'{rate:.0f} steps/s')
+        if rate > 0:
+            parts.append(f'{rate:.0f} steps/s')
         parts.append(f'elapsed {_fmt_time(el)}')
         if self.total and rate > 0 and n < self.total:
             parts.append(f'ETA to the step budget {_fmt_time((self.total - n) / rate)}')

@@ -14,6 +14,7 @@ bootstrapping from ``next_obs`` is correct) are kept apart in every step result.
 from __future__ import annotations
 
 import difflib
+import sys
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -105,11 +106,15 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs:
 
     try:
         try:
-            return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
         except (gym.error.NameNotFound, gym.error.NamespaceNotFound):
             if not _register_ale():  # Atari ids exist only once ale_py is imported
                 raise
-            return gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+        if 'mujoco' in sys.modules:  # a MuJoCo env: its warnings go to logging, not to ./MUJOCO_LOG.TXT
+            from .mujoco import log_mujoco_warnings
+            log_mujoco_warnings()
+        return env
     except (gym.error.Error, ImportError) as e:
         extra = _missing_extra(str(env_id), e)
         if extra is not None:

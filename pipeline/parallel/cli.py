@@ -33,8 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--topology", choices=["mesh", "star", "alone"], default="mesh",
                      help="mesh: all to all; star: all to the smallest node id; alone: only --attach-to")
     run.add_argument("--protocol", choices=["tcp", "ipc"], default="tcp")
-    run.add_argument("--address", default="127.0.0.1",
-                     help="interface to listen on (tcp); loopback by default, name another one on purpose")
+    run.add_argument("--address", default=None,
+                     help="interface to listen on (tcp); loopback (127.0.0.1) by default, name another one on "
+                          "purpose. A single node given --address waits for nodes of another `rlpipe run`: "
+                          "it needs RLPIPE_KEY (or --key-file), the same for both")
     run.add_argument("--advertise", default=None,
                      help="address announced to peers if it differs from the listen address (NAT, 0.0.0.0)")
     run.add_argument("--ports", default=None,
@@ -53,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--platform", choices=["local", "slurm", "k8s"], default="local",
                      help="slurm/k8s: start this cluster task's node, with its id and the peers' addresses read "
                           "from the environment (SLURM_*; or RLPIPE_NODES=host:port,... and RLPIPE_RANK)")
-    run.add_argument("--startup-interval", type=float, default=0.5, help="seconds between starting nodes")
+    run.add_argument("--startup-interval", type=float, default=0.0,
+                     help="seconds between starting nodes (0: all at once; they find each other by their seed "
+                          "addresses)")
     run.add_argument("--auto-recover", action="store_true",
                      help="restart a node that crashes (its main raises, or a signal kills it); a node whose "
                           "main returns an exit code is not restarted. The restarted node gets RLPIPE_RESTARTS "
@@ -117,9 +121,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.environ["RLPIPE_BUS_AUTH"] = args.bus_auth  # every node this launcher starts inherits it
     if args.backend == "ray":
         return _run_on_ray(args)
-    from .keys import MissingKeyError
+    from .keys import KEY_ENV, KEY_FILE_ENV, MissingKeyError
     from .launch import Launcher, plan_cluster_node, plan_nodes
     attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
+    from .wire import is_local_address
+    if (args.platform == "local" and args.address is not None and args.parallel_workers == 1 and not attach
+            and is_local_address(f"tcp://{args.address}:0")
+            and not (args.key_file or os.environ.get(KEY_ENV) or os.environ.get(KEY_FILE_ENV))):
+        # one node on a named interface: its peers come from another launch, which cannot know a random key
+        print(f"rlpipe run: error: --address {args.address} with one node: the nodes that join it (another "
+              f"`rlpipe run --attach-to ...`) need the same key; set {KEY_ENV} (or --key-file) for both, e.g. "
+              f"export {KEY_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))')", file=sys.stderr)
+        return 2
     options = dict(heartbeat_interval=args.heartbeat_interval, heartbeat_timeout=args.heartbeat_timeout,
                    startup_timeout=args.startup_timeout, stop_on_peer_failure=args.stop_on_failure,
                    peerless_timeout=args.peerless_timeout)
@@ -129,8 +142,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                       labels=args.labels, roles=args.roles, **options)
         else:
             specs = plan_nodes(args.parallel_workers, topology=args.topology, protocol=args.protocol,
-                               address=args.address, ports=args.ports, node_ids=args.node_ids, attach_to=attach,
-                               labels=args.labels, roles=args.roles, advertise=args.advertise, **options)
+                               address=args.address or "127.0.0.1", ports=args.ports, node_ids=args.node_ids,
+                               attach_to=attach, labels=args.labels, roles=args.roles, advertise=args.advertise,
+                               **options)
         launcher = Launcher(specs, args.main, package=args.package, startup_interval=args.startup_interval,
                             auto_recover=args.auto_recover, max_retries=args.max_retries,
                             stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,
@@ -153,7 +167,7 @@ def _run_on_ray(args: argparse.Namespace) -> int:
         print("rlpipe run: error: --backend ray places the nodes itself: drop --platform, --attach-to and "
               "--protocol", file=sys.stderr)
         return 2
-    address = None if args.address == "127.0.0.1" else args.address  # --address names the Ray cluster here
+    address = None if args.address in (None, "127.0.0.1") else args.address  # --address names the Ray cluster here
     os.environ["RLPIPE_LOG_LEVEL"] = args.log_level.upper()
     try:
         results = run_on_ray(

@@ -228,7 +228,7 @@ def _is_multi_machine(specs: Sequence[NodeSpec]) -> bool:
 class Launcher:
     """Run ``main`` (``"package.module.function"``) once per node spec, as child processes."""
 
-    def __init__(self, specs: Sequence[NodeSpec], main: str, package: str = ".", startup_interval: float = 0.5,
+    def __init__(self, specs: Sequence[NodeSpec], main: str, package: str = ".", startup_interval: float = 0.0,
                  auto_recover: bool = False, max_retries: int = 3, stop_grace: float = 10.0,
                  stop_on_failure: bool = False, key_file: Optional[str] = None,
                  extra_env: Optional[Dict[str, str]] = None, main_args: Sequence[str] = ()) -> None:

@@ -119,6 +119,12 @@ class NodeActor:
             port = s.getsockname()[1]
         return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
+    def summary(self) -> List[str]:
+        """The end-of-run lines the node's main printed with ``node_print`` (kept, not printed, in an actor)."""
+        from ..console import take_summary
+
+        return take_summary()
+
     def ray_node_id(self) -> str:
         import ray
 
@@ -147,6 +153,17 @@ class NodeActor:
                              name="rlpipe-job-control").start()
         sys.argv = [main, *main_args]
         return load_main(main)()
+
+
+def _print_summary(ray: Any, actor: Any, node_id: int) -> None:
+    """Print on this console the end-of-run lines (run folder, best policy, "watch it") of a finished node."""
+    try:
+        lines = ray.get(actor.summary.remote(), timeout=30)
+    except Exception as e:  # noqa: BLE001 - the actor is gone: its lines are in Ray's worker log
+        log.warning("node %d: its summary could not be fetched (%s)", node_id, type(e).__name__)
+        return
+    for line in lines:
+        print(line, flush=True)
 
 
 def _role_of(spec: NodeSpec) -> str:
@@ -230,7 +247,9 @@ def run_on_ray(
                          f"{total.get('CPU', 0):g} and {total.get('GPU', 0):g}: lower the per-role resources")
     from ..experiment import LAUNCH_ID_ENV
 
-    env = {**dict(env or {}), KEY_ENV: os.environ.get(KEY_ENV) or generate_key(),
+    from ..console import RAY_NODE_ENV
+
+    env = {**dict(env or {}), KEY_ENV: os.environ.get(KEY_ENV) or generate_key(), RAY_NODE_ENV: "1",
            MAX_RESTARTS_ENV: str(max_restarts),
            "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
            LAUNCH_ID_ENV: os.environ.get(LAUNCH_ID_ENV) or f"ray-{os.getpid()}-{time.time_ns()}"}
@@ -289,6 +308,7 @@ def run_on_ray(
                 try:
                     results[i] = ray.get(ref)
                     log.info("node %d finished", i)
+                    _print_summary(ray, actors[i], i)
                     continue
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                     died = isinstance(exc, ray.exceptions.RayActorError)

@@ -24,74 +24,16 @@ from torch import nn
 from easydict import EasyDict
 
 from ..learner import Learner
-from ..config_schema import Bool, Choice, Float, FreeForm, Int, IntList, Shape, Str, defaults, env_section, run_section
+from ..config_schema import defaults
+from ..policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
 from .base import ActingMode, Policy, optimizer_factory, optimizer_problems, policy_section
 from .model import DQNModel
 
 __all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets', 'DQN_CONFIG', 'CONFIG_SCHEMA',
            'dqn_default_config', 'check_config']
 
-_OPTIMIZERS = ('adam', 'adamw', 'sgd', 'rmsprop')
+_OPTIMIZERS = OPTIMIZER_NAMES
 
-# DQN's config: every key's default, type and range (DI-engine 0.5.3's CartPole DQN settings where
-# they apply). ``pipeline.config.compile_config(user, policy='dqn')`` merges and checks against it.
-DQN_CONFIG = {
-    **run_section('cartpole_dqn'),
-    'env': env_section('CartPole-v0', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=5, stop_value=195),
-    'policy': {
-        'type': Str('dqn'),
-        'cuda': Bool(False),
-        'discount_factor': Float(0.97, min=0, max=1),
-        'nstep': Int(1, min=1),
-        'model': {
-            'obs_shape': Shape(None, optional=True),             # inferred from the env when None
-            'action_shape': Int(None, min=1, optional=True),     # inferred from the env when None
-            'encoder_hidden_size_list': IntList([128, 128, 64], item_min=1),
-            'dueling': Bool(True),
-            'head_hidden_size': Int(None, min=1, optional=True),  # defaults to the last encoder size
-            'head_layer_num': Int(1, min=0),
-            'layer_norm': Bool(False),                          # LayerNorm before each hidden activation
-            'extra': FreeForm(),
-        },
-        'learn': {
-            'update_per_collect': Int(5, min=1),
-            'batch_size': Int(64, min=1),
-            'learning_rate': Float(1e-3, gt=0, max=1),
-            'optimizer': Choice('adam', _OPTIMIZERS, ignore_case=True),
-            'optimizer_kwargs': FreeForm(),
-            'double_dqn': Bool(True),
-            'loss': Choice('mse', ('mse', 'huber')),
-            'target_update_type': Choice('hard', ('hard', 'soft')),
-            'target_update_freq': Int(100, min=1),     # hard update: every this many train iterations
-            'target_theta': Float(None, gt=0, max=1, optional=True),  # soft: target <- theta*online + (1-theta)*target
-            'grad_clip': Float(None, gt=0, optional=True),  # max global grad norm, None for no clipping
-            'truncation_as_terminal': Bool(True),      # DI-engine treats a time-limit end as terminal
-            'learning_starts': Int(64, min=0),         # fetch nothing until the buffer holds this many
-        },
-        'collect': {
-            'n_sample': Int(8, min=1),
-            'n_episode': Int(8, min=1),                # used by EpisodeCollector
-            'unroll_len': Int(1, min=1),
-        },
-        'eval': {'evaluator': {'eval_freq': Int(40, min=1)}},
-        'other': {
-            'eps': {
-                'type': Choice('exp', ('exp', 'linear')),
-                'start': Float(0.95, min=0, max=1),
-                'end': Float(0.1, min=0, max=1),
-                'decay': Int(10000, min=1),
-            },
-            'replay_buffer': {
-                'replay_buffer_size': Int(20000, min=1),
-                'priority': Bool(False),
-                'priority_IS_weight': Bool(False),
-                'priority_power_factor': Float(0.6, min=0, max=1),
-                'IS_weight_power_factor': Float(0.4, min=0, max=1),
-                'IS_weight_anneal_train_iter': Int(100000, min=1),
-            },
-        },
-    },
-}
 CONFIG_SCHEMA = DQN_CONFIG
 
 

@@ -21,7 +21,8 @@ import torch
 from easydict import EasyDict
 
 from pipeline.config import compile_config
-from pipeline.config_schema import Bool, Choice, Float, Int, IntList, Str, defaults, env_section, run_section
+from pipeline.config_schema import defaults
+from pipeline.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
 
 from .base import ActingMode, Policy
@@ -31,40 +32,6 @@ __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss
            'make_ppo_config', 'linear_schedule', 'sampling_seed', 'PPO_CONFIG', 'CONFIG_SCHEMA']
 
 
-# PPO's config: every key's default, type and range (RL-Zoo's CartPole-v1 settings: 8 envs x 32 steps,
-# batch 256, 20 epochs, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly to 0 over
-# ``total_env_steps``). ``compile_config(user, policy='ppo')`` (or ``make_ppo_config``) checks against it.
-PPO_CONFIG = {
-    **run_section('cartpole_ppo'),
-    'env': env_section('CartPole-v1', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=10,
-                       stop_value=475),
-    'policy': {
-        'type': Str('ppo'),
-        'discount_factor': Float(0.98, min=0, max=1),
-        'gae_lambda': Float(0.8, min=0, max=1),
-        'model': {'hidden': IntList([64, 64], item_min=1), 'log_std_init': Float(0.0, min=-20, max=2),
-                  'normalize_obs': Bool(False)},
-        'learn': {
-            'n_epochs': Int(20, min=1),
-            'batch_size': Int(256, min=1),             # minibatch rows
-            'learning_rate': Float(1e-3, gt=0, max=1),
-            'lr_schedule': Choice('linear', ('linear', 'constant')),   # 'linear': to 0 at total_env_steps
-            'clip_range': Float(0.2, gt=0, lt=1),
-            'clip_schedule': Choice('linear', ('linear', 'constant')),
-            'clip_range_vf': Float(None, gt=0, optional=True),  # value clipping around the rollout's values
-            'vf_coef': Float(0.5, min=0),
-            'ent_coef': Float(0.0, min=0),
-            'normalize_advantage': Bool(True),         # per minibatch
-            'max_grad_norm': Float(0.5, gt=0, optional=True),  # global gradient norm clip
-            'target_kl': Float(None, gt=0, optional=True),     # stop the epochs once approx-KL > 1.5 * target_kl
-            'normalize_reward': Bool(False),           # scale rewards by the running std of discounted returns
-            'adam_eps': Float(1e-5, gt=0, max=1),
-            'total_env_steps': Int(100_000, min=1),    # horizon of the linear schedules
-        },
-        'collect': {'n_steps': Int(32, min=1)},
-        'eval': {'evaluator': {'eval_freq': Int(4, min=1)}},  # in train iterations (rollouts)
-    },
-}
 CONFIG_SCHEMA = PPO_CONFIG
 
 

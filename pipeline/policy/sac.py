@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
-from ..config_schema import Bool, Float, Int, IntList, Shape, Str, defaults, env_section, run_section
+from ..config_schema import defaults
+from ..policy_schemas import SAC_CONFIG
 from ..learner import Learner
 from .base import ActingMode, Policy, policy_section
 from .model import mlp
@@ -37,39 +38,6 @@ __all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-# SAC's config: every key's default, type and range; ``compile_config(user, policy='sac')`` checks against it.
-SAC_CONFIG = {
-    **run_section("sac"),
-    "env": env_section(None, collector_env_num=4, evaluator_env_num=4, n_evaluator_episode=20, stop_value=None),
-    "policy": {
-        "type": Str("sac"),
-        "cuda": Bool(False),
-        "discount_factor": Float(0.98, min=0, max=1),
-        "model": {
-            "obs_shape": Shape(None, optional=True),
-            "action_shape": Shape(None, optional=True),
-            "actor_hidden_size_list": IntList([128, 128], item_min=1),
-            "critic_hidden_size_list": IntList([128, 128], item_min=1),
-        },
-        "learn": {
-            "update_per_collect": Int(16, min=1),
-            "batch_size": Int(128, min=1),
-            "learning_rate_actor": Float(1e-3, gt=0, max=1),
-            "learning_rate_critic": Float(1e-3, gt=0, max=1),
-            "learning_rate_alpha": Float(1e-3, gt=0, max=1),
-            "target_theta": Float(0.05, gt=0, max=1),
-            "init_alpha": Float(0.2, gt=0, max=1e3),
-            "auto_alpha": Bool(True),
-            "target_entropy": Float(None, optional=True),  # default: -action_dim
-            "grad_clip": Float(None, gt=0, optional=True),
-            "truncation_as_terminal": Bool(False),
-            "learning_starts": Int(256, min=0),
-        },
-        "collect": {"n_sample": Int(64, min=1), "n_episode": Int(8, min=1), "random_collect_size": Int(1000, min=0)},
-        "eval": {"evaluator": {"eval_freq": Int(200, min=1)}},
-        "other": {"replay_buffer": {"replay_buffer_size": Int(100000, min=1)}},
-    },
-}
 CONFIG_SCHEMA = SAC_CONFIG
 
 

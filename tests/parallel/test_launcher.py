@@ -171,6 +171,25 @@ def test_bad_options_are_clear_errors(tmp_path, args, message):
     assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
+def test_one_node_on_a_named_loopback_address_without_a_key_is_refused(tmp_path):
+    """Issue 27 item 9: it made a random key and waited forever for peers that cannot know it."""
+    p = subprocess.run(_run_cmd(1, "--address", "127.0.0.1", "--roles", "learner"), env=_env(tmp_path), cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--address 127.0.0.1 with one node" in lines[0] and "RLPIPE_KEY" in lines[0]
+
+
+def test_a_node_ends_with_its_atexit_handlers_run_its_output_flushed_and_its_exit_code(tmp_path):
+    """The worker skips the interpreter's teardown after its main (issue 27 item 7); what must still happen does."""
+    cmd = _run_cmd(2)
+    cmd[cmd.index("parallel_launch_main.main")] = "exit_main.main"
+    p = subprocess.run(cmd, env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert "last words of node 0" in p.stdout and "last words of node 1" in p.stdout
+    assert (tmp_path / "atexit-0").read_text() == "ran" and (tmp_path / "atexit-1").read_text() == "ran"
+
+
 def _ipc_leftovers(tmp):
     return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
 

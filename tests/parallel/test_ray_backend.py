@@ -70,6 +70,11 @@ def test_cli_backend_ray_runs_the_entry_script(tmp_path):
     p = subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "node 0 finished" in p.stderr and "node 2 finished" in p.stderr
+    # the learner's end-of-run lines reach this console once (issue 27 item 6: only in Ray's worker logs before)
+    summary = [line for line in p.stdout.splitlines() if "learner summary: " in line]
+    # printed by the launcher as the node wrote it, not a copy from Ray's log forwarding ("(NodeActor pid=...) ...")
+    assert summary == [f"[node 0 learner] learner summary: {ITEMS} items"], p.stdout[-2000:]
+    assert p.stdout.count("watch it: python nothing.py") == 1
 
 
 def test_resources_the_cluster_lacks_are_refused_before_any_node_starts(local_ray):

@@ -1,0 +1,353 @@
+"""Train, save, load and run a policy from Python: DQN, PPO and SAC agents on a gymnasium env id::
+
+    from pipeline import agents
+
+    agent = agents.DQN('CartPole-v1', seed=0)
+    agent.train(max_env_step=50_000, stop_value=475)     # stops early once an evaluation reaches 475
+    agent.save('cartpole.pth.tar')
+    agent = agents.DQN.load('cartpole.pth.tar')          # also a checkpoint the example scripts wrote
+    action = agent.predict(obs, deterministic=True)      # one observation -> one action; a batch -> a batch
+
+Each agent trains with the same settings and the same middleware as its example script
+(:mod:`pipeline.recipes`: ``examples/dqn_cartpole.py``, ``ppo_cartpole.py``, ``sac_mujoco.py``); ``config``
+overrides entries of those settings (checked like ``--set``). Checkpoints are the examples' format: an agent
+loads ``<exp>/<n>/ckpt/eval.pth.tar`` and the examples' ``--play`` runs an agent's file. Bad input (an unknown
+env id or config key, an observation of the wrong shape, another algorithm's checkpoint) raises
+:class:`AgentError`, a ``ValueError`` with a one-line message.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, sac_policy_settings
+
+__all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']
+
+
+class AgentError(ValueError):
+    """Bad input to an agent; the message is one line saying what is wrong."""
+
+
+def _merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
+    return base
+
+
+class Agent:
+    """An algorithm's policy on one gymnasium env, with ``train``, ``predict``, ``evaluate``, ``save`` and
+    ``load``. Use the subclasses :class:`DQN`, :class:`PPO` and :class:`SAC`."""
+
+    algo: ClassVar[str] = ''
+    default_env: ClassVar[str] = 'CartPole-v1'
+
+    def __init__(self, env_id: Optional[str] = None, seed: int = 0, config: Optional[Mapping[str, Any]] = None) -> None:
+        """``env_id``: a registered gymnasium id (default :attr:`default_env`); ``config``: overrides of the
+        example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``."""
+        from .config import ConfigError, compile_config
+        from .precheck import config_problems, format_problems
+
+        user = _merge(self.settings(), {'env': {'env_id': env_id or self.default_env}, 'seed': int(seed)})
+        if config is not None:
+            if not isinstance(config, Mapping):
+                raise AgentError(f'config must be a dict of overrides, got {type(config).__name__}')
+            _merge(user, config)
+        problems = config_problems(user, self.algo, env_check=True)
+        if problems:
+            raise AgentError(format_problems(problems)[len('error: '):])
+        try:
+            cfg = compile_config(user, policy=self.algo)
+        except ConfigError as e:
+            raise AgentError(format_problems(e.errors)[len('error: '):]) from None
+        self._setup(cfg)
+
+    # ------------------------------------------------------------------ per algorithm
+    @classmethod
+    def settings(cls) -> Dict[str, Any]:
+        """The example's user config (a fresh copy) that ``config`` overrides."""
+        raise NotImplementedError
+
+    def _build_policy(self) -> Any:
+        raise NotImplementedError
+
+    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+        raise NotImplementedError
+
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def _env_fn(self) -> Any:
+        """What ``EnvManager`` makes the training envs with (default: the env id)."""
+        return self.env_id
+
+    # ------------------------------------------------------------------ shared
+    def _setup(self, cfg: Any) -> None:
+        from contexts import OnlineRLContext
+
+        from .envs.env_manager import UnknownEnvError, make_gym_env
+
+        self.cfg = cfg
+        self.env_id: str = cfg.env.env_id
+        try:
+            probe = make_gym_env(self.env_id, cfg.env.get('max_episode_steps'))
+        except (UnknownEnvError, ImportError) as e:
+            raise AgentError(str(e).splitlines()[0]) from None
+        self.observation_space, self.action_space = probe.observation_space, probe.action_space
+        probe.close()
+        if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
+            raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
+                             f'observations (a vector per step); build a pipeline for others (README)')
+        self.policy = self._build_policy()
+        self._ctx = OnlineRLContext()
+        self._buffer: Any = None
+
+    @property
+    def env_step(self) -> int:
+        """Env steps trained on so far (over every ``train`` call, and before ``save`` for a loaded agent)."""
+        return int(self._ctx.env_step)
+
+    def train(self, max_env_step: int, stop_value: Optional[float] = None, log_dir: Optional[str] = None,
+              progress: bool = False, threads: Optional[int] = 1) -> Dict[str, Any]:
+        """Train for up to ``max_env_step`` more env steps; stop early once an evaluation's mean return
+        reaches ``stop_value`` (default: the config's ``env.stop_value``, 475 for the CartPole settings;
+        ``float('inf')`` never stops early). ``log_dir``: TensorBoard logs there (and a progress line with
+        ``progress``). ``threads``: torch threads while training (1, as the examples' ``--threads``, is
+        fastest for small nets; None keeps torch's setting). Returns ``env_step``, ``train_iter``,
+        ``last_eval`` (the last evaluation's mean return, ``-inf`` before any), ``solved`` and
+        ``interrupted`` (Ctrl-C: the agent keeps what it learned)."""
+        if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
+            raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
+        from contexts import OnlineRLContext
+        from middleware import online_logger, termination_checker
+        from middleware.ckpt_handler import COUNTER_KEYS
+
+        from . import task
+        from .envs import EnvManager
+        from .experiment import run_pipeline
+
+        cfg = copy.deepcopy(self.cfg)
+        if stop_value is not None:
+            cfg.env.stop_value = None if stop_value == float('inf') else float(stop_value)
+        self._train_cfg = cfg
+        e = cfg.env
+        collector_env = EnvManager(self._env_fn(), e.collector_env_num, seed=cfg.seed)
+        evaluator_env = EnvManager(self._env_fn(), e.evaluator_env_num, seed=cfg.seed + 10_000)
+        until = self.env_step + max_env_step
+        logger = None
+        ctx = OnlineRLContext()  # a fresh context that continues the counters of earlier train calls
+        for k in COUNTER_KEYS:
+            if hasattr(self._ctx, k) and hasattr(ctx, k):
+                setattr(ctx, k, getattr(self._ctx, k))
+        import torch
+
+        torch_threads = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            with task.start(ctx=ctx):
+                self._use(collector_env, evaluator_env)
+                if log_dir is not None:
+                    logger = online_logger(log_dir=os.path.abspath(log_dir), progress=progress, total_env_step=until)
+                    task.use(logger)
+                task.use(termination_checker(max_env_step=until))
+                ctx, interrupted = run_pipeline()
+        finally:
+            torch.set_num_threads(torch_threads)
+            if logger is not None:
+                logger.close()
+            collector_env.close()
+            evaluator_env.close()
+        self._ctx = ctx
+        last = float(ctx.last_eval_value)
+        stop = cfg.env.stop_value
+        return {'env_step': int(ctx.env_step), 'train_iter': int(ctx.train_iter), 'last_eval': last,
+                'solved': stop is not None and last >= stop, 'interrupted': interrupted}
+
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """The action for one observation (shaped like the env's), or the actions for a batch of them
+        (one more leading axis). ``deterministic=False`` samples as training does (DQN: eps-greedy with the
+        final eps). The actions fit the env as gymnasium makes it (``env.step(action)``)."""
+        x = np.asarray(obs, dtype=np.float32)
+        shape = tuple(self.observation_space.shape)
+        if x.shape == shape:
+            return self._act(x[None], deterministic)[0]
+        if x.ndim == len(shape) + 1 and x.shape[1:] == shape and x.shape[0] > 0:
+            return self._act(x, deterministic)
+        raise AgentError(f'predict: {self.env_id} observations have shape {shape} (or a batch (n, '
+                         f'{", ".join(map(str, shape))})), got shape {x.shape}')
+
+    def evaluate(self, episodes: int = 10, seed: int = 0, render: bool = False,
+                 video_dir: Optional[str] = None, verbose: bool = False) -> List[float]:
+        """Play ``episodes`` episodes with the deterministic policy and return their returns (``render``:
+        in a window; ``video_dir``: record mp4s, needs the ``video`` extra; ``verbose``: print each)."""
+        from .envs.env_manager import make_gym_env
+        from .play import play_policy
+
+        if not isinstance(episodes, int) or episodes < 1:
+            raise AgentError(f'episodes must be a positive int, got {episodes!r}')
+        limit = self.cfg.env.get('max_episode_steps')
+        try:
+            return play_policy(lambda b: self.predict(b), lambda mode: make_gym_env(
+                self.env_id, limit, **({'render_mode': mode} if mode else {})), episodes=episodes, seed=seed,
+                render=render, video_dir=video_dir, print_fn=print if verbose else (lambda _: None))
+        except SystemExit as e:  # what the examples' --play says on the command line, e.g. a missing package
+            raise AgentError(str(e.code).replace('error: ', '', 1)) from None
+
+    def save(self, path: str) -> str:
+        """Write the policy (weights, optimizer state), the config and the counters to ``path`` in the
+        examples' checkpoint format (not the replay buffer: a loaded DQN or SAC agent refills it before it
+        updates again); returns the absolute path."""
+        from middleware.ckpt_handler import save_checkpoint
+
+        from .experiment import to_plain
+
+        full = os.path.abspath(os.path.expanduser(path))
+        save_checkpoint(full, self.policy, self._ctx, extra={'config': to_plain(self.cfg), 'policy_type': self.algo})
+        return full
+
+    @classmethod
+    def load(cls, path: str) -> 'Agent':
+        """The agent saved in ``path`` by :meth:`save` or by an example (``<exp>/<n>/ckpt/*.pth.tar``)."""
+        from easydict import EasyDict
+
+        from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
+
+        if not os.path.isfile(path):
+            raise AgentError(f'no checkpoint file at {path!r}')
+        try:
+            extra = read_checkpoint(path).get('extra', {})
+        except CheckpointError as e:
+            raise AgentError(str(e).splitlines()[0]) from None
+        cfg, kind = extra.get('config'), extra.get('policy_type')
+        if not isinstance(cfg, Mapping) or not kind:
+            raise AgentError(f'{path!r} holds no policy config (not saved by an agent or an example)')
+        if kind != cls.algo:
+            raise AgentError(f'{path!r} holds a {kind.upper()} policy: load it with agents.{kind.upper()}.load')
+        agent = cls.__new__(cls)
+        agent._setup(EasyDict(copy.deepcopy(dict(cfg))))
+        try:
+            load_checkpoint(path, agent.policy, agent._ctx)
+        except CheckpointError as e:
+            raise AgentError(str(e).splitlines()[0]) from None
+        return agent
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}({self.env_id!r}, seed={self.cfg.seed}, env_step={self.env_step})'
+
+
+class DQN(Agent):
+    """DQN (double, dueling, n-step) on a discrete-action env, with ``examples/dqn_cartpole.py``'s settings."""
+
+    algo = 'dqn'
+
+    @classmethod
+    def settings(cls) -> Dict[str, Any]:
+        return copy.deepcopy(DQN_CARTPOLE)
+
+    def _build_policy(self) -> Any:
+        from .policy import DQNPolicy
+        from .policy.common import discrete_action_count
+
+        self.cfg.policy.model.obs_shape = int(np.prod(self.observation_space.shape))
+        try:
+            self.cfg.policy.model.action_shape = discrete_action_count(self.action_space, 'DQN')
+        except ValueError as e:
+            raise AgentError(str(e).splitlines()[0]) from None
+        return DQNPolicy(self.cfg, seed=self.cfg.seed)
+
+    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+        from .recipes import dqn_buffer, use_dqn
+
+        if self._buffer is None:
+            self._buffer = dqn_buffer(self.cfg)
+        cfg = self._train_cfg
+        use_dqn(cfg, self.policy, self._buffer, collector_env, evaluator_env,
+                min_collect_return=cfg.env.stop_value)
+
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        if deterministic:
+            return self.policy.eval_mode(obs)
+        return self.policy.collect_mode(obs, eps=float(self.cfg.policy.other.eps.end))
+
+
+class PPO(Agent):
+    """PPO (clipped, GAE) on a discrete or continuous-action env, with ``examples/ppo_cartpole.py``'s settings."""
+
+    algo = 'ppo'
+
+    @classmethod
+    def settings(cls) -> Dict[str, Any]:
+        return copy.deepcopy(PPO_CARTPOLE)
+
+    def _build_policy(self) -> Any:
+        from .policy.ppo import PPOPolicy
+
+        return PPOPolicy(self.cfg, self.observation_space, self.action_space, seed=self.cfg.seed)
+
+    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+        from .recipes import use_ppo
+
+        use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
+
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        if deterministic:
+            return self.policy.eval_mode(obs)
+        return self.policy.collect_mode(obs)['env_action']
+
+
+class SAC(Agent):
+    """SAC on a continuous-action env (Pendulum-v1 by default; MuJoCo ids need the ``mujoco`` extra), with
+    ``examples/sac_mujoco.py``'s settings. It trains on actions rescaled to [-1, 1] and float32
+    observations (:mod:`pipeline.envs.mujoco`); ``predict`` returns actions in the env's own bounds."""
+
+    algo = 'sac'
+    default_env = 'Pendulum-v1'
+
+    @classmethod
+    def settings(cls) -> Dict[str, Any]:
+        return {'exp_name': 'sac', 'env': {'collector_env_num': 1, 'evaluator_env_num': 5, 'n_evaluator_episode': 5,
+                                           'stop_value': None},
+                'policy': sac_policy_settings(1)}
+
+    def _env_fn(self) -> Any:
+        from .envs.mujoco import MujocoEnvFn
+
+        return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'))
+
+    def _build_policy(self) -> Any:
+        import gymnasium as gym
+
+        from .policy.sac import SACPolicy
+
+        if not isinstance(self.action_space, gym.spaces.Box):
+            raise AgentError(f'SAC needs continuous actions (a Box space); {self.env_id} has '
+                             f'{type(self.action_space).__name__}: use agents.DQN or agents.PPO')
+        self._low = self.action_space.low.astype(np.float32)
+        self._high = self.action_space.high.astype(np.float32)
+        return SACPolicy(self.cfg, obs_shape=int(np.prod(self.observation_space.shape)),
+                         action_shape=int(np.prod(self.action_space.shape)), seed=self.cfg.seed)
+
+    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+        from .data import DequeBuffer
+        from .recipes import use_sac
+
+        if self._buffer is None:
+            self._buffer = DequeBuffer(self.cfg.policy.other.replay_buffer.replay_buffer_size, seed=self.cfg.seed)
+        use_sac(self._train_cfg, self.policy, self._buffer, collector_env, evaluator_env)
+
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        import torch
+
+        if deterministic:
+            a = np.asarray(self.policy.eval_mode(obs), dtype=np.float32)
+        else:
+            with torch.no_grad():
+                a = self.policy.actor.sample(torch.as_tensor(obs))[0].numpy()
+        return self._low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self._high - self._low)

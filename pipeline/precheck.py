@@ -1,0 +1,119 @@
+"""Refusing a bad start at once: a misspelled ``--set`` key or env id ends a run with one or two
+lines on stderr and exit status 2 (as argparse's usage errors do), before torch is imported and
+before a run folder is made.
+
+Importing this module loads neither torch nor gymnasium (gymnasium is imported to check an env id)::
+
+    from pipeline.precheck import precheck_config
+
+    precheck_config(user_config, policy='dqn', env_check=True)   # UsageError (exit 2) on a problem
+"""
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Any, List, Mapping, NoReturn, Optional, Sequence
+
+__all__ = ['UsageError', 'usage_error', 'env_id_problem', 'config_problems', 'precheck_config',
+           'compile_or_exit', 'format_problems']
+
+
+class UsageError(SystemExit):
+    """A start refused for bad input: exit status 2; ``str(e)`` is the message (already printed by
+    :func:`usage_error`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = 2
+
+
+def usage_error(message: str) -> NoReturn:
+    """Print ``message`` to stderr and raise :class:`UsageError` (exit status 2)."""
+    print(message, file=sys.stderr, flush=True)
+    raise UsageError(message)
+
+
+def _short(problem: str) -> str:
+    """A config problem without the list of known keys when it already suggests a close match."""
+    if 'did you mean' in problem and '; known keys here:' in problem:
+        return problem.split('; known keys here:')[0]
+    return problem
+
+
+def format_problems(problems: Sequence[str], hint: str = '') -> str:
+    """``error: <problem>`` for one problem, ``error: invalid config: <p1>; <p2>`` for more, plus ``hint``
+    on a second line."""
+    short = [_short(p) for p in problems]
+    text = f'error: {short[0]}' if len(short) == 1 else 'error: invalid config: ' + '; '.join(short)
+    return text + (f'\n{hint}' if hint else '')
+
+
+def env_id_problem(env_id: Any) -> Optional[str]:
+    """``None`` if gymnasium can make ``env_id`` (a registered id, Atari ids once ``ale-py`` registers them,
+    ``module:Id`` ids, or anything not a string); otherwise what is wrong, with the closest registered ids
+    or the rlpipe extra to install."""
+    if not isinstance(env_id, str) or ':' in env_id:
+        return None
+    import gymnasium as gym
+
+    if env_id in gym.registry:
+        return _missing_package(env_id, gym.registry[env_id])
+    from .envs.env_manager import _register_ale
+
+    atari = env_id.startswith('ALE/') or 'NoFrameskip' in env_id or 'Deterministic' in env_id
+    if _register_ale():
+        if env_id in gym.registry:
+            return None
+    elif atari:
+        return f"env id {env_id!r} is an Atari game: it needs the atari extra (pip install -e '.[atari]')"
+    close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+    hint = f'; did you mean {", ".join(repr(c) for c in close)}?' if close else '; see gymnasium.registry for the ids'
+    return f'unknown gymnasium env id {env_id!r}{hint}'
+
+
+#: gymnasium entry-point packages -> (module they need, how to install it)
+_NEEDS = {'gymnasium.envs.mujoco': ('mujoco', "the mujoco extra: pip install -e '.[mujoco]'"),
+          'gymnasium.envs.box2d': ('Box2D', 'pip install "gymnasium[box2d]"')}
+
+
+def _missing_package(env_id: str, spec: Any) -> Optional[str]:
+    """What to install for a registered ``env_id`` whose package is missing, or ``None``."""
+    import importlib.util
+
+    entry = str(getattr(spec, 'entry_point', '') or '')
+    for prefix, (module, how) in _NEEDS.items():
+        if entry.startswith(prefix) and importlib.util.find_spec(module) is None:
+            return f'env id {env_id!r} needs the {module!r} package, which is not installed: {how}'
+    return None
+
+
+def config_problems(user: Optional[Mapping], policy: str, env_check: bool = False) -> List[str]:
+    """What the config schema of ``policy`` refuses in ``user`` (no torch imported) and, with
+    ``env_check``, a problem with ``user['env']['env_id']``."""
+    from .config import check_user_config
+
+    problems = check_user_config(user, policy)
+    env = (user or {}).get('env') if isinstance(user, Mapping) else None
+    if env_check and isinstance(env, Mapping) and not any(p.startswith('env.env_id') for p in problems):
+        problem = env_id_problem(env.get('env_id'))
+        if problem is not None:
+            problems.append(f'env.env_id: {problem}')
+    return problems
+
+
+def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = False, hint: str = '') -> None:
+    """:func:`config_problems`; on any, print them (one line, ``hint`` on a second) and exit with status 2."""
+    problems = config_problems(user, policy, env_check)
+    if problems:
+        usage_error(format_problems(problems, hint))
+
+
+def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
+    """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
+    refuses) ends the run like :func:`precheck_config` does."""
+    from .config import ConfigError, compile_config
+
+    try:
+        return compile_config(user, policy=policy)
+    except ConfigError as e:
+        usage_error(format_problems(e.errors))
