@@ -1,8 +1,8 @@
 """The replay buffer keeps one copy of each transition, and a long run's C heap stays flat.
 
 Per-item arrays that live as long as the buffer, allocated between a learner's short-lived
-tensors, fragmented glibc's heap: SAC's resident memory grew by ~11 KB per update (88 KB per
-iteration in the loop below). Items now keep their data in the buffer's columns only."""
+tensors, fragmented glibc's heap, so resident memory grew with every update of a long run (see
+docs/benchmarks.md, "Memory over long runs"). Items now keep their data in the buffer's columns only."""
 from __future__ import annotations
 
 import copy
