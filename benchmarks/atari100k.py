@@ -18,9 +18,12 @@ games with raw scores, eps-greedy with eps 0.001, ``--eval-episodes`` games (10)
 Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces): one env; one batch-32
 update per agent step from step 1,600; 10-step double-DQN returns, discount 0.99, dueling head on
 the data-efficient Rainbow encoder (two 5x5 stride-5 convs, 256 hidden units), Huber loss, Adam
-lr 1e-4 eps 1.5e-4, target net copied after every update, eps 1.0 -> 0.01 over the first 5k steps,
-random shifts of +-4 px on obs and next obs of every batch (``pipeline.data.augment.RandomShift``),
-a replay buffer holding all 100k transitions (each frame once: ``FrameStorage``).
+lr 1e-4 eps 1.5e-4, gradient norm clipped at 10, target net copied after every update, eps 1.0
+until the first update, then linear to 0.01 over 5k steps, random shifts of +-4 px on obs and next
+obs of every batch (``pipeline.data.augment.RandomShift``), a replay buffer holding all 100k
+transitions (each frame once: ``FrameStorage``). A step where the eps draw says "random" runs no
+network; with the target copied after every update, the double-DQN target needs one forward pass
+of the next observations, not two.
 
 Ctrl-C saves a checkpoint (weights, optimizer, replay buffer, counters, random generators,
 learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -91,9 +94,7 @@ def dqn_config(a: Dict[str, Any], seed: int) -> Any:
                       'grad_clip': a['grad_clip'], 'truncation_as_terminal': False,
                       'learning_starts': a['learning_starts']},
             'collect': {'n_sample': 1},
-            'other': {'eps': {'type': 'linear', 'start': a['eps_start'], 'end': a['eps_end'],
-                              'decay': a['eps_decay_steps']},
-                      'replay_buffer': {'replay_buffer_size': a['replay_size']}},
+            'other': {'replay_buffer': {'replay_buffer_size': a['replay_size']}},
         },
     }
     return compile_config(user, policy='dqn')
@@ -130,6 +131,18 @@ def _versions() -> Dict[str, str]:
 def _machine() -> Dict[str, Any]:
     return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
             'system': platform.system(), 'load_at_start': list(os.getloadavg()) if hasattr(os, 'getloadavg') else None}
+
+
+def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
+    """Middleware setting ``ctx.collect_kwargs['eps']``: ``start`` for the first ``warmup`` agent steps
+    (no update happens before them), then linear to ``end`` over ``decay`` steps (Dopamine's schedule
+    for DrQ(eps))."""
+
+    def _eps(ctx: Any) -> None:
+        frac = min(max(ctx.env_step - warmup, 0) / decay, 1.0)
+        ctx.collect_kwargs['eps'] = start + (end - start) * frac
+
+    return _eps
 
 
 class CurveRecorder:
@@ -171,8 +184,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     import torch
 
     from contexts import OnlineRLContext
-    from middleware import (OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, nstep_reward_enhancer,
-                            termination_checker)
+    from middleware import OffPolicyLearner, StepCollector, data_pusher, nstep_reward_enhancer, termination_checker
     from middleware.functional import run_eval_episodes
     from pipeline import task
     from pipeline.data import DequeBuffer
@@ -221,7 +233,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     interrupted = False
     try:
         with task.start(ctx=ctx):
-            task.use(eps_greedy_handler(cfg))
+            task.use(eps_after_warmup(a['eps_start'], a['eps_end'], a['eps_decay_steps'], a['learning_starts']))
             task.use(StepCollector(cfg, collect, train_env))
             task.use(nstep_reward_enhancer(cfg))
             task.use(data_pusher(cfg, buffer_))
