@@ -4,8 +4,9 @@
 ``[-pad, pad]`` per axis, filling the uncovered border by repeating the edge pixels. That equals
 DrQ's "pad ``pad`` pixels with edge replication, then crop a random window of the original size",
 computed without building the padded copy: the crop at offset ``o`` reads row ``clamp(i + o - pad)``
-of the original. It works on any dtype (uint8 frames stay uint8) and on ``[B, C, H, W]`` or
-``[B, H, W]`` tensors; all channels of one image (stacked frames) get the same shift.
+of the original; each image is one sliced copy plus its replicated border rows and columns. It
+works on any dtype (uint8 frames stay uint8) and on ``[B, C, H, W]`` or ``[B, H, W]`` tensors; all
+channels of one image (stacked frames) get the same shift.
 
 :class:`RandomShift` applies it to some fields of a batch dict (``obs`` and ``next_obs`` by
 default, each with its own draw, as DrQ does); it is the ``batch_transform`` of
@@ -36,16 +37,22 @@ def random_shift(x: torch.Tensor, pad: int = 4, generator: Optional[torch.Genera
     if pad == 0:
         return x
     b, h, w = x.shape[0], x.shape[-2], x.shape[-1]
-    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator)
-    rows = (torch.arange(h).unsqueeze(0) + (offsets[:, :1] - pad)).clamp_(0, h - 1)  # [B, H]
-    cols = (torch.arange(w).unsqueeze(0) + (offsets[:, 1:] - pad)).clamp_(0, w - 1)  # [B, W]
-    bi = torch.arange(b)
-    if x.dim() == 3:
-        return x[bi[:, None, None], rows[:, :, None], cols[:, None, :]]
-    c = x.shape[1]
-    return x[bi[:, None, None, None], torch.arange(c)[None, :, None, None], rows[:, None, :, None],
-             cols[:, None, None, :]]
-
+    shifts = (torch.randint(0, 2 * pad + 1, (b, 2), generator=generator) - pad).tolist()
+    out = torch.empty_like(x)
+    for i, (dy, dx) in enumerate(shifts):  # out[..., r, c] = x[..., clamp(r + dy), clamp(c + dx)]
+        src, dst = x[i], out[i]
+        r0, r1 = max(0, -dy), min(h, h - dy)  # rows of out whose source row lies inside the image
+        c0, c1 = max(0, -dx), min(w, w - dx)
+        dst[..., r0:r1, c0:c1] = src[..., r0 + dy:r1 + dy, c0 + dx:c1 + dx]
+        if c0 > 0:
+            dst[..., r0:r1, :c0] = dst[..., r0:r1, c0:c0 + 1]
+        if c1 < w:
+            dst[..., r0:r1, c1:] = dst[..., r0:r1, c1 - 1:c1]
+        if r0 > 0:
+            dst[..., :r0, :] = dst[..., r0:r0 + 1, :]
+        if r1 < h:
+            dst[..., r1:, :] = dst[..., r1 - 1:r1, :]
+    return out
 
 class RandomShift:
     """``transform(batch) -> batch``: :func:`random_shift` applied to ``keys`` of a batch dict.
