@@ -6,7 +6,8 @@
 
 Result: ``benchmarks/results/atari100k/<game>_seed<k>.json`` (``--out`` for another directory): the
 config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
-scores) and the learning curve (raw score of every finished training game vs agent steps).
+scores), the learning curve (raw score of every finished training game vs agent steps) and a SHA-256
+of the final weights (two runs of the same command and code on one machine give the same digest).
 ``python benchmarks/report.py`` renders all stored results into docs/benchmarks.md.
 
 Protocol (Kaiser et al. 2019; Dopamine's atari_100k), via ``pipeline.envs.atari.make_atari_env``:
@@ -32,6 +33,7 @@ continued: a fresh game starts). ``--fresh`` ignores a checkpoint.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -269,10 +271,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     train_env.close()
     eval_env.close()
     returns = [float(r) for r in ev.returns]
+    digest = hashlib.sha256()
+    for t in model.state_dict().values():
+        digest.update(t.detach().contiguous().numpy().tobytes())
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': 'DrQ(eps)', 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
+        'weights_sha256': digest.hexdigest(),
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
                  'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},

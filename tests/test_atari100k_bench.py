@@ -61,6 +61,23 @@ def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkey
     assert not os.path.exists(tmp_path / 'Breakout_seed1.ckpt')
 
 
+@needs_atari
+@pytest.mark.timeout(120)
+def test_a_fixed_seed_run_is_repeatable(tmp_path):
+    bench = _load('atari100k')
+    out = []
+    for k in range(2):
+        argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path / str(k)),
+                '--no-progress']
+        assert bench.main(argv) == 0
+        with open(tmp_path / str(k) / 'Pong_seed3.json') as f:
+            out.append(json.load(f))
+    a, b = out
+    assert a['updates'] > 40
+    assert a['weights_sha256'] == b['weights_sha256']          # same transitions, same updates
+    assert a['eval']['returns'] == b['eval']['returns'] and a['curve'] == b['curve']
+
+
 def _result(game, seed, mean, points, smoke=False):
     return {'benchmark': 'atari100k', 'game': game, 'seed': seed, 'smoke': smoke, 'eval': {'mean': mean},
             'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed}
