@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     curve: List[List[float]] = []
     wall0, cpu0 = 0.0, 0.0
     if os.path.exists(ckpt_path) and not args.fresh:
-        state = torch.load(ckpt_path, weights_only=False)
+        state = torch.load(ckpt_path, weights_only=True)
         if state['agent'] != a or state['steps'] != steps:
             raise SystemExit(f'{ckpt_path} is a checkpoint of other settings; pass --fresh to start over')
         policy.load_state_dict(state['policy'])
