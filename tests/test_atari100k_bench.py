@@ -131,3 +131,13 @@ def test_report_without_results_says_so(tmp_path):
     assert 'No Atari-100k result is stored yet' in text and 'No MuJoCo result is stored yet' in text
     assert text.endswith('## Replay buffers\n\nkept\n')
     assert not (tmp_path / 'img').exists() or not list((tmp_path / 'img').iterdir())
+
+
+def test_the_committed_page_is_what_report_renders_from_the_committed_results(tmp_path):
+    report = _load('report')
+    page = tmp_path / 'benchmarks.md'
+    committed = open(os.path.join(ROOT, 'docs', 'benchmarks.md')).read()
+    page.write_text(committed)
+    report.main(['--results', os.path.join(ROOT, 'benchmarks', 'results'), '--page', str(page),
+                 '--img-dir', str(tmp_path / 'img')])
+    assert page.read_text() == committed, 'docs/benchmarks.md is stale: run python benchmarks/report.py'
