@@ -151,9 +151,11 @@ class CurveRecorder:
     """Middleware: appends ``[env_step, raw score]`` for every training game that ended this step
     (``ctx.info_for_logging['collect_score']``) and moves a progress bar."""
 
-    def __init__(self, curve: List[List[float]], total: int, start: int, show: bool) -> None:
+    def __init__(self, curve: List[List[float]], total: int, start: int, show: bool, mark: int = 0) -> None:
         self.curve = curve
         self.total = total
+        self.mark = mark  # agent step at which the update phase starts: its wall/CPU clock is read there
+        self.marked: Optional[tuple] = None
         self._bar = None
         if show:
             try:
@@ -164,6 +166,8 @@ class CurveRecorder:
         self._last = start
 
     def __call__(self, ctx: Any) -> None:
+        if self.marked is None and ctx.env_step >= self.mark:
+            self.marked = (int(ctx.env_step), time.perf_counter(), time.process_time())
         scores = ctx.info_for_logging.get('collect_score')
         if scores:
             for s in scores:
@@ -178,6 +182,16 @@ class CurveRecorder:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _phase(marked: Optional[tuple], end_step: int, t_end: float, c_end: float) -> Optional[Dict[str, float]]:
+    """Agent steps/s and CPU per agent step from the first update (or, in a resumed run, from the
+    resume point) to the end of training in this process; None when no update phase ran."""
+    if marked is None or end_step <= marked[0]:
+        return None
+    n = end_step - marked[0]
+    return {'from_step': marked[0], 'steps': n, 'wall_s': t_end - marked[1], 'cpu_s': c_end - marked[2],
+            'steps_per_s': n / (t_end - marked[1]), 'cpu_ms_per_step': 1000 * (c_end - marked[2]) / n}
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
@@ -230,7 +244,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         train_env.seed(args.seed + 1 + ctx.env_step)  # a fresh game, not a replay of the first one
         print(f'resumed from {ckpt_path} at agent step {ctx.env_step}', flush=True)
 
-    recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress)
+    recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress, mark=a['learning_starts'])
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     interrupted = False
     try:
@@ -249,8 +263,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         interrupted = True
         ctx = task.ctx
     recorder.close()
-    wall = wall0 + time.perf_counter() - t_wall
-    cpu = cpu0 + time.process_time() - t_cpu
+    t_end, c_end = time.perf_counter(), time.process_time()
+    wall = wall0 + t_end - t_wall
+    cpu = cpu0 + c_end - t_cpu
     if interrupted:
         buffer_.save_data(buffer_path)
         torch.save({'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
@@ -283,6 +298,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},
         'wall_s': wall, 'cpu_s': cpu, 'train_steps_per_s': ctx.env_step / wall if wall > 0 else None,
+        'update_phase': _phase(recorder.marked, int(ctx.env_step), t_end, c_end),
         'versions': _versions(), 'machine': _machine(),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
     }

@@ -33,6 +33,8 @@ def test_smoke_run_writes_a_result(tmp_path):
     assert r['settings']['nstep'] == 10 and r['settings']['target_update_freq'] == 1
     assert r['wall_s'] > 0 and r['cpu_s'] > 0 and r['versions']['torch'] != 'missing'
     assert r['machine']['cpus'] >= 1 and isinstance(r['curve']['points'], list)
+    ph = r['update_phase']
+    assert ph['from_step'] >= 100 and ph['steps'] == 400 - ph['from_step'] and ph['cpu_ms_per_step'] > 0
     assert not os.path.exists(tmp_path / 'Pong_seed0.ckpt')
 
 
