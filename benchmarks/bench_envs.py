@@ -34,9 +34,8 @@ Rows (8 envs, uniformly random actions, all in this one run):
   case overlapped stepping is for. No bare rows there.
 - Replay memory for 100k Pong transitions (growth of this process's resident set size): ``FrameStorage``
   (each frame once) measured on 100k synthetic transitions with distinct frames (the worst case for
-  sharing), next to the default layout (``DequeBuffer`` of the transition dicts, plus the columnar
-  mirror its ``sample_batch`` builds: two full 4-frame stacks per transition) measured on 2,000 and
-  scaled.
+  sharing), next to the default layout (a plain ``DequeBuffer``: its columns hold two full 4-frame
+  stacks per transition) measured on 2,000 transitions pushed and sampled as training does, and scaled.
 
 Wall-clock rates with worker processes depend on what else runs on the machine: the load
 average is printed with the results. Rounds are interleaved; each ratio is the median over rounds of
@@ -306,10 +305,11 @@ def bench_memory(n: int, n_naive: int) -> None:
     gc.collect()
     r0 = rss()
     naive = DequeBuffer(n_naive, seed=0)
-    for t in pong_like_transitions(n_naive):
+    for i, t in enumerate(pong_like_transitions(n_naive)):
         naive.push(t)
-    per_items = (rss() - r0) / n_naive
-    naive.sample_batch(32)  # builds the columnar mirror as training would
+        if i >= 64 and i % N_ENVS == 0:
+            naive.sample_batch(32)  # as training does: rows written, the items keep no arrays of their own
+    naive.sample_batch(32)
     per_naive = (rss() - r0) / n_naive
     del naive
     gc.collect()
@@ -326,11 +326,9 @@ def bench_memory(n: int, n_naive: int) -> None:
     sample_ms = (time.perf_counter() - t0) * 10
     used = rss() - r0
     print('\nReplay memory, Pong transitions (obs/next_obs 4x84x84 uint8):')
-    print(f'  default layout: {per_naive / 1e3:.1f} kB per transition (measured on {n_naive}) -> '
-          f'{per_naive * 1e5 / 1e9:.2f} GB for 100k: {per_items / 1e3:.1f} kB in the pushed items (one '
-          f'4x84x84 stack each: a transition\'s obs is the array of its env\'s previous next_obs, as the '
-          f'collector hands them out) + {(per_naive - per_items) / 1e3:.1f} kB in the columnar mirror '
-          f'sample_batch builds (obs and next_obs columns: 2 x 28.2 kB)')
+    print(f'  default layout: {per_naive / 1e3:.1f} kB per transition (measured on {n_naive}, pushing and '
+          f'sampling as training does) -> {per_naive * 1e5 / 1e9:.2f} GB for 100k: the buffer\'s columns '
+          f'(obs and next_obs: 2 x 28.2 kB); a stored item keeps no arrays of its own once its row is written')
     print(f'  FrameStorage:   {used / 1e9:.3f} GB resident for {buf.count()} transitions '
           f'({st.pool.live} frames, {st.memory_bytes() / 1e9:.3f} GB in frames + columns); '
           f'{used / max(per_naive * buf.count(), 1):.2f}x the default layout')

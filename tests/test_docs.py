@@ -8,7 +8,8 @@ A block is skipped when the line before it (blank lines aside) is an HTML commen
 
 - ``<!-- no-run -->``: not runnable here (e.g. needs several machines); use sparingly;
 - ``<!-- needs: EXTRA -->``: needs an optional extra of setup.cfg (``atari``, ``mujoco``, ``ray``, ...);
-  skipped, with the reason shown, when a module of that extra is not installed.
+  skipped, with the reason shown, when a module of that extra is not installed;
+- ``<!-- run-by: tests/FILE.py -->``: that test file runs the block (e.g. with a smaller training budget).
 
 A ``print(...)  # TEXT`` line promises what it prints: the block's output must contain a line ``TEXT``
 (the commented prints in order). Each block is its own test (``README.md:40``, ``docs/runs.md:97``, ...),
@@ -43,7 +44,7 @@ EXTRA_MODULES = {
 }
 PROMISE = re.compile(r"^\s*print\(.*\)\s+#\s*(.+?)\s*$", re.M)
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
-MARK = re.compile(r"<!--\s*(no-run|needs:\s*([\w, -]+?))\s*-->\s*$")
+MARK = re.compile(r"<!--\s*(no-run|needs:\s*([\w, -]+?)|run-by:\s*([\w/.]+))\s*-->\s*$")
 
 
 class Block(NamedTuple):
@@ -63,6 +64,10 @@ def _skip_reason(mark: Optional[re.Match]) -> Optional[str]:
         return None
     if mark.group(1) == "no-run":
         return "marked <!-- no-run --> in the page"
+    if mark.group(3):
+        if not (ROOT / mark.group(3)).is_file():
+            raise ValueError(f"<!-- run-by: {mark.group(3)} -->: no such test file")
+        return f"run by {mark.group(3)} (with a smaller budget)"
     for extra in (e.strip() for e in mark.group(2).split(",")):
         if extra not in EXTRA_MODULES:
             raise ValueError(f"<!-- needs: {extra} -->: unknown extra (known: {', '.join(EXTRA_MODULES)})")

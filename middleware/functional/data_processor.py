@@ -133,8 +133,11 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
         data = sb.data
         if type(data) is not dict:
             if not isinstance(data, MappingABC):
-                raise TypeError(f'buffer items must be dicts of tensors/arrays/numbers to be batched; got '
-                                f'{type(data).__name__}')
+                items = sb.items
+                kind = type(items[0].data).__name__ if items else type(data).__name__
+                raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
+                                f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer '
+                                f'holds {kind} items')
             data = dict(data)
         if sb.weight is not None:
             data = dict(data)
@@ -143,8 +146,9 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     items = buffer_.sample(size, **kw)
     data = collate([it.data for it in items])
     if not isinstance(data, dict):
-        raise TypeError(f'buffer items must be dicts of tensors/arrays/numbers to be batched; got '
-                        f'{type(items[0].data).__name__}')
+        raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
+                        f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer holds '
+                        f'{type(items[0].data).__name__} items')
     if items and 'priority_IS' in items[0].meta:
         data['weight'] = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
     return data, [it.index for it in items]

@@ -82,6 +82,15 @@ class RowItem(BufferedData):
         return BufferedData, (self.data, self.index, self.meta)
 
 
+def peek_data(item: BufferedData) -> Any:
+    """``item.data`` without keeping it in the item: a :class:`RowItem` stays in its row (what saving a
+    whole buffer reads; the caller holds the storage's lock)."""
+    if type(item) is RowItem:
+        row = _DATA.__get__(item)
+        return row.columns.row(row.slot)
+    return item.data
+
+
 class _Sampled(list):
     """List of sampled items that remembers where they came from (for the fast batch path)."""
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .columnar_io import decode_rows, encode_rows
+from .item import peek_data
 
 if TYPE_CHECKING:
     from .storage import SlotStorage
@@ -121,7 +122,7 @@ def _data_column(s: "SlotStorage", items: list) -> dict:
         from .frame_file import frames_node
 
         node = frames_node(s, items, encode)
-    return node if node is not None else encode_rows([it.data for it in items], encode, "data")
+    return node if node is not None else encode_rows([peek_data(it) for it in items], encode, "data")
 
 
 def _read(path: str, where: str) -> dict:

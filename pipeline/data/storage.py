@@ -81,15 +81,28 @@ class SlotStorage:
         self.lock = threading.RLock()
         if seed is None:
             seed = int(np.random.randint(0, 2**62, dtype=np.int64))  # follows np.random.seed()
-        self.rng = np.random.default_rng(seed)
+        self.seed_seq = np.random.SeedSequence(seed)  # copies draw from its children (__getstate__)
+        self.rng = np.random.default_rng(self.seed_seq)  # the same stream as default_rng(seed)
         self.columnar = columnar
         self.listeners: List[Any] = []
         self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
 
-    def __getstate__(self) -> dict:  # copy.deepcopy / pickle: a copy gets its own lock
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` / pickle: a copy gets its own lock and its own random stream (a child of this
+        storage's seed sequence: copies sample differently from the original and from each other, and
+        reproducibly). To sample identically on purpose, set the copy's ``rng`` to ``copy.deepcopy(original.rng)``
+        before either has sampled."""
         state = self.__dict__.copy()
         del state["lock"]
+        seq = state.get("seed_seq")
+        if seq is not None:
+            child = seq.spawn(1)[0]
+            state["seed_seq"] = child
+            state["rng"] = np.random.default_rng(child)
+            state["_rbuf"] = np.zeros(0, dtype=np.int64)  # offsets drawn ahead from the original's stream
+            state["_rpos"] = 0
+            state["_rn"] = state["_rn_prev"] = -1
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -240,7 +253,7 @@ class SlotStorage:
         generator, settings and listeners (``load_data``: the caller then tells the listeners)."""
         self._release_all()
         version, pushes = self.version, self.pushes
-        keep = {"size", "lock", "rng", "columnar", "listeners", "syncers"}
+        keep = {"size", "lock", "rng", "seed_seq", "columnar", "listeners", "syncers"}
         for k, v in other.__dict__.items():
             if k not in keep:
                 setattr(self, k, v)

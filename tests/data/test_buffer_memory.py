@@ -1,8 +1,8 @@
 """The replay buffer keeps one copy of each transition, and a long run's C heap stays flat.
 
 Per-item arrays that live as long as the buffer, allocated between a learner's short-lived
-tensors, fragmented glibc's heap: SAC's resident memory grew by ~11 KB per update (88 KB per
-iteration in the loop below). Items now keep their data in the buffer's columns only."""
+tensors, fragmented glibc's heap, so resident memory grew with every update of a long run (see
+docs/benchmarks.md, "Memory over long runs"). Items now keep their data in the buffer's columns only."""
 from __future__ import annotations
 
 import copy
@@ -148,3 +148,15 @@ def test_heap_stays_flat_while_pushing_and_training():
             h0 = _heap_bytes()
     growth = (_heap_bytes() - h0) / (n - start - 1)
     assert growth < 2048, f"the C heap grew by {growth:.0f} bytes per step"
+
+
+def test_saving_reads_the_rows_and_leaves_the_items_in_them(tmp_path):
+    buf, pushed = _filled(n=30, size=40)
+    path = str(tmp_path / "b.buffer")
+    buf.save_data(path)
+    storage = buf.storage
+    assert all(type(storage.items[s]) is RowItem for s in storage.dense[:storage.count].tolist())
+    back = DequeBuffer(40, seed=0)
+    back.load_data(path)
+    for i in (0, 17, 29):
+        _same(back.sample(indices=[i])[0].data, pushed[i])
