@@ -130,9 +130,13 @@ def _versions() -> Dict[str, str]:
     return out
 
 
-def _machine() -> Dict[str, Any]:
+def _load_average() -> Optional[List[float]]:
+    return list(os.getloadavg()) if hasattr(os, 'getloadavg') else None
+
+
+def _machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
     return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
-            'system': platform.system(), 'load_at_start': list(os.getloadavg()) if hasattr(os, 'getloadavg') else None}
+            'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': _load_average()}
 
 
 def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
@@ -210,6 +214,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from pipeline.policy.conv import AtariQNetwork
     from pipeline.policy.dqn import DQNCollectMode
 
+    load_at_start = _load_average()
     torch.set_num_threads(args.threads)
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
@@ -299,7 +304,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},
         'wall_s': wall, 'cpu_s': cpu, 'train_steps_per_s': ctx.env_step / wall if wall > 0 else None,
         'update_phase': _phase(recorder.marked, int(ctx.env_step), t_end, c_end),
-        'versions': _versions(), 'machine': _machine(),
+        'versions': _versions(), 'machine': _machine(load_at_start),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
     }
     with open(stem + '.json', 'w') as f:
