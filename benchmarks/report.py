@@ -179,7 +179,12 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'no-op actions at reset, games capped at 108k frames; life loss ends the episode and rewards are '
              'sign-clipped for training only. Score: the raw game score of evaluation games after training '
              '(10 games, eps-greedy with eps 0.001; the papers average 100 episodes). Agent: DrQ(eps) built '
-             'from rlpipe\'s DQN (see the docstring of `benchmarks/atari100k.py`).',
+             'from rlpipe\'s DQN (see the docstring of `benchmarks/atari100k.py`): one batch-32 update per '
+             'agent step from step 1,600, 10-step double DQN with a dueling head on the DER encoder, Adam '
+             '1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
+             'update. Its target net is copied after every update, as in DrQ(eps), not every 2,000 updates '
+             'as in DER: DrQ(eps) is the published agent this one follows, and with the copy the '
+             'double-DQN target needs one forward pass instead of two (about a sixth of an update).',
              '',
              'Deviations from the published protocol and agent: after a life is lost (training only) the '
              'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
