@@ -184,7 +184,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              '1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
              'update. Its target net is copied after every update, as in DrQ(eps), not every 2,000 updates '
              'as in DER: DrQ(eps) is the published agent this one follows, and with the copy the '
-             'double-DQN target needs one forward pass instead of two (about a sixth of an update).',
+             'double-DQN target needs one forward pass of the next observations instead of two.',
              '',
              'Deviations from the published protocol and agent: after a life is lost (training only) the '
              'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
