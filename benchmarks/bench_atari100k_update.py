@@ -11,7 +11,10 @@ double-DQN target with the target net equal to the online net, as in DrQ(eps)):
 - ``bare+shift``: the same plus the random shifts of obs and next obs (``random_shift``);
 - ``rlpipe``: one round of ``OffPolicyLearner`` as ``benchmarks/atari100k.py`` runs it: sample 32
   n-step transitions from a ``FrameStorage`` replay buffer (stacks rebuilt from stored frames),
-  ``RandomShift``, ``DQNLearner.update``.
+  ``RandomShift``, ``DQNLearner.update``;
+- ``rlpipe, 2 next-obs forwards``: the same with the general double-DQN path (a forward pass of the
+  online net and one of the target net on the next observations), i.e. without the shortcut taken
+  when the target net is copied after every update.
 
 Prints process CPU milliseconds per update (median over rounds) and each row's ratio to ``bare``
 within a round (median over rounds).
@@ -101,15 +104,21 @@ def main(argv: List[str] = None) -> int:
         buf.push({'obs': frames[i:i + 4], 'action': int(rng.integers(n_actions)), 'reward': float(rng.standard_normal()),
                   'next_obs': frames[i + 10:i + 14], 'terminated': False, 'truncated': False, 'nstep': 10},
                  {'env': 0})
-    rows: Dict[str, List[float]] = {'bare': [], 'bare+shift': [], 'rlpipe': []}
+    policy2 = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0)
+    policy2.learn_mode._target_is_online = False
+    rows: Dict[str, List[float]] = {'bare': [], 'bare+shift': [], 'rlpipe': [], 'rlpipe, 2 next-obs forwards': []}
     with task.start(ctx=OnlineRLContext()):
         learner = OffPolicyLearner(cfg, policy.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
+        learner2 = OffPolicyLearner(cfg, policy2.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
         ctx = task.ctx
 
         def rl(_: Any) -> None:
             learner(ctx)
 
-        runs = {'bare': bare, 'bare+shift': bare_shift, 'rlpipe': rl}
+        def rl2(_: Any) -> None:
+            learner2(ctx)
+
+        runs = {'bare': bare, 'bare+shift': bare_shift, 'rlpipe': rl, 'rlpipe, 2 next-obs forwards': rl2}
         for fn in runs.values():  # warm-up
             for _ in range(10):
                 fn(batch)
