@@ -11,6 +11,7 @@ between them; ``termination_checker`` and ``online_logger`` everywhere. A node w
 Importing this package loads neither torch, gymnasium, treetensor, tensorboard nor the replay buffers
 (``pipeline.data``): each is imported where it is first used.
 """
+from .augment import random_shift_augmenter
 from .ckpt_handler import CkptSaver, load_checkpoint, save_checkpoint
 from .collector import EpisodeCollector, StepCollector
 from .functional import (NStepAccumulator, data_pusher, episode_return_bound, eps_greedy_handler,
@@ -22,7 +23,7 @@ from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_
 __all__ = [
     'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'save_checkpoint', 'load_checkpoint',
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
-    'interaction_evaluator', 'evaluate_episodes', 'episode_return_bound', 'trainer', 'termination_checker', 'online_logger',
+    'interaction_evaluator', 'evaluate_episodes', 'random_shift_augmenter', 'episode_return_bound', 'trainer', 'termination_checker', 'online_logger',
     'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',
     'RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch', 'RolloutExchanger',
 ]

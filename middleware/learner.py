@@ -23,13 +23,16 @@ class TrainRounds:
     The loop shared by :class:`OffPolicyLearner` and ``middleware.her.HERLearner``; a subclass
     says where a round's batch comes from in :meth:`_next_batch`, which sets ``ctx.train_data``
     (None: too little data, the rounds stop) and may return a callable to run once the round is
-    over (e.g. a fetcher's backward part writing priorities). Writes ``ctx.train_output`` (the list
+    over (e.g. a fetcher's backward part writing priorities). ``batch_transform``, when given,
+    replaces each fetched batch by ``batch_transform(batch)`` before the reward step and training
+    (e.g. :class:`pipeline.data.augment.RandomShift`). Writes ``ctx.train_output`` (the list
     of every round's output dict, empty when nothing was trained).
     """
 
     def __init__(self, cfg: Mapping, policy: Any, reward_model: Optional[Any] = None, log_freq: int = 100,
-                 train_reward_model: bool = True) -> None:
+                 train_reward_model: bool = True, batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
         self.cfg = cfg
+        self.batch_transform = batch_transform
         self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
         if self.update_per_collect < 1:
             raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
@@ -44,12 +47,15 @@ class TrainRounds:
     def __call__(self, ctx: RLContext) -> None:
         outputs: List[Any] = []
         next_batch, train, reward = self._next_batch, self._trainer, self._reward_step
+        transform = self.batch_transform
         for _ in range(self.update_per_collect):
             after = next_batch(ctx)
             if ctx.train_data is None:
                 if after is not None:
                     after()
                 break
+            if transform is not None:
+                ctx.train_data = transform(ctx.train_data)
             if reward is not None:
                 reward(ctx)
             train(ctx)
@@ -84,15 +90,18 @@ class OffPolicyLearner(TrainRounds):
         train_reward_model: call ``reward_model.train`` each round after ``estimate`` (default True;
             a model without ``train`` is only used for estimates).
         log_freq: log the loss every this many train iterations (INFO).
+        batch_transform: optional ``batch -> batch`` applied to each fetched batch before the reward
+            model and the update, e.g. ``pipeline.data.augment.RandomShift(pad=4)`` (DrQ's shifts).
 
     Role: LEARNER.
     """
 
     def __init__(self, cfg: Mapping, policy: Any, buffer_: Any, reward_model: Optional[Any] = None,
-                 log_freq: int = 100, train_reward_model: bool = True) -> None:
+                 log_freq: int = 100, train_reward_model: bool = True,
+                 batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
         from pipeline import task
 
-        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model)
+        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model, batch_transform)
         self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 

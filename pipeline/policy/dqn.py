@@ -96,6 +96,7 @@ class DQNLearner(Learner):
         if self.target_update_type == 'soft' and not self.target_theta:
             raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
         self.train_iter = 0  # number of update() calls (learner iterations)
+        self._target_is_online = self.target_update_type == 'hard' and self.target_update_freq == 1
         self._online_params = list(model.parameters())
         self._target_params = list(self.target_model.parameters())
 
@@ -114,7 +115,9 @@ class DQNLearner(Learner):
         with torch.no_grad():
             next_obs = batch['next_obs']
             next_q_t = self.target_model(next_obs)
-            next_q_o = self.model(next_obs) if self.double_dqn else None
+            # a hard copy after every update: the target net equals the online net here, and double
+            # DQN's online forward pass would repeat this one
+            next_q_o = None if not self.double_dqn or self._target_is_online else self.model(next_obs)
             done = batch['terminated']
             if self.truncation_as_terminal and 'truncated' in keys:
                 done = done | batch['truncated']
@@ -182,8 +185,10 @@ def get_learner_class() -> type:
 class DQNCollectMode(ActingMode):
     """Eps-greedy acting for a batch of envs: ``forward(obs [N, ...], eps) -> actions [N] int64``.
 
-    Runs the online network under ``torch.no_grad`` with no tree conversions; random actions come
-    from a numpy generator seeded by ``seed``.
+    Runs the online network under ``torch.no_grad`` with no tree conversions, and only for the envs
+    whose eps draw says greedy (a step where every env explores runs no network); random actions
+    come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
+    the network outputs).
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
@@ -193,16 +198,22 @@ class DQNCollectMode(ActingMode):
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
         x = torch.as_tensor(obs)
+        if eps > 0.0:
+            n = x.shape[0]
+            explore = self.rng.random(n) < eps
+            if explore.any():
+                act = self.rng.integers(0, self.action_shape, n)
+                greedy = ~explore
+                if greedy.any():  # the network runs only for the envs that act greedily
+                    act[greedy] = self._greedy(x[torch.from_numpy(greedy)] if not greedy.all() else x)
+                return act
+        return self._greedy(x)
+
+    def _greedy(self, x: torch.Tensor) -> np.ndarray:
         if x.dtype != torch.float32:
             x = x.float()
         with torch.no_grad():
-            act = self.model(x).argmax(dim=-1).numpy()
-        if eps > 0.0:
-            n = act.shape[0]
-            explore = self.rng.random(n) < eps
-            if explore.any():
-                act = np.where(explore, self.rng.integers(0, self.action_shape, n), act)
-        return act
+            return self.model(x).argmax(dim=-1).numpy()
 
     __call__ = forward
 

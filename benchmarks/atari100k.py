@@ -1,0 +1,328 @@
+"""Atari-100k: train the DrQ(eps)-style agent on one game for 100k agent steps, evaluate, write a JSON result.
+
+    python benchmarks/atari100k.py --game Pong --seed 0                 # 100k agent steps = 400k frames
+    python benchmarks/atari100k.py --game Breakout --seed 1 --steps 20000
+    python benchmarks/atari100k.py --game Pong --seed 0 --smoke --out /tmp/res   # a few hundred steps (CI)
+
+Result: ``benchmarks/results/atari100k/<game>_seed<k>.json`` (``--out`` for another directory): the
+config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
+scores), the learning curve (raw score of every finished training game vs agent steps) and a SHA-256
+of the final weights (two runs of the same command and code on one machine give the same digest).
+``python benchmarks/report.py`` renders all stored results into docs/benchmarks.md.
+
+Protocol (Kaiser et al. 2019; Dopamine's atari_100k), via ``pipeline.envs.atari.make_atari_env``:
+ALE v5 ids with sticky actions off, frame skip 4 with max-pool, 84x84 gray, 4 stacked frames, up
+to 30 no-op actions at reset, games capped at 108k frames (ALE's own limit); life loss ends the
+episode and rewards are clipped to their sign for training only. Evaluation after training: whole
+games with raw scores, eps-greedy with eps 0.001, ``--eval-episodes`` games (10).
+
+Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces): one env; one batch-32
+update per agent step from step 1,600; 10-step double-DQN returns, discount 0.99, dueling head on
+the data-efficient Rainbow encoder (two 5x5 stride-5 convs, 256 hidden units), Huber loss, Adam
+lr 1e-4 eps 1.5e-4, gradient norm clipped at 10, target net copied after every update, eps 1.0
+until the first update, then linear to 0.01 over 5k steps, random shifts of +-4 px on obs and next
+obs of every batch (``pipeline.data.augment.RandomShift``), a replay buffer holding all 100k
+transitions (each frame once: ``FrameStorage``). A step where the eps draw says "random" runs no
+network; with the target copied after every update, the double-DQN target needs one forward pass
+of the next observations, not two.
+
+Ctrl-C saves a checkpoint (weights, optimizer, replay buffer, counters, random generators,
+learning curve) next to the result; the same command resumes from it (the interrupted game is not
+continued: a fresh game starts). ``--fresh`` ignores a checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
+RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'results', 'atari100k')
+
+#: The agent's settings (DrQ(eps); see the module docstring). ``--smoke`` shrinks the step counts.
+AGENT: Dict[str, Any] = {
+    'nstep': 10, 'discount': 0.99, 'batch_size': 32, 'learning_rate': 1e-4, 'adam_eps': 1.5e-4,
+    'learning_starts': 1600, 'updates_per_step': 1, 'target_update_freq': 1, 'loss': 'huber',
+    'grad_clip': 10.0, 'eps_start': 1.0, 'eps_end': 0.01, 'eps_decay_steps': 5000, 'eval_eps': 0.001,
+    'encoder': 'der', 'dueling': True, 'double_dqn': True, 'shift_pad': 4, 'replay_size': 100_000,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument('--game', default='Pong', help=f'ALE game name ({", ".join(GAMES)} in the benchmark)')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--steps', type=int, default=100_000, help='agent steps (4 frames each)')
+    p.add_argument('--eval-episodes', type=int, default=10, help='evaluation games after training')
+    p.add_argument('--smoke', action='store_true',
+                   help='a few hundred steps, learning from step 100, one short evaluation game (CI)')
+    p.add_argument('--out', default=RESULTS_DIR, help='directory of the JSON result and the checkpoint')
+    p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
+    p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar')
+    return p
+
+
+def agent_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """The agent settings of this run (``AGENT``, shrunk for ``--smoke``)."""
+    a = dict(AGENT)
+    if args.smoke:
+        a.update(learning_starts=100, eps_decay_steps=200)
+    return a
+
+
+def dqn_config(a: Dict[str, Any], seed: int) -> Any:
+    """An rlpipe DQN config (``pipeline.config.compile_config``) with the agent settings ``a``."""
+    from pipeline.config import compile_config
+
+    user = {
+        'seed': seed,
+        'policy': {
+            'discount_factor': a['discount'], 'nstep': a['nstep'],
+            'learn': {'update_per_collect': a['updates_per_step'], 'batch_size': a['batch_size'],
+                      'learning_rate': a['learning_rate'], 'optimizer': 'adam',
+                      'optimizer_kwargs': {'eps': a['adam_eps']}, 'double_dqn': a['double_dqn'],
+                      'loss': a['loss'], 'target_update_type': 'hard', 'target_update_freq': a['target_update_freq'],
+                      'grad_clip': a['grad_clip'], 'truncation_as_terminal': False,
+                      'learning_starts': a['learning_starts']},
+            'collect': {'n_sample': 1},
+            'other': {'replay_buffer': {'replay_buffer_size': a['replay_size']}},
+        },
+    }
+    return compile_config(user, policy='dqn')
+
+
+def make_envs(game: str, seed: int, smoke: bool) -> Any:
+    """(training env, evaluation env): ``EnvManager``s of one ``ALE/<game>-v5`` env each."""
+    from pipeline.envs import EnvManager
+    from pipeline.envs.atari import AtariEnvFn
+
+    env_id = f'ALE/{game}-v5'
+    extra = {'max_num_frames_per_episode': 2000} if smoke else {}  # smoke: short evaluation games
+    train = EnvManager([AtariEnvFn(env_id, training=True)], seed=seed)
+    evaluate = EnvManager([AtariEnvFn(env_id, training=False, **extra)], seed=seed + 10_000)
+    return train, evaluate
+
+
+def _versions() -> Dict[str, str]:
+    out = {'python': platform.python_version()}
+    for name in ('torch', 'numpy', 'gymnasium', 'ale_py', 'cv2'):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001  (a missing or odd package: say so, do not fail the run)
+            out[name] = 'missing'
+    try:
+        import subprocess
+        out['rlpipe_commit'] = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True,
+                                              text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        out['rlpipe_commit'] = 'unknown'
+    return out
+
+
+def _load_average() -> Optional[List[float]]:
+    return list(os.getloadavg()) if hasattr(os, 'getloadavg') else None
+
+
+def _machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
+    return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
+            'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': _load_average()}
+
+
+def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
+    """Middleware setting ``ctx.collect_kwargs['eps']``: ``start`` for the first ``warmup`` agent steps
+    (no update happens before them), then linear to ``end`` over ``decay`` steps (Dopamine's schedule
+    for DrQ(eps))."""
+
+    def _eps(ctx: Any) -> None:
+        frac = min(max(ctx.env_step - warmup, 0) / decay, 1.0)
+        ctx.collect_kwargs['eps'] = start + (end - start) * frac
+
+    return _eps
+
+
+class CurveRecorder:
+    """Middleware: appends ``[env_step, raw score]`` for every training game that ended this step
+    (``ctx.info_for_logging['collect_score']``) and moves a progress bar."""
+
+    def __init__(self, curve: List[List[float]], total: int, start: int, show: bool, mark: int = 0) -> None:
+        self.curve = curve
+        self.total = total
+        self.mark = mark  # agent step at which the update phase starts: its wall/CPU clock is read there
+        self.marked: Optional[tuple] = None
+        self._bar = None
+        if show:
+            try:
+                from tqdm import tqdm
+                self._bar = tqdm(total=total, initial=start, unit='step', smoothing=0.05, dynamic_ncols=True)
+            except ImportError:
+                self._bar = None
+        self._last = start
+
+    def __call__(self, ctx: Any) -> None:
+        if self.marked is None and ctx.env_step >= self.mark:
+            self.marked = (int(ctx.env_step), time.perf_counter(), time.process_time())
+        scores = ctx.info_for_logging.get('collect_score')
+        if scores:
+            for s in scores:
+                self.curve.append([int(ctx.env_step), float(s)])
+            if self._bar is not None:
+                recent = [c[1] for c in self.curve[-10:]]
+                self._bar.set_postfix(games=len(self.curve), score10=f'{sum(recent) / len(recent):.1f}')
+        if self._bar is not None and ctx.env_step - self._last >= 100:
+            self._bar.update(ctx.env_step - self._last)
+            self._last = ctx.env_step
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _phase(marked: Optional[tuple], end_step: int, t_end: float, c_end: float) -> Optional[Dict[str, float]]:
+    """Agent steps/s and CPU per agent step from the first update (or, in a resumed run, from the
+    resume point) to the end of training in this process; None when no update phase ran."""
+    if marked is None or end_step <= marked[0]:
+        return None
+    n = end_step - marked[0]
+    return {'from_step': marked[0], 'steps': n, 'wall_s': t_end - marked[1], 'cpu_s': c_end - marked[2],
+            'steps_per_s': n / (t_end - marked[1]), 'cpu_ms_per_step': 1000 * (c_end - marked[2]) / n}
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """Train, evaluate and write the result; returns it (or a dict with ``interrupted`` after Ctrl-C)."""
+    import numpy as np
+    import torch
+
+    from contexts import OnlineRLContext
+    from middleware import OffPolicyLearner, StepCollector, data_pusher, nstep_reward_enhancer, termination_checker
+    from middleware.functional import run_eval_episodes
+    from pipeline import task
+    from pipeline.data import DequeBuffer
+    from pipeline.data.augment import RandomShift
+    from pipeline.data.frame_storage import FrameStorage
+    from pipeline.policy import DQNPolicy
+    from pipeline.policy.conv import AtariQNetwork
+    from pipeline.policy.dqn import DQNCollectMode
+
+    load_at_start = _load_average()
+    torch.set_num_threads(args.threads)
+    steps = 400 if args.smoke and args.steps == 100_000 else args.steps
+    a = agent_settings(args)
+    cfg = dqn_config(a, args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f'{args.game}_seed{args.seed}')
+    ckpt_path, buffer_path = stem + '.ckpt', stem + '.buffer'
+
+    train_env, eval_env = make_envs(args.game, args.seed, args.smoke)
+    n_actions = int(train_env.action_space.n)
+    torch.manual_seed(args.seed)
+    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'])
+    policy = DQNPolicy(cfg, model=model, seed=args.seed)
+    buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))
+    shift = RandomShift(a['shift_pad'], seed=args.seed)
+    learner = policy.learn_mode
+    collect = policy.collect_mode
+    ctx = OnlineRLContext()
+    curve: List[List[float]] = []
+    wall0, cpu0 = 0.0, 0.0
+    if os.path.exists(ckpt_path) and not args.fresh:
+        state = torch.load(ckpt_path, weights_only=True)
+        if state['agent'] != a or state['steps'] != steps:
+            raise SystemExit(f'{ckpt_path} is a checkpoint of other settings; pass --fresh to start over')
+        policy.load_state_dict(state['policy'])
+        buffer_.load_data(buffer_path)
+        ctx.env_step, ctx.train_iter, ctx.env_episode = state['env_step'], state['train_iter'], state['env_episode']
+        collect.rng.bit_generator.state = state['collect_rng']
+        shift.load_state_dict(state['shift'])
+        torch.set_rng_state(state['torch_rng'])
+        curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
+        train_env.seed(args.seed + 1 + ctx.env_step)  # a fresh game, not a replay of the first one
+        print(f'resumed from {ckpt_path} at agent step {ctx.env_step}', flush=True)
+
+    recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress, mark=a['learning_starts'])
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    interrupted = False
+    try:
+        with task.start(ctx=ctx):
+            task.use(eps_after_warmup(a['eps_start'], a['eps_end'], a['eps_decay_steps'], a['learning_starts']))
+            task.use(StepCollector(cfg, collect, train_env))
+            task.use(nstep_reward_enhancer(cfg))
+            task.use(data_pusher(cfg, buffer_))
+            task.use(OffPolicyLearner(cfg, learner, buffer_, batch_transform=shift, log_freq=0))
+            task.use(recorder)
+            task.use(termination_checker(max_env_step=steps))
+            if ctx.env_step < steps:
+                task.run()
+            ctx = task.ctx
+    except KeyboardInterrupt:
+        interrupted = True
+        ctx = task.ctx
+    recorder.close()
+    t_end, c_end = time.perf_counter(), time.process_time()
+    wall = wall0 + t_end - t_wall
+    cpu = cpu0 + c_end - t_cpu
+    if interrupted:
+        buffer_.save_data(buffer_path)
+        torch.save({'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
+                    'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
+                    'collect_rng': collect.rng.bit_generator.state, 'shift': shift.state_dict(),
+                    'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}, ckpt_path)
+        print(f'\ninterrupted at agent step {ctx.env_step}: saved {ckpt_path}\n'
+              f'resume with: python benchmarks/atari100k.py {" ".join(sys.argv[1:])}', flush=True)
+        train_env.close()
+        eval_env.close()
+        return {'interrupted': True, 'checkpoint': ckpt_path}
+
+    eval_actor = DQNCollectMode(model, n_actions, seed=args.seed + 20_000)
+    eval_episodes = 1 if args.smoke else args.eval_episodes
+    t_eval = time.perf_counter()
+    ev = run_eval_episodes(lambda obs: eval_actor.forward(obs, a['eval_eps']), eval_env, eval_episodes)
+    eval_wall = time.perf_counter() - t_eval
+    train_env.close()
+    eval_env.close()
+    returns = [float(r) for r in ev.returns]
+    digest = hashlib.sha256()
+    for t in model.state_dict().values():
+        digest.update(t.detach().contiguous().numpy().tobytes())
+    result = {
+        'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
+        'agent': 'DrQ(eps)', 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
+        'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
+        'weights_sha256': digest.hexdigest(),
+        'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
+                 'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},
+        'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},
+        'wall_s': wall, 'cpu_s': cpu, 'train_steps_per_s': ctx.env_step / wall if wall > 0 else None,
+        'update_phase': _phase(recorder.marked, int(ctx.env_step), t_end, c_end),
+        'versions': _versions(), 'machine': _machine(load_at_start),
+        'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+    }
+    with open(stem + '.json', 'w') as f:
+        json.dump(result, f, indent=1)
+    for p in (ckpt_path, buffer_path):
+        if os.path.exists(p):
+            os.remove(p)
+    print(f'{args.game} seed {args.seed}: {ctx.env_step} agent steps, {ctx.train_iter} updates in {wall:.0f} s '
+          f'(CPU {cpu:.0f} s); evaluation over {len(returns)} games: mean score {result["eval"]["mean"]:.1f}; '
+          f'wrote {stem}.json', flush=True)
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    result = run(args)
+    return 130 if result.get('interrupted') else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""CPU per update of the Atari-100k agent against a bare torch loop of the same network, in one process.
+
+    python benchmarks/bench_atari100k_update.py                 # 5 interleaved rounds of 200 updates each
+    python benchmarks/bench_atari100k_update.py --rounds 3 --updates 100
+
+Rows (one torch thread, batch 32, the DER encoder with a dueling head, Adam, Huber loss, grad clip 10,
+double-DQN target with the target net equal to the online net, as in DrQ(eps)):
+
+- ``bare``: a hand-written loop on a batch already in memory: forward, one no-grad forward of the
+  next observations, loss, backward, clip, Adam step;
+- ``bare+shift``: the same plus the random shifts of obs and next obs (``random_shift``);
+- ``rlpipe``: one round of ``OffPolicyLearner`` as ``benchmarks/atari100k.py`` runs it: sample 32
+  n-step transitions from a ``FrameStorage`` replay buffer (stacks rebuilt from stored frames),
+  ``RandomShift``, ``DQNLearner.update``;
+- ``rlpipe, 2 next-obs forwards``: the same with the general double-DQN path (a forward pass of the
+  online net and one of the target net on the next observations), i.e. without the shortcut taken
+  when the target net is copied after every update.
+
+Prints process CPU milliseconds per update (median over rounds) and each row's ratio to ``bare``
+within a round (median over rounds).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def _batch(g: Any, n_actions: int) -> Dict[str, Any]:
+    import torch
+    return {'obs': torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
+            'next_obs': torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
+            'action': torch.randint(0, n_actions, (32,), generator=g), 'reward': torch.randn(32, generator=g),
+            'terminated': torch.zeros(32, dtype=torch.bool), 'nstep': torch.full((32,), 10)}
+
+
+def bare_step(net: Any, opt: Any, shift: bool, gen: Any) -> Callable[[Dict[str, Any]], None]:
+    import torch
+    import torch.nn.functional as F
+    from pipeline.data.augment import random_shift
+
+    def step(b: Dict[str, Any]) -> None:
+        obs, nxt = b['obs'], b['next_obs']
+        if shift:
+            obs, nxt = random_shift(obs, 4, gen), random_shift(nxt, 4, gen)
+        q = net(obs).gather(1, b['action'].unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            nq = net(nxt)
+            target = b['reward'] + 0.99 ** 10 * (1.0 - b['terminated'].float()) * nq.max(1).values
+        loss = F.smooth_l1_loss(q, target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
+        opt.step()
+    return step
+
+
+def main(argv: List[str] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--rounds', type=int, default=5)
+    p.add_argument('--updates', type=int, default=200, help='updates per row per round')
+    args = p.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    from contexts import OnlineRLContext
+    from middleware import OffPolicyLearner
+    from pipeline import task
+    from pipeline.data import DequeBuffer
+    from pipeline.data.augment import RandomShift
+    from pipeline.data.frame_storage import FrameStorage
+    from pipeline.policy import DQNPolicy
+    from pipeline.policy.conv import AtariQNetwork
+
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    from atari100k import AGENT, dqn_config
+
+    torch.set_num_threads(1)
+    n_actions = 6
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    batch = _batch(g, n_actions)
+    net = AtariQNetwork(n_actions, dueling=True, encoder='der')
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
+    net2 = AtariQNetwork(n_actions, dueling=True, encoder='der')
+    opt2 = torch.optim.Adam(net2.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
+    bare = bare_step(net, opt, False, g)
+    bare_shift = bare_step(net2, opt2, True, g)
+
+    cfg = dqn_config(dict(AGENT, learning_starts=32), seed=0)
+    policy = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0)
+    buf = DequeBuffer(5000, seed=0, storage=FrameStorage(5000, seed=0))
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (2100, 84, 84), dtype=np.uint8)
+    for i in range(2000 - 14):
+        buf.push({'obs': frames[i:i + 4], 'action': int(rng.integers(n_actions)), 'reward': float(rng.standard_normal()),
+                  'next_obs': frames[i + 10:i + 14], 'terminated': False, 'truncated': False, 'nstep': 10},
+                 {'env': 0})
+    policy2 = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0)
+    policy2.learn_mode._target_is_online = False
+    rows: Dict[str, List[float]] = {'bare': [], 'bare+shift': [], 'rlpipe': [], 'rlpipe, 2 next-obs forwards': []}
+    with task.start(ctx=OnlineRLContext()):
+        learner = OffPolicyLearner(cfg, policy.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
+        learner2 = OffPolicyLearner(cfg, policy2.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
+        ctx = task.ctx
+
+        def rl(_: Any) -> None:
+            learner(ctx)
+
+        def rl2(_: Any) -> None:
+            learner2(ctx)
+
+        runs = {'bare': bare, 'bare+shift': bare_shift, 'rlpipe': rl, 'rlpipe, 2 next-obs forwards': rl2}
+        for fn in runs.values():  # warm-up
+            for _ in range(10):
+                fn(batch)
+        for _ in range(args.rounds):
+            for name, fn in runs.items():
+                c0 = time.process_time()
+                for _ in range(args.updates):
+                    fn(batch)
+                rows[name].append((time.process_time() - c0) / args.updates * 1000)
+    load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
+    print(f'# CPU per batch-32 update, DER encoder + dueling head, 1 torch thread; {args.rounds} rounds x '
+          f'{args.updates} updates; load average {load:.1f}')
+    print('| row | CPU ms per update (median) | ratio to bare (median over rounds) |')
+    print('|---|---|---|')
+    for name, ms in rows.items():
+        ratio = statistics.median(m / b for m, b in zip(ms, rows['bare']))
+        print(f'| {name} | {statistics.median(ms):.2f} | {ratio:.2f} |')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

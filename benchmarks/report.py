@@ -1,0 +1,242 @@
+"""Render every stored Atari-100k and MuJoCo result into docs/benchmarks.md (section "## Atari-100k and MuJoCo").
+
+    python benchmarks/report.py                      # benchmarks/results/ -> docs/benchmarks.md, docs/img/
+    python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
+
+Reads ``<results>/atari100k/*.json`` (written by ``benchmarks/atari100k.py``; ``--smoke`` results are
+skipped) and ``<results>/mujoco/*.json`` (fields ``algo``, ``env``, ``seed``, ``framework`` ('rlpipe' or
+'sb3'), ``final_return``, ``wall``). Writes one table per benchmark (mean +- std over seeds, the
+published anchors beside it, human-normalised scores for Atari) and one learning-curve PNG per game
+(``<img-dir>/atari100k_<game>.png``, linked from the page). Only the body of the section is replaced;
+the rest of the page is kept. With no stored results the section says so.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTION = '## Atari-100k and MuJoCo'
+GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
+
+#: Published per-game mean scores. random, human, DER: as in /work/shared/anchors.md (Kaiser et al. 2019's
+#: random/human; DER = data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) (Agarwal et al. 2021) and
+#: SPR (Schwarzer et al. 2021): None until copied from the papers' per-game tables (see ANCHOR_NOTES).
+ANCHORS: Dict[str, Dict[str, Optional[float]]] = {
+    'Boxing': {'random': 0.1, 'human': 12.1, 'DER': 0.2, 'DrQ(eps)': None, 'SPR': None},
+    'Breakout': {'random': 1.7, 'human': 30.5, 'DER': 1.9, 'DrQ(eps)': None, 'SPR': None},
+    'Freeway': {'random': 0.0, 'human': 29.6, 'DER': 27.9, 'DrQ(eps)': None, 'SPR': None},
+    'Pong': {'random': -20.7, 'human': 14.6, 'DER': -19.3, 'DrQ(eps)': None, 'SPR': None},
+    'RoadRunner': {'random': 11.5, 'human': 7845.0, 'DER': 9600.0, 'DrQ(eps)': None, 'SPR': None},
+}
+ANCHOR_NOTES = (
+    'Random, human and DER: the project\'s anchors (Kaiser et al. 2019 for random and human; DER as '
+    'reported for data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) (Agarwal et al. 2021, '
+    '"Deep RL at the edge of the statistical precipice", per-game means over 100 runs) and SPR '
+    '(Schwarzer et al. 2021): not filled in yet -- the per-game tables could not be read from '
+    'a primary source on this machine; "-" marks them. Fill `ANCHORS` in benchmarks/report.py from the '
+    'papers, not from secondary summaries.')
+
+
+def human_normalised(score: float, game: str) -> float:
+    """(score - random) / (human - random) with the anchors' random and human scores."""
+    a = ANCHORS[game]
+    return (score - a['random']) / (a['human'] - a['random'])
+
+
+def _mean_std(xs: List[float]) -> Tuple[float, float]:
+    n = len(xs)
+    m = sum(xs) / n
+    sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return m, sd
+
+
+def _fmt(x: Optional[float]) -> str:
+    if x is None:
+        return '-'
+    return f'{x:,.1f}' if abs(x) < 1000 else f'{x:,.0f}'
+
+
+def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], int]:
+    """(Atari-100k results without smoke runs, MuJoCo results, number of smoke results skipped)."""
+    atari, mujoco, smoke = [], [], 0
+    for path in sorted(glob.glob(os.path.join(results_dir, 'atari100k', '*.json'))):
+        with open(path) as f:
+            r = json.load(f)
+        if r.get('smoke'):
+            smoke += 1
+            continue
+        r['_path'] = path
+        atari.append(r)
+    for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
+        with open(path) as f:
+            r = json.load(f)
+        missing = [k for k in ('algo', 'env', 'seed', 'framework', 'final_return', 'wall') if k not in r]
+        if missing:
+            raise ValueError(f'{path}: a MuJoCo result needs the fields {missing}')
+        mujoco.append(r)
+    return atari, mujoco, smoke
+
+
+def atari_table(results: List[Dict[str, Any]]) -> List[str]:
+    """Markdown lines: one row per game with results, then the mean human-normalised score."""
+    by_game: Dict[str, List[Dict[str, Any]]] = {}
+    for r in results:
+        by_game.setdefault(r['game'], []).append(r)
+    lines = ['| game | rlpipe mean +- std (seeds) | HNS | random | human | DER | DrQ(eps) | SPR | wall per run |',
+             '|---|---|---|---|---|---|---|---|---|']
+    hns_ours, hns_der = [], []
+    for game in sorted(by_game, key=lambda g: (g not in GAMES, g)):
+        runs = sorted(by_game[game], key=lambda r: r['seed'])
+        m, sd = _mean_std([float(r['eval']['mean']) for r in runs])
+        walls = [float(r['wall_s']) / 60 for r in runs]
+        a = ANCHORS.get(game)
+        hns = human_normalised(m, game) if a else None
+        if a:
+            hns_ours.append(hns)
+            hns_der.append(human_normalised(a['DER'], game))
+        anchor = [_fmt(a[k]) if a else '-' for k in ('random', 'human', 'DER', 'DrQ(eps)', 'SPR')]
+        lines.append(f'| {game} | {_fmt(m)} +- {_fmt(sd)} ({len(runs)}) | {"-" if hns is None else f"{hns:.2f}"} | '
+                     f'{" | ".join(anchor)} | {min(walls):.0f}-{max(walls):.0f} min |')
+    if hns_ours:
+        lines.append('')
+        lines.append(f'Mean human-normalised score over the {len(hns_ours)} game(s) above: rlpipe '
+                     f'{sum(hns_ours) / len(hns_ours):.2f}, DER {sum(hns_der) / len(hns_der):.2f}.')
+    return lines
+
+
+def mujoco_table(results: List[Dict[str, Any]]) -> List[str]:
+    groups: Dict[Tuple[str, str, str], List[Dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r['algo'], r['env'], r['framework']), []).append(r)
+    lines = ['| algo | env | framework | final return mean +- std (seeds) | wall per run (mean) |',
+             '|---|---|---|---|---|']
+    for (algo, env, fw) in sorted(groups):
+        runs = groups[(algo, env, fw)]
+        m, sd = _mean_std([float(r['final_return']) for r in runs])
+        wall = sum(float(r['wall']) for r in runs) / len(runs) / 60
+        lines.append(f'| {algo} | {env} | {fw} | {_fmt(m)} +- {_fmt(sd)} ({len(runs)}) | {wall:.0f} min |')
+    return lines
+
+
+def _smooth(ys: List[float], k: int = 10) -> List[float]:
+    out, acc = [], 0.0
+    for i, y in enumerate(ys):
+        acc += y
+        if i >= k:
+            acc -= ys[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def plot_curves(results: List[Dict[str, Any]], img_dir: str) -> Dict[str, str]:
+    """One PNG per game: each seed's training-game raw scores (mean of the last 10 games) vs agent
+    steps, with the random, human and DER lines. Returns ``{game: file name}``."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    os.makedirs(img_dir, exist_ok=True)
+    by_game: Dict[str, List[Dict[str, Any]]] = {}
+    for r in results:
+        by_game.setdefault(r['game'], []).append(r)
+    out = {}
+    for game, runs in sorted(by_game.items()):
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+        for r in sorted(runs, key=lambda r: r['seed']):
+            pts = r['curve']['points']
+            if pts:
+                ax.plot([p[0] for p in pts], _smooth([p[1] for p in pts]), lw=1.2, label=f'seed {r["seed"]}')
+        for key, style in (('random', ':'), ('human', '--'), ('DER', '-.')):
+            v = ANCHORS.get(game, {}).get(key)
+            if v is not None:
+                ax.axhline(v, ls=style, color='gray', lw=0.9, label=key)
+        ax.set_title(f'{game}: training games (raw score, mean of last 10)')
+        ax.set_xlabel('agent steps')
+        ax.set_ylabel('score')
+        ax.legend(fontsize=7, loc='best')
+        fig.tight_layout()
+        name = f'atari100k_{game}.png'
+        fig.savefig(os.path.join(img_dir, name))
+        plt.close(fig)
+        out[game] = name
+    return out
+
+
+def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
+    """The section body (markdown, without the heading) for the results under ``results_dir``;
+    writes the PNGs into ``img_dir``, linked as ``<img_rel>/<file>``."""
+    atari, mujoco, smoke = load_results(results_dir)
+    lines = ['Rendered by `python benchmarks/report.py` from the JSON results in `benchmarks/results/`; '
+             'do not edit by hand.', '', '### Atari-100k', '',
+             'One command per game and seed: `python benchmarks/atari100k.py --game <Game> --seed <k>` '
+             '(100k agent steps = 400k frames; games Boxing, Breakout, Freeway, Pong, RoadRunner; ALE v5 ids). '
+             'Protocol: sticky actions off, frame skip 4 with max-pool, 84x84 gray, 4 stacked frames, up to 30 '
+             'no-op actions at reset, games capped at 108k frames; life loss ends the episode and rewards are '
+             'sign-clipped for training only. Score: the raw game score of evaluation games after training '
+             '(10 games, eps-greedy with eps 0.001; the papers average 100 episodes). Agent: DrQ(eps) built '
+             'from rlpipe\'s DQN (see the docstring of `benchmarks/atari100k.py`): one batch-32 update per '
+             'agent step from step 1,600, 10-step double DQN with a dueling head on the DER encoder, Adam '
+             '1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
+             'update. Its target net is copied after every update, as in DrQ(eps), not every 2,000 updates '
+             'as in DER: DrQ(eps) is the published agent this one follows, and with the copy the '
+             'double-DQN target needs one forward pass of the next observations instead of two.',
+             '',
+             'Deviations from the published protocol and agent: after a life is lost (training only) the '
+             'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
+             'that step is not counted as an agent step (at most 4 per Breakout game and 2 per RoadRunner '
+             'game; Boxing, Freeway and Pong have no lives). Gradients are clipped at norm 10. The '
+             'augmentation is random shifts only (Dopamine\'s DrQ code also scales intensities). Evaluation '
+             'uses 10 games per run, not 100.',
+             '']
+    if atari:
+        lines += atari_table(atari)
+        plots = plot_curves(atari, img_dir)
+        lines += ['', 'Learning curves (raw scores of training games, so life-loss episodes are joined into whole '
+                  'games):', '']
+        lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
+    else:
+        lines.append('No Atari-100k result is stored yet (`benchmarks/results/atari100k/` holds none'
+                     + (f'; {smoke} smoke result(s) skipped' if smoke else '') + ').')
+    lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '']
+    if mujoco:
+        lines += mujoco_table(mujoco)
+    else:
+        lines.append('No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none).')
+    return '\n'.join(lines) + '\n'
+
+
+def update_page(page: str, body: str) -> None:
+    """Replace the body of ``SECTION`` in ``page`` (up to the next ``## `` heading) by ``body``."""
+    with open(page) as f:
+        text = f.read()
+    start = text.find('\n' + SECTION + '\n')
+    if start < 0:
+        raise ValueError(f'{page} has no line {SECTION!r}')
+    body_start = start + len(SECTION) + 2
+    nxt = text.find('\n## ', body_start)
+    end = len(text) if nxt < 0 else nxt + 1
+    text = text[:body_start] + '\n' + body + ('\n' if nxt >= 0 else '') + text[end:]
+    with open(page, 'w') as f:
+        f.write(text)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--results', default=os.path.join(ROOT, 'benchmarks', 'results'))
+    p.add_argument('--page', default=os.path.join(ROOT, 'docs', 'benchmarks.md'))
+    p.add_argument('--img-dir', default=None, help='where the PNGs go (default: img/ next to the page)')
+    args = p.parse_args(argv)
+    img_dir = args.img_dir or os.path.join(os.path.dirname(os.path.abspath(args.page)), 'img')
+    img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(args.page)))
+    update_page(args.page, render_section(args.results, img_dir, img_rel))
+    print(f'updated {args.page} (section "{SECTION}")')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

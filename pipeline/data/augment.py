@@ -1,0 +1,91 @@
+"""Image augmentation for training batches: random shifts (DrQ, Kostrikov et al. 2020).
+
+:func:`random_shift` moves each image of a batch by an integer offset drawn uniformly in
+``[-pad, pad]`` per axis, filling the uncovered border by repeating the edge pixels. That equals
+DrQ's "pad ``pad`` pixels with edge replication, then crop a random window of the original size",
+computed without building the padded copy: the crop at offset ``o`` reads row ``clamp(i + o - pad)``
+of the original; each image is one sliced copy plus its replicated border rows and columns. It
+works on any dtype (uint8 frames stay uint8) and on ``[B, C, H, W]`` or ``[B, H, W]`` tensors; all
+channels of one image (stacked frames) get the same shift.
+
+:class:`RandomShift` applies it to some fields of a batch dict (``obs`` and ``next_obs`` by
+default, each with its own draw, as DrQ does); it is the ``batch_transform`` of
+``middleware.OffPolicyLearner`` and the body of the ``middleware.random_shift_augmenter``
+middleware, which transforms ``ctx.train_data`` for pipelines that fetch and train in separate
+middleware.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+import torch
+
+__all__ = ['random_shift', 'RandomShift']
+
+
+def random_shift(x: torch.Tensor, pad: int = 4, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """A copy of ``x`` (``[B, C, H, W]`` or ``[B, H, W]``) with each image shifted by a random
+    integer offset in ``[-pad, pad]`` along height and width, edges replicated.
+
+    ``pad=0`` returns ``x`` unchanged (no copy). Offsets come from ``generator`` (torch's global
+    generator when None).
+    """
+    if pad < 0:
+        raise ValueError(f'pad must be >= 0, got {pad}')
+    if x.dim() not in (3, 4):
+        raise ValueError(f'random_shift expects [B, C, H, W] or [B, H, W] images, got shape {tuple(x.shape)}')
+    if pad == 0:
+        return x
+    b, h, w = x.shape[0], x.shape[-2], x.shape[-1]
+    shifts = (torch.randint(0, 2 * pad + 1, (b, 2), generator=generator) - pad).tolist()
+    out = torch.empty_like(x)
+    for i, (dy, dx) in enumerate(shifts):  # out[..., r, c] = x[..., clamp(r + dy), clamp(c + dx)]
+        src, dst = x[i], out[i]
+        r0, r1 = max(0, -dy), min(h, h - dy)  # rows of out whose source row lies inside the image
+        c0, c1 = max(0, -dx), min(w, w - dx)
+        dst[..., r0:r1, c0:c1] = src[..., r0 + dy:r1 + dy, c0 + dx:c1 + dx]
+        if c0 > 0:
+            dst[..., r0:r1, :c0] = dst[..., r0:r1, c0:c0 + 1]
+        if c1 < w:
+            dst[..., r0:r1, c1:] = dst[..., r0:r1, c1 - 1:c1]
+        if r0 > 0:
+            dst[..., :r0, :] = dst[..., r0:r0 + 1, :]
+        if r1 < h:
+            dst[..., r1:, :] = dst[..., r1 - 1:r1, :]
+    return out
+
+class RandomShift:
+    """``transform(batch) -> batch``: :func:`random_shift` applied to ``keys`` of a batch dict.
+
+    Returns a new dict (the input is not modified) in which each of ``keys`` present is shifted
+    with its own random offsets; other fields are passed through. ``seed`` seeds a private
+    generator, so runs are reproducible without touching torch's global one.
+    """
+
+    def __init__(self, pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
+        if pad < 0:
+            raise ValueError(f'pad must be >= 0, got {pad}')
+        self.pad = int(pad)
+        self.keys: Tuple[str, ...] = tuple(keys)
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        else:
+            self.generator.seed()
+
+    def __call__(self, batch: Mapping[str, Any]) -> Dict[str, Any]:
+        out = dict(batch)
+        for k in self.keys:
+            if k in out:
+                out[k] = random_shift(torch.as_tensor(out[k]), self.pad, self.generator)
+        return out
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The generator's state (for checkpoints)."""
+        return {'generator': self.generator.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.generator.set_state(state['generator'])
+
+    def __repr__(self) -> str:
+        return f'RandomShift(pad={self.pad}, keys={self.keys})'

@@ -1,0 +1,145 @@
+"""benchmarks/atari100k.py (a smoke run, Ctrl-C and resume) and benchmarks/report.py (tables, plots, the page)."""
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_ATARI = all(importlib.util.find_spec(m) is not None for m in ('ale_py', 'cv2'))
+needs_atari = pytest.mark.skipif(not HAVE_ATARI, reason="ale-py / opencv not installed (pip install 'rlpipe[atari]')")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'benchmarks', f'{name}.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@needs_atari
+@pytest.mark.timeout(180)
+def test_smoke_run_writes_a_result(tmp_path):
+    bench = _load('atari100k')
+    assert bench.main(['--game', 'Pong', '--seed', '0', '--smoke', '--out', str(tmp_path), '--no-progress']) == 0
+    with open(tmp_path / 'Pong_seed0.json') as f:
+        r = json.load(f)
+    assert r['smoke'] and r['game'] == 'Pong' and r['env_id'] == 'ALE/Pong-v5'
+    assert r['agent_steps'] == 400 and r['frames'] == 1600
+    assert 250 < r['updates'] <= 400 - 100                      # one update per step from step 100
+    assert r['eval']['episodes'] == 1 and r['eval']['epsilon'] == 0.001
+    assert -21 <= r['eval']['mean'] <= 21 and len(r['eval']['returns']) == 1
+    assert r['settings']['nstep'] == 10 and r['settings']['target_update_freq'] == 1
+    assert r['wall_s'] > 0 and r['cpu_s'] > 0 and r['versions']['torch'] != 'missing'
+    assert r['machine']['cpus'] >= 1 and isinstance(r['curve']['points'], list)
+    ph = r['update_phase']
+    assert ph['from_step'] >= 100 and ph['steps'] == 400 - ph['from_step'] and ph['cpu_ms_per_step'] > 0
+    assert not os.path.exists(tmp_path / 'Pong_seed0.ckpt')
+
+
+@needs_atari
+@pytest.mark.timeout(240)
+def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkeypatch):
+    bench = _load('atari100k')
+    orig = bench.CurveRecorder.__call__
+
+    def interrupt(self, ctx):
+        orig(self, ctx)
+        if ctx.env_step == 250:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    argv = ['--game', 'Breakout', '--seed', '1', '--smoke', '--out', str(tmp_path), '--no-progress']
+    assert bench.main(argv) == 130
+    assert os.path.exists(tmp_path / 'Breakout_seed1.ckpt') and os.path.exists(tmp_path / 'Breakout_seed1.buffer')
+    assert not os.path.exists(tmp_path / 'Breakout_seed1.json')
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    assert bench.main(argv) == 0
+    with open(tmp_path / 'Breakout_seed1.json') as f:
+        r = json.load(f)
+    assert r['agent_steps'] == 400
+    assert 250 < r['updates'] <= 300                            # the counters went on from the checkpoint
+    assert not os.path.exists(tmp_path / 'Breakout_seed1.ckpt')
+
+
+@needs_atari
+@pytest.mark.timeout(120)
+def test_a_fixed_seed_run_is_repeatable(tmp_path):
+    bench = _load('atari100k')
+    out = []
+    for k in range(2):
+        argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path / str(k)),
+                '--no-progress']
+        assert bench.main(argv) == 0
+        with open(tmp_path / str(k) / 'Pong_seed3.json') as f:
+            out.append(json.load(f))
+    a, b = out
+    assert a['updates'] > 40
+    assert a['weights_sha256'] == b['weights_sha256']          # same transitions, same updates
+    assert a['eval']['returns'] == b['eval']['returns'] and a['curve'] == b['curve']
+
+
+def _result(game, seed, mean, points, smoke=False):
+    return {'benchmark': 'atari100k', 'game': game, 'seed': seed, 'smoke': smoke, 'eval': {'mean': mean},
+            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed}
+
+
+PAGE = '# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n\nold text\n\n## Replay buffers\n\nkept\n'
+
+
+@pytest.mark.timeout(120)
+def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
+    report = _load('report')
+    res = tmp_path / 'results'
+    (res / 'atari100k').mkdir(parents=True)
+    (res / 'mujoco').mkdir()
+    rows = [_result('Pong', 0, -10.0, [[1000, -21], [5000, -15]]), _result('Pong', 1, -14.0, [[900, -20]]),
+            _result('Breakout', 0, 10.5, [[800, 2], [2000, 8]]), _result('Freeway', 0, 99.0, [], smoke=True)]
+    for r in rows:
+        with open(res / 'atari100k' / f'{r["game"]}_seed{r["seed"]}.json', 'w') as f:
+            json.dump(r, f)
+    for i, (fw, ret) in enumerate([('rlpipe', 3000.0), ('rlpipe', 3400.0), ('sb3', 2900.0)]):
+        with open(res / 'mujoco' / f'sac_{i}.json', 'w') as f:
+            json.dump({'algo': 'sac', 'env': 'Hopper-v5', 'seed': i, 'framework': fw, 'final_return': ret,
+                       'wall': 1500.0}, f)
+    page = tmp_path / 'benchmarks.md'
+    page.write_text(PAGE)
+    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
+    text = page.read_text()
+    assert text.startswith('# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n')
+    assert text.endswith('## Replay buffers\n\nkept\n') and 'old text' not in text
+    pong = next(line for line in text.splitlines() if line.startswith('| Pong |'))
+    hns = (-12.0 + 20.7) / (14.6 + 20.7)
+    assert '-12.0 +- 2.8 (2)' in pong and f'{hns:.2f}' in pong and '| -19.3 |' in pong
+    assert '| Breakout | 10.5 +- 0.0 (1)' in text and 'Freeway |' not in text   # the smoke result is skipped
+    assert '| sac | Hopper-v5 | rlpipe | 3,200 +- 282.8 (2) | 25 min |' in text
+    assert '| sac | Hopper-v5 | sb3 | 2,900 +- 0.0 (1)' in text
+    for game in ('Pong', 'Breakout'):
+        png = tmp_path / 'img' / f'atari100k_{game}.png'
+        assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+        assert f'](img/atari100k_{game}.png)' in text
+    # run again: the section is replaced, not duplicated
+    report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')])
+    assert page.read_text() == text
+
+
+def test_report_without_results_says_so(tmp_path):
+    report = _load('report')
+    page = tmp_path / 'benchmarks.md'
+    page.write_text(PAGE)
+    report.main(['--results', str(tmp_path / 'none'), '--page', str(page)])
+    text = page.read_text()
+    assert 'No Atari-100k result is stored yet' in text and 'No MuJoCo result is stored yet' in text
+    assert text.endswith('## Replay buffers\n\nkept\n')
+    assert not (tmp_path / 'img').exists() or not list((tmp_path / 'img').iterdir())
+
+
+def test_the_committed_page_is_what_report_renders_from_the_committed_results(tmp_path):
+    report = _load('report')
+    page = tmp_path / 'benchmarks.md'
+    committed = open(os.path.join(ROOT, 'docs', 'benchmarks.md')).read()
+    page.write_text(committed)
+    report.main(['--results', os.path.join(ROOT, 'benchmarks', 'results'), '--page', str(page),
+                 '--img-dir', str(tmp_path / 'img')])
+    assert page.read_text() == committed, 'docs/benchmarks.md is stale: run python benchmarks/report.py'
