@@ -2,11 +2,12 @@
 
 Two parts (each run is its own child process, so each RSS is one run's alone):
 
-* ``--learners dqn,sac,ppo,her,rnd`` (default): each example runs for a fixed budget with an RSS
-  probe; off-policy ones run twice, with and without updates (``learning_starts`` past the budget), so
-  the replay storage's own growth is measured and taken out. Printed per learner: RSS at the start of
-  the measured span and at its end, the growth per 1,000 env steps with and without training, and the
-  difference per 1,000 updates (the number that must stay near zero).
+* ``--learners dqn,sac,ppo,her,rnd`` (default): each example runs for a fixed budget with an RSS probe
+  and a replay buffer small enough to be full over the last 60 % of the run, so whatever grows there
+  grows with the updates (no early stop: the stop value is out of reach). Printed per learner: RSS at the
+  start and end of that span, the difference, and the least-squares growth per 1,000 updates (the number
+  that must stay near zero; PPO counts a rollout's epochs as one update). The cost of a filling buffer is what ``--vs-sb3``
+  measures (and ``tests/data/test_buffer_memory.py`` checks the C heap over push + update steps).
 * ``--vs-sb3 --steps 100000``: SAC on a MuJoCo env (``--env``, Hopper-v5 by default; the ``mujoco``
   extra) in rlpipe and in Stable-Baselines3 (``pip install stable-baselines3``) with the same settings:
   256x256 nets, batch 256, 1M replay, ``--learning-starts`` random steps first, one update per env step,
@@ -16,7 +17,7 @@ Two parts (each run is its own child process, so each RSS is one run's alone):
 * ``--distributed``: DQN CartPole as 4 processes over the ZeroMQ bus (``rlpipe run``); the learner
   node's RSS per 1,000 updates once its (10k) replay buffer is full.
 
-    python benchmarks/bench_memory.py                                   # all learners, ~15 min
+    python benchmarks/bench_memory.py                                   # all learners, ~12 min
     python benchmarks/bench_memory.py --learners sac --steps 12000
     python benchmarks/bench_memory.py --vs-sb3 --steps 100000 [--parallel] [--seed 0]
     python benchmarks/bench_memory.py --distributed --steps 40000      # the learner node of 4 processes
@@ -39,13 +40,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
-# name -> (example module, argv, env steps by default, replay buffer?)
+# name -> (example module, argv, env steps by default, replay buffer size (None: on-policy))
 LEARNERS: Dict[str, tuple] = {
-    "dqn": ("dqn_cartpole", ["--set", "env.stop_value=1000000"], 40_000, True),
-    "sac": ("sac_mujoco", ["--env", "Hopper-v5", "--set", "policy.collect.random_collect_size=1000"], 12_000, True),
-    "ppo": ("ppo_cartpole", [], 100_000, False),
-    "her": ("her_bitflip", [], 30_000, True),
-    "rnd": ("dqn_rnd", [], 30_000, True),
+    "dqn": ("dqn_cartpole", ["--set", "env.stop_value=1000000"], 40_000, 8_000),
+    "sac": ("sac_mujoco", ["--env", "Hopper-v5", "--set", "policy.collect.random_collect_size=1000",
+                           "--set", "policy.learn.learning_starts=1000"], 12_000, 3_000),
+    "ppo": ("ppo_cartpole", ["--set", "env.stop_value=1000000"], 100_000, None),
+    "her": ("her_bitflip", ["--stop-success", "1.1"], 30_000, 300),
+    "rnd": ("dqn_rnd", [], 30_000, 5_000),
 }
 
 
@@ -60,8 +62,8 @@ def _peak_rss() -> int:
 
 
 # ----------------------------------------------------------------------------- children
-def child_learner(name: str, steps: int, train: bool, workdir: str) -> None:
-    module, argv, _, _ = LEARNERS[name]
+def child_learner(name: str, steps: int, workdir: str) -> None:
+    module, argv, _, buffer_size = LEARNERS[name]
     mod = __import__(module)
     every = max(steps // 40, 100)
     state = {"next": every}
@@ -74,10 +76,8 @@ def child_learner(name: str, steps: int, train: bool, workdir: str) -> None:
 
     args = [*argv, "--max-env-step", str(steps), "--exp-name", os.path.join(workdir, name), "--no-progress",
             "--threads", "1"]
-    if not train:
-        args += ["--set", f"policy.learn.learning_starts={10 * steps}"]
-    elif name == "sac":
-        args += ["--set", "policy.learn.learning_starts=1000"]
+    if buffer_size:  # small enough to be full before the measured span: what grows there grows per update
+        args += ["--set", f"policy.other.replay_buffer.replay_buffer_size={buffer_size}"]
     mod.main(args, extra_middleware=[rss_probe])
     print("PEAK " + str(_peak_rss()), flush=True)
 
@@ -231,25 +231,17 @@ def _machine() -> str:
 
 
 def run_learners(names: List[str], steps: Optional[int], workdir: str) -> None:
-    print(f"# resident memory per learner ({_machine()})")
-    print(f"{'learner':<6} {'updates':>8} {'RSS start':>10} {'RSS end':>9} {'KB/1k steps':>12} "
-          f"{'no-train':>9} {'KB per 1k updates':>18}")
+    print(f"# resident memory per learner, replay buffers full over the measured span ({_machine()})")
+    print(f"{'learner':<7} {'env steps':>9} {'updates':>8} {'buffer':>7} {'RSS first':>10} {'RSS last':>9} "
+          f"{'growth':>7} {'KB per 1k updates':>18}")
     for name in names:
-        module, _, default_steps, offpolicy = LEARNERS[name]
+        _, _, default_steps, buffer_size = LEARNERS[name]
         n = steps or default_steps
-        trained = _collect(_spawn(["--child", name, "--steps", str(n), "--workdir", workdir]), name)
-        s_train, first, last = _slope(trained["samples"], "env_step")
-        s_idle = 0.0
-        if offpolicy:
-            idle = _collect(_spawn(["--child", name, "--steps", str(n), "--workdir", workdir, "--no-train"]),
-                            f"{name} (no updates)")
-            s_idle = _slope(idle["samples"], "env_step")[0]
-        updates = last["train_iter"] - first["train_iter"]
-        steps_span = last["env_step"] - first["env_step"]
-        per_update = (s_train - s_idle) * steps_span / updates if updates else float("nan")
-        print(f"{name:<6} {last['train_iter']:>8} {first['rss'] / 2**20:>8.0f}MB {last['rss'] / 2**20:>7.0f}MB "
-              f"{s_train * 1000 / 1024:>12.1f} {s_idle * 1000 / 1024 if offpolicy else float('nan'):>9.1f} "
-              f"{per_update * 1000 / 1024:>18.1f}", flush=True)
+        r = _collect(_spawn(["--child", name, "--steps", str(n), "--workdir", workdir]), name)
+        slope, first, last = _slope(r["samples"], "train_iter")
+        print(f"{name:<7} {last['env_step']:>9} {last['train_iter']:>8} {buffer_size or '-':>7} "
+              f"{first['rss'] / 2**20:>8.0f}MB {last['rss'] / 2**20:>7.0f}MB "
+              f"{(last['rss'] - first['rss']) / 2**20:>5.1f}MB {slope * 1000 / 1024:>18.1f}", flush=True)
 
 
 def run_distributed(steps: int, workdir: str) -> None:
@@ -309,14 +301,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--parallel", action="store_true", help="--vs-sb3: run the two at once (one core each)")
     p.add_argument("--workdir", default=os.path.join("/tmp", "rlpipe_bench_memory"))
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--no-train", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child == "sac-rlpipe":
         return child_sac_rlpipe(a.env, a.steps, a.learning_starts, a.seed, a.workdir)
     if a.child == "sac-sb3":
         return child_sac_sb3(a.env, a.steps, a.learning_starts, a.seed)
     if a.child:
-        return child_learner(a.child, a.steps, not a.no_train, a.workdir)
+        return child_learner(a.child, a.steps, a.workdir)
     if a.distributed:
         return run_distributed(a.steps or 40_000, a.workdir)
     if a.vs_sb3:
