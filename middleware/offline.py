@@ -15,12 +15,16 @@ Importing this module loads neither torch nor the datasets.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+import logging
+import sys
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TextIO
 
 from contexts import OfflineRLContext
-from pipeline.roles import Role, for_roles
+from pipeline.roles import Role, for_all_roles, for_roles
 
-__all__ = ['offline_data_fetcher']
+log = logging.getLogger(__name__)
+
+__all__ = ['offline_data_fetcher', 'offline_logger']
 
 
 @for_roles(Role.LEARNER, reads=["train_epoch"], writes=["train_data", "train_epoch"])
@@ -75,3 +79,64 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
 
     _fetch.minibatches_per_epoch = per_epoch
     return _fetch
+
+
+@for_all_roles(reads=["train_iter", "train_epoch", "train_output?", "eval_output?"])
+def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, stream: Optional[TextIO] = None
+                   ) -> Callable[[OfflineRLContext], None]:
+    """Log an offline pipeline against train iterations (an offline run has no env steps).
+
+    Reads ``ctx.train_iter``, ``ctx.train_epoch``, ``ctx.train_output`` (scalar entries; several
+    modules as ``module/metric``) and ``ctx.eval_output``. Writes nothing to the context. Every
+    ``train_show_freq`` iterations it writes the mean of each scalar since the last write to
+    TensorBoard under ``train/`` (with ``log_dir``; skipped with a warning when tensorboard is not
+    installed) and prints one line (iteration, epoch, losses) to ``stream`` (default stderr);
+    after every evaluation it writes ``eval/episode_return`` and prints the mean return.
+    ``fn.close()`` closes the TensorBoard writer.
+    """
+    from middleware.functional.logger import scalar_means
+
+    state: Dict[str, Any] = {'writer': None, 'tb_failed': log_dir is None, 'acc': {}, 'n': 0, 'last_eval': None}
+
+    def writer() -> Any:
+        if state['writer'] is None and not state['tb_failed']:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                state['writer'] = SummaryWriter(log_dir)
+            except Exception as e:  # noqa: BLE001 - ImportError without tensorboard
+                state['tb_failed'] = True
+                log.warning('offline_logger: TensorBoard unavailable (%s); scalars are not written', e)
+        return state['writer']
+
+    def _log(ctx: OfflineRLContext) -> None:
+        out = stream if stream is not None else sys.stderr
+        if ctx.train_output:
+            for k, v in scalar_means(ctx.train_output).items():
+                state['acc'][k] = state['acc'].get(k, 0.0) + v
+            state['n'] += 1
+            if train_show_freq and ctx.train_iter % train_show_freq == 0:
+                means = {k: v / state['n'] for k, v in state['acc'].items()}
+                w = writer()
+                if w is not None:
+                    for k, v in means.items():
+                        w.add_scalar(f'train/{k}', v, ctx.train_iter)
+                losses = ' '.join(f'{k} {v:.4g}' for k, v in sorted(means.items()) if k.endswith('total_loss'))
+                print(f'train_iter {ctx.train_iter} epoch {ctx.train_epoch} {losses}', file=out)
+                state['acc'], state['n'] = {}, 0
+        eo = ctx.get('eval_output')
+        if eo is not None and eo is not state['last_eval'] and 'episode_return' in eo:
+            state['last_eval'] = eo
+            mean = float(eo['episode_return'].mean())
+            w = writer()
+            if w is not None:
+                w.add_scalar('eval/episode_return', mean, ctx.train_iter)
+            print(f'eval at train_iter {ctx.train_iter}: mean return {mean:.1f} over '
+                  f'{len(eo["episode_return"])} episodes', file=out)
+
+    def close() -> None:
+        if state['writer'] is not None:
+            state['writer'].close()
+            state['writer'] = None
+
+    _log.close = close
+    return _log
