@@ -1,0 +1,41 @@
+"""examples/offline_cartpole.py runs end to end with --smoke (DQN -> dataset -> CQL and BC), and refuses a bad dataset."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, 'examples', 'offline_cartpole.py')
+
+
+def _run(*argv, timeout=120):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]))
+    return subprocess.run([sys.executable, EXAMPLE, *argv], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=ROOT)
+
+
+def test_smoke_run_prints_dataset_and_both_returns(tmp_path):
+    path = str(tmp_path / 'd.npz')
+    p = _run('--smoke', '--save-dataset', path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = re.search(r'dataset: (\d+) transitions, 4 episodes, mean episode return ([\d.]+)', p.stdout)
+    assert m, p.stdout
+    for algo in ('CQL', 'BC'):
+        assert re.search(rf'{algo}\s+40 updates \(\d+ epochs, [\d.]+ s\): mean return [\d.]+ \+- [\d.]+ over 2 '
+                         rf'episodes', p.stdout), p.stdout
+    with np.load(path) as f:
+        assert len(f['reward']) == int(m.group(1)) and f['terminated'].sum() + f['truncated'].sum() >= 4
+
+
+def test_bad_dataset_refused_before_training(tmp_path):
+    path = str(tmp_path / 'bad.npz')
+    n = 20
+    np.savez(path, obs=np.zeros((n, 4), np.float32), action=np.zeros(n, np.int64), reward=np.full(n, np.nan),
+             next_obs=np.zeros((n, 4), np.float32), terminated=np.eye(n, dtype=bool)[-1], truncated=np.zeros(n, bool))
+    p = _run('--dataset', path, '--train-iters', '5')
+    assert p.returncode == 2
+    assert 'NaN rewards' in p.stderr and 'updates' not in p.stdout
