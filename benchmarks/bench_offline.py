@@ -103,11 +103,11 @@ def run_rlpipe(algo: str, ds: Any, args: Any, seed: int) -> Dict[str, float]:
 
 
 def _quiet_d3rlpy() -> None:
-    """d3rlpy logs every fit through structlog at INFO: keep warnings only."""
+    """d3rlpy logs every fit through structlog at INFO: keep errors only."""
     import logging
 
     import structlog
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
 def run_d3rlpy(algo: str, columns: Dict[str, np.ndarray], args: Any, seed: int) -> Dict[str, float]:

@@ -53,7 +53,7 @@ Checker = Callable[[EasyDict], List[str]]
 # imported on first use (the policies import torch).
 _POLICY_MODULES: Dict[str, str] = {'dqn': 'pipeline.policy.dqn', 'sac': 'pipeline.policy.sac', 'ppo': 'pipeline.policy.ppo',
                                    'bc': 'pipeline.offline.bc', 'cql': 'pipeline.offline.cql',
-                                   'iql': 'pipeline.offline.iql'}
+                                   'iql': 'pipeline.offline.iql', 'cql_continuous': 'pipeline.offline.cql_continuous'}
 _REGISTERED: Dict[str, Tuple[Mapping, Optional[Checker]]] = {}
 _LEGACY_DEFAULTS: Dict[str, Callable[[], Mapping]] = {}
 

@@ -123,3 +123,22 @@ def test_offline_configs_refuse_bad_values():
         compile_config({'policy': {'learn': {'cql_alpha': -1}}}, 'cql')
     with pytest.raises(ConfigError, match='action_type'):
         compile_config({'policy': {'model': {'action_type': 'box'}}}, 'bc')
+
+
+def test_continuous_cql_adds_the_conservative_term():
+    from pipeline.offline.cql_continuous import ContinuousCQLPolicy
+
+    cfg = compile_config({'policy': {'discount_factor': 0.0, 'learn': {'cql_alpha': 3.0, 'cql_n_actions': 4},
+                                     'model': {'actor_hidden_size_list': [32, 32],
+                                               'critic_hidden_size_list': [32, 32]}}}, 'cql_continuous')
+    pol = ContinuousCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=0)
+    b = _batch(discrete=False)
+    out = _losses(pol.learn_mode, b, 100)
+    c0, c1 = out[0]['critic'], out[-1]['critic']
+    assert c0['total_loss'] == pytest.approx(c0['sac_loss'] + 3.0 * c0['cql_loss'], rel=1e-5)
+    assert c1['cql_loss'] < c0['cql_loss']
+    # conservative: Q of the dataset's actions ends above Q of random actions at the same states
+    with torch.no_grad():
+        q_data = torch.min(*pol.critic(b['obs'], b['action'])).mean()
+        q_rand = torch.min(*pol.critic(b['obs'], torch.rand_like(b['action']) * 2 - 1)).mean()
+    assert q_data > q_rand
