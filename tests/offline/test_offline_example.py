@@ -39,3 +39,19 @@ def test_bad_dataset_refused_before_training(tmp_path):
     p = _run('--dataset', path, '--train-iters', '5')
     assert p.returncode == 2
     assert 'NaN rewards' in p.stderr and 'updates' not in p.stdout
+
+
+def test_mujoco_smoke_run_from_a_sac_buffer_file(tmp_path):
+    import pytest
+
+    pytest.importorskip('mujoco', reason='needs the mujoco extra: pip install -e ".[mujoco]"')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]))
+    buf = str(tmp_path / 'sac_buffer.pt')
+    p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'offline_mujoco.py'), '--smoke', '--buffer', buf],
+                       capture_output=True, text=True, timeout=150, env=env, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert os.path.exists(buf)
+    m = re.search(r'dataset: (\d+) transitions, (\d+) episodes', p.stdout)
+    assert m and 0 < int(m.group(1)) <= 400, p.stdout
+    for algo in ('iql', 'cql_continuous'):
+        assert re.search(rf'{algo}\s+30 updates .* mean return -?[\d.]+ \+- [\d.]+ over 1 episodes', p.stdout), p.stdout
