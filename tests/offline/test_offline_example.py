@@ -55,3 +55,14 @@ def test_mujoco_smoke_run_from_a_sac_buffer_file(tmp_path):
     assert m and 0 < int(m.group(1)) <= 400, p.stdout
     for algo in ('iql', 'cql_continuous'):
         assert re.search(rf'{algo}\s+30 updates .* mean return -?[\d.]+ \+- [\d.]+ over 1 episodes', p.stdout), p.stdout
+
+
+def test_offline_to_online_smoke_run():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'offline_to_online_cartpole.py'), '--smoke'],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    n = int(re.search(r'dataset: (\d+) transitions', p.stdout).group(1))
+    assert re.search(r'offline: 30 updates, mean return [\d.]+', p.stdout), p.stdout
+    m = re.search(r'online: 200 env steps, (\d+) more updates, buffer (\d+) transitions', p.stdout)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) == n + 200, p.stdout  # dataset + collected
