@@ -142,3 +142,13 @@ def test_buffer_file_checks(tmp_path):
     buf2.push({'obs': np.zeros(2), 'action': 0})
     with pytest.raises(DatasetError, match="missing column"):
         from_buffer(buf2)
+
+
+def test_missing_minari_names_the_extra(monkeypatch):
+    import sys
+
+    from pipeline.offline.minari_reader import from_minari
+
+    monkeypatch.setitem(sys.modules, 'minari', None)  # as if not installed
+    with pytest.raises(ImportError, match=r'"offline" extra: pip install "rlpipe\[offline\]"'):
+        from_minari('cartpole/any-v0')
