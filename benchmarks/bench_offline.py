@@ -15,7 +15,8 @@ batch size, learning rate, discount and Adam, one torch thread, and the same num
 
 Timed: rlpipe's offline pipeline (``offline_data_fetcher`` -> ``trainer`` on an ``OfflineRLContext``, one
 epoch-shuffled minibatch per update) against d3rlpy's ``fit`` (which samples its minibatches with
-replacement), the network build excluded for both. Then both greedy policies play ``--eval-episodes``
+replacement), the network build excluded for both; updates per wall-clock second and per CPU second of
+the process (the latter moves less on a shared machine). Then both greedy policies play ``--eval-episodes``
 CartPole-v1 episodes with the same env seeds. Prints one line per (algorithm, framework, seed) and the means.
 """
 from __future__ import annotations
@@ -95,11 +96,12 @@ def run_rlpipe(algo: str, ds: Any, args: Any, seed: int) -> Dict[str, float]:
         task.use(offline_data_fetcher(cfg, ds))
         task.use(trainer(cfg, learner, log_freq=0))
         task.use(termination_checker(max_train_iter=args.updates))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         task.run()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert task.ctx.train_iter == args.updates
-    return {'updates_per_s': args.updates / wall, 'return': evaluate(policy.eval_mode, args.eval_episodes)}
+    return {'updates_per_s': args.updates / wall, 'updates_per_cpu_s': args.updates / cpu,
+            'return': evaluate(policy.eval_mode, args.eval_episodes)}
 
 
 def _quiet_d3rlpy() -> None:
@@ -132,11 +134,12 @@ def run_d3rlpy(algo: str, columns: Dict[str, np.ndarray], args: Any, seed: int) 
         algo_ = DiscreteBCConfig(batch_size=args.batch_size, learning_rate=args.lr, encoder_factory=enc,
                                  beta=0.0).create(device='cpu:0')
     algo_.build_with_dataset(dataset)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     algo_.fit(dataset, n_steps=args.updates, n_steps_per_epoch=args.updates, show_progress=False,
               logger_adapter=NoopAdapterFactory(), save_interval=10 ** 9)
-    wall = time.perf_counter() - t0
-    return {'updates_per_s': args.updates / wall, 'return': evaluate(algo_.predict, args.eval_episodes)}
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {'updates_per_s': args.updates / wall, 'updates_per_cpu_s': args.updates / cpu,
+            'return': evaluate(algo_.predict, args.eval_episodes)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,17 +183,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 r = run_rlpipe(algo, ds, args, seed) if fw == 'rlpipe' else run_d3rlpy(algo, ds.columns, args, seed)
                 r.update(algo=algo, framework=fw, seed=seed)
                 results.append(r)
-                print(f'{algo:4s} {fw:7s} seed {seed}: {r["updates_per_s"]:8.1f} updates/s, '
-                      f'final return {r["return"]:6.1f}', flush=True)
+                print(f'{algo:4s} {fw:7s} seed {seed}: {r["updates_per_s"]:8.1f} updates/s '
+                      f'({r["updates_per_cpu_s"]:.1f} per CPU s), final return {r["return"]:6.1f}', flush=True)
     for algo in args.algos:
         means = {}
         for fw in args.frameworks:
             rs = [r for r in results if r['algo'] == algo and r['framework'] == fw]
-            means[fw] = (np.mean([r['updates_per_s'] for r in rs]), np.mean([r['return'] for r in rs]))
-            print(f'{algo:4s} {fw:7s} mean over {len(rs)} seeds: {means[fw][0]:8.1f} updates/s, '
-                  f'final return {means[fw][1]:6.1f}')
+            means[fw] = (np.mean([r['updates_per_s'] for r in rs]), np.mean([r['return'] for r in rs]),
+                         np.mean([r['updates_per_cpu_s'] for r in rs]), np.std([r['return'] for r in rs]))
+            print(f'{algo:4s} {fw:7s} mean over {len(rs)} seeds: {means[fw][0]:8.1f} updates/s '
+                  f'({means[fw][2]:.1f} per CPU s), final return {means[fw][1]:6.1f} (std over seeds {means[fw][3]:.1f})')
         if len(means) == 2:
-            print(f'{algo:4s} rlpipe / d3rlpy updates/s: {means["rlpipe"][0] / means["d3rlpy"][0]:.2f}x')
+            print(f'{algo:4s} rlpipe / d3rlpy updates/s: {means["rlpipe"][0] / means["d3rlpy"][0]:.2f}x wall, '
+                  f'{means["rlpipe"][2] / means["d3rlpy"][2]:.2f}x CPU')
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'args': vars(args), 'results': results}, f, indent=1)
