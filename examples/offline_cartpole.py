@@ -6,8 +6,10 @@
     python examples/offline_cartpole.py --dataset cartpole_medium.npz   # train on a saved dataset
 
 1. A medium policy: ``pipeline.agents.DQN`` trained until an evaluation's mean return reaches
-   ``--medium-return`` (or ``--dqn-steps`` env steps pass).
-2. The dataset: ``--episodes`` episodes of that policy acting eps-greedily (``--eps``), one row per step with
+   ``--medium-return`` (or ``--dqn-steps`` env steps pass), then acting at random with probability
+   ``--eps`` (the DQN often evaluates far above ``--medium-return`` at its first evaluation: the random
+   actions are what make the policy medium; the example prints the dataset's mean return).
+2. The dataset: ``--episodes`` episodes of that policy, one row per step with
    ``terminated``/``truncated`` and the exact next observation (a dict of arrays ->
    ``pipeline.offline.OfflineDataset``). ``--dataset`` loads one instead (``.npz``, a chunk directory or a
    ``DequeBuffer.save_data`` file).
@@ -33,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--medium-return', type=float, default=200.0, help='stop training the DQN once it evaluates this')
     p.add_argument('--dqn-steps', type=int, default=40_000, help='at most this many DQN env steps')
     p.add_argument('--episodes', type=int, default=100, help='episodes in the dataset')
-    p.add_argument('--eps', type=float, default=0.1, help='exploration of the medium policy while recording')
+    p.add_argument('--eps', type=float, default=0.5, help='random-action probability of the medium policy')
     p.add_argument('--dataset', help='train on this dataset (.npz, chunk directory, replay buffer file) instead')
     p.add_argument('--save-dataset', help='write the recorded dataset to this .npz file')
     p.add_argument('--train-iters', type=int, default=5000, help='minibatch updates per algorithm')

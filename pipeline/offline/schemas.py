@@ -36,6 +36,8 @@ BC_CONFIG = {
 # Discrete CQL is DQN's config plus ``cql_alpha``: the learner is DQN's with the CQL(H) term added.
 CQL_CONFIG = copy.deepcopy(DQN_CONFIG)
 CQL_CONFIG.update(run_section('cql'))
+# no stop value by default: an evaluator would end an offline run at the first evaluation that reaches it
+CQL_CONFIG['env'] = env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None)
 CQL_CONFIG['policy']['type'] = Str('cql')
 CQL_CONFIG['policy']['learn']['cql_alpha'] = Float(1.0, min=0)        # weight of logsumexp Q - Q(s, a_data)
 CQL_CONFIG['policy']['learn']['batch_size'] = Int(256, min=1)
