@@ -31,18 +31,19 @@ class DatasetError(ValueError):
 def normalise_columns(columns: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     """The columns as numpy arrays with training dtypes: float32 observations and rewards, int64
     discrete actions (float32 continuous ones), bool ``terminated``/``truncated``. Extra columns are
-    kept as they are. Call :func:`validate_columns` first (this does not check anything)."""
+    kept as they are; arrays already in those dtypes are not copied. Call :func:`validate_columns` first
+    (this does not check anything)."""
     out = {k: np.asarray(v) for k, v in columns.items()}
     for k in ('obs', 'next_obs', 'reward'):
-        if out[k].dtype != np.float32:
-            out[k] = out[k].astype(np.float32)
+        out[k] = out[k].astype(np.float32, copy=False)
+    out['reward'] = out['reward'].reshape(len(out['reward']))
     a = out['action']
     if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
-        out['action'] = a.astype(np.int64).reshape(len(a))
-    elif a.dtype != np.float32:
-        out['action'] = a.astype(np.float32)
+        out['action'] = a.astype(np.int64, copy=False).reshape(len(a))
+    else:
+        out['action'] = a.astype(np.float32, copy=False)
     for k in ('terminated', 'truncated'):
-        out[k] = out[k].astype(bool).reshape(len(out[k]))
+        out[k] = out[k].astype(bool, copy=False).reshape(len(out[k]))
     return out
 
 

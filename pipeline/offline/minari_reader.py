@@ -11,7 +11,7 @@ when an epoch reaches them.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
@@ -31,23 +31,31 @@ def _import_minari() -> Any:
     return minari
 
 
-def episode_columns(episodes: Sequence[Any], where: str = 'minari dataset') -> Dict[str, np.ndarray]:
-    """The rows of Minari ``EpisodeData`` objects, one after another (see the module docstring)."""
+def _as32(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) and a.dtype != np.float32 else a
+
+
+def episode_columns(episodes: Iterable[Any], where: str = 'minari dataset') -> Dict[str, np.ndarray]:
+    """The rows of Minari ``EpisodeData`` objects, one after another (see the module docstring).
+
+    Float observations, actions and rewards become float32 (the training dtype) episode by episode, so
+    that an iterator of episodes is never held whole in Minari's float64."""
     parts: Dict[str, List[np.ndarray]] = {k: [] for k in ('obs', 'action', 'reward', 'next_obs', 'terminated',
                                                            'truncated')}
     for ep in episodes:
         obs = ep.observations
         if isinstance(obs, dict):
             raise DatasetError(f'{where}: episode {ep.id} has dict observations; only flat Box observations are read')
-        obs = np.asarray(obs)
+        obs = _as32(obs)
         t = len(ep.rewards)
         if len(obs) != t + 1:
             raise DatasetError(f'{where}: shape mismatch in episode {ep.id}: {len(obs)} observations for {t} steps '
                                f'(expected {t + 1})')
         parts['obs'].append(obs[:-1])
         parts['next_obs'].append(obs[1:])
-        parts['action'].append(np.asarray(ep.actions))
-        parts['reward'].append(np.asarray(ep.rewards))
+        parts['action'].append(_as32(ep.actions))
+        parts['reward'].append(_as32(ep.rewards))
         parts['terminated'].append(np.asarray(ep.terminations))
         parts['truncated'].append(np.asarray(ep.truncations))
     if not parts['obs']:
@@ -84,12 +92,12 @@ def from_minari(dataset: Union[str, Any], memory_cap_bytes: Optional[int] = None
     if not indices:
         raise DatasetError(f'{name}: no episodes')
     if memory_cap_bytes is None:
-        return OfflineDataset(episode_columns(list(ds.iterate_episodes(indices)), name), name)
+        return OfflineDataset(episode_columns(ds.iterate_episodes(indices), name), name)
     first = next(iter(ds.iterate_episodes(indices[:1])))
     per_row = _row_bytes(first)
     total_rows = int(ds.total_steps)
     if per_row * total_rows <= memory_cap_bytes:
-        return OfflineDataset(episode_columns(list(ds.iterate_episodes(indices)), name), name)
+        return OfflineDataset(episode_columns(ds.iterate_episodes(indices), name), name)
     if episodes_per_chunk is None:
         avg_len = max(total_rows / len(indices), 1.0)
         episodes_per_chunk = max(1, int(memory_cap_bytes / 4 / per_row / avg_len))
@@ -103,6 +111,6 @@ def from_minari(dataset: Union[str, Any], memory_cap_bytes: Optional[int] = None
             rows.append(int(sum(len(e.rewards) for e in ds.iterate_episodes(g))))
 
     def loader(group: List[int]) -> Any:
-        return lambda: episode_columns(list(ds.iterate_episodes(group)), name)
+        return lambda: episode_columns(ds.iterate_episodes(group), name)
 
     return ChunkedDataset([loader(g) for g in groups], rows, name=name)
