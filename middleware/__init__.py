@@ -3,7 +3,7 @@
 Every middleware documents what it reads from and writes to the context, and the role it is
 gated to (``pipeline.roles.for_roles``). Roles: collectors, ``eps_greedy_handler`` and
 ``nstep_reward_enhancer`` run on COLLECTOR nodes; ``interaction_evaluator`` on EVALUATOR nodes;
-``data_pusher``, ``offpolicy_data_fetcher``, ``trainer``, ``OffPolicyLearner`` and ``CkptSaver`` on
+``data_pusher``, ``offpolicy_data_fetcher``, ``offline_data_fetcher``, ``trainer``, ``OffPolicyLearner`` and ``CkptSaver`` on
 LEARNER nodes (the replay buffer lives with the learner); on-policy (PPO): ``RolloutCollector`` on
 COLLECTOR nodes, ``gae_estimator`` and ``OnPolicyTrainer`` on LEARNER nodes, ``RolloutExchanger``
 between them; ``termination_checker`` and ``online_logger`` everywhere. A node with no roles runs everything.
@@ -18,6 +18,7 @@ from .functional import (NStepAccumulator, data_pusher, episode_return_bound, ep
                          evaluate_episodes, interaction_evaluator, nstep_reward_enhancer, offpolicy_data_fetcher,
                          online_logger, termination_checker, trainer)
 from .learner import OffPolicyLearner
+from .offline import offline_data_fetcher, offline_logger
 from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_to_batch
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
     'interaction_evaluator', 'evaluate_episodes', 'random_shift_augmenter', 'episode_return_bound', 'trainer', 'termination_checker', 'online_logger',
     'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',
+    'offline_data_fetcher', 'offline_logger',
     'RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch', 'RolloutExchanger',
 ]
 

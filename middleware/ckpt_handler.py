@@ -273,7 +273,7 @@ class CkptSaver:
             restore_counters(ctx, self._counters, source=repr(self.resume_from))
             self.last_save_iter = ctx.train_iter
             log.info('resumed from %s at train iter %d, env step %d', self.resume_from, ctx.train_iter,
-                     ctx.env_step)
+                     getattr(ctx, 'env_step', 0))
             self._counters = None
         return ctx
 

@@ -51,7 +51,9 @@ Checker = Callable[[EasyDict], List[str]]
 
 # policy name -> module defining ``CONFIG_SCHEMA`` and ``check_config(cfg) -> [messages]``;
 # imported on first use (the policies import torch).
-_POLICY_MODULES: Dict[str, str] = {'dqn': 'pipeline.policy.dqn', 'sac': 'pipeline.policy.sac', 'ppo': 'pipeline.policy.ppo'}
+_POLICY_MODULES: Dict[str, str] = {'dqn': 'pipeline.policy.dqn', 'sac': 'pipeline.policy.sac', 'ppo': 'pipeline.policy.ppo',
+                                   'bc': 'pipeline.offline.bc', 'cql': 'pipeline.offline.cql',
+                                   'iql': 'pipeline.offline.iql', 'cql_continuous': 'pipeline.offline.cql_continuous'}
 _REGISTERED: Dict[str, Tuple[Mapping, Optional[Checker]]] = {}
 _LEGACY_DEFAULTS: Dict[str, Callable[[], Mapping]] = {}
 

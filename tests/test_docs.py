@@ -41,6 +41,7 @@ EXTRA_MODULES = {
     "video": ["moviepy", "pygame"],
     "dist": ["zmq", "cryptography"],
     "log": ["tensorboard"],
+    "offline": ["minari", "jax"],
 }
 PROMISE = re.compile(r"^\s*print\(.*\)\s+#\s*(.+?)\s*$", re.M)
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)

@@ -203,7 +203,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
         partial = '' if res.complete else f' (stopped after {len(returns)} of {n_episode} episodes: ' \
                                           f'{stop_value} out of reach)'
         log.info('eval at train iter %d, env step %d: mean return %.2f (std %.2f, min %.1f, max %.1f)%s%s',
-                 ctx.train_iter, ctx.env_step, mean, float(returns.std()), float(returns.min()),
+                 ctx.train_iter, getattr(ctx, 'env_step', 0), mean, float(returns.std()), float(returns.min()),
                  float(returns.max()), partial, f' >= stop value {stop_value}: finishing' if stop else '')
         if stop:
             task.finish = True

@@ -56,7 +56,8 @@ def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
 def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
     """One training iteration on ``ctx.train_data``.
 
-    Reads ``ctx.train_data`` (does nothing when it is None), ``ctx.env_step``.
+    Reads ``ctx.train_data`` (does nothing when it is None), ``ctx.env_step`` (when the context has
+    one: an ``OfflineRLContext`` has none, and the learner then gets no timesteps).
     Writes ``ctx.train_output`` (a fresh plain dict: metric -> float, e.g. ``total_loss``,
     ``q_value``, plus per-row tensors such as ``priority``; see :func:`flatten_update_result`)
     and advances ``ctx.train_iter`` by one.
@@ -73,8 +74,9 @@ def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], 
     def _train(ctx: RLContext) -> None:
         if ctx.train_data is None:
             return
-        result = learner.update(batch=ctx.train_data,
-                                timesteps={'num_env_steps_sampled_lifetime': ctx.env_step})
+        env_step = getattr(ctx, 'env_step', None)
+        result = learner.update(batch=ctx.train_data, timesteps=None if env_step is None else
+                                {'num_env_steps_sampled_lifetime': env_step})
         out = flatten_update_result(result, learner)
         ctx.train_output = out
         ctx.train_iter += 1

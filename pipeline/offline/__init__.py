@@ -1,0 +1,42 @@
+"""Offline RL: datasets (in memory, chunked from disk, from replay buffers and Minari) and learners
+(behaviour cloning, discrete CQL, IQL). The middleware is :mod:`middleware.offline`.
+
+Importing this package loads numpy only; the readers and learners import torch (and minari) when
+their modules are imported.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .chunked import ChunkedDataset, load_npz, open_directory, save_chunks
+from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset, validate_columns
+
+__all__ = ['OfflineDataset', 'ChunkedDataset', 'DatasetError', 'REQUIRED_KEYS', 'validate_columns', 'save_chunks',
+           'open_directory', 'load_npz', 'load_dataset', 'from_buffer', 'from_buffer_file', 'from_minari']
+
+
+def __getattr__(name: str) -> Any:
+    if name in ('from_buffer', 'from_buffer_file'):
+        from . import buffer_reader
+        return getattr(buffer_reader, name)
+    if name == 'from_minari':
+        from .minari_reader import from_minari
+        return from_minari
+    raise AttributeError(f"module 'pipeline.offline' has no attribute {name!r}")
+
+
+def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished: str = 'error') -> Any:
+    """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
+    or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
+    directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""
+    import os
+
+    if not isinstance(columns_or_path, (str, os.PathLike)):
+        return OfflineDataset(columns_or_path)
+    path = os.fspath(columns_or_path)
+    if os.path.isdir(path):
+        return open_directory(path, memory_cap_bytes)
+    if path.endswith('.npz'):
+        return OfflineDataset(load_npz(path), path)
+    from .buffer_reader import from_buffer_file
+    return from_buffer_file(path, unfinished)

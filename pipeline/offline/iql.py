@@ -1,0 +1,216 @@
+"""IQL (implicit Q-learning) for continuous actions in ``[-1, 1]``.
+
+Three modules, each trained by its own loss on the same minibatch:
+
+- ``value`` ``V(s)``: expectile regression (``tau = policy.learn.expectile``) towards ``min(Q1, Q2)``
+  of the target critic at the dataset's action: ``|tau - 1(u < 0)| * u^2`` with ``u = Q - V``;
+- ``critic`` (twin Q): MSE to ``r + gamma * (1 - terminated) * V(s')`` -- no action is sampled, so
+  no value of an action outside the dataset is ever queried;
+- ``actor``: advantage-weighted regression, ``-exp(beta * (Q - V))`` (clipped to ``max_weight``)
+  times the log-likelihood of the dataset's action under a Gaussian with mean ``tanh(mu(s))`` and a
+  learned state-independent standard deviation.
+
+The target critic follows the critic by a ``target_theta`` lerp after every update. The eval mode
+returns ``tanh(mu(s))``. Config: :data:`IQL_CONFIG` (``compile_config(user, policy='iql')``).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+from easydict import EasyDict
+from torch import nn
+
+from ..config_schema import defaults
+from ..learner import Learner
+from ..policy.base import ActingMode, Policy, policy_section
+from ..policy.model import mlp
+from ..policy.sac import TwinQCritic
+from .schemas import IQL_CONFIG
+
+__all__ = ['IQLActor', 'ValueNet', 'IQLLearner', 'IQLPolicy', 'expectile_loss', 'IQL_CONFIG', 'CONFIG_SCHEMA',
+           'iql_default_config', 'check_config']
+
+CONFIG_SCHEMA = IQL_CONFIG
+
+
+def iql_default_config() -> EasyDict:
+    """The default IQL config (from :data:`IQL_CONFIG`)."""
+    return EasyDict(defaults(IQL_CONFIG))
+
+
+def check_config(cfg: Mapping) -> List[str]:
+    """Nothing beyond the schema to check."""
+    return []
+
+
+def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
+    """Per row ``|tau - 1(diff < 0)| * diff^2`` (``diff = target - prediction``)."""
+    weight = torch.where(diff < 0, 1.0 - tau, tau)
+    return weight * diff.pow(2)
+
+
+class IQLActor(nn.Module):
+    """Gaussian policy ``N(tanh(mu(s)), exp(log_std))`` with a state-independent ``log_std``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.net = nn.Sequential(mlp([obs_dim, *hidden]), nn.Linear(hidden[-1], act_dim))
+        self.log_std = nn.Parameter(torch.zeros(act_dim))
+        self.act_dim = act_dim
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The mean action ``tanh(mu(s))`` ``[B, act_dim]``."""
+        return torch.tanh(self.net(obs))
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``log N(action; tanh(mu(s)), std)`` summed over action dims, ``[B]``."""
+        mean = self(obs)
+        log_std = self.log_std.clamp(-5.0, 2.0)
+        z = (action - mean) / log_std.exp()
+        return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class ValueNet(nn.Module):
+    """``V(s)`` ``[B]``."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int] = (256, 256)) -> None:
+        super().__init__()
+        self.net = nn.Sequential(mlp([obs_dim, *hidden]), nn.Linear(hidden[-1], 1))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1)
+
+
+class IQLLearner(Learner):
+    """IQL's learn mode: modules ``actor``, ``critic``, ``value`` (one optimizer each; see the module
+    docstring). Outputs ``total_loss`` per module plus ``q_value``, ``v_value`` and ``adv_weight``
+    (the mean advantage weight)."""
+
+    def __init__(self, actor: IQLActor, critic: TwinQCritic, value: ValueNet, cfg: Mapping) -> None:
+        p = policy_section(cfg)
+        lc = p['learn']
+        lrs = {'actor': lc['learning_rate_actor'], 'critic': lc['learning_rate_critic'],
+               'value': lc['learning_rate_value']}
+        super().__init__({'actor': actor, 'critic': critic, 'value': value}, lr=lrs, grad_clip=lc.get('grad_clip'))
+        self.actor, self.critic, self.value = actor, critic, value
+        self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        self.gamma = float(p['discount_factor'])
+        self.tau = float(lc['expectile'])
+        self.beta = float(lc['beta'])
+        self.max_weight = float(lc['max_weight'])
+        self.theta = float(lc['target_theta'])
+        self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
+        self.train_iter = 0
+        self._critic_params = list(critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+
+    def update(self, batch: Any = None, **kwargs: Any) -> Any:
+        """``Learner.update``; a single batch is given to all three modules."""
+        if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
+            batch = {mid: batch for mid in self.modules}
+        return super().update(batch=batch, **kwargs)
+
+    def forward_train(self, module_id: str, batch: Any) -> Any:
+        return None  # the losses share forward passes: everything happens in compute_losses
+
+    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+        b = batch['critic']
+        obs, next_obs = b['obs'].float(), b['next_obs'].float()
+        action = b['action'].float()
+        if action.dim() == 1:
+            action = action.unsqueeze(-1)
+        reward = b['reward'].float()
+        done = b['terminated']
+        if self.truncation_as_terminal:
+            done = done | b['truncated']
+        done = done.float()
+        with torch.no_grad():
+            tq1, tq2 = self.target_critic(obs, action)
+            q_t = torch.min(tq1, tq2)
+            next_v = self.value(next_obs)
+            target = reward + self.gamma * (1.0 - done) * next_v
+        v = self.value(obs)
+        value_loss = expectile_loss(q_t - v, self.tau).mean()
+        q1, q2 = self.critic(obs, action)
+        critic_loss = ((q1 - target).pow(2) + (q2 - target).pow(2)).mean()
+        with torch.no_grad():
+            weight = torch.exp(self.beta * (q_t - v.detach())).clamp(max=self.max_weight)
+        actor_loss = -(weight * self.actor.log_prob(obs, action)).mean()
+        return {
+            'value': {'total_loss': value_loss, 'v_value': v.detach().mean()},
+            'critic': {'total_loss': critic_loss, 'q_value': q1.detach().mean()},
+            'actor': {'total_loss': actor_loss, 'adv_weight': weight.mean()},
+        }
+
+    def after_gradient_based_update(self, timesteps: Any = None) -> None:
+        super().after_gradient_based_update(timesteps)
+        self.train_iter += 1
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
+
+    def get_extra_state(self) -> Dict[str, Any]:
+        return {'target_critic': self.target_critic.state_dict(), 'train_iter': int(self.train_iter)}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        if 'target_critic' in state:
+            self.target_critic.load_state_dict(state['target_critic'])
+        if 'train_iter' in state:
+            self.train_iter = int(state['train_iter'])
+
+
+class IQLEvalMode(ActingMode):
+    """Deterministic actions ``tanh(mu(s))`` (float32 ``[N, act_dim]``)."""
+
+    def __init__(self, actor: IQLActor) -> None:
+        self.actor = actor
+
+    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+        with torch.no_grad():
+            return self.actor(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+
+    __call__ = forward
+
+
+class IQLPolicy(Policy):
+    """IQL with a learn mode and an eval mode (the collect mode is the eval mode).
+
+    Args:
+        cfg: a config from ``compile_config(user, policy='iql')`` or its ``policy`` section.
+        obs_shape, action_shape: override ``policy.model`` (flat sizes).
+        seed: seeds torch (network init).
+
+    ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'value': ..., 'learn': ...}``.
+    """
+
+    def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
+                 seed: Optional[int] = None) -> None:
+        super().__init__(cfg)
+        mc = self.cfg['model']
+        obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
+        action_shape = action_shape if action_shape is not None else mc.get('action_shape')
+        if obs_shape is None or action_shape is None:
+            raise ValueError('IQLPolicy needs policy.model.obs_shape and action_shape (or obs_shape=/action_shape=)')
+        if seed is not None:
+            torch.manual_seed(seed)
+        obs_dim, act_dim = int(np.prod(obs_shape)), int(np.prod(action_shape))
+        hidden_a = mc.get('actor_hidden_size_list', (256, 256))
+        hidden_c = mc.get('critic_hidden_size_list', (256, 256))
+        self.actor = IQLActor(obs_dim, act_dim, hidden_a)
+        self.critic = TwinQCritic(obs_dim, act_dim, hidden_c)
+        self.value = ValueNet(obs_dim, hidden_c)
+
+    def networks(self) -> Dict[str, nn.Module]:
+        return {'actor': self.actor, 'critic': self.critic, 'value': self.value}
+
+    def _build_learner(self) -> IQLLearner:
+        return IQLLearner(self.actor, self.critic, self.value, self.cfg)
+
+    def _build_collect_mode(self) -> IQLEvalMode:
+        return IQLEvalMode(self.actor)
+
+    def _build_eval_mode(self) -> IQLEvalMode:
+        return IQLEvalMode(self.actor)

@@ -1,0 +1,63 @@
+"""The offline pipeline shared by the examples, the guide and the benchmark: evaluator, fetcher, trainer.
+
+Importing this module loads neither torch nor gymnasium.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+__all__ = ['use_offline', 'train_offline']
+
+
+def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, drop_last: bool = False,
+                max_episode_return: Any = 'auto') -> Any:
+    """Add an offline pipeline's middleware to the running task (inside ``with task.start(ctx=OfflineRLContext())``):
+    :func:`middleware.offline.offline_data_fetcher` and :func:`middleware.trainer` (LEARNER), then the
+    :func:`middleware.interaction_evaluator` on ``evaluator_env`` every ``cfg.policy.eval.evaluator.eval_freq``
+    train iterations (EVALUATOR; none when ``evaluator_env`` is None). Returns the evaluator (or None)."""
+    from middleware import interaction_evaluator, trainer
+    from middleware.offline import offline_data_fetcher
+    from pipeline import task
+
+    task.use(offline_data_fetcher(cfg, dataset, drop_last=drop_last))
+    task.use(trainer(cfg, policy.learn_mode, log_freq=0))
+    evaluator = None
+    if evaluator_env is not None:
+        evaluator = interaction_evaluator(cfg, policy.eval_mode, evaluator_env, max_episode_return=max_episode_return)
+        task.use(evaluator)
+    return evaluator
+
+
+def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, evaluator_env: Any = None,
+                  extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+    """Run :func:`use_offline` for ``max_train_iter`` train iterations (plus ``extra_middleware``, e.g. a
+    logger or a ``CkptSaver``, after it) and return the last context's ``train_iter``, ``train_epoch``,
+    ``last_eval_value`` and ``eval_returns``: the returns of an evaluation of the final weights (run
+    after the last iteration when the evaluator had not just evaluated them; None without
+    ``evaluator_env``)."""
+    from contexts import OfflineRLContext
+    from middleware import termination_checker
+    from pipeline import task
+
+    returns: Dict[str, Any] = {'value': None}
+
+    def _keep_eval(ctx: Any) -> None:
+        eo = ctx.get('eval_output')
+        if eo is not None:
+            returns['value'] = eo['episode_return']
+
+    with task.start(ctx=OfflineRLContext()):
+        use_offline(cfg, policy, dataset, evaluator_env)
+        task.use(_keep_eval)
+        for mw in extra_middleware or []:
+            task.use(mw)
+        task.use(termination_checker(max_train_iter=max_train_iter))
+        task.run()
+        ctx = task.ctx
+    if evaluator_env is not None and ctx.last_eval_iter != ctx.train_iter:
+        from middleware import evaluate_episodes
+        rets, _ = evaluate_episodes(policy.eval_mode, evaluator_env, int(cfg.env.n_evaluator_episode))
+        returns['value'] = rets
+        ctx.last_eval_value = float(rets.mean())
+    return {'train_iter': int(ctx.train_iter), 'train_epoch': int(ctx.train_epoch),
+            'last_eval_value': float(ctx.last_eval_value), 'eval_returns': returns['value']}
