@@ -90,6 +90,7 @@ PAGE = '# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n\nold text\n\n## Repl
 
 @pytest.mark.timeout(120)
 def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
+    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
     report = _load('report')
     res = tmp_path / 'results'
     (res / 'atari100k').mkdir(parents=True)

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LAYOUT = {0: ["learner"], 1: ["collector"], 2: ["evaluator"]}
 # examples that need an optional extra: (module to import, the extra that installs it)
 NEEDS_EXTRA = {"dqn_atari": ("ale_py", "atari"), "ppo_atari": ("ale_py", "atari"), "ppo_mujoco": ("mujoco", "mujoco"),
-               "sac_mujoco": ("mujoco", "mujoco")}
+               "sac_mujoco": ("mujoco", "mujoco"), "offline_mujoco": ("mujoco", "mujoco")}
 
 
 def test_describe_dqn_cartpole_single_and_multi_node(tmp_path, capsys):
