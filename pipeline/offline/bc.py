@@ -102,14 +102,11 @@ class BCPolicy(Policy):
                  seed: Optional[int] = None) -> None:
         super().__init__(cfg)
         mc = self.cfg['model']
-        obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
-        action_shape = action_shape if action_shape is not None else mc.get('action_shape')
-        if obs_shape is None or action_shape is None:
-            raise ValueError('BCPolicy needs policy.model.obs_shape and action_shape (or obs_shape=/action_shape=)')
+        obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
         discrete = mc.get('action_type', 'discrete') == 'discrete'
-        self.model = BCModel(int(np.prod(obs_shape)), int(np.prod(action_shape)), discrete,
+        self.model = BCModel(obs_dim, act_dim, discrete,
                              mc.get('hidden_size_list', (256, 256)))
 
     def networks(self) -> Dict[str, nn.Module]:

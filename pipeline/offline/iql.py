@@ -190,13 +190,9 @@ class IQLPolicy(Policy):
                  seed: Optional[int] = None) -> None:
         super().__init__(cfg)
         mc = self.cfg['model']
-        obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
-        action_shape = action_shape if action_shape is not None else mc.get('action_shape')
-        if obs_shape is None or action_shape is None:
-            raise ValueError('IQLPolicy needs policy.model.obs_shape and action_shape (or obs_shape=/action_shape=)')
+        obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
-        obs_dim, act_dim = int(np.prod(obs_shape)), int(np.prod(action_shape))
         hidden_a = mc.get('actor_hidden_size_list', (256, 256))
         hidden_c = mc.get('critic_hidden_size_list', (256, 256))
         self.actor = IQLActor(obs_dim, act_dim, hidden_a)

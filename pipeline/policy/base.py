@@ -7,8 +7,9 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -74,6 +75,17 @@ class Policy:
         self._collect: Any = None
         self._eval: Any = None
         self._pending_learn_state: Optional[Mapping[str, Any]] = None
+
+    def _flat_sizes(self, obs_shape: Any, action_shape: Any) -> Tuple[int, int]:
+        """``(obs_dim, action_dim)``: the given shapes, else ``policy.model``'s, flattened; a one-line
+        ``ValueError`` naming the policy when neither gives both."""
+        mc = self.cfg["model"]
+        obs_shape = obs_shape if obs_shape is not None else mc.get("obs_shape")
+        action_shape = action_shape if action_shape is not None else mc.get("action_shape")
+        if obs_shape is None or action_shape is None:
+            raise ValueError(f"{type(self).__name__} needs policy.model.obs_shape and action_shape "
+                             "(or obs_shape=/action_shape=)")
+        return int(np.prod(obs_shape)), int(np.prod(action_shape))
 
     # -- to implement -----------------------------------------------------------------
     def networks(self) -> Dict[str, nn.Module]:

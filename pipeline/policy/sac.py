@@ -252,12 +252,7 @@ class SACPolicy(Policy):
                  seed: Optional[int] = None) -> None:
         super().__init__(cfg)
         mc = self.cfg["model"]
-        obs_shape = obs_shape if obs_shape is not None else mc.get("obs_shape")
-        action_shape = action_shape if action_shape is not None else mc.get("action_shape")
-        if obs_shape is None or action_shape is None:
-            raise ValueError("SACPolicy needs policy.model.obs_shape and action_shape (or obs_shape=/action_shape=)")
-        obs_dim = int(np.prod(obs_shape))
-        act_dim = int(np.prod(action_shape))
+        obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
         self.actor = SACActor(obs_dim, act_dim, mc.get("actor_hidden_size_list", (128, 128)))
