@@ -186,9 +186,9 @@ class Columns:
     def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
         out: Dict[Any, Any] = {}
-        for path, _kind, col, _shape, _dtype in self._leaves:
+        for path, _kind, col, _shape, dtype in self._leaves:
             v = col.take(slots, axis=0)
-            t = torch.from_numpy(v.astype(np.float32) if v.dtype == np.float64 and _dtype is float else v)
+            t = torch.from_numpy(v.astype(np.float32) if dtype is float else v)  # Python floats: float32 batches
             if not path:
                 return t  # the item itself is a single leaf
             d = out

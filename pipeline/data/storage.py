@@ -301,8 +301,7 @@ class SlotStorage:
             items = self.items
             slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
             self.pending = []
-            cols = self.columns
-            cols.write_many(slots, [items[s].data for s in slots])
+            self.columns.write_many(slots, [items[s].data for s in slots])
             self._bind(slots)
         return self.columns
 
