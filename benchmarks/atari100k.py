@@ -7,7 +7,9 @@
 Result: ``benchmarks/results/atari100k/<game>_seed<k>.json`` (``--out`` for another directory): the
 config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
 scores), the learning curve (raw score of every finished training game vs agent steps) and a SHA-256
-of the final weights (two runs of the same command and code on one machine give the same digest).
+of the final weights (two runs of the same command and code on one machine give the same digest) with
+a per-tensor fingerprint of what training changed (sum and sum of absolute values of final minus initial
+weights: comparable across machines within rounding).
 ``python benchmarks/report.py`` renders all stored results into docs/benchmarks.md.
 
 Protocol (Kaiser et al. 2019; Dopamine's atari_100k), via ``pipeline.envs.atari.make_atari_env``:
@@ -227,6 +229,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     n_actions = int(train_env.action_space.n)
     torch.manual_seed(args.seed)
     model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'])
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     policy = DQNPolicy(cfg, model=model, seed=args.seed)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))
     shift = RandomShift(a['shift_pad'], seed=args.seed)
@@ -292,13 +295,16 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     eval_env.close()
     returns = [float(r) for r in ev.returns]
     digest = hashlib.sha256()
-    for t in model.state_dict().values():
+    fingerprint = []
+    for name, t in model.state_dict().items():
         digest.update(t.detach().contiguous().numpy().tobytes())
+        step = (t.detach().double() - initial[name].double()).numpy()
+        fingerprint.append([name, float(step.sum()), float(np.abs(step).sum())])
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': 'DrQ(eps)', 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
-        'weights_sha256': digest.hexdigest(),
+        'weights_sha256': digest.hexdigest(), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
                  'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},

@@ -144,3 +144,24 @@ def test_the_committed_page_is_what_report_renders_from_the_committed_results(tm
     report.main(['--results', os.path.join(ROOT, 'benchmarks', 'results'), '--page', str(page),
                  '--img-dir', str(tmp_path / 'img')])
     assert page.read_text() == committed, 'docs/benchmarks.md is stale: run python benchmarks/report.py'
+
+
+@needs_atari
+@pytest.mark.timeout(120)
+def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path):
+    """A short fixed-seed run gives the numbers recorded with the code that produced the stored results:
+    a refactor of the data path or the learner that changes a transition or an update fails here."""
+    bench = _load('atari100k')
+    with open(os.path.join(ROOT, 'tests', 'golden', 'atari100k_smoke_pong_seed3.json')) as f:
+        golden = json.load(f)
+    argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path), '--no-progress']
+    assert bench.main(argv) == 0
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    assert r['updates'] == golden['updates']
+    assert r['eval']['returns'] == golden['eval_returns'] and r['eval']['lengths'] == golden['eval_lengths']
+    got = {name: (s, a) for name, s, a in r['weights_fingerprint']}
+    assert sorted(got) == sorted(name for name, _, _ in golden['weights_fingerprint'])
+    for name, s, a in golden['weights_fingerprint']:
+        tol = 1e-4 * a + 1e-9  # rounding on another CPU or op order moves these by ~1e-6 of the scale
+        assert abs(got[name][0] - s) <= tol and abs(got[name][1] - a) <= tol, (name, got[name], (s, a))
