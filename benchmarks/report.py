@@ -4,10 +4,12 @@
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
 Reads ``<results>/atari100k/*.json`` (written by ``benchmarks/atari100k.py``; ``--smoke`` results are
-skipped) and ``<results>/mujoco/*.json`` (fields ``algo``, ``env``, ``seed``, ``framework`` ('rlpipe' or
-'sb3'), ``final_return``, ``wall``). Writes one table per benchmark (mean +- std over seeds, the
-published anchors beside it, human-normalised scores for Atari) and one learning-curve PNG per game
-(``<img-dir>/atari100k_<game>.png``, linked from the page). Only the body of the section is replaced;
+skipped) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
+``env``, ``seed``, ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``; ``--smoke`` results are
+skipped). Writes one table per benchmark (mean +- std over seeds, the published anchors beside it,
+human-normalised scores for Atari; rlpipe and SB3 side by side for MuJoCo) and one learning-curve PNG per
+game (``<img-dir>/atari100k_<game>.png``) and per MuJoCo algorithm and env (``mujoco_<algo>_<env>.png``),
+linked from the page. Only the body of the section is replaced;
 the rest of the page is kept. With no stored results the section says so.
 """
 from __future__ import annotations
@@ -61,20 +63,23 @@ def _fmt(x: Optional[float]) -> str:
     return f'{x:,.1f}' if abs(x) < 1000 else f'{x:,.0f}'
 
 
-def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], int]:
-    """(Atari-100k results without smoke runs, MuJoCo results, number of smoke results skipped)."""
-    atari, mujoco, smoke = [], [], 0
+def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
+    """(Atari-100k results, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results skipped)."""
+    atari, mujoco, smoke = [], [], {'atari100k': 0, 'mujoco': 0}
     for path in sorted(glob.glob(os.path.join(results_dir, 'atari100k', '*.json'))):
         with open(path) as f:
             r = json.load(f)
         if r.get('smoke'):
-            smoke += 1
+            smoke['atari100k'] += 1
             continue
         r['_path'] = path
         atari.append(r)
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
             r = json.load(f)
+        if r.get('smoke'):
+            smoke['mujoco'] += 1
+            continue
         missing = [k for k in ('algo', 'env', 'seed', 'framework', 'final_return', 'wall') if k not in r]
         if missing:
             raise ValueError(f'{path}: a MuJoCo result needs the fields {missing}')
@@ -110,17 +115,59 @@ def atari_table(results: List[Dict[str, Any]]) -> List[str]:
 
 
 def mujoco_table(results: List[Dict[str, Any]]) -> List[str]:
-    groups: Dict[Tuple[str, str, str], List[Dict[str, Any]]] = {}
+    """Markdown lines: one row per algorithm and env, rlpipe and SB3 side by side."""
+    groups: Dict[Tuple[str, str], Dict[str, List[Dict[str, Any]]]] = {}
     for r in results:
-        groups.setdefault((r['algo'], r['env'], r['framework']), []).append(r)
-    lines = ['| algo | env | framework | final return mean +- std (seeds) | wall per run (mean) |',
-             '|---|---|---|---|---|']
-    for (algo, env, fw) in sorted(groups):
-        runs = groups[(algo, env, fw)]
-        m, sd = _mean_std([float(r['final_return']) for r in runs])
-        wall = sum(float(r['wall']) for r in runs) / len(runs) / 60
-        lines.append(f'| {algo} | {env} | {fw} | {_fmt(m)} +- {_fmt(sd)} ({len(runs)}) | {wall:.0f} min |')
+        groups.setdefault((r['algo'], r['env']), {}).setdefault(r['framework'], []).append(r)
+    lines = ['| algo | env | rlpipe final return mean +- std (seeds) | SB3 final return mean +- std (seeds) | '
+             'rlpipe wall per run | SB3 wall per run | wall rlpipe / SB3 |',
+             '|---|---|---|---|---|---|---|']
+    for (algo, env) in sorted(groups):
+        cells, walls = [], {}
+        for fw in ('rlpipe', 'sb3'):
+            runs = groups[(algo, env)].get(fw, [])
+            if runs:
+                m, sd = _mean_std([float(r['final_return']) for r in runs])
+                cells.append(f'{_fmt(m)} +- {_fmt(sd)} ({len(runs)})')
+                walls[fw] = sum(float(r['wall']) for r in runs) / len(runs)
+            else:
+                cells.append('-')
+        wall_cells = [f'{walls[fw] / 60:.0f} min' if fw in walls else '-' for fw in ('rlpipe', 'sb3')]
+        ratio = f'{walls["rlpipe"] / walls["sb3"]:.2f}x' if len(walls) == 2 else '-'
+        lines.append(f'| {algo} | {env} | {cells[0]} | {cells[1]} | {wall_cells[0]} | {wall_cells[1]} | {ratio} |')
     return lines
+
+
+def plot_mujoco_curves(results: List[Dict[str, Any]], img_dir: str) -> Dict[str, str]:
+    """One PNG per algorithm and env: each run's evaluation returns vs env steps, rlpipe solid, SB3 dashed.
+    Returns ``{'<algo> <env>': file name}`` (runs without a curve are left out)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for r in results:
+        if (r.get('curve') or {}).get('points'):
+            groups.setdefault((r['algo'], r['env']), []).append(r)
+    out = {}
+    if groups:
+        os.makedirs(img_dir, exist_ok=True)
+    for (algo, env), runs in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+        for r in sorted(runs, key=lambda r: (r['framework'], r['seed'])):
+            pts = r['curve']['points']
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, ls='-' if r['framework'] == 'rlpipe' else '--',
+                    label=f'{r["framework"]} seed {r["seed"]}')
+        ax.set_title(f'{algo.upper()} {env}: evaluation return (deterministic)')
+        ax.set_xlabel('env steps')
+        ax.set_ylabel('return')
+        ax.legend(fontsize=7, loc='best')
+        fig.tight_layout()
+        name = f'mujoco_{algo}_{env}.png'
+        fig.savefig(os.path.join(img_dir, name))
+        plt.close(fig)
+        out[f'{algo} {env}'] = name
+    return out
 
 
 def _smooth(ys: List[float], k: int = 10) -> List[float]:
@@ -201,12 +248,25 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
         lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
     else:
         lines.append('No Atari-100k result is stored yet (`benchmarks/results/atari100k/` holds none'
-                     + (f'; {smoke} smoke result(s) skipped' if smoke else '') + ').')
-    lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '']
+                     + (f'; {smoke["atari100k"]} smoke result(s) skipped' if smoke['atari100k'] else '') + ').')
+    lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '',
+              'One command per row and seed: `python benchmarks/mujoco_vs_sb3.py --algo <sac|ppo> --env <id> --seed <k> '
+              '--with-sb3` (rlpipe, then Stable-Baselines3 with the same settings, each in a process of its own '
+              'with one torch thread). SAC: HalfCheetah-v5 and Hopper-v5, 100k env steps, the first 5k uniformly '
+              'random, then one update per env step, 256x256 nets, batch 256. PPO: Hopper-v5, 1M env steps, '
+              'RL-Zoo\'s tuned Hopper settings. Final return: the mean of 10 deterministic episodes of the final '
+              'policy, the same reset seeds for both frameworks. Wall: training time including the evaluations '
+              'during training, not the final evaluation; the load average at start and end is in each result.',
+              '']
     if mujoco:
         lines += mujoco_table(mujoco)
+        plots = plot_mujoco_curves(mujoco, img_dir)
+        if plots:
+            lines += ['', 'Learning curves (mean return of 5 deterministic episodes):', '']
+            lines += [f'![{k}]({img_rel}/{name})' for k, name in plots.items()]
     else:
-        lines.append('No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none).')
+        lines.append('No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none'
+                     + (f'; {smoke["mujoco"]} smoke result(s) skipped' if smoke['mujoco'] else '') + ').')
     return '\n'.join(lines) + '\n'
 
 

@@ -86,7 +86,9 @@ PPO_CONFIG = {
         'discount_factor': Float(0.98, min=0, max=1),
         'gae_lambda': Float(0.8, min=0, max=1),
         'model': {'hidden': IntList([64, 64], item_min=1), 'log_std_init': Float(0.0, min=-20, max=2),
-                  'normalize_obs': Bool(False)},
+                  'normalize_obs': Bool(False),
+                  'activation': Choice('tanh', ('tanh', 'relu')),   # of the hidden layers
+                  'ortho_init': Bool(True)},   # orthogonal init (SB3's MlpPolicy); False: torch's default init
         'learn': {
             'n_epochs': Int(20, min=1),
             'batch_size': Int(256, min=1),             # minibatch rows

@@ -114,8 +114,7 @@ def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
     hns = (-12.0 + 20.7) / (14.6 + 20.7)
     assert '-12.0 +- 2.8 (2)' in pong and f'{hns:.2f}' in pong and '| -19.3 |' in pong
     assert '| Breakout | 10.5 +- 0.0 (1)' in text and 'Freeway |' not in text   # the smoke result is skipped
-    assert '| sac | Hopper-v5 | rlpipe | 3,200 +- 282.8 (2) | 25 min |' in text
-    assert '| sac | Hopper-v5 | sb3 | 2,900 +- 0.0 (1)' in text
+    assert '| sac | Hopper-v5 | 3,200 +- 282.8 (2) | 2,900 +- 0.0 (1) | 25 min | 25 min | 1.00x |' in text
     for game in ('Pong', 'Breakout'):
         png = tmp_path / 'img' / f'atari100k_{game}.png'
         assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
@@ -165,3 +164,24 @@ def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path):
     for name, s, a in golden['weights_fingerprint']:
         tol = 1e-4 * a + 1e-9  # rounding on another CPU or op order moves these by ~1e-6 of the scale
         assert abs(got[name][0] - s) <= tol and abs(got[name][1] - a) <= tol, (name, got[name], (s, a))
+
+
+@pytest.mark.timeout(120)
+def test_report_puts_mujoco_frameworks_side_by_side_with_curves_and_skips_smoke_runs(tmp_path):
+    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
+    report = _load('report')
+    res = tmp_path / 'results'
+    (res / 'mujoco').mkdir(parents=True)
+    runs = [('rlpipe', 0, 1000.0, 600.0, False), ('rlpipe', 1, 1200.0, 720.0, False), ('sb3', 0, 900.0, 1200.0, False),
+            ('sb3', 1, 5000.0, 10.0, True)]
+    for fw, seed, ret, wall, smoke in runs:
+        with open(res / 'mujoco' / f'ppo_Hopper-v5_{fw}_seed{seed}{"_smoke" if smoke else ""}.json', 'w') as f:
+            json.dump({'algo': 'ppo', 'env': 'Hopper-v5', 'seed': seed, 'framework': fw, 'final_return': ret,
+                       'wall': wall, 'smoke': smoke, 'curve': {'points': [[50_000, ret / 2], [100_000, ret]]}}, f)
+    page = tmp_path / 'benchmarks.md'
+    page.write_text(PAGE)
+    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
+    text = page.read_text()
+    assert '| ppo | Hopper-v5 | 1,100 +- 141.4 (2) | 900.0 +- 0.0 (1) | 11 min | 20 min | 0.55x |' in text
+    assert (tmp_path / 'img' / 'mujoco_ppo_Hopper-v5.png').read_bytes()[:4] == b'\x89PNG'
+    assert '](img/mujoco_ppo_Hopper-v5.png)' in text and '5,000' not in text

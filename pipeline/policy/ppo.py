@@ -26,7 +26,7 @@ from pipeline.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
 
 from .base import ActingMode, Policy
-from .ppo_model import ActorCritic, logp_entropy, sample
+from .ppo_model import ACTIVATIONS, ActorCritic, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
            'make_ppo_config', 'linear_schedule', 'sampling_seed', 'PPO_CONFIG', 'CONFIG_SCHEMA']
@@ -223,7 +223,9 @@ class PPOPolicy(Policy):
                                 int(action_space.shape[0]) if continuous else int(action_space.n),
                                 continuous=continuous, hidden=tuple(mc['hidden']),
                                 log_std_init=float(mc.get('log_std_init', 0.0)),
-                                normalize_obs=bool(mc.get('normalize_obs', False)))
+                                normalize_obs=bool(mc.get('normalize_obs', False)),
+                                activation=ACTIVATIONS[mc['activation']],
+                                ortho_init=bool(mc['ortho_init']))
         self.model = model
         self._seed = seed
 

@@ -19,7 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ['ActorCritic', 'RunningMeanStd', 'logp_entropy', 'LOG_2PI']
+__all__ = ['ActorCritic', 'ACTIVATIONS', 'RunningMeanStd', 'logp_entropy', 'LOG_2PI']
+
+#: The hidden-layer activations a config can name (``policy.model.activation``).
+ACTIVATIONS = {'tanh': nn.Tanh, 'relu': nn.ReLU}
 
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -94,7 +97,7 @@ def _ortho(module: nn.Module, gain: float) -> None:
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value MLPs (tanh, orthogonal init as in Stable-Baselines3's MlpPolicy).
+    """Separate policy and value MLPs (by default tanh and orthogonal init, as Stable-Baselines3's MlpPolicy).
 
     Args:
         obs_dim: observation size (observations are flattened).
@@ -103,6 +106,9 @@ class ActorCritic(nn.Module):
         hidden: hidden sizes of each of the two MLPs.
         log_std_init: initial log standard deviation (continuous).
         normalize_obs: keep running observation statistics (``obs_norm``) and normalise inputs.
+        activation: the hidden layers' activation class.
+        ortho_init: orthogonal weights (gain sqrt(2) hidden, 0.01 policy head, 1 value head) and zero
+            biases; False keeps torch's default init (SB3's ``ortho_init=False``).
 
     ``forward(obs) -> (pi_out, value)``: logits ``[B, n]`` or means ``[B, d]``, and values ``[B]``.
     ``ret_norm`` holds the running statistics of discounted returns used to scale rewards.
@@ -110,7 +116,7 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, continuous: bool = False,
                  hidden: Sequence[int] = (64, 64), log_std_init: float = 0.0, normalize_obs: bool = False,
-                 activation: type = nn.Tanh) -> None:
+                 activation: type = nn.Tanh, ortho_init: bool = True) -> None:
         super().__init__()
         if obs_dim < 1 or action_dim < 1:
             raise ValueError(f'ActorCritic needs obs_dim >= 1 and action_dim >= 1, got {obs_dim}, {action_dim}')
@@ -120,10 +126,11 @@ class ActorCritic(nn.Module):
         self.v_body = _mlp(sizes, activation)
         self.pi_head = nn.Linear(sizes[-1], self.action_dim)
         self.v_head = nn.Linear(sizes[-1], 1)
-        _ortho(self.pi_body, math.sqrt(2))
-        _ortho(self.v_body, math.sqrt(2))
-        _ortho(self.pi_head, 0.01)
-        _ortho(self.v_head, 1.0)
+        if ortho_init:
+            _ortho(self.pi_body, math.sqrt(2))
+            _ortho(self.v_body, math.sqrt(2))
+            _ortho(self.pi_head, 0.01)
+            _ortho(self.v_head, 1.0)
         if self.continuous:
             self.log_std = nn.Parameter(torch.full((self.action_dim,), float(log_std_init)))
         self.obs_norm = RunningMeanStd((self.obs_dim,)) if normalize_obs else None

@@ -1,0 +1,70 @@
+"""benchmarks/mujoco_vs_sb3.py: smoke runs of each framework write results that report.py reads."""
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_mujoco = pytest.mark.skipif(importlib.util.find_spec('mujoco') is None,
+                                  reason="mujoco not installed (pip install 'rlpipe[mujoco]')")
+needs_sb3 = pytest.mark.skipif(importlib.util.find_spec('stable_baselines3') is None,
+                               reason="stable-baselines3 not installed (pip install -e '.[bench]')")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location('mujoco_vs_sb3', os.path.join(ROOT, 'benchmarks', 'mujoco_vs_sb3.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _check(r, algo, framework, steps):
+    assert r['algo'] == algo and r['env'] == 'Hopper-v5' and r['seed'] == 1 and r['framework'] == framework
+    assert r['smoke'] and r['env_steps'] == steps and r['eval_episodes'] == 2 and len(r['returns']) == 2
+    assert math.isfinite(r['final_return']) and r['final_return'] == pytest.approx(sum(r['returns']) / 2)
+    assert r['wall'] > 0 and r['cpu_s'] > 0 and r['versions']['torch'] != 'missing'
+    xs = [p[0] for p in r['curve']['points']]
+    assert xs and xs == sorted(xs) and xs[-1] <= steps
+
+
+@needs_mujoco
+@needs_sb3
+@pytest.mark.timeout(240)
+def test_sac_smoke_of_both_frameworks(tmp_path):
+    bench = _load()
+    assert bench.main(['--algo', 'sac', '--env', 'Hopper-v5', '--seed', '1', '--smoke', '--with-sb3',
+                       '--out', str(tmp_path)]) == 0
+    for fw in ('rlpipe', 'sb3'):
+        with open(tmp_path / f'sac_Hopper-v5_{fw}_seed1.json') as f:
+            r = json.load(f)
+        _check(r, 'sac', fw, 1000)
+        assert r['settings']['random_steps'] == 300 and r['settings']['hidden'] == [256, 256]
+    with open(tmp_path / 'sac_Hopper-v5_rlpipe_seed1.json') as f:
+        cfg = json.load(f)['rlpipe_config']['config']['policy']
+    assert cfg['learn']['learning_starts'] == 300 and cfg['collect']['random_collect_size'] == 300
+    assert cfg['model']['actor_hidden_size_list'] == [256, 256]
+
+
+@needs_mujoco
+@pytest.mark.timeout(180)
+def test_ppo_smoke_runs_with_the_rl_zoo_settings(tmp_path):
+    bench = _load()
+    assert bench.main(['--algo', 'ppo', '--env', 'Hopper-v5', '--seed', '1', '--smoke', '--out', str(tmp_path)]) == 0
+    with open(tmp_path / 'ppo_Hopper-v5_rlpipe_seed1.json') as f:
+        r = json.load(f)
+    _check(r, 'ppo', 'rlpipe', 2048)
+    cfg = r['rlpipe_config']['config']['policy']
+    assert cfg['model'] == {'hidden': [256, 256], 'log_std_init': -2.0, 'normalize_obs': True, 'activation': 'relu',
+                            'ortho_init': False}
+    assert (cfg['discount_factor'], cfg['gae_lambda'], cfg['collect']['n_steps']) == (0.999, 0.99, 512)
+    learn = cfg['learn']
+    assert (learn['batch_size'], learn['n_epochs'], learn['lr_schedule'], learn['normalize_reward']) == (
+        32, 5, 'constant', True)
+
+
+def test_bad_eval_episodes_is_one_line():
+    bench = _load()
+    with pytest.raises(SystemExit, match='--eval-episodes must be >= 1'):
+        bench.main(['--eval-episodes', '0'])
