@@ -123,8 +123,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
         return 130
     solved = ctx.last_eval_value >= cfg.env.stop_value
     eval_steps = evaluator.env_steps
-    print()
-    node_print(f'{"solved" if solved else "NOT solved"}: last mean eval return {ctx.last_eval_value:.1f} '
+    node_print(f'\n{"solved" if solved else "NOT solved"}: last mean eval return {ctx.last_eval_value:.1f} '
           f'(stop value {cfg.env.stop_value}) after {ctx.env_step} training + {eval_steps} evaluation env steps, '
           f'{ctx.train_iter} train iters, {wall:.0f} s')
     run.print_paths(ckpt, __file__)

@@ -131,8 +131,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
         return 130
     stop = cfg.env.stop_value
     solved = stop is not None and ctx.last_eval_value >= stop
-    print()
-    node_print(f'{"solved" if solved else "NOT solved" if stop is not None else "done"}: last mean eval return '
+    node_print(f'\n{"solved" if solved else "NOT solved" if stop is not None else "done"}: last mean eval return '
           f'{ctx.last_eval_value:.1f} (stop value {stop}) after {ctx.env_step} env steps, '
           f'{ctx.train_iter} train iters, {wall:.1f} s wall time')
     if final is not None:

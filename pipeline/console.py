@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, List
+from typing import Any, List, Optional
 
-__all__ = ['setup_logging', 'node_print', 'take_summary', 'RAY_NODE_ENV']
+__all__ = ['setup_logging', 'node_print', 'take_summary', 'node_is_quiet', 'RAY_NODE_ENV', 'QUIET_NODE_ENV']
 
 
 class _TqdmAwareHandler(logging.StreamHandler):
@@ -49,9 +49,13 @@ def node_print(*lines: str, summary: bool = True) -> None:
     In a node of ``rlpipe run --backend ray`` (``$RLPIPE_RAY_NODE`` set) the lines of a ``summary`` (the end of
     a run) are kept for the launcher instead (:func:`take_summary`), which prints them on its console: an
     actor's stdout goes to Ray's worker log files, and its last lines do not reliably reach the driver before
-    the job ends. ``summary=False`` (e.g. the run folder at the start) prints them in any case."""
+    the job ends. ``summary=False`` (e.g. the run folder at the start) prints them in any case.
+
+    A node that shares its console with the node that reports the run (:func:`node_is_quiet`) prints nothing."""
     from middleware.functional.logger import node_label
 
+    if node_is_quiet():
+        return
     label = node_label()
     tag = f'[{label}] ' if label else ''
     under_ray = summary and bool(os.environ.get(RAY_NODE_ENV))
@@ -63,6 +67,19 @@ def node_print(*lines: str, summary: bool = True) -> None:
         else:
             print(text)
     sys.stdout.flush()
+
+
+#: the log level ``rlpipe run`` gives its nodes (``--log-level``; ``DEBUG`` with ``-v``)
+LOG_LEVEL_ENV = 'RLPIPE_LOG_LEVEL'
+
+#: set to ``1`` by ``rlpipe run`` (without ``-v``) in every node but one when several share its console
+QUIET_NODE_ENV = 'RLPIPE_QUIET_NODE'
+
+
+def node_is_quiet() -> bool:
+    """True in a node that ``rlpipe run`` started beside the node that reports the run on the same console
+    (the learner): it shows no progress display and no run folder or summary lines, only its log lines."""
+    return os.environ.get(QUIET_NODE_ENV) == '1'
 
 
 #: set by the Ray launcher in its node actors: :func:`node_print` keeps the lines for the launcher
@@ -77,9 +94,14 @@ def take_summary() -> List[str]:
     return out
 
 
-def setup_logging(level: int = logging.INFO, stream: Any = None) -> logging.Handler:
-    """Log INFO lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node
-    runs), through ``tqdm.write`` so they do not garble the progress bar. Returns the handler."""
+def setup_logging(level: Optional[int] = None, stream: Any = None) -> logging.Handler:
+    """Log lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node runs), through
+    ``tqdm.write`` so they do not garble the progress bar. ``level``: by default INFO, or the level
+    ``rlpipe run`` passes its nodes in ``$RLPIPE_LOG_LEVEL`` (``DEBUG`` with ``-v``). Returns the handler."""
+    if level is None:
+        level = logging.getLevelName(os.environ.get(LOG_LEVEL_ENV, 'INFO').upper())
+        if not isinstance(level, int):
+            level = logging.INFO
     handler = _TqdmAwareHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(logging.Formatter('%(asctime)s %(node)s%(message)s', datefmt='%H:%M:%S'))
     handler.addFilter(_NodeTag())

@@ -158,7 +158,7 @@ class ContextExchanger:
         """A live peer was lost (the peer table has dropped it): it said goodbye, or was declared dead
         (``dead``: it may come back, and the bus then revives it: the table has it alive again)."""
         if current_task().finish:
-            log.info('ContextExchanger: node %d left (the task is finishing)', node_id)
+            log.debug('ContextExchanger: node %d left (the task is finishing)', node_id)
             return
         self._peer_lost(node_id, roles, dead)
 
@@ -227,7 +227,7 @@ class ContextExchanger:
             self._final_wait(ctx)
 
     def _log_stats(self) -> None:
-        log.info('%r at finish: %s; batches received per collector %s', self,
+        log.debug('%r at finish: %s; batches received per collector %s', self,
                  ', '.join(f'{k} {v}' for k, v in self.stats.items()), getattr(self, 'received_from', None) or '-')
 
     def _apply_update(self, ctx: OnlineRLContext) -> None:

@@ -362,7 +362,7 @@ class RolloutExchanger:
             msg = {'node': self.node_id, 'eval_value': float(ev), 'train_iter': int(ctx.train_iter)}
             current_task().emit(EV_EVAL, msg, only_remote=True)
         if current_task().finish:
-            log.info('RolloutExchanger (evaluator %d) at finish: %s', self.node_id, self.stats)
+            log.debug('RolloutExchanger (evaluator %d) at finish: %s', self.node_id, self.stats)
 
     def _final(self, ctx: Any) -> None:
         """Finishing: give a live evaluator up to 3 s to deliver a last result, then load it."""
@@ -373,7 +373,7 @@ class RolloutExchanger:
                 while self._evals.n == n and time.monotonic() < deadline:
                     self._w.cv.wait(POLL)
         self._apply_eval(ctx)
-        log.info('RolloutExchanger (node %d, %s) at finish: %s', self.node_id,
+        log.debug('RolloutExchanger (node %d, %s) at finish: %s', self.node_id,
                  'learner' if self.is_learner else 'collector', self.stats)
 
     def __repr__(self) -> str:

@@ -159,7 +159,7 @@ class Waiter:
                 if ready():
                     return 'ready'
                 if task.finish:
-                    log.info('stopped waiting for %s: the task finished', what)
+                    log.debug('stopped waiting for %s: the task finished', what)
                     return 'finish'
                 reason = give_up()
                 if reason:

@@ -183,9 +183,13 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     last eval, loss) is a :class:`ProgressDisplay`: a tqdm bar on a terminal, with the rate and,
     given ``total_env_step`` (the run's budget), the time left to that budget (labelled so: a run that
     stops on an evaluation target ends earlier; the bar left at the end then shows none); plain lines
-    every ``progress_interval`` seconds otherwise. In a multi-node run it names the node and its roles.
+    every ``progress_interval`` seconds otherwise. In a multi-node run it names the node and its roles; a node
+    that shares ``rlpipe run``'s console with the learner (:func:`pipeline.console.node_is_quiet`) shows none.
     Not role-gated: every node logs what it has.
     """
+    from pipeline.console import node_is_quiet
+
+    quiet = node_is_quiet()
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')
     stream = stream if stream is not None else sys.stderr
@@ -246,7 +250,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                     w.add_scalar('eval/episode_return_max', float(r.max()), x)
                     w.add_scalar('eval/episode_return_min', float(r.min()), x)
                 w.flush()
-        if progress:
+        if progress and not quiet:
             disp = state['display']
             if disp is None:
                 disp = state['display'] = ProgressDisplay(stream, total_env_step, node_label(), progress_interval,

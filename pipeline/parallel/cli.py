@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                           "credential, no cost per message) or curve (CurveZMQ: encrypted, for networks you do not "
                           "trust; slower for large messages); the same on every node [default: $RLPIPE_BUS_AUTH]")
     run.add_argument("--log-level", default="INFO")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="details on the console: connections, per-node progress and summaries, counters at "
+                          "the end (log level DEBUG)")
     ray_opts = run.add_argument_group("Ray backend (--backend ray; pip install rlpipe[ray])")
     ray_opts.add_argument("--backend", choices=["processes", "ray"], default="processes",
                           help="processes: local child processes (or this cluster task's node with --platform); "
@@ -115,6 +118,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         describe_main(args.main, args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args,
                       args.package, parse_nodes(args.roles), args.out)
         return 0
+    if args.verbose:
+        args.log_level = "DEBUG"
     logging.basicConfig(level=args.log_level.upper(),
                         format="[launcher] %(asctime)s %(levelname)s %(message)s")
     if args.bus_auth:
@@ -149,7 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                             auto_recover=args.auto_recover, max_retries=args.max_retries,
                             stop_grace=args.stop_grace, stop_on_failure=args.stop_on_failure,
                             key_file=args.key_file,
-                            extra_env={"RLPIPE_LOG_LEVEL": args.log_level.upper()},
+                            extra_env={"RLPIPE_LOG_LEVEL": args.log_level.upper()}, verbose=args.verbose,
                             main_args=args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args)
     except (ValueError, MissingKeyError) as e:
         print(f"rlpipe run: error: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..resume import RESTARTS_ENV  # a restarted node's restart count (light: no torch)
+from ..console import QUIET_NODE_ENV
 from ..roles import Role
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
 
@@ -231,8 +232,13 @@ class Launcher:
     def __init__(self, specs: Sequence[NodeSpec], main: str, package: str = ".", startup_interval: float = 0.0,
                  auto_recover: bool = False, max_retries: int = 3, stop_grace: float = 10.0,
                  stop_on_failure: bool = False, key_file: Optional[str] = None,
-                 extra_env: Optional[Dict[str, str]] = None, main_args: Sequence[str] = ()) -> None:
+                 extra_env: Optional[Dict[str, str]] = None, main_args: Sequence[str] = (),
+                 verbose: bool = False) -> None:
         self.specs = list(specs)
+        # nodes on this console: one reports the run (progress, run folder, summary), the learner if there is
+        # one; the others print only their log lines, unless verbose
+        reporter = next((s for s in self.specs if "learner" in s.roles), self.specs[0] if self.specs else None)
+        self.quiet = set() if verbose else {s.node_id for s in self.specs if s is not reporter}
         self.main_args = list(main_args)
         self.main = main
         self.package = os.path.abspath(package)
@@ -279,6 +285,8 @@ class Launcher:
             os.makedirs(spec.ipc_dir, exist_ok=True)  # the last node to stop removed it; a restart needs it
         env = dict(self.env)
         env[NODE_ENV] = spec.to_json()
+        if spec.node_id in self.quiet:
+            env[QUIET_NODE_ENV] = "1"
         # as under the Ray launcher: a restarted node knows it (a learner then resumes from its newest
         # checkpoint, pipeline.resume), and every node knows that lost nodes come back (collectors wait)
         env[RESTARTS_ENV] = str(self.retries.get(spec.node_id, 0))
@@ -328,7 +336,7 @@ class Launcher:
             del self.procs[node_id]
             self.returncodes[node_id] = rc
             if rc == 0:
-                log.info("node %d finished", node_id)
+                log.debug("node %d finished", node_id)
                 continue
             spec = next(s for s in self.specs if s.node_id == node_id)
             crashed = rc < 0 or rc == CRASH_EXIT_CODE  # killed by a signal, or main raised

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List
 
+from ..console import node_is_quiet
 from . import codec
 from .wire import _PREFIX, _MAGIC, _VERSION, K_DATA, K_HEARTBEAT, PEER_DEAD, PEER_JOINED
 
@@ -105,8 +106,9 @@ class Liveness:
         peer = _Peer(node_id, session, info["address"], labels, roles, sock,
                      _PREFIX.pack(_MAGIC, _VERSION, K_DATA, self.node_id, self.session, node_id, session))
         self._peers[node_id] = peer
-        log.info("node %d: connected to node %d at %s (roles %s, labels %s)", self.node_id, node_id,
-                 info["address"], sorted(peer.roles) or "-", sorted(peer.labels) or "-")
+        log.log(logging.DEBUG if node_is_quiet() else logging.INFO,
+                "node %d: connected to node %d at %s (roles %s, labels %s)", self.node_id, node_id,
+                info["address"], sorted(peer.roles) or "-", sorted(peer.labels) or "-")
         self._notices.append((PEER_JOINED, (node_id,)))
         self._peer_change.notify_all()
         self._owe_finish(peer)  # a node that joins after the finish still hears of it (``ending``)

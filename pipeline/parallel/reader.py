@@ -292,7 +292,8 @@ class Reader:
             return
         if kind == K_BYE:
             if peer is not None and peer.session == session and peer.alive:
-                log.info("node %d: node %d left", self.node_id, sender)
+                log.log(logging.DEBUG if self._finish_seen else logging.INFO, "node %d: node %d left",
+                        self.node_id, sender)
                 self._lose(peer, PEER_LEFT)
                 self._deliver_notices()
             return

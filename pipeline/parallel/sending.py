@@ -63,8 +63,9 @@ class Sending:
                 self.stats["undeliverable"] += 1
                 n = self.stats["undeliverable"]
                 if n <= 5 or n % 1000 == 0:
-                    log.warning("node %d: event %r not sent: no peer is connected [%d undeliverable so far]",
-                                self.node_id, event, n)
+                    log.log(logging.DEBUG if self._finish_seen else logging.WARNING,
+                            "node %d: event %r not sent: no peer is connected [%d undeliverable so far]",
+                            self.node_id, event, n)
         else:
             p = self._peers.get(to if type(to) is int else int(to))  # one dict lookup: atomic
             if p is None or not p.alive:

@@ -34,6 +34,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
+from ..console import node_is_quiet
 from ..router import Router
 from . import codec
 from .ending import Ending
@@ -293,8 +294,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         with self._state_lock:
             for a in self._seeds:
                 self._add_probe(a)
-        log.info("node %d listening on %s (topology %s, %d seed address(es))", self.node_id, self.address,
-                 self.topology, len(self._seeds))
+        log.log(logging.DEBUG if node_is_quiet() else logging.INFO,
+                "node %d listening on %s (topology %s, %d seed address(es))", self.node_id, self.address,
+                self.topology, len(self._seeds))
         for target, name in ((self._recv_loop, "recv"), (self._monitor_loop, "heartbeat"), (self._guard_loop, "auth")):
             t = threading.Thread(target=target, name=f"rlpipe-{name}-{self.node_id}", daemon=True)
             t.start()
@@ -394,7 +396,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             except OSError:
                 pass
         self._peer_change_notify()
-        log.info("node %d stopped (%s)", self.node_id,
+        log.debug("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
         if self._key_error:
             raise KeyMismatchError(self._key_error)

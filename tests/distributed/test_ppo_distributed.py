@@ -22,7 +22,7 @@ def test_ppo_example_as_three_processes(tmp_path):
     cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', ROOT, '--main',
            'examples.ppo_cartpole.main', '--parallel-workers', '3', '--ports', str(_free_port_base(3)),
            '--roles', 'learner:collector:collector',
-           '--startup-interval', '0', '--stop-grace', '5', '--',  # default heartbeats: a busy CI machine stalls
+           '--startup-interval', '0', '--stop-grace', '5', '-v', '--',  # default heartbeats: a busy CI machine stalls
            '--max-env-step', '3072', '--no-stop', '--exp-name', str(tmp_path / 'exp'),
            '--set', 'policy.learn.n_epochs=2']
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
