@@ -63,7 +63,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
             if path:
                 read_checkpoint(path)  # a corrupt or foreign file fails now, before anything is built
     except CheckpointError as e:
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     if run.play:
         return play(run.play, args)
     from pipeline.envs import EnvManager
@@ -88,7 +89,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')
     except CheckpointError as e:
         run.abandon()
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     run.begin(cfg)
     return train(cfg, args, run, policy, buffer_, ckpt, collector_env, evaluator_env, extra_middleware or [])
 

@@ -73,7 +73,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
             if path:
                 read_checkpoint(path)  # a corrupt or foreign file fails now, before anything is built
     except CheckpointError as e:
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     if run.play:
         return play(run.play, args, make_env)
     from middleware import CkptSaver
@@ -95,7 +96,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
     except CheckpointError as e:
         run.abandon()
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     run.begin(cfg)
     return train(cfg, args, run, policy, ckpt, collector_env, evaluator_env, max_env_step, extra_middleware or [])
 

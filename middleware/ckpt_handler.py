@@ -263,7 +263,10 @@ class CkptSaver:
         if not os.path.isfile(bpath):
             log.warning('no replay buffer saved with %s (%s is missing): the buffer starts empty', path, bpath)
             return
-        self.buffer.load_data(bpath)
+        try:
+            self.buffer.load_data(bpath)
+        except ValueError as e:  # truncated, corrupt, foreign: one line, not a traceback
+            raise CheckpointError(f'the replay buffer saved with {path!r} does not load: {e}') from None
         log.info('replay buffer restored from %s (%d items)', bpath, self.buffer.count())
 
     def restore(self, ctx: Any) -> Any:

@@ -43,6 +43,8 @@ class ExampleParser(argparse.ArgumentParser):
     :func:`prepare_run` keeps for ``config.json`` and the ``--resume`` command printed on Ctrl-C."""
 
     script: Optional[str] = None
+    #: the seed when neither ``--seed`` nor ``--set seed=N`` gives one (``--seed`` parses to None when absent)
+    seed_default: Optional[int] = None
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
@@ -53,9 +55,39 @@ class ExampleParser(argparse.ArgumentParser):
         ns, rest = super().parse_known_args(args, namespace)
         ns._argv = list(sys.argv[1:] if args is None else args)
         ns._script = self.script or sys.argv[0]
+        if self.seed_default is not None and hasattr(ns, 'seed'):
+            ns.seed = resolve_seed(ns.seed, getattr(ns, 'set', None) or (), self.seed_default)
         for fn in self.after_parse:
             fn(ns)
         return ns, rest
+
+
+def resolve_seed(flag: Optional[int], overrides: Sequence[str], default: int) -> int:
+    """The run's one seed: ``--seed`` (``flag``, None when not given) or the last ``--set seed=N`` of
+    ``overrides``, else ``default``. Both given with different values, or a seed that is not an int >= 0, end
+    the start with one line and exit status 2 (:func:`pipeline.precheck.usage_error`)."""
+    from pipeline.config import parse_override  # light: no torch
+    from pipeline.precheck import usage_error
+
+    set_seed: Any = None
+    for item in overrides:
+        try:
+            key, value = parse_override(item)
+        except ValueError:
+            continue  # prepare_run reports it
+        if key == 'seed':
+            set_seed = (item.partition('=')[2].strip(), value)
+    seed = flag
+    if set_seed is not None:
+        text, value = set_seed
+        if flag is not None and value != flag:
+            usage_error(f'error: --seed {flag} and --set seed={text} disagree: give the seed once')
+        seed = value
+    if seed is None:
+        seed = default
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        usage_error(f'error: the seed must be an int >= 0, got {seed!r}')
+    return seed
 
 
 def _caller_file(depth: int) -> Optional[str]:
@@ -84,7 +116,9 @@ def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int
     g.add_argument('--exp-name', default=exp_name,
                    help=f'experiment folder under the current directory; each run gets <exp>/<n>/ '
                         f'(default {exp_name})')
-    g.add_argument('--seed', type=int, default=seed, help=f'random seed (default {seed})')
+    p.seed_default = seed
+    g.add_argument('--seed', type=int, default=None,
+                   help=f'random seed, an int >= 0 (default {seed}; --set seed=N is the same setting)')
     g.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                    help='override a config entry, e.g. --set policy.learn.learning_rate=1e-3 (repeatable)')
     g.add_argument('--resume', default=None, metavar='CKPT',
@@ -344,7 +378,7 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
     except ValueError as e:
         raise SystemExit(f'error: --set: {e}') from None
     user['exp_name'] = args.exp_name
-    user['seed'] = args.seed
+    user['seed'] = args.seed  # --seed and --set seed=N resolved to one value when parsing (resolve_seed)
     if policy is not None and not args.play:
         from .precheck import precheck_config
 
@@ -355,6 +389,14 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
         raise SystemExit('error: --render and --video go with --play CKPT')
     resume = check_checkpoint_path(args.resume) if args.resume else None
     play = check_checkpoint_path(args.play) if args.play else None
+    from pipeline.resume import checkpoint_problem
+
+    for flag, path in (('--resume', resume), ('--play', play)):
+        problem = checkpoint_problem(path, with_buffer=flag == '--resume') if path else None
+        if problem:  # e.g. a truncated checkpoint or final.buffer: refused before a run folder is made
+            from .precheck import usage_error
+
+            usage_error(f'error: {flag} {getattr(args, flag[2:])}: {problem}')
     factories = [load_middleware_factory(s) for s in args.middleware]
     from pipeline.resume import RESTARTS_ENV, restart_resume
 

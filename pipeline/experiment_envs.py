@@ -87,7 +87,8 @@ def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: 
             if path:
                 read_checkpoint(path)
     except CheckpointError as e:
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     return run
 
 
@@ -111,7 +112,8 @@ def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type:
                          config=cfg, policy_type=policy_type)
     except CheckpointError as e:
         run.abandon()
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
 
 
 def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> Any:
@@ -196,7 +198,8 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     try:
         load_checkpoint(run.play, policy)
     except CheckpointError as e:
-        raise SystemExit(f'error: {e}') from None
+        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        usage_error(f'error: {e}')
     returns = play_policy(policy.eval_mode, lambda mode: make_env(env_id, mode, limit), episodes=args.episodes,
                           seed=args.seed, render=args.render, video_dir=args.video)
     return {'play_returns': returns}

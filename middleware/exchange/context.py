@@ -53,7 +53,10 @@ class ContextExchanger:
     the collectors' window (``skip_n_iter + 1`` batches each); ``stats['over_limit']`` counts arrivals
     beyond ``max_queue`` (logged; they are kept). A collector's loss is logged; with
     ``on_collector_lost='finish'`` it finishes the task, with ``'continue'`` (default) the learner goes on
-    with the others (and, with none left, trains on its buffer without waiting). A learner declared dead
+    with the others. With none left (every collector that delivered was lost), the learner does not train on
+    its stale data in a loop: each step waits (``wait_timeout``) for a collector to come back, and after
+    ``collector_timeout`` s without one it finishes the task (logged), unless the launcher restarts nodes
+    (``--auto-recover``, Ray's ``--max-restarts``): then it waits for the restart. A learner declared dead
     (silent past the bus's heartbeat timeout) may come back (the bus revives it when it sends again):
     meanwhile collectors keep what they collect (at most ``max_kept`` batches each, the oldest dropped beyond
     that; ``stats['batches_kept']``, ``stats['kept_dropped']``, logged) and deliver it, in order, once a
@@ -78,6 +81,8 @@ class ContextExchanger:
         on_collector_lost: ``'continue'`` or ``'finish'``.
         max_queue: queue length above which arrivals are counted in ``stats['over_limit']`` and logged.
         learner_timeout: how long collectors and evaluators wait for a learner declared dead to come back.
+        collector_timeout: how long a learner left without any live collector waits for one to come back
+            before it finishes the task (not when the launcher restarts nodes).
         max_kept: most batches a collector keeps while no learner is alive.
 
     In a single process this is ``task.void()``. A node with both the learner and the collector role is
@@ -96,7 +101,8 @@ class ContextExchanger:
 
     def __init__(self, skip_n_iter: int = 1, storage: Optional[str] = None, max_merge: Optional[int] = None,
                  wait_timeout: float = 10.0, final_timeout: float = 3.0, on_collector_lost: str = 'continue',
-                 max_queue: int = 256, learner_timeout: float = 120.0, max_kept: int = 64) -> None:
+                 max_queue: int = 256, learner_timeout: float = 120.0, max_kept: int = 64,
+                 collector_timeout: float = 120.0) -> None:
         if not isinstance(skip_n_iter, int) or isinstance(skip_n_iter, bool) or skip_n_iter < 0:
             raise ValueError(f'ContextExchanger: skip_n_iter must be an int >= 0, got {skip_n_iter!r}')
         if max_merge is not None and (not isinstance(max_merge, int) or max_merge < 1):
@@ -107,7 +113,7 @@ class ContextExchanger:
         if not isinstance(max_kept, int) or isinstance(max_kept, bool) or max_kept < 1:
             raise ValueError(f'ContextExchanger: max_kept must be an int >= 1, got {max_kept!r}')
         for name, v in (('wait_timeout', wait_timeout), ('final_timeout', final_timeout),
-                        ('learner_timeout', learner_timeout)):
+                        ('learner_timeout', learner_timeout), ('collector_timeout', collector_timeout)):
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ValueError(f'ContextExchanger: {name} must be a number of seconds >= 0, got {v!r}')
         task = current_task()
@@ -123,6 +129,7 @@ class ContextExchanger:
         self.on_collector_lost = on_collector_lost
         self.max_queue = int(max_queue)
         self.learner_timeout = float(learner_timeout)
+        self.collector_timeout = float(collector_timeout)
         self.max_kept = max_kept
         self._learner_gone_since: Optional[float] = None  # when the last learner was declared dead
         self.router = task.router
@@ -225,8 +232,10 @@ class ContextExchanger:
         yield
         if current_task().finish:
             self._final_wait(ctx)
+            self._w.flush()
 
     def _log_stats(self) -> None:
+        self._w.flush()
         log.debug('%r at finish: %s; batches received per collector %s', self,
                  ', '.join(f'{k} {v}' for k, v in self.stats.items()), getattr(self, 'received_from', None) or '-')
 

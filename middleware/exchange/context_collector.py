@@ -27,7 +27,7 @@ class CollectorContextExchanger(ContextExchanger):
         self._kept: Deque[Tuple[Dict[str, Any], int]] = deque()
         self._keeping = False  # logged that batches are being kept (once per outage)
         super().__init__(*args, **kwargs)
-        self.stats.update(batches_kept=0, kept_dropped=0)
+        self.stats.update(batches_kept=0, kept_dropped=0, kept_lost=0)
 
     def _peer_lost(self, node_id: int, roles: Set[str], dead: bool = False) -> None:
         if 'learner' in roles:
@@ -97,8 +97,12 @@ class CollectorContextExchanger(ContextExchanger):
             self._deliver(task)
         if task.finish:
             if self._kept:
-                log.error('ContextExchanger: node %d finishes with %d collected batches that no learner got '
-                          '(none alive)', self.node_id, len(self._kept))
+                # the finish went out already (to the learner too, on the connection kept for its revival); a
+                # learner that comes back ends its run on it and would not train on batches sent now
+                self.stats['kept_lost'] += len(self._kept)
+                log.error('ContextExchanger: node %d finishes with %d collected batches (%d env steps) that no '
+                          'learner got: none was alive when the task finished; they are lost (stats kept_lost)',
+                          self.node_id, len(self._kept), sum(d for _, d in self._kept))
             self._final_wait(ctx)
             self._log_stats()
 

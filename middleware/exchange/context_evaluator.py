@@ -34,3 +34,5 @@ class EvaluatorContextExchanger(ContextExchanger):
         self._apply_update(ctx)
         yield
         self._send_eval(ctx)
+        if task.finish:
+            self._w.flush()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections import deque
 from typing import Any, Deque, Dict, Generator, List, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
 
 from .context import ContextExchanger
-from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
+from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, restarts_expected, unpack_rows
 
 STORAGE_FILE = re.compile(r'ctx-\d+-\d+-\d+\.rlp')  # the names collectors give their batch files
 
@@ -30,9 +31,10 @@ class LearnerContextExchanger(ContextExchanger):
         # this learner (lost when it was killed and restarted) never stay counted as in flight
         self._consumed: Dict[int, int] = {}
         self.received_from: Dict[int, int] = {}  # collector id -> batches received
-        self._warned_alone = False
+        self._alone_since: Optional[float] = None  # since when no collector is alive (after one delivered)
         super().__init__(*args, **kwargs)
         self.stats['refused_files'] = 0
+        self.stats['collector_timeouts'] = 0
         self._storage_dir = os.path.realpath(self.storage) if self.storage is not None else None
 
     def _listen(self) -> None:
@@ -49,7 +51,7 @@ class LearnerContextExchanger(ContextExchanger):
             current_task().finish = True
         else:
             log.warning('ContextExchanger: collector node %d is lost; the learner goes on with %s', node_id,
-                        f'collectors {left}' if left else 'no collector (training on its buffer only)')
+                        f'collectors {left}' if left else 'no collector')
 
     def _on_data(self, batch: Dict[str, Any]) -> None:
         sender, seq, inc = int(batch['node']), int(batch['seq']), int(batch.get('inc', 0))
@@ -102,17 +104,47 @@ class LearnerContextExchanger(ContextExchanger):
                 return None
 
             if self._with_role('collector') or not self._last_seq:
+                if self._alone_since is not None:
+                    log.warning('ContextExchanger: collector node(s) %s alive again after %.1f s',
+                                self._with_role('collector'), time.monotonic() - self._alone_since)
+                    self._alone_since = None
                 why = self._w.wait(lambda: bool(self._queue), self.wait_timeout, give_up, 'collector data')
                 if why == 'timeout':
                     self.stats['wait_timeouts'] += 1
-            elif not self._warned_alone:
-                self._warned_alone = True
-                log.warning('ContextExchanger: no collector alive; the learner trains on its buffer only')
+            else:
+                self._wait_for_a_collector(task)
         with self._w.cv:
             n = len(self._queue) if self.max_merge is None else min(self.max_merge, len(self._queue))
             batches = [self._queue.popleft() for _ in range(n)]
         if batches:
             self._merge(ctx, batches)
+
+    def _wait_for_a_collector(self, task: Any) -> None:
+        """No collector is alive (each one that delivered was lost): wait (at most ``wait_timeout`` per step) for
+        one to come back or for data, instead of training on the same data again and again; finish the task
+        when none came back within ``collector_timeout`` s (unless the launcher restarts nodes)."""
+        now = time.monotonic()
+        restarts = restarts_expected()
+        if self._alone_since is None:
+            self._alone_since = now
+            if restarts:
+                log.warning('ContextExchanger: no collector is alive; the learner waits for the launcher to restart '
+                            'one (training only as its waits of wait_timeout=%.0f s end)', self.wait_timeout)
+            else:
+                log.warning('ContextExchanger: no collector is alive; the learner waits up to %.0f s '
+                            '(collector_timeout) for one to come back, then finishes the task', self.collector_timeout)
+        if not restarts and now - self._alone_since >= self.collector_timeout:
+            self.stats['collector_timeouts'] += 1
+            log.error('ContextExchanger: no collector came back within %.0f s (collector_timeout); finishing the task',
+                      self.collector_timeout)
+            task.finish = True
+            return
+        left = self.wait_timeout if restarts else min(self.wait_timeout,
+                                                      self._alone_since + self.collector_timeout - now)
+        why = self._w.wait(lambda: bool(self._queue) or bool(self._with_role('collector')), max(0.0, left),
+                           lambda: None, 'a collector to come back')
+        if why == 'timeout':
+            self.stats['wait_timeouts'] += 1
 
     def _merge(self, ctx: Any, batches: List[Tuple[int, Dict[str, Any]]]) -> None:
         trajectories: List[Any] = []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
@@ -140,34 +141,86 @@ class PeerTable:
 
 
 class Waiter:
-    """A condition variable whose waits are bounded, poll ``task.finish`` and log why they ended."""
+    """A condition variable whose waits are bounded, poll ``task.finish`` and log why they ended.
+
+    A wait that ends the same way as the one before (the same ``give_up`` reason, or a timeout, for the same
+    kind of wait) is a repeated condition: it is logged once, when it starts, and once more with its count
+    when it ends (another outcome, e.g. the awaited thing arrived or the task finished). A repeated give-up
+    also backs off: it returns only after a pause that doubles with each repetition (from ``POLL`` up to
+    ``MAX_BACKOFF`` s, within the wait's timeout; cut short when the wait becomes ready, the task finishes or
+    the reason goes away), so that a caller that steps again at once (e.g. an evaluator while the learner is
+    dead or paused) does not spin."""
+
+    MAX_BACKOFF = 1.0
 
     def __init__(self) -> None:
         self.cv = threading.Condition()
+        # per kind of wait, the repeated condition being counted: [reason, message, count, since (monotonic)]
+        self._streaks: Dict[str, List[Any]] = {}
+        self.repeats_logged = 0  # repeated conditions logged with their count
 
     def notify(self) -> None:
         with self.cv:
             self.cv.notify_all()
+
+    def _note(self, kind: str, reason: str, message: str) -> int:
+        """Log ``message`` (a warning) unless it repeats the condition of the streak of ``kind``; returns the
+        streak's count."""
+        st = self._streaks.get(kind)
+        if st is not None and st[0] == reason:
+            st[2] += 1
+            return st[2]
+        self._end_streak(kind)
+        self._streaks[kind] = [reason, message, 1, time.monotonic()]
+        log.warning('%s', message)
+        return 1
+
+    def _end_streak(self, kind: str) -> None:
+        st = self._streaks.pop(kind, None)
+        if st is not None and st[2] > 1:
+            self.repeats_logged += 1
+            log.warning('%s: %d times in a row over %.1f s (logged once)', st[1], st[2], time.monotonic() - st[3])
+
+    def flush(self) -> None:
+        """Log the count of every repeated condition still going on (e.g. when the task finishes)."""
+        for kind in list(self._streaks):
+            self._end_streak(kind)
 
     def wait(self, ready: Callable[[], bool], timeout: float, give_up: Callable[[], Optional[str]],
              what: str) -> str:
         """Wait until ``ready()``; returns 'ready', 'finish', 'timeout' or the reason ``give_up()`` gave."""
         task = current_task()
         deadline = time.monotonic() + timeout
+        kind = re.sub(r'\d+', 'N', what)  # the kind of wait: its description without its numbers
         with self.cv:
             while True:
                 if ready():
+                    self._end_streak(kind)
                     return 'ready'
                 if task.finish:
+                    self._end_streak(kind)
                     log.debug('stopped waiting for %s: the task finished', what)
                     return 'finish'
                 reason = give_up()
                 if reason:
-                    log.warning('stopped waiting for %s: %s', what, reason)
+                    n = self._note(kind, reason, f'stopped waiting for {what}: {reason}')
+                    if n > 1:  # the same give-up again: back off before the caller steps again
+                        pause = min(self.MAX_BACKOFF, POLL * 2 ** min(n - 2, 10), max(0.0, deadline - time.monotonic()))
+                        end = time.monotonic() + pause
+                        while True:
+                            left = end - time.monotonic()
+                            if left <= 0:
+                                break
+                            self.cv.wait(min(POLL, left))
+                            if ready() or task.finish or give_up() != reason:
+                                break
+                        if ready():
+                            self._end_streak(kind)
+                            return 'ready'
                     return reason
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    log.warning('waited %.1f s for %s: going on without it', timeout, what)
+                    self._note(kind, 'timeout', f'waited {timeout:.1f} s for {what}: going on without it')
                     return 'timeout'
                 self.cv.wait(min(POLL, left))
 

@@ -53,7 +53,8 @@ def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
 
 
 @for_roles(Role.LEARNER, reads=["trajectories|episodes", "train_iter"], writes=["@buffer"])
-def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) -> Callable[[Any], None]:
+def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
+                warn_after: int = 10) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
     Reads ``ctx.trajectories`` (a list of transitions: each is pushed as one item) or, when that is
@@ -65,10 +66,20 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) 
     ``group_by_env`` (so ``buffer_.sample(groupby='env')`` and ``staleness_check`` work), else
     only the train iteration.
 
+    A step with neither trajectories nor episodes pushes nothing. When that is so for each of the first
+    ``warn_after`` steps (nothing was ever pushed), it logs one warning: usually no collector runs before
+    it on this node, or (on a distributed learner) no collector has delivered yet. Steps without data once
+    something was pushed are normal (a distributed learner's step whose wait for collectors timed out) and
+    are not reported. ``warn_after=0``: never warn.
+
     Role: LEARNER -- the replay buffer lives with the learner; in a distributed run the
     collector's trajectories reach the learner node with its context and are pushed there.
     """
+    if not isinstance(warn_after, int) or isinstance(warn_after, bool) or warn_after < 0:
+        raise ValueError(f'data_pusher: warn_after must be an int >= 0, got {warn_after!r}')
     _load()
+    # steps with nothing to push before anything was pushed (-1: something was pushed, or it warned)
+    empty = [0]
 
     def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
@@ -85,6 +96,16 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True) 
         elif ctx.episodes:
             for ep in ctx.episodes:
                 buffer_.push(ep, {'train_iter_data_collected': it})
+        else:
+            if empty[0] >= 0 and warn_after:
+                empty[0] += 1
+                if empty[0] >= warn_after:
+                    empty[0] = -1
+                    log.warning('data_pusher: nothing to push in its first %d steps (ctx.trajectories and '
+                                'ctx.episodes are empty): does a collector run before it on this node? (on a '
+                                'distributed learner: has any collector delivered?)', warn_after)
+            return
+        empty[0] = -1
 
     return _push
 

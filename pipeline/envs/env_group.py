@@ -21,6 +21,9 @@ import faulthandler
 import mmap
 import os
 import signal
+import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -29,7 +32,7 @@ import numpy as np
 
 from .sync_backend import SyncBackend
 
-__all__ = ['EnvGroup', 'WorkerEnvFn', 'EnvMarks', 'GroupStep', 'pack_array', 'unpack_array']
+__all__ = ['EnvGroup', 'WorkerEnvFn', 'EnvMarks', 'GroupStep', 'pack_array', 'unpack_array', 'die_with_parent']
 
 # What a group's step returns in the info slot: (rewards, terminated, truncated, infos or None,
 # {row in the request: (final observation, final info)}). Lists, not arrays: a pipe pickles a few
@@ -121,11 +124,54 @@ class EnvGroup(gym.Env):
         self._envs.close()
 
 
+PARENT_CHECK_INTERVAL = 0.5  # seconds between a worker's checks that its parent is alive
+
+
+def die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
+    """Called in an env worker: it must not outlive the process that made its env manager.
+
+    ``pdeathsig`` (Linux): the kernel SIGKILLs this process when its parent dies (``PR_SET_PDEATHSIG``), also
+    while an env hangs in C code. It is asked only when the manager was made on the parent's main thread:
+    the signal follows the death of the parent *thread* that started the worker. A daemon thread checks the
+    parent every ``PARENT_CHECK_INTERVAL`` s as well (other systems, a manager made on another thread, or a
+    ``forkserver`` parent) and ends the process once it has been re-parented."""
+    if pdeathsig and sys.platform.startswith('linux'):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+    ppid = os.getppid()
+    if ppid != parent_pid and not _pid_alive(parent_pid):  # it died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_INTERVAL)
+            if os.getppid() != ppid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name='rlpipe-env-worker-parent-watch', daemon=True).start()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - alive, another user's
+        return True
+    return True
+
+
 class WorkerEnvFn:
     """Picklable factory of worker ``worker``'s :class:`EnvGroup` (envs ``first ..`` made by ``fns``).
 
-    In the worker it first points ``faulthandler`` at ``trace_path`` (stacks on fatal signals and on
-    ``SIGUSR1``) and attaches the :class:`EnvMarks` file; an exception while making an env is written
+    In the worker it first ties the process to its parent (:func:`die_with_parent`), points
+    ``faulthandler`` at ``trace_path`` (stacks on fatal signals and on ``SIGUSR1``; the file is unlinked at
+    once, the parent reads it through the descriptor it kept) and attaches the :class:`EnvMarks` file; an exception while making an env is written
     to the trace file too. Called in the parent (``AsyncVectorEnv`` makes one env there for its
     spaces) it makes a group of only the first env, with the same spaces.
     """
@@ -135,6 +181,8 @@ class WorkerEnvFn:
         self.fns, self.size, self.first, self.worker = list(fns), size, first, worker
         self.trace_path, self.marks_path, self.n_workers = trace_path, marks_path, n_workers
         self.parent_pid = os.getpid()
+        # made on the parent's main thread: PR_SET_PDEATHSIG is safe (see die_with_parent)
+        self.pdeathsig = threading.current_thread() is threading.main_thread()
         self.parent_spaces: Optional[Tuple[Any, Any]] = None  # the single env's, once made in the parent
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -146,7 +194,12 @@ class WorkerEnvFn:
             self.parent_spaces = (group.single_observation_space, group.single_action_space)
             return group
         global _trace_file
+        die_with_parent(self.parent_pid, self.pdeathsig)
         _trace_file = open(self.trace_path, 'w')
+        try:  # the parent reads it through the descriptor it kept: nothing stays on disk if it is killed
+            os.unlink(self.trace_path)
+        except OSError:
+            pass
         faulthandler.enable(file=_trace_file, all_threads=True)
         if hasattr(faulthandler, 'register'):
             faulthandler.register(signal.SIGUSR1, file=_trace_file, all_threads=True)

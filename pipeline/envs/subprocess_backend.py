@@ -96,10 +96,13 @@ class SubprocessBackend:
         self._vec = None
         self._requests: Deque[Tuple[np.ndarray, _Plan, bool]] = deque()  # step_async requests, oldest first
         self._owed = [0] * n_workers  # step answers each worker still owes (steps in flight)
+        # each worker's trace file: the worker writes it (and unlinks its name as soon as it has it open), this
+        # process reads it through the descriptor kept here; the marks file's name goes once every worker has it
         self._trace_paths: List[str] = []
+        self._trace_fds: List[int] = []
         for w in range(n_workers):
             fd, path = tempfile.mkstemp(prefix=f'rlpipe-worker{w}-', suffix='.trace')
-            os.close(fd)
+            self._trace_fds.append(fd)
             self._trace_paths.append(path)
         fd, marks_path = tempfile.mkstemp(prefix='rlpipe-marks-')
         os.close(fd)
@@ -120,6 +123,7 @@ class SubprocessBackend:
             raise
         self._pipes = self._vec.parent_pipes
         self._procs = self._vec.processes
+        self._unlink_names()  # every worker made its envs (AsyncVectorEnv checked their spaces): none needs a name
         # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
         self.observation_space, self.action_space = worker_fns[0].parent_spaces
         shm = self._vec.observations
@@ -368,9 +372,8 @@ class SubprocessBackend:
         if not proc.is_alive():
             return self._dead_worker_error(w)
         trace = ''
-        path = self._trace_paths[w]
         if hasattr(signal, 'SIGUSR1'):
-            before = os.path.getsize(path) if os.path.exists(path) else 0
+            before = len(self._read_trace(w))
             try:
                 os.kill(proc.pid, signal.SIGUSR1)
             except OSError:  # pragma: no cover
@@ -378,7 +381,7 @@ class SubprocessBackend:
             end = time.monotonic() + 2.0
             while time.monotonic() < end:
                 time.sleep(0.05)
-                if os.path.exists(path) and os.path.getsize(path) > before:
+                if self._trace_size(w) > before:
                     time.sleep(0.1)  # let faulthandler finish writing
                     break
             trace = self._read_trace(w)[before:]
@@ -393,17 +396,33 @@ class SubprocessBackend:
                 return EnvWorkerError(self._env_of(w), f'failed while making its env{self._where(w)}', text)
         return EnvWorkerError(-1, f'a worker failed while making its envs ({cause!r})')
 
-    def _read_trace(self, w: int) -> str:
+    def _trace_size(self, w: int) -> int:
         try:
-            with open(self._trace_paths[w]) as f:
-                return f.read()
-        except OSError:
-            return ''
+            return os.fstat(self._trace_fds[w]).st_size
+        except (OSError, IndexError):
+            return 0
 
-    def _remove_files(self) -> None:
-        self._marks.close()
+    def _read_trace(self, w: int) -> str:
+        size = self._trace_size(w)
+        try:
+            data = os.pread(self._trace_fds[w], size, 0) if size else b''
+        except (OSError, IndexError):
+            return ''
+        return data.decode('utf-8', errors='replace')
+
+    def _unlink_names(self) -> None:
         for path in self._trace_paths + [self._marks_path]:
             try:
                 os.unlink(path)
-            except OSError:
+            except OSError:  # a worker unlinked its trace file's name already
+                pass
+
+    def _remove_files(self) -> None:
+        self._marks.close()
+        self._unlink_names()
+        fds, self._trace_fds = self._trace_fds, []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover
                 pass
