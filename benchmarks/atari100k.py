@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(p)
     return p
 
 
@@ -230,7 +233,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     torch.manual_seed(args.seed)
     model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'])
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    policy = DQNPolicy(cfg, model=model, seed=args.seed)
+    policy = DQNPolicy(cfg, model=model, seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))
     shift = RandomShift(a['shift_pad'], seed=args.seed)
     learner = policy.learn_mode
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     curve: List[List[float]] = []
     wall0, cpu0 = 0.0, 0.0
     if os.path.exists(ckpt_path) and not args.fresh:
-        state = torch.load(ckpt_path, weights_only=True)
+        state = torch.load(ckpt_path, map_location='cpu', weights_only=True)
         if state['agent'] != a or state['steps'] != steps:
             raise SystemExit(f'{ckpt_path} is a checkpoint of other settings; pass --fresh to start over')
         policy.load_state_dict(state['policy'])
@@ -297,13 +300,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     digest = hashlib.sha256()
     fingerprint = []
     for name, t in model.state_dict().items():
-        digest.update(t.detach().contiguous().numpy().tobytes())
-        step = (t.detach().double() - initial[name].double()).numpy()
+        t = t.detach().cpu()
+        digest.update(t.contiguous().numpy().tobytes())
+        step = (t.double() - initial[name].double()).numpy()
         fingerprint.append([name, float(step.sum()), float(np.abs(step).sum())])
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': 'DrQ(eps)', 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
+        'device': str(policy.device),
         'weights_sha256': digest.hexdigest(), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
                  'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},

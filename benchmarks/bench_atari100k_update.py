@@ -66,6 +66,9 @@ def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(p)  # every row runs there (default auto)
     args = p.parse_args(argv)
 
     import numpy as np
@@ -82,21 +85,24 @@ def main(argv: List[str] = None) -> int:
 
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
     from atari100k import AGENT, dqn_config
+    from pipeline.device import resolve_device, to_device
 
+    dev = resolve_device(args.device or 'auto')
     torch.set_num_threads(1)
     n_actions = 6
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     batch = _batch(g, n_actions)
-    net = AtariQNetwork(n_actions, dueling=True, encoder='der')
+    bare_batch = to_device(batch, dev)  # the bare loops' batch is on the device already
+    net = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
-    net2 = AtariQNetwork(n_actions, dueling=True, encoder='der')
+    net2 = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
     opt2 = torch.optim.Adam(net2.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
     bare = bare_step(net, opt, False, g)
     bare_shift = bare_step(net2, opt2, True, g)
 
     cfg = dqn_config(dict(AGENT, learning_starts=32), seed=0)
-    policy = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0)
+    policy = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0, device=dev)
     buf = DequeBuffer(5000, seed=0, storage=FrameStorage(5000, seed=0))
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (2100, 84, 84), dtype=np.uint8)
@@ -104,7 +110,7 @@ def main(argv: List[str] = None) -> int:
         buf.push({'obs': frames[i:i + 4], 'action': int(rng.integers(n_actions)), 'reward': float(rng.standard_normal()),
                   'next_obs': frames[i + 10:i + 14], 'terminated': False, 'truncated': False, 'nstep': 10},
                  {'env': 0})
-    policy2 = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0)
+    policy2 = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0, device=dev)
     policy2.learn_mode._target_is_online = False
     rows: Dict[str, List[float]] = {'bare': [], 'bare+shift': [], 'rlpipe': [], 'rlpipe, 2 next-obs forwards': []}
     with task.start(ctx=OnlineRLContext()):
@@ -121,12 +127,14 @@ def main(argv: List[str] = None) -> int:
         runs = {'bare': bare, 'bare+shift': bare_shift, 'rlpipe': rl, 'rlpipe, 2 next-obs forwards': rl2}
         for fn in runs.values():  # warm-up
             for _ in range(10):
-                fn(batch)
+                fn(bare_batch)
         for _ in range(args.rounds):
             for name, fn in runs.items():
                 c0 = time.process_time()
                 for _ in range(args.updates):
-                    fn(batch)
+                    fn(bare_batch)
+                if dev.type == 'cuda':
+                    torch.cuda.synchronize(dev)
                 rows[name].append((time.process_time() - c0) / args.updates * 1000)
     load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
     print(f'# CPU per batch-32 update, DER encoder + dueling head, 1 torch thread; {args.rounds} rounds x '

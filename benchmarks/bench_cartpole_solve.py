@@ -26,6 +26,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
 
 #: Stable-Baselines3 2.9's DQN with RL-Zoo settings on this kind of machine (/work/shared/anchors.md, 2026-11-30):
 #: 14-15k env steps and ~85 s to a 10-episode mean >= 475. A seed "beats the anchor" with fewer env steps
@@ -69,7 +72,8 @@ env = gym.make('CartPole-v1')
 eval_env = Count(gym.make('CartPole-v1'))
 model = DQN('MlpPolicy', env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
             gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-            exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]), seed={seed}, verbose=0)
+            exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]), seed={seed}, verbose=0,
+            device={device!r})
 stop = StopTrainingOnRewardThreshold(reward_threshold=475, verbose=0)
 cb = EvalCallback(eval_env, n_eval_episodes=10, eval_freq=1000, callback_on_new_best=stop, verbose=0)
 model.learn(total_timesteps={budget}, callback=cb)
@@ -98,6 +102,7 @@ def main() -> None:
     ap.add_argument('--timeout', type=float, default=3600)
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                     help='config override passed to examples/dqn_cartpole.py (repeatable)')
+    add_device_flags(ap)  # both trainers: rlpipe's --device, SB3's device= (default auto for both)
     args = ap.parse_args()
     sb3 = not args.no_sb3
     if sb3:
@@ -109,10 +114,10 @@ def main() -> None:
     out = tempfile.mkdtemp(prefix='bench-cartpole-')
     rows = []
     for seed in args.seeds:
-        sets = [a for kv in args.set for a in ('--set', kv)]
+        sets = [a for kv in args.set for a in ('--set', kv)] + device_argv(args)
         r = run(RLPIPE_CODE.format(root=ROOT, seed=seed, budget=args.budget, exp=os.path.join(out, 'rlpipe'),
                                    sets=sets), args.timeout)
-        s = run(SB3_CODE.format(seed=seed, budget=args.budget), args.timeout) if sb3 else None
+        s = run(SB3_CODE.format(seed=seed, budget=args.budget, device=args.device or 'auto'), args.timeout) if sb3 else None
         rows.append((seed, r, s))
         print(json.dumps({'seed': seed, 'rlpipe': r, 'sb3': s}), flush=True)
     print(f"\nCartPole-v1 to mean eval return >= 475 over 10 episodes (one seed at a time, torch threads 1; "

@@ -55,8 +55,12 @@ def timed_main() -> int:
     return rc
 
 
+#: more arguments for the example (``--device X`` when given)
+EXTRA_ARGV: list = []
+
+
 def _example_args(n: int, exp: str) -> list:
-    return ['--max-env-step', str(n), '--set', 'env.stop_value=1000000', '--exp-name', exp]
+    return ['--max-env-step', str(n), '--set', 'env.stop_value=1000000', '--exp-name', exp, *EXTRA_ARGV]
 
 
 def _run(cmd: list, out: str, timeout: float) -> dict:
@@ -101,7 +105,12 @@ def main() -> None:
     ap.add_argument('--env-steps', type=int, default=10_000)
     ap.add_argument('--repeat', type=int, default=1, help='alternate single/distributed this many times')
     ap.add_argument('--timeout', type=float, default=600)
+    sys.path.insert(0, ROOT)
+    from pipeline.experiment import add_device_flags, device_argv  # no torch
+
+    add_device_flags(ap)
     args = ap.parse_args()
+    EXTRA_ARGV[:] = device_argv(args)
     print(f'DQN CartPole example, {args.env_steps} env steps per run; {os.cpu_count()} CPUs; '
           f'load average {os.getloadavg()[0]:.1f} at start')
     print(f'{"run":<22} {"env steps":>9} {"train it":>9} {"seconds":>8} {"env st/s":>9} {"iters/s":>8} '

@@ -46,12 +46,17 @@ class QNet(nn.Module):
 
 
 def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0',
-                 foreach: bool = False) -> dict:
+                 foreach: bool = False, device: str = None) -> dict:
     """Run the loop for exactly ``env_steps`` env steps; return wall time and counters.
 
     ``foreach=False`` is torch's default Adam, what a hand-written loop usually has; ``foreach=True``
     uses the same multi-tensor Adam kernels as rlpipe's learner, isolating the framework's own cost.
+    ``device``: where the networks and batches live (default auto, as rlpipe's).
     """
+    from pipeline.device import resolve_device
+
+    dev = resolve_device(device or 'auto')
+    put = (lambda t: t) if dev.type == 'cpu' else (lambda t: t.to(dev, non_blocking=True))  # noqa: E731
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -59,7 +64,7 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
     envs = [gym.make(env_id) for _ in range(n_env)]
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     obs_dim, n_act = obs.shape[1], envs[0].action_space.n
-    net, tgt = QNet(obs_dim, n_act), QNet(obs_dim, n_act)
+    net, tgt = QNet(obs_dim, n_act).to(dev), QNet(obs_dim, n_act).to(dev)
     tgt.load_state_dict(net.state_dict())
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, foreach=foreach)
     b_obs = np.zeros((cap, obs_dim), np.float32)
@@ -73,7 +78,7 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
     while step < env_steps:
         eps = 0.1 + (0.95 - 0.1) * math.exp(-step / 10_000)
         with torch.no_grad():
-            act = net(torch.from_numpy(obs)).argmax(-1).numpy()
+            act = net(put(torch.from_numpy(obs))).argmax(-1).cpu().numpy()
         rnd = np.random.rand(n_env) < eps
         act = np.where(rnd, np.random.randint(0, n_act, n_env), act)
         next_obs = np.empty_like(obs)
@@ -97,11 +102,11 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
             continue
         for _ in range(upc):
             idx = np.fromiter(random.sample(range(size), batch), np.int64, batch)
-            o = torch.from_numpy(b_obs[idx])
-            a = torch.from_numpy(b_act[idx])
-            r = torch.from_numpy(b_rew[idx])
-            o2 = torch.from_numpy(b_next[idx])
-            d = torch.from_numpy(b_done[idx])
+            o = put(torch.from_numpy(b_obs[idx]))
+            a = put(torch.from_numpy(b_act[idx]))
+            r = put(torch.from_numpy(b_rew[idx]))
+            o2 = put(torch.from_numpy(b_next[idx]))
+            d = put(torch.from_numpy(b_done[idx]))
             q = net(o).gather(1, a[:, None]).squeeze(1)
             with torch.no_grad():
                 a2 = net(o2).argmax(-1, keepdim=True)
@@ -120,7 +125,7 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
 
 
 # ----------------------------------------------------------------------------- rlpipe pipeline
-def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0') -> dict:
+def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0', device: str = None) -> dict:
     """The same work as ``run_baseline`` composed from rlpipe middleware."""
     from contexts import OnlineRLContext
     from middleware import OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, termination_checker
@@ -135,7 +140,7 @@ def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
     cfg = compile_config({'env': {'env_id': env_id},
                           'policy': {'model': {'obs_shape': 4, 'action_shape': 2}}})  # DI-engine defaults
     env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=seed)
-    policy = DQNPolicy(cfg, seed=seed)
+    policy = DQNPolicy(cfg, seed=seed, device=device)
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=seed)
     with task.start(ctx=OnlineRLContext()):
         task.use(eps_greedy_handler(cfg))
@@ -157,15 +162,19 @@ def main(argv=None) -> None:
     ap.add_argument('--repeats', type=int, default=2)
     ap.add_argument('--threads', type=int, default=1, help='torch intra-op threads for both (default 1)')
     ap.add_argument('--warmup-steps', type=int, default=400)
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(ap)  # both loops run there (default auto)
     args = ap.parse_args(argv)
+    dev = args.device
     torch.set_num_threads(args.threads)
     import warnings
     warnings.filterwarnings('ignore', category=DeprecationWarning)
-    run_baseline(args.warmup_steps)
-    run_pipeline(args.warmup_steps)
-    runs = (('baseline', run_baseline),
-            ('baseline_foreach', lambda *a, **k: run_baseline(*a, foreach=True, **k)),
-            ('pipeline', run_pipeline))
+    run_baseline(args.warmup_steps, device=dev)
+    run_pipeline(args.warmup_steps, device=dev)
+    runs = (('baseline', lambda *a, **k: run_baseline(*a, device=dev, **k)),
+            ('baseline_foreach', lambda *a, **k: run_baseline(*a, foreach=True, device=dev, **k)),
+            ('pipeline', lambda *a, **k: run_pipeline(*a, device=dev, **k)))
     wall = {name: [] for name, _ in runs}
     cpu = {name: [] for name, _ in runs}
     for r in range(args.repeats):

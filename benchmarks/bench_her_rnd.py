@@ -33,6 +33,7 @@ EPISODES = 1000  # DeepSea budget per run (episodes)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
 
 
 OUT = tempfile.mkdtemp(prefix="bench-her-rnd-")  # the examples' run folders
@@ -64,12 +65,12 @@ def bench_goal(name, flag, label_on, label_off, seeds, budget, extra=()):
     print(f"mean  {m_on:>10.2f}  {m_off:>12.2f}")
 
 
-def bench_deepsea(seeds, episodes, size):
+def bench_deepsea(seeds, episodes, size, extra=()):
     ex = load("dqn_rnd")
     rows = []
     for seed in seeds:
         common = ["--seed", str(seed), "--max-episodes", str(episodes), "--size", str(size), "--quiet",
-                  "--exp-name", os.path.join(OUT, "deepsea")]
+                  "--exp-name", os.path.join(OUT, "deepsea"), *extra]
         rows.append((seed, ex.main(common), ex.main(common + ["--no-rnd"])))
     print(f"\ndeepsea {size}: episode of the first treasure within {episodes} episodes (- = never)")
     print(f"{'seed':>4}  {'DQN+RND':>8}  {'DQN':>8}  {'time on/off (s)':>16}")
@@ -91,16 +92,18 @@ def main():
     p.add_argument("--point-radius", type=float, default=0.05)
     p.add_argument("--deepsea-size", type=int, default=20)
     p.add_argument("--deepsea-episodes", type=int, default=EPISODES)
+    add_device_flags(p)
     args = p.parse_args()
+    dev = device_argv(args)  # passed on to the examples
     torch.set_num_threads(1)
     only = set(args.only or ["bitflip", "point", "deepsea"])
     if "bitflip" in only:
-        bench_goal("her_bitflip", "--no-her", "DQN+HER", "DQN", args.bitflip_seeds, args.bitflip_steps)
+        bench_goal("her_bitflip", "--no-her", "DQN+HER", "DQN", args.bitflip_seeds, args.bitflip_steps, extra=dev)
     if "point" in only:
         bench_goal("her_point", "--no-her", "SAC+HER", "SAC", args.point_seeds, args.point_steps,
-                   extra=["--eval-episodes", "100", "--distance-threshold", str(args.point_radius)])
+                   extra=["--eval-episodes", "100", "--distance-threshold", str(args.point_radius), *dev])
     if "deepsea" in only:
-        bench_deepsea(args.deepsea_seeds, args.deepsea_episodes, args.deepsea_size)
+        bench_deepsea(args.deepsea_seeds, args.deepsea_episodes, args.deepsea_size, extra=dev)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ from typing import Any, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
+
+#: ``--device X`` when given: passed on to every child process and to the examples they run
+DEVICE_ARGV: List[str] = []
 
 # name -> (example module, argv, env steps by default, replay buffer size (None: on-policy))
 LEARNERS: Dict[str, tuple] = {
@@ -75,7 +79,7 @@ def child_learner(name: str, steps: int, workdir: str) -> None:
                                           "rss": _rss()}), flush=True)
 
     args = [*argv, "--max-env-step", str(steps), "--exp-name", os.path.join(workdir, name), "--no-progress",
-            "--threads", "1"]
+            "--threads", "1", *DEVICE_ARGV]
     if buffer_size:  # small enough to be full before the measured span: what grows there grows per update
         args += ["--set", f"policy.other.replay_buffer.replay_buffer_size={buffer_size}"]
     mod.main(args, extra_middleware=[rss_probe])
@@ -97,7 +101,7 @@ def child_sac_rlpipe(env_id: str, steps: int, starts: int, seed: int, workdir: s
                            "--exp-name", os.path.join(workdir, "sac"), "--no-progress", "--quiet",
                            "--set", "env.evaluator_env_num=1",  # 5 episodes on one env, as SB3's EvalCallback
                            "--set", f"policy.learn.learning_starts={starts}",
-                           "--set", f"policy.collect.random_collect_size={starts}"],
+                           "--set", f"policy.collect.random_collect_size={starts}", *DEVICE_ARGV],
                           extra_middleware=[rss_probe])
     wall = time.perf_counter() - state["t0"]
     ckpt = res.get("final_ckpt") or os.path.join(res.get("run_dir", ""), "ckpt", "final.pth.tar")
@@ -154,7 +158,8 @@ def child_sac_sb3(env_id: str, steps: int, starts: int, seed: int) -> None:
     evaluate = EvalCallback(gym.make(env_id), n_eval_episodes=5, eval_freq=20_000, deterministic=True, verbose=0)
     model = SAC("MlpPolicy", env, learning_rate=3e-4, buffer_size=1_000_000, learning_starts=starts, batch_size=256,
                 tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto",
-                policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu", verbose=0)
+                policy_kwargs={"net_arch": [256, 256]}, seed=seed,
+                device=DEVICE_ARGV[1] if DEVICE_ARGV else "cpu", verbose=0)
     model.learn(steps, callback=CallbackList([Probe(), evaluate]))
     wall = time.perf_counter() - t0
     rets = []
@@ -190,7 +195,7 @@ def learner_rss_probe(cfg: Any) -> Any:
 
 # ----------------------------------------------------------------------------- parent
 def _spawn(args: List[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), *args, *DEVICE_ARGV], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
@@ -251,7 +256,8 @@ def run_distributed(steps: int, workdir: str) -> None:
     cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", ".", "--main", "examples.dqn_cartpole.main",
            "--parallel-workers", "4", "--", "--max-env-step", str(steps), "--set", "env.stop_value=1000000",
            "--set", "policy.other.replay_buffer.replay_buffer_size=10000", "--no-progress",
-           "--exp-name", os.path.join(workdir, "dist"), "--middleware", "benchmarks.bench_memory:learner_rss_probe"]
+           "--exp-name", os.path.join(workdir, "dist"), "--middleware", "benchmarks.bench_memory:learner_rss_probe",
+           *DEVICE_ARGV]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     samples = []
     for line in proc.stdout.splitlines() + proc.stderr.splitlines():
@@ -301,7 +307,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--parallel", action="store_true", help="--vs-sb3: run the two at once (one core each)")
     p.add_argument("--workdir", default=os.path.join("/tmp", "rlpipe_bench_memory"))
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_device_flags(p)
     a = p.parse_args(argv)
+    DEVICE_ARGV[:] = device_argv(a)
     if a.child == "sac-rlpipe":
         return child_sac_rlpipe(a.env, a.steps, a.learning_starts, a.seed, a.workdir)
     if a.child == "sac-sb3":

@@ -85,12 +85,12 @@ def run_rlpipe(algo: str, ds: Any, args: Any, seed: int) -> Dict[str, float]:
             'learn': {'batch_size': args.batch_size, 'learning_rate': args.lr, 'loss': 'huber', 'double_dqn': True,
                       'target_update_type': 'hard', 'target_update_freq': args.target_update, 'cql_alpha': 1.0,
                       'truncation_as_terminal': False}}}, 'cql')
-        policy = DiscreteCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=seed)
+        policy = DiscreteCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=seed, device=args.device)
     else:
         cfg = compile_config({'seed': seed, 'policy': {
             'model': {'hidden_size_list': args.hidden},
             'learn': {'batch_size': args.batch_size, 'learning_rate': args.lr}}}, 'bc')
-        policy = BCPolicy(cfg, obs_shape=4, action_shape=2, seed=seed)
+        policy = BCPolicy(cfg, obs_shape=4, action_shape=2, seed=seed, device=args.device)
     learner = policy.learn_mode  # built before the clock starts, as d3rlpy's build_with_dataset
     with task.start(ctx=OfflineRLContext()):
         task.use(offline_data_fetcher(cfg, ds))
@@ -112,6 +112,15 @@ def _quiet_d3rlpy() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
+def _d3rlpy_device(device: Optional[str]) -> str:
+    """d3rlpy's spelling (``'cpu:0'``, ``'cuda:N'``) of the device rlpipe runs on for ``--device`` (default auto,
+    as rlpipe's), so that both train on the same device."""
+    from pipeline.device import resolve_device
+
+    dev = resolve_device(device or 'auto')
+    return f'{dev.type}:{dev.index or 0}'
+
+
 def run_d3rlpy(algo: str, columns: Dict[str, np.ndarray], args: Any, seed: int) -> Dict[str, float]:
     import d3rlpy
     from d3rlpy.algos import DiscreteBCConfig, DiscreteCQLConfig
@@ -129,10 +138,10 @@ def run_d3rlpy(algo: str, columns: Dict[str, np.ndarray], args: Any, seed: int) 
     if algo == 'cql':
         algo_ = DiscreteCQLConfig(batch_size=args.batch_size, gamma=args.gamma, learning_rate=args.lr,
                                   encoder_factory=enc, target_update_interval=args.target_update,
-                                  alpha=1.0).create(device='cpu:0')
+                                  alpha=1.0).create(device=_d3rlpy_device(args.device))
     else:
         algo_ = DiscreteBCConfig(batch_size=args.batch_size, learning_rate=args.lr, encoder_factory=enc,
-                                 beta=0.0).create(device='cpu:0')
+                                 beta=0.0).create(device=_d3rlpy_device(args.device))
     algo_.build_with_dataset(dataset)
     t0, c0 = time.perf_counter(), time.process_time()
     algo_.fit(dataset, n_steps=args.updates, n_steps_per_epoch=args.updates, show_progress=False,
@@ -159,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--target-update', type=int, default=1000)
     p.add_argument('--eval-episodes', type=int, default=10)
     p.add_argument('--json', help='also write the results here')
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(p)
     return p
 
 

@@ -47,6 +47,11 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
 
 
 # ----------------------------------------------------------------------------- hand-written baseline
+#: ``--device``: where rlpipe's and Stable-Baselines3's runs train (None: auto for both); the hand-written loop
+#: stays on the CPU (its reference figures)
+DEVICE = None
+
+
 def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs: int = 8, n_steps: int = 32,
              batch_size: int = 256, n_epochs: int = 20, gamma: float = 0.98, gae_lambda: float = 0.8,
              lr: float = 1e-3, clip: float = 0.2) -> dict:
@@ -125,8 +130,8 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
 
 
 # ----------------------------------------------------------------------------- rlpipe
-def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = None, keep_policy: bool = False
-               ) -> dict:
+def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = None, keep_policy: bool = False,
+               device: str = None) -> dict:
     from contexts import OnlineRLContext
     from middleware import (OnPolicyTrainer, RolloutCollector, gae_estimator, interaction_evaluator,
                             termination_checker)
@@ -137,7 +142,7 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
     cfg = make_ppo_config(user or {'seed': seed, 'policy': {'learn': {'total_env_steps': env_steps}}})
     env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=seed, env_kwargs=cfg.env.env_kwargs)
     eval_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=seed + 10_000) if solve else None
-    policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed)
+    policy = PPOPolicy(cfg, env.observation_space, env.action_space, seed=seed, device=device or DEVICE)
     learner = policy.learn_mode
     evaluated_at = []
 
@@ -187,7 +192,8 @@ def run_sb3(env_steps: int, seed: int = 0, solve: bool = False) -> dict:
 
     env = make_vec_env('CartPole-v1', n_envs=8, seed=seed)
     model = PPO('MlpPolicy', env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2), seed=seed, device='cpu', verbose=0)
+                ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2), seed=seed, device=DEVICE or 'auto',
+                verbose=0)
     cb = None
     if solve:
         eval_env = make_vec_env('CartPole-v1', n_envs=5, seed=seed + 10_000)
@@ -260,7 +266,12 @@ def main(argv=None) -> None:
     ap.add_argument('--solve', action='store_true', help='env steps to solve over --seeds instead of timing')
     ap.add_argument('--pendulum', action='store_true', help='Pendulum-v1 returns, rlpipe vs SB3, over --seeds')
     ap.add_argument('--no-sb3', action='store_true', help='skip Stable-Baselines3 even when installed')
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(ap)
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     torch.set_num_threads(args.threads)
     if args.pendulum:
         from bench_ppo_pendulum import pendulum

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 
-def run_rlpipe_pendulum(env_steps: int, seed: int) -> dict:
+def run_rlpipe_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
     from bench_ppo import run_rlpipe
     from examples.ppo_pendulum import USER_CONFIG
     from middleware import evaluate_episodes
@@ -25,14 +25,14 @@ def run_rlpipe_pendulum(env_steps: int, seed: int) -> dict:
     user = copy.deepcopy(USER_CONFIG)
     user['seed'] = seed
     user['policy']['learn']['total_env_steps'] = env_steps
-    out = run_rlpipe(env_steps, seed, user=user, keep_policy=True)
+    out = run_rlpipe(env_steps, seed, user=user, keep_policy=True, device=device)
     eval_env = EnvManager('Pendulum-v1', 5, seed=seed + 10_000)
     returns, _ = evaluate_episodes(out['policy'].eval_mode, eval_env, 10)
     out['final_return'] = float(returns.mean())
     return out
 
 
-def run_sb3_pendulum(env_steps: int, seed: int) -> dict:
+def run_sb3_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -40,7 +40,8 @@ def run_sb3_pendulum(env_steps: int, seed: int) -> dict:
 
     env = VecNormalize(make_vec_env('Pendulum-v1', n_envs=4, seed=seed), gamma=0.9)
     model = PPO('MlpPolicy', env, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
-                ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, seed=seed, device='cpu', verbose=0)
+                ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, seed=seed,
+                device=device or 'auto', verbose=0)
     t0 = time.perf_counter()
     model.learn(env_steps)
     wall = time.perf_counter() - t0
@@ -59,11 +60,11 @@ def pendulum(args) -> None:
     print(f'Pendulum-v1 PPO, {steps} env steps, final mean return over 10 deterministic episodes:')
     ours, theirs = [], []
     for seed in args.seeds:
-        r = run_rlpipe_pendulum(steps, seed)
+        r = run_rlpipe_pendulum(steps, seed, getattr(args, 'device', None))
         ours.append(r['final_return'])
         line = f'  seed {seed}: rlpipe {r["final_return"]:8.1f} ({r["env_steps"]} env steps, {r["wall"]:.0f} s)'
         if use_sb3:
-            s = run_sb3_pendulum(steps, seed)
+            s = run_sb3_pendulum(steps, seed, getattr(args, 'device', None))
             theirs.append(s['final_return'])
             line += f'   SB3 {s["final_return"]:8.1f} ({s["env_steps"]} env steps, {s["wall"]:.0f} s)'
         print(line, flush=True)

@@ -49,7 +49,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 
-def dqn_learner():
+def dqn_learner(device=None):
     import torch
 
     torch.set_num_threads(1)
@@ -57,7 +57,7 @@ def dqn_learner():
     from pipeline.policy.dqn import DQNPolicy
 
     cfg = compile_config({"policy": {"model": {"obs_shape": 4, "action_shape": 2}}})
-    return DQNPolicy(cfg, seed=0).learn_mode
+    return DQNPolicy(cfg, seed=0, device=device).learn_mode
 
 
 def dqn_batch(n: int, seed: int = 0) -> dict:
@@ -69,14 +69,18 @@ def dqn_batch(n: int, seed: int = 0) -> dict:
             "terminated": torch.rand(n, generator=g) < 0.05}
 
 
-def learner_throughput(rows: int, epochs: int, updates: int) -> None:
+def learner_throughput(rows: int, epochs: int, updates: int, device=None) -> None:
+    import functools
+
     from pipeline.learner import LearnerGroup
 
     print(f"\n1. LearnerGroup.update, DQN batches of {rows} rows x {epochs} epochs, {updates} updates")
     batches = [dqn_batch(rows, s) for s in range(updates)]
     base = None
     for n in (0, 1, 2):
-        group = LearnerGroup(dqn_learner, num_learners=n, num_cpus_per_learner=1 if n < 2 else 0.5)
+        gpus = 1 if n and device and device.startswith("cuda") else 0  # a GPU per Ray learner (NCCL: one rank each)
+        group = LearnerGroup(functools.partial(dqn_learner, device if n == 0 else None), num_learners=n,
+                             num_cpus_per_learner=1 if n < 2 else 0.5, num_gpus_per_learner=gpus)
         group.update(batch=batches[0], num_epochs=epochs)  # warm-up
         t0 = time.perf_counter()
         for b in batches:
@@ -203,14 +207,20 @@ def main() -> None:
     ap.add_argument("--env-steps", type=int, default=10_000)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-dqn", action="store_true")
+    from pipeline.experiment import add_device_flags, device_argv  # no torch
+
+    add_device_flags(ap)
     args = ap.parse_args()
+    import bench_distributed as bd
+
+    bd.EXTRA_ARGV[:] = device_argv(args)
     import ray
 
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     ray.init(num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([ROOT, HERE, os.environ.get("PYTHONPATH", "")])}})
     try:
-        learner_throughput(args.rows, args.epochs, args.updates)
+        learner_throughput(args.rows, args.epochs, args.updates, args.device)
         transport(args.pings)
     finally:
         ray.shutdown()

@@ -136,7 +136,7 @@ def play(path: str, args: Any) -> int:
     from pipeline.experiment import play_policy
     from pipeline.policy import build_policy_from_checkpoint
 
-    pol = build_policy_from_checkpoint(path)
+    pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained
     env_id = pol.saved_config.get('env', {}).get('env_id', 'CartPole-v1')
 
     def make_env(render_mode: Optional[str]) -> Any:

@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from pipeline.experiment import add_device_flags  # no torch
+
 ENV_ID = 'CartPole-v1'
 
 
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--cql-alpha', type=float, default=1.0)
     p.add_argument('--eval-episodes', type=int, default=10)
     p.add_argument('--threads', type=int, default=1, help='torch threads')
+    add_device_flags(p)
     return p
 
 
@@ -73,7 +76,7 @@ def medium_policy(args: Any) -> Any:
     """A DQN agent trained to about ``--medium-return`` (its greedy ``predict``)."""
     from pipeline.agents import DQN
 
-    agent = DQN(ENV_ID, seed=args.seed, config={'env': {'n_evaluator_episode': 5}})
+    agent = DQN(ENV_ID, seed=args.seed, config={'env': {'n_evaluator_episode': 5}}, device=args.device)
     res = agent.train(max_env_step=args.dqn_steps, stop_value=args.medium_return, threads=args.threads)
     print(f'medium policy: DQN after {res["env_step"]} env steps, last evaluation {res["last_eval"]:.1f}')
     return agent.policy.eval_mode
@@ -107,7 +110,7 @@ def train_one(algo: str, dataset: Any, args: Any) -> Dict[str, Any]:
 
     cfg = offline_config(algo, args)
     cls = DiscreteCQLPolicy if algo == 'cql' else BCPolicy
-    policy = cls(cfg, obs_shape=4, action_shape=2, seed=args.seed)
+    policy = cls(cfg, obs_shape=4, action_shape=2, seed=args.seed, device=args.device)
     env = EnvManager(ENV_ID, 1, seed=args.seed + 10_000)
     try:
         t0 = time.perf_counter()

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from pipeline.experiment import add_device_flags  # no torch
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--batch-size', type=int, default=256)
     p.add_argument('--eval-episodes', type=int, default=5)
     p.add_argument('--threads', type=int, default=1, help='torch threads')
+    add_device_flags(p)
     return p
 
 
@@ -60,7 +63,7 @@ def sac_buffer(args: Any) -> str:
     collector_env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed)
     evaluator_env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed + 10_000)
     policy = SACPolicy(cfg, obs_shape=collector_env.observation_space.shape[0],
-                       action_shape=collector_env.action_space.shape[0], seed=args.seed)
+                       action_shape=collector_env.action_space.shape[0], seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(args.sac_steps + 10, seed=args.seed)
     t0 = time.perf_counter()
     with task.start(ctx=OnlineRLContext()):
@@ -87,7 +90,7 @@ def train_one(algo: str, dataset: Any, obs_dim: int, act_dim: int, args: Any) ->
                           'policy': {'learn': {'batch_size': args.batch_size},
                                      'eval': {'evaluator': {'eval_freq': max(args.train_iters // 4, 1)}}}}, algo)
     cls = IQLPolicy if algo == 'iql' else ContinuousCQLPolicy
-    policy = cls(cfg, obs_shape=obs_dim, action_shape=act_dim, seed=args.seed)
+    policy = cls(cfg, obs_shape=obs_dim, action_shape=act_dim, seed=args.seed, device=args.device)
     env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed + 20_000)
     try:
         t0 = time.perf_counter()

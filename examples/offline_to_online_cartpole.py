@@ -21,6 +21,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from pipeline.experiment import add_device_flags  # no torch
+
 ENV_ID = 'CartPole-v1'
 
 
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--online-alpha', type=float, default=0.0, help='cql_alpha during the online phase')
     p.add_argument('--eval-episodes', type=int, default=10)
     p.add_argument('--threads', type=int, default=1)
+    add_device_flags(p)
     return p
 
 
@@ -89,7 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    'eval': {'evaluator': {'eval_freq': max(args.offline_iters // 3, 1)}},
                    'other': {'eps': {'type': 'linear', 'start': 0.1, 'end': 0.02, 'decay': max(args.online_steps, 1)},
                              'replay_buffer': {'replay_buffer_size': len(dataset) + args.online_steps}}}}, 'cql')
-    policy = DiscreteCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=args.seed)
+    policy = DiscreteCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=args.seed, device=args.device)
     eval_env = EnvManager(ENV_ID, 1, seed=args.seed + 10_000)
     out = train_offline(cfg, policy, dataset, args.offline_iters, eval_env)
     print(f'offline: {out["train_iter"]} updates, mean return {out["eval_returns"].mean():.1f}')

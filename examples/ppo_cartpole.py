@@ -147,7 +147,7 @@ def play(path: str, args: Any, make_env: Optional[Callable[[str, Optional[str]],
     from pipeline.experiment import play_policy
     from pipeline.policy import build_policy_from_checkpoint
 
-    pol = build_policy_from_checkpoint(path)
+    pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained
     env_cfg = pol.saved_config.get('env', {})
     env_id = env_cfg.get('env_id', 'CartPole-v1')
 

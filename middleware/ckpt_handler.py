@@ -42,7 +42,9 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
     ``modules`` (name -> object with ``state_dict()``, e.g. an RND reward model) are saved under
     ``'modules'``.
     Only tensors and plain Python values are stored, so the file loads with
-    ``torch.load(path, weights_only=True)``.
+    ``torch.load(path, weights_only=True)``; tensors are written from the host (a policy trained on a GPU
+    saves CPU tensors), so the file loads on any machine, and :func:`load_checkpoint` puts the weights on
+    the policy's device.
     """
     counters = {}
     if ctx is not None:
@@ -56,6 +58,9 @@ def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, ext
         state['modules'] = {name: m.state_dict() for name, m in modules.items()}
     import torch  # here, so that importing middleware does not load torch
 
+    from pipeline.device import to_host
+
+    state = to_host(state)  # the same object when every tensor is on the CPU already
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + '.tmp'
     torch.save(state, tmp)
@@ -150,7 +155,8 @@ def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpo
 
 
 def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = None) -> Dict[str, Any]:
-    """Load a checkpoint safely (``weights_only=True``); restore ``policy`` and the ``ctx``
+    """Load a checkpoint safely (``weights_only=True``, ``map_location='cpu'``: a file written on a GPU
+    machine loads on a CPU-only one); restore ``policy`` (onto its device) and the ``ctx``
     counters (checked: see :func:`restore_counters`) when given. Returns the loaded dict. A file
     with anything but tensors and plain data raises ``CheckpointError`` (a ``ValueError``) instead
     of running code."""

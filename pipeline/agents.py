@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from .device import DeviceLike
 from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, sac_policy_settings
 
 __all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']
@@ -48,9 +49,12 @@ class Agent:
     algo: ClassVar[str] = ''
     default_env: ClassVar[str] = 'CartPole-v1'
 
-    def __init__(self, env_id: Optional[str] = None, seed: int = 0, config: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, env_id: Optional[str] = None, seed: int = 0, config: Optional[Mapping[str, Any]] = None,
+                 device: DeviceLike = None) -> None:
         """``env_id``: a registered gymnasium id (default :attr:`default_env`); ``config``: overrides of the
-        example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``."""
+        example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``; ``device``: where the policy
+        trains and acts (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; default the
+        config's ``policy.device``, ``'auto'``: the GPU when there is one)."""
         from .config import ConfigError, compile_config
         from .precheck import config_problems, format_problems
 
@@ -59,6 +63,9 @@ class Agent:
             if not isinstance(config, Mapping):
                 raise AgentError(f'config must be a dict of overrides, got {type(config).__name__}')
             _merge(user, config)
+        self._device = None if device is None or isinstance(device, str) else device
+        if isinstance(device, str):
+            _merge(user, {'policy': {'device': device}})
         problems = config_problems(user, self.algo, env_check=True)
         if problems:
             raise AgentError(format_problems(problems)[len('error: '):])
@@ -104,7 +111,12 @@ class Agent:
         if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
             raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
                              f'observations (a vector per step); build a pipeline for others (README)')
-        self.policy = self._build_policy()
+        from .device import DeviceError
+
+        try:
+            self.policy = self._build_policy()
+        except DeviceError as e:  # e.g. 'cuda' on a machine without a GPU
+            raise AgentError(str(e)) from None
         self._ctx = OnlineRLContext()
         self._buffer: Any = None
 
@@ -213,11 +225,12 @@ class Agent:
         return full
 
     @classmethod
-    def load(cls, path: str) -> 'Agent':
-        """The agent saved in ``path`` by :meth:`save` or by an example (``<exp>/<n>/ckpt/*.pth.tar``)."""
-        from easydict import EasyDict
-
+    def load(cls, path: str, device: DeviceLike = 'auto') -> 'Agent':
+        """The agent saved in ``path`` by :meth:`save` or by an example (``<exp>/<n>/ckpt/*.pth.tar``), on
+        ``device`` (default ``'auto'``: the GPU when there is one) whatever device it was trained on."""
         from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
+
+        from .policy.loading import config_for_device
 
         if not os.path.isfile(path):
             raise AgentError(f'no checkpoint file at {path!r}')
@@ -231,7 +244,8 @@ class Agent:
         if kind != cls.algo:
             raise AgentError(f'{path!r} holds a {kind.upper()} policy: load it with agents.{kind.upper()}.load')
         agent = cls.__new__(cls)
-        agent._setup(EasyDict(copy.deepcopy(dict(cfg))))
+        agent._device = None if isinstance(device, str) else device
+        agent._setup(config_for_device(cfg, device))
         try:
             load_checkpoint(path, agent.policy, agent._ctx)
         except CheckpointError as e:
@@ -260,7 +274,7 @@ class DQN(Agent):
             self.cfg.policy.model.action_shape = discrete_action_count(self.action_space, 'DQN')
         except ValueError as e:
             raise AgentError(str(e).splitlines()[0]) from None
-        return DQNPolicy(self.cfg, seed=self.cfg.seed)
+        return DQNPolicy(self.cfg, seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         from .recipes import dqn_buffer, use_dqn
@@ -289,7 +303,7 @@ class PPO(Agent):
     def _build_policy(self) -> Any:
         from .policy.ppo import PPOPolicy
 
-        return PPOPolicy(self.cfg, self.observation_space, self.action_space, seed=self.cfg.seed)
+        return PPOPolicy(self.cfg, self.observation_space, self.action_space, seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         from .recipes import use_ppo
@@ -332,7 +346,7 @@ class SAC(Agent):
         self._low = self.action_space.low.astype(np.float32)
         self._high = self.action_space.high.astype(np.float32)
         return SACPolicy(self.cfg, obs_shape=int(np.prod(self.observation_space.shape)),
-                         action_shape=int(np.prod(self.action_space.shape)), seed=self.cfg.seed)
+                         action_shape=int(np.prod(self.action_space.shape)), seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         from .data import DequeBuffer
@@ -349,5 +363,5 @@ class SAC(Agent):
             a = np.asarray(self.policy.eval_mode(obs), dtype=np.float32)
         else:
             with torch.no_grad():
-                a = self.policy.actor.sample(torch.as_tensor(obs))[0].numpy()
+                a = self.policy.actor.sample(torch.as_tensor(obs, device=self.policy.device))[0].cpu().numpy()
         return self._low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self._high - self._low)

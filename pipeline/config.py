@@ -30,7 +30,7 @@ from . import config_schema as S
 __all__ = [
     'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
     'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
-    'FREE_FORM_KEYS', 'check_user_config',
+    'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config',
 ]
 
 
@@ -42,6 +42,12 @@ class ConfigError(ValueError):
         msg = 'invalid config:\n  - ' + '\n  - '.join(self.errors)
         super().__init__(msg)
 
+
+#: Keys that were replaced: dotted path -> the one-line message a config that still sets one gets.
+RENAMED_KEYS: Dict[str, str] = {
+    'policy.cuda': "policy.cuda: this key was replaced by policy.device ('auto', 'cpu', 'cuda' or 'cuda:N'; "
+                   "e.g. --device cuda, or --set policy.device=cuda)",
+}
 
 # Dotted paths whose value is a free-form mapping for configs without a schema (schemas declare
 # theirs with ``FreeForm``): any keys are accepted below them.
@@ -131,6 +137,9 @@ def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out:
         if key not in default:
             if prefix[:-1] in free:
                 out[key] = copy.deepcopy(value)
+                continue
+            if path in RENAMED_KEYS:
+                errors.append(RENAMED_KEYS[path])
                 continue
             close = difflib.get_close_matches(str(key), [str(k) for k in default], n=3, cutoff=0.6)
             hint = f' (did you mean {", ".join(repr(c) for c in close)}?)' if close else ''

@@ -25,7 +25,7 @@ import copy
 import math
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ['Spec', 'Int', 'Float', 'Bool', 'Str', 'Choice', 'IntList', 'Shape', 'FreeForm',
+__all__ = ['Spec', 'Int', 'Float', 'Bool', 'Str', 'Choice', 'IntList', 'Shape', 'FreeForm', 'Device',
            'defaults', 'check', 'free_form_paths', 'iter_specs', 'spec_at', 'run_section', 'env_section']
 
 
@@ -173,6 +173,26 @@ class Choice(Spec):
         if self.ignore_case:
             return value.lower() in {c.lower() for c in self.choices}
         return value in self.choices
+
+
+class Device(Spec):
+    """A device setting: ``'auto'``, ``'cpu'``, ``'cuda'`` or ``'cuda:N'`` (see :mod:`pipeline.device`; whether
+    the machine has that device is checked when the policy is built, not here)."""
+
+    type_name = 'str'
+
+    def allowed(self) -> str:
+        from .device import DEVICE_CHOICES
+
+        return DEVICE_CHOICES + (' (or None)' if self.optional else '')
+
+    def type_ok(self, value: Any) -> bool:
+        return isinstance(value, str)
+
+    def range_ok(self, value: Any) -> bool:
+        from .device import device_spec_problem
+
+        return device_spec_problem(value) is None
 
 
 class IntList(Spec):

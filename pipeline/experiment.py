@@ -14,7 +14,10 @@ Flags (all training examples): ``--exp-name NAME`` (runs go to ``./NAME/<n>/``, 
 ``--seed``, ``--set key=value`` (repeatable config overrides), ``--resume CKPT`` (continue a run from
 a checkpoint), ``--play CKPT`` (run the saved policy, with ``--render`` or ``--video DIR``,
 ``--episodes N``), ``--max-env-step``, ``--threads`` (torch threads), ``--middleware module:factory``
-(repeatable: ``factory(cfg)`` returns a middleware appended to the pipeline), ``--no-progress``.
+(repeatable: ``factory(cfg)`` returns a middleware appended to the pipeline), ``--no-progress``,
+``--device`` (where the policy trains: ``auto``, ``cpu``, ``cuda``, ``cuda:N``; the config's
+``policy.device``) and ``--acting-device`` (where a collector or evaluator node of a multi-node run acts;
+default the CPU). Scripts with a parser of their own add the device flag with :func:`add_device_flags`.
 """
 from __future__ import annotations
 
@@ -32,8 +35,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from .console import node_print, setup_logging
 from .play import play_policy, play_without_rendering
 
-__all__ = ['example_parser', 'prepare_run', 'RunInfo', 'apply_overrides', 'new_run_dir',
-           'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
+__all__ = ['example_parser', 'add_device_flags', 'device_overrides', 'device_argv', 'prepare_run', 'RunInfo',
+           'apply_overrides', 'new_run_dir', 'load_middleware_factory', 'resume_command', 'check_checkpoint_path', 'to_plain', 'setup_logging',
            'play_policy', 'play_without_rendering', 'run_pipeline', 'run_script', 'node_print']
 
 
@@ -90,6 +93,57 @@ def resolve_seed(flag: Optional[int], overrides: Sequence[str], default: int) ->
     return seed
 
 
+class _DeviceAction(argparse.Action):
+    """``--device VALUE``: checked as it is parsed (the spelling, and whether this machine has the CUDA device
+    it names; torch is imported only for a ``cuda`` value); a bad one ends the run with one line and exit
+    status 2."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        from .device import device_problem
+
+        problem = device_problem(values, option_string or self.dest)
+        if problem is not None:
+            from .precheck import usage_error
+
+            usage_error(f'error: {problem}')
+        setattr(namespace, self.dest, str(values).strip().lower())
+
+
+def add_device_flags(parser: Any, acting: bool = False) -> Any:
+    """Add ``--device`` (default None: the config's ``policy.device``, ``auto``) to ``parser`` (a parser or an
+    argument group) and, with ``acting``, ``--acting-device`` (where a node of a multi-node run that does not
+    learn acts; default the CPU). The one definition every example and benchmark uses; a bad value (e.g.
+    ``--device cuda`` without a GPU) ends the run with one line. Returns ``parser``."""
+    from .device import DEVICE_CHOICES
+
+    parser.add_argument('--device', default=None, action=_DeviceAction, metavar='DEVICE',
+                        help=f'where the policy trains and acts: {DEVICE_CHOICES} (default: auto, the GPU when '
+                             f'torch sees one, else the CPU)')
+    if acting:
+        parser.add_argument('--acting-device', default=None, action=_DeviceAction, metavar='DEVICE',
+                            help='where a collector or evaluator node of a multi-node run acts (default cpu); '
+                                 'a node that learns acts on --device')
+    return parser
+
+
+def device_overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    """The ``policy`` config entries that ``--device`` / ``--acting-device`` set (only those given)."""
+    out: Dict[str, Any] = {}
+    if getattr(args, 'device', None) is not None:
+        out['device'] = args.device
+    if getattr(args, 'acting_device', None) is not None:
+        out['acting_device'] = args.acting_device
+    return out
+
+
+def device_argv(args: argparse.Namespace) -> List[str]:
+    """``['--device', VALUE]`` when ``args.device`` was given, else ``[]``: to pass ``--device`` on to an
+    example a benchmark runs."""
+    device = getattr(args, 'device', None)
+    return ['--device', device] if device is not None else []
+
+
 def _caller_file(depth: int) -> Optional[str]:
     try:
         frame = sys._getframe(depth + 1)
@@ -134,6 +188,7 @@ def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int
     g.add_argument('--middleware', action='append', default=[], metavar='MODULE:FACTORY',
                    help='append FACTORY(cfg) from MODULE to the pipeline (repeatable), e.g. mypkg.hooks:printer')
     g.add_argument('--no-progress', action='store_true', help='no progress bar (log lines only)')
+    add_device_flags(g, acting=True)
     return p
 
 
@@ -379,6 +434,10 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
         raise SystemExit(f'error: --set: {e}') from None
     user['exp_name'] = args.exp_name
     user['seed'] = args.seed  # --seed and --set seed=N resolved to one value when parsing (resolve_seed)
+    devices = device_overrides(args)
+    if devices:  # --device / --acting-device win over the config (and over --set policy.device=...)
+        section = user.get('policy')
+        user['policy'] = {**(section if isinstance(section, Mapping) else {}), **devices}
     if policy is not None and not args.play:
         from .precheck import precheck_config
 

@@ -179,16 +179,17 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     """``--play``: rebuild the policy with ``build_policy(cfg, observation_space, action_space)`` from the
     config saved in the checkpoint, load its weights and run ``--episodes`` episodes of the env it was
     trained on (``make_env(env_id, render_mode, max_episode_steps)`` with the saved time limit;
-    ``--render`` / ``--video DIR``). Returns ``{'play_returns': [...]}``."""
-    from easydict import EasyDict
-
+    ``--render`` / ``--video DIR``), on ``--device`` (default auto) whatever device it was trained on.
+    Returns ``{'play_returns': [...]}``."""
     from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
+
+    from .policy.loading import config_for_device
 
     assert run.play is not None
     saved = read_checkpoint(run.play).get('extra', {}).get('config')
     if not isinstance(saved, Mapping) or not saved.get('env', {}).get('env_id'):
         raise SystemExit(f'error: {run.play!r} holds no training config (it was not saved by this example)')
-    cfg = EasyDict(saved)
+    cfg = config_for_device(saved, getattr(args, 'device', None) or 'auto')
     env_id, limit = cfg.env.env_id, cfg.env.get('max_episode_steps')
     probe = make_env(env_id, None, limit)
     try:

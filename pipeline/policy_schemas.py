@@ -7,12 +7,22 @@ them (``pipeline.policy.dqn.DQN_CONFIG`` is :data:`DQN_CONFIG`).
 """
 from __future__ import annotations
 
-from .config_schema import Bool, Choice, Float, FreeForm, Int, IntList, Shape, Str, env_section, run_section
+from .config_schema import (Bool, Choice, Device, Float, FreeForm, Int, IntList, Shape, Str, env_section,
+                            run_section)
 
-__all__ = ['DQN_CONFIG', 'PPO_CONFIG', 'SAC_CONFIG', 'OPTIMIZER_NAMES', 'SCHEMAS']
+__all__ = ['DQN_CONFIG', 'PPO_CONFIG', 'SAC_CONFIG', 'OPTIMIZER_NAMES', 'SCHEMAS', 'device_keys']
 
 #: the optimizers a DQN config may name (``policy.learn.optimizer``)
 OPTIMIZER_NAMES = ('adam', 'adamw', 'sgd', 'rmsprop')
+
+
+
+def device_keys() -> dict:
+    """The ``policy`` keys that say where a policy runs (:mod:`pipeline.device`): ``device`` (where it trains,
+    and acts in one process: ``'auto'`` picks the GPU when there is one) and ``acting_device`` (where a node
+    of a multi-node run that does not learn acts; unset: the CPU)."""
+    return {'device': Device('auto'), 'acting_device': Device(None, optional=True)}
+
 
 # DQN's config: every key's default, type and range (DI-engine 0.5.3's CartPole DQN settings where
 # they apply). ``pipeline.config.compile_config(user, policy='dqn')`` merges and checks against it.
@@ -21,7 +31,7 @@ DQN_CONFIG = {
     'env': env_section('CartPole-v0', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=5, stop_value=195),
     'policy': {
         'type': Str('dqn'),
-        'cuda': Bool(False),
+        **device_keys(),
         'discount_factor': Float(0.97, min=0, max=1),
         'nstep': Int(1, min=1),
         'model': {
@@ -83,6 +93,7 @@ PPO_CONFIG = {
                        stop_value=475),
     'policy': {
         'type': Str('ppo'),
+        **device_keys(),
         'discount_factor': Float(0.98, min=0, max=1),
         'gae_lambda': Float(0.8, min=0, max=1),
         'model': {'hidden': IntList([64, 64], item_min=1), 'log_std_init': Float(0.0, min=-20, max=2),
@@ -117,7 +128,7 @@ SAC_CONFIG = {
     "env": env_section(None, collector_env_num=4, evaluator_env_num=4, n_evaluator_episode=20, stop_value=None),
     "policy": {
         "type": Str("sac"),
-        "cuda": Bool(False),
+        **device_keys(),
         "discount_factor": Float(0.98, min=0, max=1),
         "model": {
             "obs_shape": Shape(None, optional=True),

@@ -14,7 +14,7 @@ import difflib
 import sys
 from typing import Any, List, Mapping, NoReturn, Optional, Sequence
 
-__all__ = ['UsageError', 'usage_error', 'env_id_problem', 'config_problems', 'precheck_config',
+__all__ = ['UsageError', 'usage_error', 'env_id_problem', 'config_problems', 'device_problems', 'precheck_config',
            'compile_or_exit', 'format_problems']
 
 
@@ -93,12 +93,31 @@ def config_problems(user: Optional[Mapping], policy: str, env_check: bool = Fals
     from .config import check_user_config
 
     problems = check_user_config(user, policy)
+    problems.extend(device_problems(user, problems))
     env = (user or {}).get('env') if isinstance(user, Mapping) else None
     if env_check and isinstance(env, Mapping) and not any(p.startswith('env.env_id') for p in problems):
         problem = env_id_problem(env.get('env_id'))
         if problem is not None:
             problems.append(f'env.env_id: {problem}')
     return problems
+
+
+def device_problems(user: Optional[Mapping], problems: Sequence[str] = ()) -> List[str]:
+    """A one-line problem when ``user`` asks for a CUDA device this machine does not have: ``policy.device``,
+    or on a node of a multi-node run that does not learn ``policy.acting_device`` (torch is imported only when
+    the value names a CUDA device). Settings already in ``problems`` (misspelt) are not checked again."""
+    from .device import device_problem, node_learns
+
+    section = user.get('policy') if isinstance(user, Mapping) else None
+    if not isinstance(section, Mapping):
+        return []
+    key = 'device' if node_learns() else 'acting_device'
+    value = section.get(key)
+    if not isinstance(value, str) or not value.strip().lower().startswith('cuda') or \
+            any(p.startswith(f'policy.{key}') for p in problems):
+        return []
+    problem = device_problem(value, f'policy.{key}')
+    return [problem] if problem is not None else []
 
 
 def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = False, hint: str = '') -> None:
@@ -110,10 +129,17 @@ def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = Fals
 
 def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
     """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
-    refuses) ends the run like :func:`precheck_config` does."""
+    refuses), or a ``policy.device`` this machine does not have (e.g. ``cuda`` without a GPU; on a node that
+    does not learn, ``policy.acting_device``), ends the run like :func:`precheck_config` does."""
     from .config import ConfigError, compile_config
+    from .device import DeviceError, policy_device
 
     try:
-        return compile_config(user, policy=policy)
+        cfg = compile_config(user, policy=policy)
     except ConfigError as e:
         usage_error(format_problems(e.errors))
+    try:
+        policy_device(cfg.get('policy', {}))
+    except DeviceError as e:
+        usage_error(f'error: {e}')
+    return cfg

@@ -7,7 +7,7 @@ from typing import Any, Dict, Generator, Optional, Set, Tuple
 from contexts import OnlineRLContext
 from pipeline.roles import Role, for_all_roles
 
-from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, inactive_void
+from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, host_state, inactive_void
 
 
 @for_all_roles(reads=["train_iter"])
@@ -16,11 +16,11 @@ class PeriodicalModelExchanger:
 
     ``mode='send'`` (the learner): in the backward part of the first step and then whenever
     ``ctx.train_iter`` advanced by at least ``period`` since the last send, sends the model's
-    ``state_dict()`` (a dict of tensors; the safe codec carries no pickles) with ``version = ctx.train_iter``
-    to every node.
+    ``state_dict()`` (a dict of host tensors, whatever the model's device; the safe codec carries no pickles)
+    with ``version = ctx.train_iter`` to every node.
 
-    ``mode='receive'``: keeps the newest version that arrived; the forward part loads it into ``model``
-    before the node acts (when it is newer than the loaded one). With ``stale_toleration=N``, one version is
+    ``mode='receive'``: keeps the newest version that arrived; the forward part loads it into ``model`` (onto
+    the model's device, e.g. the CPU of a collector node while the learner trains on a GPU) before the node acts (when it is newer than the loaded one). With ``stale_toleration=N``, one version is
     used for at most N steps: then the node waits (at most ``wait_timeout`` s, released by finish and by
     the loss of every sender) for a newer one. ``None``: never wait. A collector that waits sends no data
     meanwhile: if the learner needs that data to reach its next send (one collector, ``period`` larger than
@@ -105,7 +105,7 @@ class PeriodicalModelExchanger:
         yield
         it = int(ctx.train_iter)
         if self.version < 0 or it - self.version >= self.period:
-            state = {k: v.detach() for k, v in self.model.state_dict().items()}
+            state = host_state(self.model)
             current_task().emit(self.event_name, {'node': self.node_id, 'inc': self.incarnation, 'version': it,
                                                   'state': state}, only_remote=True)
             self.version = it

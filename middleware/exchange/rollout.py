@@ -20,7 +20,8 @@ import numpy as np
 
 from pipeline.contracts import Fields
 
-from .shared import POLL, Newest, PeerTable, Waiter, current_task, exchanger_roles, inactive_void, peer_roles
+from .shared import (POLL, Newest, PeerTable, Waiter, current_task, exchanger_roles, host_state, inactive_void,
+                     peer_roles)
 
 __all__ = ['RolloutExchanger']
 
@@ -151,7 +152,7 @@ class RolloutExchanger:
 
     def _send_weights(self, ctx: Any, to: Optional[int] = None) -> None:
         msg = {'node': self.node_id, 'version': self.version,
-               'state': {k: v.detach() for k, v in self.model.state_dict().items()},
+               'state': host_state(self.model),
                'train_iter': int(ctx.train_iter), 'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode)}
         task = current_task()
         if to is None:

@@ -27,6 +27,12 @@ def current_task() -> Any:
     return task
 
 
+def host_state(model: Any) -> Dict[str, Any]:
+    """``model.state_dict()`` as host tensors to send (detached; copied off a GPU, as they are on the CPU): the
+    receiver loads them onto its own model's device."""
+    return {k: v.detach() if v.device.type == 'cpu' else v.detach().cpu() for k, v in model.state_dict().items()}
+
+
 def restarts_expected() -> bool:
     """True when the launcher restarts a node that dies (``RLPIPE_MAX_RESTARTS`` > 0, set for every node by
     ``rlpipe run --backend ray --max-restarts N``): a lost learner is then waited for, not given up on (the

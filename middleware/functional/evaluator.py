@@ -114,12 +114,12 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
 
 
 def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
-    """A detached copy of the evaluated model's weights (``policy.model``), or None."""
+    """A detached copy of the evaluated model's weights (``policy.model``) on the host, or None."""
     model = getattr(policy, 'model', None)
     state_dict = getattr(model, 'state_dict', None)
     if state_dict is None:
         return None
-    return {k: v.detach().clone() for k, v in state_dict().items()}
+    return {k: v.detach().clone() if v.device.type == 'cpu' else v.detach().cpu() for k, v in state_dict().items()}
 
 
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?", "info_for_logging?"],

@@ -11,6 +11,8 @@ from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
 
+from ..device import host_copy
+
 __all__ = ["LearnerStateMixin", "check_safe"]
 
 _STATE_FILE = "learner_state.pt"
@@ -31,17 +33,20 @@ class LearnerStateMixin:
             raise ValueError(f"{what} names unknown module ids {unknown}; this learner has {list(self.modules)}")
 
     def get_weights(self, module_ids: Optional[Iterable[str]] = None, *, copy_tensors: bool = True) -> Dict[str, dict]:
-        """module id -> state_dict (cloned unless ``copy_tensors=False``)."""
+        """module id -> state_dict: copies on the host (CPU) whatever the learner's device, ready to send to
+        another process or node, which loads them onto its own device; with ``copy_tensors=False`` the
+        modules' own tensors (on the learner's device)."""
         ids = list(self.modules) if module_ids is None else list(module_ids)
         self._check_ids(ids, "get_weights")
         out = {}
         for mid in ids:
             sd = self.modules[mid].state_dict()
-            out[mid] = {k: v.detach().clone() for k, v in sd.items()} if copy_tensors else dict(sd)
+            out[mid] = ({k: v.detach().clone() if v.device.type == "cpu" else v.detach().cpu() for k, v in sd.items()}
+                        if copy_tensors else dict(sd))
         return out
 
     def set_weights(self, weights: Mapping, *, weights_seq_no: Optional[int] = None) -> bool:
-        """Load module weights (module id -> state_dict).
+        """Load module weights (module id -> state_dict; tensors on any device are copied onto the learner's).
 
         With ``weights_seq_no`` older than this learner's, nothing happens and False is
         returned; otherwise the weights are loaded, the learner takes that sequence number and
@@ -59,10 +64,13 @@ class LearnerStateMixin:
         return True
 
     def get_state(self) -> Dict[str, Any]:
-        """A snapshot: weights, optimizer states, counters and :meth:`get_extra_state`."""
+        """A snapshot: weights, optimizer states, counters and :meth:`get_extra_state`, every tensor a copy on
+        the host (CPU) whatever the learner's device (:meth:`set_state` loads it onto any device)."""
+        on_cpu = self.device.type == "cpu"
         return {
             "modules": self.get_weights(),
-            "optimizers": {mid: copy.deepcopy(opt.state_dict()) for mid, opt in self.optimizers.items()},
+            "optimizers": {mid: copy.deepcopy(opt.state_dict()) if on_cpu else host_copy(opt.state_dict())
+                           for mid, opt in self.optimizers.items()},
             "counters": {
                 "weights_seq_no": self.weights_seq_no,
                 "num_minibatch_updates_lifetime": self.num_minibatch_updates_lifetime,
@@ -70,11 +78,13 @@ class LearnerStateMixin:
                 "num_module_steps_trained_lifetime": dict(self.num_module_steps_trained_lifetime),
                 "num_skipped_steps_lifetime": dict(self.num_skipped_steps_lifetime),
             },
-            "extra": self.get_extra_state(),
+            "extra": self.get_extra_state() if on_cpu else host_copy(self.get_extra_state()),
         }
 
     def set_state(self, state: Mapping) -> None:
-        """Restore a :meth:`get_state` snapshot (modules missing from it are left as they are)."""
+        """Restore a :meth:`get_state` snapshot (modules missing from it are left as they are); its tensors
+        may be on any device (e.g. a checkpoint written on a GPU machine, loaded with ``map_location='cpu'``):
+        they are loaded onto the learner's device."""
         if not isinstance(state, Mapping) or "modules" not in state:
             raise ValueError("set_state needs a dict from Learner.get_state() (with 'modules')")
         self._check_ids(state["modules"], "state['modules']")

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import torch
 from torch import nn
 
+from ..device import DeviceLike, module_device, place_module, resolve_device, to_device, to_host
 from .call_metrics import CallMetricsMixin
 from .checkpoint import LearnerStateMixin
 from .inputs import TS_KEY, LearnerInputsMixin
@@ -45,6 +46,12 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             ``update`` call at ``timesteps["num_env_steps_sampled_lifetime"]`` (or, when not
             given, at the learner's lifetime count of env steps trained).
         seed: seeds the generator used for ``shuffle_batch_per_epoch`` (default: torch's global RNG).
+        device: where the modules, their optimizer states and every batch live (``'cpu'``, ``'cuda'``,
+            ``'cuda:N'``, ``'auto'`` or a ``torch.device``; see :mod:`pipeline.device`). Default: the device
+            of the first module's parameters. Modules elsewhere are moved there before the optimizers are
+            made. Each ``update`` moves its input batch there once (off the CPU: pinned memory,
+            ``non_blocking``) and brings the per-row outputs (``last_outputs``, e.g. priorities) and the
+            metrics back to the host once.
         **config: extra settings kept in :attr:`config` for subclasses (e.g. ``discount=0.97``).
     """
 
@@ -59,6 +66,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         grad_clip: Optional[float] = None,
         lr_schedule: Union[None, LRSchedule, Mapping] = None,
         seed: Optional[int] = None,
+        device: DeviceLike = None,
         **config: Any,
     ) -> None:
         if isinstance(modules, nn.Module):
@@ -72,6 +80,11 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             if not isinstance(mod, nn.Module):
                 raise TypeError(f"module {mid!r} is a {type(mod).__name__}, not an nn.Module")
             self.modules[mid] = mod
+        #: where the modules, optimizer states and batches live (see ``device`` above; :meth:`to` moves them)
+        self.device: torch.device = (resolve_device(device) if device is not None
+                                     else module_device(next(iter(self.modules.values()))))
+        for mod in self.modules.values():
+            place_module(mod, self.device)
         if grad_clip is not None and not (grad_clip > 0):
             raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
         self.grad_clip = grad_clip
@@ -108,6 +121,8 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             self._apply_lr_schedules(0)
 
         self._generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        # batches move to the device (and outputs come back) only off the CPU: the CPU path is untouched
+        self._batch_device: Optional[torch.device] = None if self.device.type == "cpu" else self.device
         self._single_id: Optional[str] = next(iter(self.modules)) if len(self.modules) == 1 else None
 
         # counters (saved in get_state)
@@ -301,6 +316,8 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             plan = plan_iterators(data.iterators(), num_iters, self._pulled_to_module_batches, self._rows)
         else:
             module_batches = self._module_batches(kind, batch, data)
+            if self._batch_device is not None:  # the whole input, once per call (not per minibatch or field)
+                module_batches = to_device(module_batches, self._batch_device)
             plan = plan_batch(
                 module_batches,
                 self._rows(module_batches),
@@ -336,6 +353,8 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         for mid, skipped in self._call_skipped.items():
             self.num_skipped_steps_lifetime[mid] += skipped
         self.after_gradient_based_update(ts)
+        if self._batch_device is not None and self.last_outputs:  # per-row outputs to the host, once
+            self.last_outputs = to_host(self.last_outputs)
 
         results = self._build_results(n_updates)
         if _no_metrics_reduce:
@@ -348,7 +367,42 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
 
     # ================================================================== internals
     def _pulled_to_module_batches(self, pulled: List[Any]) -> Dict[str, Any]:
-        return self._combine([self._as_module_batches(b) for b in pulled])
+        out = self._combine([self._as_module_batches(b) for b in pulled])
+        return out if self._batch_device is None else to_device(out, self._batch_device)
+
+    # ================================================================== device
+    def to(self, device: DeviceLike) -> "Learner":
+        """Move the learner to ``device``: its modules, every other ``nn.Module`` it holds (e.g. a target
+        network) and its optimizers' states (the states follow torch's own rules, as when they are loaded:
+        e.g. Adam's ``step`` counters stay on the CPU). Later batches are moved there. Returns ``self``."""
+        dev = resolve_device(device)
+        if dev == self.device:
+            return self
+        saved = {mid: opt.state_dict() for mid, opt in self.optimizers.items()}
+        mods: Dict[int, nn.Module] = {}
+        for m in [*self.modules.values(), *vars(self).values()]:
+            if isinstance(m, nn.Module):
+                mods.setdefault(id(m), m)
+        renamed: Dict[int, nn.Parameter] = {}
+        for m in mods.values():
+            before = list(m.parameters())
+            m.to(dev)
+            for old, new in zip(before, m.parameters()):
+                renamed[id(old)] = new  # a move may make new Parameter objects (e.g. to 'meta')
+        for mid, opt in self.optimizers.items():
+            for group in opt.param_groups:
+                group["params"] = [renamed.get(id(p), p) for p in group["params"]]
+            opt.state.clear()
+            opt.load_state_dict(saved[mid])  # casts the state onto the parameters' new device
+            self._params[mid] = [p for g in opt.param_groups for p in g["params"]]
+        self.device = dev
+        self._batch_device = None if dev.type == "cpu" else dev
+        self._device_moved()
+        return self
+
+    def _device_moved(self) -> None:
+        """Hook run by :meth:`to` after the move: refresh anything that holds parameter objects (e.g. lists
+        of a target network's parameters)."""
 
     def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train

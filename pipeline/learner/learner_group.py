@@ -62,7 +62,9 @@ class LearnerGroup:
             each update's rows are sharded across them and their gradients averaged with
             ``torch.distributed`` (gloo), so their weights stay identical (see
             :mod:`pipeline.learner.ray_learners`).
-        num_cpus_per_learner, num_gpus_per_learner: Ray resources of each learner actor.
+        num_cpus_per_learner, num_gpus_per_learner: Ray resources of each learner actor. A learner actor
+            with a GPU trains on it (``ray.get_gpu_ids()``; gradients are then all-reduced with NCCL); weights
+            and states come back as host tensors.
         torch_threads: torch threads inside each learner actor.
         max_requests_in_flight: with ``async_update=True``, at most this many updates are queued;
             one more waits for the oldest to finish (nothing is dropped).

@@ -29,11 +29,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
+from ..device import ray_gpu_ids
 from .batch import num_rows, split_rows, take_rows
 from .learner import Learner
 from .training_data import TrainingData
 
-__all__ = ["require_ray", "LearnerWorker", "shard_for_rank", "total_minibatches", "collective_backend"]
+__all__ = ["require_ray", "LearnerWorker", "shard_for_rank", "total_minibatches", "collective_backend", "worker_device"]
 
 _group_ids = itertools.count()
 
@@ -82,6 +83,15 @@ def total_minibatches(
     return math.ceil(num_epochs * largest / minibatch_size)
 
 
+def worker_device(device: Any, gpu_ids: Optional[List[Any]]) -> Any:
+    """Where a learner actor trains: ``device`` when given; else ``'cuda:0'`` when Ray assigned it GPUs
+    (``gpu_ids`` from ``ray.get_gpu_ids()``: Ray sets ``CUDA_VISIBLE_DEVICES``, so the first assigned GPU is
+    ``cuda:0`` inside the actor); else None (the learner stays where its factory put it)."""
+    if device is not None:
+        return device
+    return "cuda:0" if gpu_ids else None
+
+
 class LearnerWorker:
     """One learner of a :class:`LearnerGroup`, run as a Ray actor (``ray.remote(LearnerWorker)``).
 
@@ -90,6 +100,12 @@ class LearnerWorker:
         rank, world_size: this learner's rank and the number of learners.
         group_name: the name of the collective group (unique per LearnerGroup).
         torch_threads: torch intra-op threads in the actor (1 suits small networks).
+        device: where the learner trains (see :mod:`pipeline.device`). Default: the GPU Ray assigned to this
+            actor (``num_gpus_per_learner``; ``ray.get_gpu_ids()``, which the actor sees as ``cuda:0``), else
+            wherever ``learner_factory`` put it.
+
+    Weights and states leave the actor as host tensors (``Learner.get_weights`` / ``get_state``) and load
+    onto the receiver's device.
     """
 
     def __init__(
@@ -99,12 +115,16 @@ class LearnerWorker:
         world_size: int,
         group_name: str,
         torch_threads: Optional[int] = 1,
+        device: Any = None,
     ) -> None:
         if torch_threads:
             torch.set_num_threads(torch_threads)
         learner = learner_factory()
         if not isinstance(learner, Learner):
             raise TypeError(f"learner_factory returned {type(learner).__name__}, not a Learner")
+        target = worker_device(device, ray_gpu_ids())
+        if target is not None:
+            learner.to(target)
         self.learner = learner
         self.rank, self.world_size, self.group_name = rank, world_size, group_name
 

@@ -16,6 +16,7 @@ from easydict import EasyDict
 from torch import nn
 
 from ..config_schema import defaults
+from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
 from ..policy.base import ActingMode, Policy, policy_section
 from ..policy.model import mlp
@@ -82,8 +83,8 @@ class BCEvalMode(ActingMode):
 
     def forward(self, obs: Any, **_: Any) -> np.ndarray:
         with torch.no_grad():
-            out = self.model(torch.as_tensor(obs, dtype=torch.float32))
-        return out.argmax(-1).numpy() if self.model.discrete else out.numpy()
+            out = self.model(obs_tensor(obs, module_device(self.model), torch.float32))
+        return out.argmax(-1).cpu().numpy() if self.model.discrete else out.cpu().numpy()
 
     __call__ = forward
 
@@ -96,11 +97,12 @@ class BCPolicy(Policy):
         obs_shape, action_shape: override ``policy.model`` (flat sizes; ``action_shape`` is the
             number of actions for discrete actions, the action dimensions for continuous ones).
         seed: seeds torch (network init).
+        device: where the network (and the learner) live; default ``policy.device`` (:mod:`pipeline.device`).
     """
 
     def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
-                 seed: Optional[int] = None) -> None:
-        super().__init__(cfg)
+                 seed: Optional[int] = None, device: DeviceLike = None) -> None:
+        super().__init__(cfg, device)
         mc = self.cfg['model']
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
@@ -108,6 +110,7 @@ class BCPolicy(Policy):
         discrete = mc.get('action_type', 'discrete') == 'discrete'
         self.model = BCModel(obs_dim, act_dim, discrete,
                              mc.get('hidden_size_list', (256, 256)))
+        self._place_networks()
 
     def networks(self) -> Dict[str, nn.Module]:
         return {'model': self.model}

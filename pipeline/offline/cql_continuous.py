@@ -67,10 +67,10 @@ class ContinuousCQLLearner(SACLearner):
         n = self.cql_n_actions
         rep_obs = obs.repeat_interleave(n, 0)
         with torch.no_grad():
-            rand = torch.empty(b * n, d).uniform_(-1.0, 1.0)
+            rand = torch.empty(b * n, d, device=obs.device).uniform_(-1.0, 1.0)
             a_s, logp_s = self.actor.sample(rep_obs)
             a_n, logp_n = self.actor.sample(next_obs.repeat_interleave(n, 0))
-        log_density = torch.cat([torch.full((b * n,), -d * math.log(2.0)), logp_s, logp_n])
+        log_density = torch.cat([torch.full((b * n,), -d * math.log(2.0), device=obs.device), logp_s, logp_n])
         acts = torch.cat([rand, a_s, a_n])
         q1, q2 = self.critic(torch.cat([rep_obs, rep_obs, rep_obs]), acts)
         total = obs.new_zeros(())

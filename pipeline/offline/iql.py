@@ -25,6 +25,7 @@ from easydict import EasyDict
 from torch import nn
 
 from ..config_schema import defaults
+from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
 from ..policy.base import ActingMode, Policy, policy_section
 from ..policy.model import mlp
@@ -152,6 +153,10 @@ class IQLLearner(Learner):
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
 
+    def _device_moved(self) -> None:
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+
     def get_extra_state(self) -> Dict[str, Any]:
         return {'target_critic': self.target_critic.state_dict(), 'train_iter': int(self.train_iter)}
 
@@ -170,7 +175,7 @@ class IQLEvalMode(ActingMode):
 
     def forward(self, obs: Any, **_: Any) -> np.ndarray:
         with torch.no_grad():
-            return self.actor(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            return self.actor(obs_tensor(obs, module_device(self.actor), torch.float32)).cpu().numpy()
 
     __call__ = forward
 
@@ -182,13 +187,14 @@ class IQLPolicy(Policy):
         cfg: a config from ``compile_config(user, policy='iql')`` or its ``policy`` section.
         obs_shape, action_shape: override ``policy.model`` (flat sizes).
         seed: seeds torch (network init).
+        device: where the networks (and the learner) live; default ``policy.device`` (:mod:`pipeline.device`).
 
     ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'value': ..., 'learn': ...}``.
     """
 
     def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
-                 seed: Optional[int] = None) -> None:
-        super().__init__(cfg)
+                 seed: Optional[int] = None, device: DeviceLike = None) -> None:
+        super().__init__(cfg, device)
         mc = self.cfg['model']
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
@@ -198,6 +204,7 @@ class IQLPolicy(Policy):
         self.actor = IQLActor(obs_dim, act_dim, hidden_a)
         self.critic = TwinQCritic(obs_dim, act_dim, hidden_c)
         self.value = ValueNet(obs_dim, hidden_c)
+        self._place_networks()
 
     def networks(self) -> Dict[str, nn.Module]:
         return {'actor': self.actor, 'critic': self.critic, 'value': self.value}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 
 from ..config_schema import Bool, Choice, Float, Int, IntList, Shape, Str, env_section, run_section
-from ..policy_schemas import DQN_CONFIG
+from ..policy_schemas import DQN_CONFIG, device_keys
 
 __all__ = ['BC_CONFIG', 'CQL_CONFIG', 'IQL_CONFIG']
 
@@ -18,6 +18,7 @@ BC_CONFIG = {
     'env': env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None),
     'policy': {
         'type': Str('bc'),
+        **device_keys(),
         'model': {
             'obs_shape': Shape(None, optional=True),
             'action_shape': Shape(None, optional=True),        # actions for discrete, action dims for continuous
@@ -49,6 +50,7 @@ IQL_CONFIG = {
     'env': env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None),
     'policy': {
         'type': Str('iql'),
+        **device_keys(),
         'discount_factor': Float(0.99, min=0, max=1),
         'model': {
             'obs_shape': Shape(None, optional=True),

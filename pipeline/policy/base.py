@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..device import DeviceLike, place_module, policy_device, resolve_device
+
 __all__ = ['Policy', 'ActingMode', 'policy_section', 'OPTIMIZERS', 'optimizer_factory', 'optimizer_problems']
 
 OPTIMIZERS: Dict[str, Callable[..., torch.optim.Optimizer]] = {
@@ -66,11 +68,20 @@ class Policy:
     ``learn_mode`` (a ``pipeline.learner.Learner``) is built only when used, so collector and
     evaluator nodes never build a learner or an optimizer. ``state_dict()`` holds each network's
     tensors and, once built, the learner's state (all loadable with ``weights_only=True``); a
-    learner state loaded before the learner exists waits until it is built.
+    learner state loaded before the learner exists waits until it is built. A state saved on another
+    device loads too (its tensors are copied onto this policy's device).
+
+    :attr:`device` is where the networks live (:func:`pipeline.device.policy_device`): the ``device``
+    argument, else ``policy.device`` (``'auto'``: the GPU when there is one), or, on a node of a
+    multi-node run that does not learn, ``policy.acting_device`` (default the CPU). The learner trains
+    there; the collect and eval modes act there (the env's observations become one tensor on that
+    device per step). :meth:`to` moves everything later.
     """
 
-    def __init__(self, cfg: Mapping) -> None:
+    def __init__(self, cfg: Mapping, device: DeviceLike = None) -> None:
         self.cfg = policy_section(cfg)
+        #: where the networks (and, once built, the learner with its optimizers and batches) live
+        self.device: torch.device = policy_device(self.cfg, device)
         self._learn: Any = None
         self._collect: Any = None
         self._eval: Any = None
@@ -86,6 +97,21 @@ class Policy:
             raise ValueError(f"{type(self).__name__} needs policy.model.obs_shape and action_shape "
                              "(or obs_shape=/action_shape=)")
         return int(np.prod(obs_shape)), int(np.prod(action_shape))
+
+    def _place_networks(self) -> None:
+        """Put every network of :meth:`networks` on :attr:`device` (subclasses call it once they are built)."""
+        for m in self.networks().values():
+            place_module(m, self.device)
+
+    def to(self, device: DeviceLike) -> 'Policy':
+        """Move the networks, and the learner once built (its optimizers' states and target networks too), to
+        ``device``; the collect and eval modes then act there. Returns ``self``."""
+        dev = resolve_device(device)
+        if self._learn is not None and hasattr(self._learn, 'to'):
+            self._learn.to(dev)
+        self.device = dev
+        self._place_networks()
+        return self
 
     # -- to implement -----------------------------------------------------------------
     def networks(self) -> Dict[str, nn.Module]:

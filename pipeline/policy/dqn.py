@@ -23,6 +23,7 @@ from torch import nn
 
 from easydict import EasyDict
 
+from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
 from ..config_schema import defaults
 from ..policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
@@ -155,6 +156,10 @@ class DQNLearner(Learner):
         elif self.train_iter % self.target_update_freq == 0:
             self.sync_target()
 
+    def _device_moved(self) -> None:
+        self._online_params = list(self.model.parameters())
+        self._target_params = list(self.target_model.parameters())
+
     # -- DQN extras ------------------------------------------------------------------
     def sync_target(self) -> None:
         """Copy the online weights into the target network."""
@@ -188,7 +193,8 @@ class DQNCollectMode(ActingMode):
     Runs the online network under ``torch.no_grad`` with no tree conversions, and only for the envs
     whose eps draw says greedy (a step where every env explores runs no network); random actions
     come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
-    the network outputs).
+    the network outputs). The observations become one tensor on the network's device per step; the
+    actions come back to the host as a numpy array.
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
@@ -197,7 +203,7 @@ class DQNCollectMode(ActingMode):
         self.rng = np.random.default_rng(seed)
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
-        x = torch.as_tensor(obs)
+        x = obs_tensor(obs, module_device(self.model))
         if eps > 0.0:
             n = x.shape[0]
             explore = self.rng.random(n) < eps
@@ -205,7 +211,7 @@ class DQNCollectMode(ActingMode):
                 act = self.rng.integers(0, self.action_shape, n)
                 greedy = ~explore
                 if greedy.any():  # the network runs only for the envs that act greedily
-                    act[greedy] = self._greedy(x[torch.from_numpy(greedy)] if not greedy.all() else x)
+                    act[greedy] = self._greedy(x[torch.from_numpy(greedy).to(x.device)] if not greedy.all() else x)
                 return act
         return self._greedy(x)
 
@@ -213,7 +219,7 @@ class DQNCollectMode(ActingMode):
         if x.dtype != torch.float32:
             x = x.float()
         with torch.no_grad():
-            return self.model(x).argmax(dim=-1).numpy()
+            return self.model(x).argmax(dim=-1).cpu().numpy()
 
     __call__ = forward
 
@@ -225,11 +231,11 @@ class DQNEvalMode(ActingMode):
         self.model = model
 
     def forward(self, obs: Any) -> np.ndarray:
-        x = torch.as_tensor(obs)
+        x = obs_tensor(obs, module_device(self.model))
         if x.dtype != torch.float32:
             x = x.float()
         with torch.no_grad():
-            return self.model(x).argmax(dim=-1).numpy()
+            return self.model(x).argmax(dim=-1).cpu().numpy()
 
     __call__ = forward
 
@@ -244,14 +250,16 @@ class DQNPolicy(Policy):
             passed here).
         obs_shape, action_shape: override the model config's shapes.
         seed: seeds torch (model init) and the collect mode's exploration generator.
+        device: where the Q-network (and the learner, its optimizer and batches) live; default
+            ``policy.device`` (``'auto'``: the GPU when there is one; see :mod:`pipeline.device`).
 
     The learner (and its optimizer) is built on first access to ``learn_mode``, so collector or
     evaluator nodes never build one. ``state_dict()`` is ``{'model': ..., 'learn': ...}``.
     """
 
     def __init__(self, cfg: Mapping, model: Optional[nn.Module] = None, obs_shape: Any = None,
-                 action_shape: Optional[int] = None, seed: Optional[int] = None) -> None:
-        super().__init__(cfg)
+                 action_shape: Optional[int] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
+        super().__init__(cfg, device)
         mc = self.cfg['model']
         obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
         action_shape = action_shape if action_shape is not None else mc.get('action_shape')
@@ -271,6 +279,7 @@ class DQNPolicy(Policy):
         self.model = model
         self.action_shape = int(action_shape)
         self._seed = seed
+        self._place_networks()
 
     def networks(self) -> Dict[str, nn.Module]:
         return {'model': self.model}

@@ -5,17 +5,40 @@
     action = policy(obs[None])[0]          # greedy action for one observation
 
 The checkpoint must come from ``CkptSaver(..., config=cfg, policy_type=...)`` (the examples pass
-both), which stores the policy config next to the weights. Loading is safe (``weights_only``).
+both), which stores the policy config next to the weights. Loading is safe (``weights_only``) and works
+across devices: the file is read onto the CPU and the weights are put on ``device`` (default ``'auto'``:
+the GPU when there is one), whatever device the policy was trained on.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ['load_policy', 'build_policy_from_checkpoint']
+from ..device import DeviceLike
+
+__all__ = ['load_policy', 'build_policy_from_checkpoint', 'config_for_device']
 
 
-def build_policy_from_checkpoint(path: str) -> Any:
-    """The policy object (``DQNPolicy`` / ``SACPolicy`` / ``PPOPolicy``) with the checkpoint's model weights."""
+def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
+    """A copy (an ``EasyDict``) of a config saved in a checkpoint, to rebuild its policy on this machine: its
+    ``policy.device`` is ``device`` (a ``str``; a ``torch.device`` is passed to the policy instead, and the
+    config says ``'auto'``) and the key ``policy.cuda`` of checkpoints written before ``policy.device``
+    existed is dropped. The device the checkpoint was trained on does not matter."""
+    import copy
+
+    from easydict import EasyDict
+
+    out = EasyDict(copy.deepcopy(dict(cfg)))
+    section = out.get('policy')
+    if isinstance(section, Mapping):
+        section.pop('cuda', None)
+        section['device'] = device if isinstance(device, str) else 'auto'
+    return out
+
+
+def build_policy_from_checkpoint(path: str, device: DeviceLike = 'auto') -> Any:
+    """The policy object (``DQNPolicy`` / ``SACPolicy`` / ``PPOPolicy``) with the checkpoint's model weights,
+    on ``device`` (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; the device it was
+    trained on does not matter)."""
     from middleware.ckpt_handler import CheckpointError, read_checkpoint
 
     state = read_checkpoint(path)
@@ -25,23 +48,22 @@ def build_policy_from_checkpoint(path: str) -> Any:
     if not isinstance(cfg, Mapping) or not kind:
         raise CheckpointError(f'{path!r} has no policy config (it was saved without CkptSaver(config=..., '
                               f'policy_type=...)); build the policy yourself and use load_checkpoint(path, policy)')
-    from easydict import EasyDict
-
-    cfg = EasyDict(cfg)
+    cfg = config_for_device(cfg, device)
+    dev = None if isinstance(device, str) else device
     sd = state['policy']
     try:
         if kind == 'dqn':
             from .dqn import DQNPolicy
-            policy = DQNPolicy(cfg)
+            policy = DQNPolicy(cfg, device=dev)
             policy.model.load_state_dict(sd['model'])
         elif kind == 'sac':
             from .sac import SACPolicy
-            policy = SACPolicy(cfg, *_sac_shapes(cfg, sd['actor']))
+            policy = SACPolicy(cfg, *_sac_shapes(cfg, sd['actor']), device=dev)
             policy.actor.load_state_dict(sd['actor'])
             if 'critic' in sd:
                 policy.critic.load_state_dict(sd['critic'])
         elif kind == 'ppo':
-            policy = _ppo_from_config(cfg)
+            policy = _ppo_from_config(cfg, dev)
             policy.model.load_state_dict(sd['model'])
         else:
             raise CheckpointError(f'{path!r}: unknown policy type {kind!r} (known: dqn, sac, ppo)')
@@ -64,7 +86,7 @@ def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
     return int(weights[0].shape[1]), int(actor_sd['mu.weight'].shape[0])
 
 
-def _ppo_from_config(cfg: Any) -> Any:
+def _ppo_from_config(cfg: Any, device: DeviceLike = None) -> Any:
     """A ``PPOPolicy`` for the saved config: its network is sized, and continuous actions bounded, by
     the spaces of the config's env (made once, then closed)."""
     from pipeline.envs.env_manager import make_gym_env
@@ -74,11 +96,11 @@ def _ppo_from_config(cfg: Any) -> Any:
     env_cfg = cfg.get('env', {})
     env = make_gym_env(env_cfg.get('env_id', 'CartPole-v1'), **dict(env_cfg.get('env_kwargs') or {}))
     try:
-        return PPOPolicy(cfg, env.observation_space, env.action_space)
+        return PPOPolicy(cfg, env.observation_space, env.action_space, device=device)
     finally:
         env.close()
 
 
-def load_policy(path: str) -> Any:
-    """The greedy (eval-mode) policy saved in ``path``: ``policy(obs_batch) -> actions``."""
-    return build_policy_from_checkpoint(path).eval_mode
+def load_policy(path: str, device: DeviceLike = 'auto') -> Any:
+    """The greedy (eval-mode) policy saved in ``path``, on ``device``: ``policy(obs_batch) -> actions``."""
+    return build_policy_from_checkpoint(path, device).eval_mode

@@ -22,6 +22,7 @@ from easydict import EasyDict
 
 from pipeline.config import compile_config
 from pipeline.config_schema import defaults
+from pipeline.device import DeviceLike, module_device, to_host
 from pipeline.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
 
@@ -151,26 +152,38 @@ def sampling_seed(seed: Optional[int]) -> Optional[int]:
     return int(np.random.SeedSequence([int(seed), 0x5A3]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
-def _as_float_obs(obs: Any) -> torch.Tensor:
-    x = torch.as_tensor(obs)
+def _as_float_obs(obs: Any, device: Optional[torch.device] = None) -> torch.Tensor:
+    x = torch.as_tensor(obs, device=device)
     return x if x.dtype == torch.float32 else x.float()
 
 
 class PPOCollectMode(ActingMode):
     """Sample actions for a batch of envs: ``forward(obs) -> {'env_action', 'action', 'logp', 'value'}``
-    (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces."""
+    (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces. It acts on the
+    model's device; with a ``seed`` the samples come from a generator on that device seeded with it."""
 
     def __init__(self, model: ActorCritic, low: Any = None, high: Any = None, seed: Optional[int] = None) -> None:
         self.model = model
         self.continuous = model.continuous
         self.low = None if low is None else np.asarray(low, dtype=np.float32)
         self.high = None if high is None else np.asarray(high, dtype=np.float32)
+        self.seed = seed
         self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
 
+    def _generator_on(self, device: torch.device) -> Optional[torch.Generator]:
+        """The sampler's generator on ``device`` (made, seeded with ``seed``, when the model moved there)."""
+        g = self.generator
+        if g is not None and g.device != device:
+            g = self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        return g
+
     def forward(self, obs: Any) -> Dict[str, np.ndarray]:
+        dev = module_device(self.model)
         with torch.no_grad():
-            pi_out, value = self.model(_as_float_obs(obs))
-            action, logp = sample(pi_out, self.model.log_std if self.continuous else None, self.generator)
+            pi_out, value = self.model(_as_float_obs(obs, dev))
+            action, logp = sample(pi_out, self.model.log_std if self.continuous else None, self._generator_on(dev))
+        if dev.type != 'cpu':  # the outputs back to the host, once per step
+            action, logp, value = to_host((action, logp, value))
         a = action.numpy()
         env_a = np.clip(a, self.low, self.high) if self.continuous and self.low is not None else a
         return {'env_action': env_a, 'action': a, 'logp': logp.numpy(), 'value': value.numpy()}
@@ -178,7 +191,7 @@ class PPOCollectMode(ActingMode):
     def value(self, obs: Any) -> np.ndarray:
         """Critic values ``[N]`` of observations ``[N, ...]``."""
         with torch.no_grad():
-            return self.model.value(_as_float_obs(obs)).numpy()
+            return self.model.value(_as_float_obs(obs, module_device(self.model))).cpu().numpy()
 
 
 class PPOEvalMode(ActingMode):
@@ -189,11 +202,11 @@ class PPOEvalMode(ActingMode):
 
     def forward(self, obs: Any) -> np.ndarray:
         with torch.no_grad():
-            out = self.model.policy_out(_as_float_obs(obs))
+            out = self.model.policy_out(_as_float_obs(obs, module_device(self.model)))
         if self.model.continuous:
-            a = out.numpy()
+            a = out.cpu().numpy()
             return np.clip(a, self.low, self.high) if self.low is not None else a
-        return out.argmax(-1).numpy()
+        return out.argmax(-1).cpu().numpy()
 
 
 class PPOPolicy(Policy):
@@ -205,11 +218,13 @@ class PPOPolicy(Policy):
             size the default model and give the clipping bounds of continuous actions.
         model: an ``ActorCritic`` to use instead of the default one.
         seed: seeds torch (model init), the action sampler and the minibatch shuffling.
+        device: where the model (and the learner, its optimizer and batches) live; default
+            ``policy.device`` (see :mod:`pipeline.device`).
     """
 
     def __init__(self, cfg: Mapping, observation_space: Any, action_space: Any,
-                 model: Optional[ActorCritic] = None, seed: Optional[int] = None) -> None:
-        super().__init__(cfg)
+                 model: Optional[ActorCritic] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
+        super().__init__(cfg, device)
         mc = self.cfg['model']
         continuous = not hasattr(action_space, 'n')
         if continuous and len(action_space.shape) != 1:
@@ -228,6 +243,7 @@ class PPOPolicy(Policy):
                                 ortho_init=bool(mc['ortho_init']))
         self.model = model
         self._seed = seed
+        self._place_networks()
 
     def networks(self) -> Dict[str, torch.nn.Module]:
         """``{'model': actor-critic}``; its state holds the running obs/return statistics too."""

@@ -56,8 +56,8 @@ class RunningMeanStd(nn.Module):
         n = x.shape[0]
         if n == 0:
             return
-        b_mean = torch.from_numpy(np.asarray(x.mean(axis=0)))
-        b_var = torch.from_numpy(np.asarray(x.var(axis=0)))
+        b_mean = torch.from_numpy(np.asarray(x.mean(axis=0))).to(self.mean.device)
+        b_var = torch.from_numpy(np.asarray(x.var(axis=0))).to(self.mean.device)
         c = float(self.count)
         tot = c + n
         delta = b_mean - self.mean
@@ -71,6 +71,11 @@ class RunningMeanStd(nn.Module):
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._refresh()
+
+    def _apply(self, fn, *args, **kwargs):  # .to(device) and friends: the float32 copies follow the buffers
+        out = super()._apply(fn, *args, **kwargs)
+        self._refresh()
+        return out
 
     def normalize(self, x: torch.Tensor, center: bool = True) -> torch.Tensor:
         """Normalise a float32 tensor with the statistics as of the last ``update``/load."""
@@ -184,7 +189,7 @@ def sample(pi_out: torch.Tensor, log_std: Optional[torch.Tensor], generator: Opt
         logp_all = torch.log_softmax(pi_out, dim=-1)
         action = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
         return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-    noise = torch.randn(pi_out.shape, generator=generator)
+    noise = torch.randn(pi_out.shape, generator=generator, device=pi_out.device)
     action = pi_out + noise * log_std.exp()
     logp = (-0.5 * noise.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
     return action, logp

@@ -27,6 +27,7 @@ from easydict import EasyDict
 from torch import nn
 
 from ..config_schema import defaults
+from ..device import DeviceLike, module_device, obs_tensor, place_module
 from ..policy_schemas import SAC_CONFIG
 from ..learner import Learner
 from .base import ActingMode, Policy, policy_section
@@ -109,7 +110,7 @@ class SACLearner(Learner):
         p = policy_section(cfg)
         lc = p["learn"]
         self.auto_alpha = bool(lc.get("auto_alpha", True))
-        alpha_mod = _LogAlpha(float(lc.get("init_alpha", 0.2)))
+        alpha_mod = place_module(_LogAlpha(float(lc.get("init_alpha", 0.2))), module_device(actor))
         modules = {"actor": actor, "critic": critic}
         lrs = {"actor": lc["learning_rate_actor"], "critic": lc["learning_rate_critic"]}
         if self.auto_alpha:
@@ -184,6 +185,10 @@ class SACLearner(Learner):
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
 
+    def _device_moved(self) -> None:
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+
     def get_extra_state(self) -> Dict[str, Any]:
         return {"target_critic": self.target_critic.state_dict(), "train_iter": int(self.train_iter),
                 "log_alpha": self.alpha_mod.log_alpha.detach().clone()}
@@ -213,13 +218,13 @@ class SACCollectMode(ActingMode):
         self.rng = np.random.default_rng(seed)
 
     def forward(self, obs: Any, **_: Any) -> np.ndarray:
-        x = torch.as_tensor(obs, dtype=torch.float32)
-        n = x.shape[0]
+        n = len(obs)
         if self.random_left > 0:
             self.random_left -= n
             return self.rng.uniform(-1.0, 1.0, size=(n, self.actor.act_dim)).astype(np.float32)
+        x = obs_tensor(obs, module_device(self.actor), torch.float32)
         with torch.no_grad():
-            return self.actor.sample(x)[0].numpy()
+            return self.actor.sample(x)[0].cpu().numpy()
 
     __call__ = forward
 
@@ -232,7 +237,7 @@ class SACEvalMode(ActingMode):
 
     def forward(self, obs: Any, **_: Any) -> np.ndarray:
         with torch.no_grad():
-            return self.actor.deterministic(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            return self.actor.deterministic(obs_tensor(obs, module_device(self.actor), torch.float32)).cpu().numpy()
 
     __call__ = forward
 
@@ -244,13 +249,15 @@ class SACPolicy(Policy):
         cfg: a config from ``compile_config(user, policy='sac')`` or its ``policy`` section.
         obs_shape, action_shape: override ``policy.model`` (flat sizes).
         seed: seeds torch (network init) and the collect mode's random actions.
+        device: where the networks (and the learner, its optimizers and batches) live; default
+            ``policy.device`` (see :mod:`pipeline.device`).
 
     ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'learn': ...}``.
     """
 
     def __init__(self, cfg: Mapping, obs_shape: Optional[int] = None, action_shape: Optional[int] = None,
-                 seed: Optional[int] = None) -> None:
-        super().__init__(cfg)
+                 seed: Optional[int] = None, device: DeviceLike = None) -> None:
+        super().__init__(cfg, device)
         mc = self.cfg["model"]
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
@@ -258,6 +265,7 @@ class SACPolicy(Policy):
         self.actor = SACActor(obs_dim, act_dim, mc.get("actor_hidden_size_list", (128, 128)))
         self.critic = TwinQCritic(obs_dim, act_dim, mc.get("critic_hidden_size_list", (128, 128)))
         self._seed = seed
+        self._place_networks()
 
     def networks(self) -> Dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic}
