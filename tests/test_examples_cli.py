@@ -37,7 +37,7 @@ def load(name):
 def test_help_answers_without_importing_torch(name, help_without_torch):
     text = help_without_torch(os.path.join(ROOT, 'examples', f'{name}.py'))
     if name in TRAINING:
-        for flag in ('--exp-name', '--seed', '--set', '--resume', '--play', '--video', '--middleware'):
+        for flag in ('--exp-name', '--seed', '--set', '--resume', '--play', '--video', '--middleware', '--device'):
             assert flag in text, f'{name} --help lacks {flag}'
 
 

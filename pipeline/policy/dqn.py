@@ -211,7 +211,8 @@ class DQNCollectMode(ActingMode):
                 act = self.rng.integers(0, self.action_shape, n)
                 greedy = ~explore
                 if greedy.any():  # the network runs only for the envs that act greedily
-                    act[greedy] = self._greedy(x[torch.from_numpy(greedy).to(x.device)] if not greedy.all() else x)
+                    rows = torch.from_numpy(np.flatnonzero(greedy)).to(x.device)  # row indices: no device sync
+                    act[greedy] = self._greedy(x.index_select(0, rows) if not greedy.all() else x)
                 return act
         return self._greedy(x)
 
