@@ -119,8 +119,10 @@ def _curve_probe(curve: List[List[float]]) -> Callable[[Any], None]:
     return probe
 
 
-def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str) -> Dict[str, Any]:
-    """Train with the rlpipe example; returns ``{'act', 'wall', 'cpu', 'curve'}``."""
+def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str,
+                 device: Optional[str] = None) -> Dict[str, Any]:
+    """Train with the rlpipe example (on ``device``: the example's ``--device``, default auto); returns
+    ``{'act', 'wall', 'cpu', 'curve'}``."""
     import numpy as np
     import torch
 
@@ -129,7 +131,7 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
     curve: List[List[float]] = []
     exp = os.path.join(workdir, f'{algo}_rlpipe')
     common = ['--env', env_id, '--seed', str(seed), '--threads', '1', '--max-env-step', str(s['steps']),
-              '--exp-name', exp, '--no-progress']
+              '--exp-name', exp, '--no-progress', *(['--device', device] if device else [])]
     t0, c0 = time.perf_counter(), time.process_time()
     if algo == 'sac':
         import sac_mujoco
@@ -161,7 +163,7 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
     ckpts = sorted(glob.glob(os.path.join(exp, '*', 'ckpt', 'final.pth.tar')), key=os.path.getmtime)
     if not ckpts:
         raise SystemExit(f'the rlpipe run wrote no final checkpoint under {exp}')
-    policy = load_policy(ckpts[-1])
+    policy = load_policy(ckpts[-1], device or 'auto')
     cfg_file = os.path.join(os.path.dirname(os.path.dirname(ckpts[-1])), 'config.json')
     config = None
     if os.path.exists(cfg_file):
@@ -177,7 +179,8 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
 
 
 # ----------------------------------------------------------------------------------------------- SB3
-def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str) -> Dict[str, Any]:
+def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str,
+              device: Optional[str] = None) -> Dict[str, Any]:
     """Train with Stable-Baselines3; returns ``{'act', 'wall', 'cpu', 'curve'}``."""
     import gymnasium as gym
     import torch
@@ -207,7 +210,7 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
         model = SAC('MlpPolicy', gym.make(env_id), learning_rate=s['learning_rate'], buffer_size=s['buffer_size'],
                     learning_starts=s['random_steps'], batch_size=s['batch_size'], tau=s['tau'], gamma=s['discount'],
                     train_freq=1, gradient_steps=s['updates_per_step'], ent_coef=f'auto_{s["init_alpha"]}',
-                    policy_kwargs={'net_arch': list(s['hidden'])}, seed=seed, device='cpu', verbose=0)
+                    policy_kwargs={'net_arch': list(s['hidden'])}, seed=seed, device=device or 'auto', verbose=0)
     else:
         from stable_baselines3 import PPO
         from stable_baselines3.common.env_util import make_vec_env
@@ -221,7 +224,7 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
         model = PPO('MlpPolicy', venv, n_steps=s['n_steps'], batch_size=s['batch_size'], n_epochs=s['n_epochs'],
                     gamma=s['gamma'], gae_lambda=s['gae_lambda'], learning_rate=s['learning_rate'],
                     clip_range=s['clip_range'], ent_coef=s['ent_coef'], vf_coef=s['vf_coef'],
-                    max_grad_norm=s['max_grad_norm'], seed=seed, device='cpu', verbose=0,
+                    max_grad_norm=s['max_grad_norm'], seed=seed, device=device or 'auto', verbose=0,
                     policy_kwargs={'log_std_init': s['log_std_init'], 'ortho_init': s['ortho_init'],
                                    'activation_fn': act_fn,
                                    'net_arch': {'pi': list(s['hidden']), 'vf': list(s['hidden'])}})
@@ -272,7 +275,7 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
     episodes = 2 if args.smoke else args.eval_episodes
     with tempfile.TemporaryDirectory(prefix='rlpipe-mujoco-') as workdir:
         train = train_rlpipe if args.framework == 'rlpipe' else train_sb3
-        r = train(args.algo, args.env, args.seed, s, workdir)
+        r = train(args.algo, args.env, args.seed, s, workdir, getattr(args, 'device', None))
         t_eval = time.perf_counter()
         returns = run_episodes(r['act'], r['make_env'], [eval_seed(args.seed, e) for e in range(episodes)])
         eval_wall = time.perf_counter() - t_eval
@@ -310,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--eval-episodes', type=int, default=10, help='final evaluation episodes')
     p.add_argument('--smoke', action='store_true', help='a few thousand steps (CI)')
     p.add_argument('--out', default=RESULTS_DIR, help='directory of the JSON results')
+    from pipeline.experiment import add_device_flags  # no torch
+
+    add_device_flags(p)  # both frameworks train there (default auto)
     return p
 
 
@@ -329,7 +335,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     base = [sys.executable, os.path.abspath(__file__), '--algo', args.algo, '--env', args.env, '--seed',
             str(args.seed), '--eval-episodes', str(args.eval_episodes), '--out', args.out] + (
-        ['--smoke'] if args.smoke else [])
+        ['--smoke'] if args.smoke else []) + (['--device', args.device] if args.device else [])
     cmds = [base + ['--framework', fw] for fw in FRAMEWORKS]
     if args.parallel:
         procs = [subprocess.Popen(c) for c in cmds]
