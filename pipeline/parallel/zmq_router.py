@@ -201,6 +201,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
         self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
+        self._hello_last: Dict[tuple, float] = {}  # per (node id, session): the newest HELLO time accepted
         self._notices: deque = deque()
         self._stopping = threading.Event()
         self._halt = False  # True once stop() set _stopping (a plain attribute: cheap to test per message)

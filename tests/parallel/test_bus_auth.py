@@ -217,6 +217,38 @@ def test_replayed_hello_of_an_earlier_incarnation_is_refused(who_connects):
                 r.stop()
 
 
+def test_a_replayed_hello_of_a_connected_or_departed_incarnation_is_refused():
+    """Issue 28, item 2: someone with the connection credential replays HELLOs node 1 really sent (they carry
+    no sequence number). One replayed while node 1 is connected is refused (not newer than the last one
+    accepted from that incarnation); one replayed after node 1 left does not make it show as joined again."""
+    events = []
+    a = _router(0)
+    a.start(lambda e, ar, kw: events.append((e, ar)))
+    b = _router(1, attach_to=[a.address])
+    sent = []
+    real = b._hello_frames
+    b._hello_frames = lambda token: sent.append(real(token)) or sent[-1]  # what an eavesdropper records
+    try:
+        b.start(lambda *m: None)
+        assert wait_until(lambda: a.peers == [1])
+        assert sent, "node 1 sent no HELLO"
+        stale = a.stats["stale_hello"]
+        _send_raw(a.address, sent[-1])  # node 0 accepted this very HELLO
+        assert wait_until(lambda: a.stats["stale_hello"] == stale + 1), a.stats
+        b.stop()
+        assert wait_until(lambda: a.peers == [] and ("__peer_left__", (1,)) in events)
+        left_at = len(events)
+        for frames in (sent[0], sent[-1]):
+            _send_raw(a.address, frames)
+        assert wait_until(lambda: a.stats["stale_hello"] == stale + 3), a.stats
+        time.sleep(0.5)
+        assert a.peers == [] and not a.peer_info(1)["alive"]
+        assert ("__peer_joined__", (1,)) not in events[left_at:], events[left_at:]
+    finally:
+        b.stop()
+        a.stop()
+
+
 def test_hello_outside_the_clock_window_or_without_time_is_refused():
     got = []
     a = _router(0, hello_max_skew=30.0)
