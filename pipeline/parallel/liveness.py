@@ -116,6 +116,7 @@ class Liveness:
 
     def _close_peer(self, p: _Peer) -> None:
         p.alive = False
+        self._assembling.pop((p.node_id, p.session), None)  # its unfinished chunked message, if any
         if p.lock.acquire(timeout=1.0):  # a sender polls p.alive every 50 ms and lets go
             try:
                 if p.sock is not None:

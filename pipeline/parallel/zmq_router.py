@@ -47,7 +47,7 @@ from . import transport_auth
 from .transport_auth import TransportGuard, resolve_bus_auth
 # Re-exported: these names were importable from this module before it was split.
 from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing,
+                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing,
                    is_local_address, keyed_hmac, require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
@@ -143,7 +143,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                  stop_on_peer_failure: bool = False, max_frame_size: int = 256 << 20,
                  max_message_size: int = 512 << 20,
                  hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
-                 peerless_timeout: float = 15.0, bus_auth: Optional[str] = None) -> None:
+                 peerless_timeout: float = 15.0, bus_auth: Optional[str] = None,
+                 handshake_timeout: float = 5.0, max_peer_bytes: int = 64 << 20) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -170,6 +171,13 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         if not 0 < self.max_frame_size <= self.max_message_size:
             raise ValueError(f"max_frame_size ({max_frame_size}) must be positive and at most max_message_size "
                              f"({max_message_size})")
+        if not handshake_timeout > 0:
+            raise ValueError(f"handshake_timeout must be a number of seconds > 0, got {handshake_timeout!r}")
+        self.handshake_timeout = float(handshake_timeout)
+        if not max_peer_bytes >= 8 * WIRE_MAX:
+            raise ValueError(f"max_peer_bytes must be at least {8 * WIRE_MAX} (8 messages of WIRE_MAX bytes), "
+                             f"got {max_peer_bytes!r}")
+        self.max_peer_bytes = int(max_peer_bytes)
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
         if not peerless_timeout >= 0:
@@ -180,6 +188,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
         self.bus_auth = resolve_bus_auth(bus_auth)
         self._guard: Optional[TransportGuard] = None
+        self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
+        self._wire_size: Callable[[int], int] = len
         # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
         self._mac, self._mac2 = keyed_hmac(self._key)
         # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
@@ -193,13 +203,14 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
              "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost",
-             "refused_connections"), 0)
+             "refused_connections", "cut_connections", "unfinished"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
         self._keycheck_lock = threading.Lock()  # one check of the keys at a time (``keycheck``)
         self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
         self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
+        self._assembling: Dict[tuple, Any] = {}  # (sender, session) -> its unfinished chunked message (``wire``)
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._hello_last: Dict[tuple, float] = {}  # per (node id, session): the newest HELLO time accepted
         self._notices: deque = deque()
@@ -260,14 +271,21 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._started_at = time.monotonic()
         self._on_message = on_message
         self._ctx = zmq.Context()
-        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused)
+        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused, stats=self.stats,
+                                     max_peer_bytes=self.max_peer_bytes, handshake_timeout=self.handshake_timeout,
+                                     on_cut=self._cut_connection)
+        self._delivered = self._guard.delivered
+        self._wire_size = self._guard.wire_size()
         pull = self._ctx.socket(zmq.PULL)
         self._guard.server(pull)
         if "[" in self.bind_address:
             pull.setsockopt(zmq.IPV6, 1)
-        pull.setsockopt(zmq.RCVHWM, self.hwm)
+        # Per connection at most this many messages (each at most WIRE_MAX) wait to be read, so that a genuine
+        # peer stays below max_peer_bytes of what ZeroMQ holds for it (``transport_auth``).
+        pull.setsockopt(zmq.RCVHWM, min(self.hwm, self.max_peer_bytes // (WIRE_MAX + 64) - 3))
         pull.setsockopt(zmq.LINGER, 0)
-        pull.setsockopt(zmq.MAXMSGSIZE, self.max_frame_size)
+        pull.setsockopt(zmq.MAXMSGSIZE, WIRE_MAX)  # a longer frame closes its connection at its header
+        pull.setsockopt(zmq.HANDSHAKE_IVL, int(self.handshake_timeout * 1000))
         try:
             if self.bind_address.startswith("ipc://"):
                 os.makedirs(os.path.dirname(self.bind_address[len("ipc://"):]) or ".", exist_ok=True)
