@@ -86,9 +86,9 @@ class KeyCheck:
             addresses = sorted({p.address for p in self._probes.values()})
         silent = [a for a in addresses if _accepts_connections(a)]
         for a in silent:
-            log.error("node %d: peer at %s signs with a different key (or is not an rlpipe node): it accepts "
-                      "connections but answered none of our HELLOs in %.0f s (%s)", self.node_id, a,
-                      self.startup_timeout, _ADVICE)
+            log.error("node %d: peer at %s signs with a different key (or is not an rlpipe node, or uses "
+                      "another --bus-auth than %s): it accepts connections but answered none of our HELLOs in "
+                      "%.0f s (%s)", self.node_id, a, self.bus_auth, self.startup_timeout, _ADVICE)
         return ", ".join(silent)
 
     def _check_keys(self, now: float) -> Optional[str]:

@@ -1,28 +1,39 @@
-"""Connection-level authentication of the bus: a peer without the key gets no byte of a message buffered.
+"""Connection-level authentication of the bus, and what a connection can make a node hold.
 
-The per-message HMAC (``wire``) is checked only once ZeroMQ hands over a whole message, and ZeroMQ buffers a
-multipart message until its last frame arrived: without a check on the connection, a peer that does not know
-the key could make a node hold an unfinished message of any size. So every connection to a node's PULL
-socket must first pass a ZeroMQ security handshake with credentials derived from the shared key
-(``RLPIPE_KEY``); ZeroMQ reads no message before the handshake succeeded. Two mechanisms, chosen with
+Every connection to a node's PULL socket must pass a ZeroMQ security handshake with credentials derived
+from the shared key (``RLPIPE_KEY``) before ZeroMQ hands over any message. Two mechanisms, chosen with
 ``ZmqRouter(bus_auth=...)``, ``rlpipe run --bus-auth`` or ``RLPIPE_BUS_AUTH`` (the same on every node):
 
-``"plain"`` (the default)
+``"plain"`` (the default for a node whose addresses are all loopback or ipc)
     ZeroMQ PLAIN with a password derived from the key (HMAC-SHA256 of a fixed label: the key itself never
-    travels), checked by this node's ZAP handler in constant time. It costs nothing per message. It keeps out
-    every peer that does not know the key; the password travels in clear text, so an eavesdropper on the
-    network path could replay it and open a connection (it still cannot forge, replay or read past the
-    per-message HMAC and anti-replay checks, but it could make the node hold up to ``max_frame_size`` per
-    unfinished message).
-``"curve"``
+    travels), checked by this node's ZAP handler in constant time. It costs nothing per message. The
+    password and all traffic travel in clear: someone who can sniff the network path can read the traffic
+    and, with the password, open connections. Such a *password holder* cannot forge, replay or read past
+    the per-message HMAC, the anti-replay window and the HELLO checks (``wire``, ``handshake``); what it can
+    make the node hold is bounded as below. On loopback only root can sniff.
+``"curve"`` (the default for a node with any other address: its traffic may cross a network)
     CurveZMQ (Curve25519 key exchange, every message encrypted and authenticated on the connection) with
     the server's and the clients' key pairs derived from the key; the ZAP handler accepts only the derived
-    client public key. Nothing sniffed on the network lets anyone connect, and the traffic is confidential.
-    It encrypts every byte, so large messages cost more than with ``"plain"`` (``benchmarks/bench_bus.py
-    --bus-auth curve``; figures: docs/benchmarks.md). Use it on networks you do not trust.
+    client public key. Nothing sniffed on the network lets anyone connect or read, so only holders of the
+    key get past the handshake. It encrypts every byte: a 1 MiB round trip is ~4-5x slower than with
+    ``"plain"``, a 1 KiB one about the same (``benchmarks/bench_bus.py --bus-auth curve``; docs/benchmarks.md).
 
-Refused connections are counted (``stats["refused_connections"]``) and logged once per remote address; a
-peer whose credential is wrong is "a peer that signs with a different key" (``keycheck``).
+What a connection can make a node hold (issue 28):
+
+* before its handshake is over, at most one frame of ``wire.WIRE_MAX`` bytes (1 MiB + 64 KiB): the socket's
+  ``ZMQ_MAXMSGSIZE`` closes a connection at the header of any longer frame, and ``handshake_timeout`` (5 s;
+  ``ZMQ_HANDSHAKE_IVL``) closes one that does not finish; at most ``MAX_PENDING`` (64) connections are in
+  their handshake at once (the newest beyond are shut down). Every connection that closes without passing
+  the handshake is counted once in ``stats["refused_connections"]`` and logged once per address and reason.
+* after it (a node, a password holder under ``"plain"``, a key holder under ``"curve"``): no frame over
+  ``WIRE_MAX`` either, and at most ``max_peer_bytes`` (64 MiB) read from the connection and not yet handed
+  over (queued messages, an unfinished multipart message) plus what arrives before the guard's next look
+  (every 20 ms): a connection past it is shut down, ZeroMQ drops what it held, and it is counted in
+  ``stats["cut_connections"]`` and logged. This bound reads the kernel's byte counters of TCP connections
+  (Linux); on ipc (local processes only) and other systems connections are not watched.
+
+Not bounded: how many connections a password or key holder opens (each is bounded as above), and the
+chunked messages of key holders (one unfinished one per sender incarnation, at most ``max_message_size``).
 
 ``client(sock, key, bus_auth)`` configures any pyzmq socket to connect to a node (e.g. a hand-written tool
 or test that talks to the bus directly).
@@ -60,16 +71,20 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 _USER = b"rlpipe"
 
 
-def resolve_bus_auth(bus_auth: Optional[str] = None) -> str:
-    """The mechanism to use: the argument, else ``RLPIPE_BUS_AUTH``, else ``"plain"``; a ValueError naming
-    the choices for anything else."""
-    name = (bus_auth or os.environ.get(BUS_AUTH_ENV) or "plain").strip().lower()
+def resolve_bus_auth(bus_auth: Optional[str] = None, multi_machine: bool = False) -> str:
+    """The mechanism to use: the argument, else ``RLPIPE_BUS_AUTH``, else ``"curve"`` for a node whose traffic
+    may cross a network (``multi_machine``: an address that is not loopback or ipc) and ``"plain"`` for one
+    whose addresses are all local; a ValueError naming the choices for anything else."""
+    chosen = bus_auth or os.environ.get(BUS_AUTH_ENV)
+    name = (chosen or ("curve" if multi_machine else "plain")).strip().lower()
     if name not in MECHANISMS:
         raise ValueError(f"bus authentication {name!r} is unknown: use one of {', '.join(MECHANISMS)} "
                          f"(ZmqRouter(bus_auth=...), rlpipe run --bus-auth, or ${BUS_AUTH_ENV})")
     if name == "curve" and not zmq.has("curve"):
         raise ValueError("bus authentication 'curve' needs a libzmq built with CURVE (libsodium); this pyzmq "
-                         "has none: use 'plain' or install pyzmq's wheel from PyPI")
+                         "has none: install pyzmq's wheel from PyPI, or choose 'plain' on purpose "
+                         + ("(it is the default for nodes on a network because its password and traffic "
+                            "could be sniffed there)" if not chosen else ""))
     return name
 
 

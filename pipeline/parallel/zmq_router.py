@@ -105,8 +105,10 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             read by the task runtime when ``task.start`` gets no roles.
         key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
         bus_auth: how a connection proves it knows the key before any message is read (``transport_auth``):
-            ``"plain"`` (default; a derived credential, free per message) or ``"curve"`` (CurveZMQ: encrypted,
-            nothing sniffable, slower for large messages). Default: ``RLPIPE_BUS_AUTH``; the same on every node.
+            ``"plain"`` (a derived credential, free per message, sent in clear) or ``"curve"`` (CurveZMQ:
+            encrypted, nothing sniffable, slower for large messages). Default: ``RLPIPE_BUS_AUTH``, else
+            ``"curve"`` for a node with an address that is not loopback or ipc (its traffic may cross a
+            network) and ``"plain"`` for one whose addresses all are; the same on every node.
         advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0 or NAT):
             a host (``10.0.0.2``: announced with the bound port) or ``tcp://HOST:PORT``.
         heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
@@ -118,12 +120,18 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         stop_on_peer_failure: also finish the run (every node's) when a peer is declared dead.
         peerless_timeout: a node whose every peer is gone (dead or left) for this long finishes its run; also
             a node that expects peers and has none this long after ``startup_timeout`` (``ending``).
-        max_frame_size, max_message_size: caps (bytes) on one frame and on a whole message (all its frames),
-            which bound what a sender, authenticated or not, makes this node hold. ZeroMQ drops the connection
-            of a sender of a larger frame before buffering it; a message whose frames add up to more is dropped
-            and counted (``stats["oversize"]``) before it is authenticated or decoded. ``emit`` refuses to send
-            more (``ValueError``). Defaults: 256 MiB per frame (one tensor), 512 MiB per message; set the same
-            values on every node.
+        max_frame_size, max_message_size: caps (bytes) on one payload (a tensor, an array, bytes) and on a
+            whole event, which bound what a keyed sender makes this node keep of a chunked message (``wire``):
+            the chunks of a larger one are not kept (its head is dropped and counted, ``stats["oversize"]``).
+            ``emit`` refuses to send more (``ValueError``). Defaults: 256 MiB per payload, 512 MiB per event;
+            set the same values on every node. Whatever these are, no ZeroMQ frame or message over
+            ``wire.WIRE_MAX`` (1 MiB + 64 KiB) is read: ZeroMQ closes the connection at such a frame's header.
+        max_peer_bytes: the most one connection can make ZeroMQ hold (read from the connection, not yet handed
+            over: queued messages and an unfinished one), 64 MiB by default; a connection past it is shut down
+            and counted (``stats["cut_connections"]``; ``transport_auth``). Each receive queue holds at most
+            ``max_peer_bytes // WIRE_MAX - 3`` messages (and at most ``hwm``), so genuine peers stay below it.
+        handshake_timeout: seconds a connection has to pass the handshake (``ZMQ_HANDSHAKE_IVL``); before that
+            it can make this node hold at most one frame of ``WIRE_MAX`` bytes.
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
             (machines in a group need clocks synchronised to within this, e.g. by NTP).
         slow_listener_warning: log a warning once a listener of a remote event has run this long (s): while it
@@ -185,8 +193,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.peerless_timeout = float(peerless_timeout)
         self._started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
-        self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
-        self.bus_auth = resolve_bus_auth(bus_auth)
+        multi_machine = not all(is_local_address(a) for a in all_addresses)
+        self._key = resolve_key(key, multi_machine=multi_machine)
+        self.bus_auth = resolve_bus_auth(bus_auth, multi_machine=multi_machine)
         self._guard: Optional[TransportGuard] = None
         self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
         self._wire_size: Callable[[int], int] = len
