@@ -251,6 +251,9 @@ class Framing:
         if len(body) != _NONCE + 8 * (nbufs + 1):
             self._drop("malformed", f"head of a chunked message from node {sender} has {len(body)} bytes")
             return
+        key = (sender, session)
+        if self._assembling.pop(key, None) is not None:
+            self._drop("unfinished", f"a chunked message from node {sender} stopped before its end")
         sizes = struct.unpack_from(f"<{nbufs + 1}Q", body, _NONCE)
         total = sum(sizes)
         if max(sizes[1:], default=0) > self.max_frame_size or total > self.max_message_size:
@@ -258,9 +261,6 @@ class Framing:
                        f"{max(sizes)} bytes (max_frame_size {self.max_frame_size}, max_message_size "
                        f"{self.max_message_size}): its chunks are not kept (raise both on every node if genuine)")
             return
-        key = (sender, session)
-        if key in self._assembling:
-            self._drop("unfinished", f"a chunked message from node {sender} stopped before its end")
         self._assembling[key] = _Assembly(seq, _AESGCM(self._otk_mac(body[:_NONCE])).encrypt, sizes)
 
     def _on_chunk(self, first: bytes, data: Any) -> None:

@@ -6,6 +6,8 @@ properties checked are bytes (the node's resident memory, what the peer managed 
 closed its connection) and counters, not timings."""
 import ctypes
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -16,7 +18,8 @@ import zmq
 
 from pipeline.parallel import codec
 from pipeline.parallel.transport_auth import client as keyed_client
-from pipeline.parallel.wire import CHUNK, K_DATA, WIRE_MAX
+from pipeline.parallel.transport_auth import MAX_PENDING
+from pipeline.parallel.wire import CHUNK, K_DATA, WIRE_MAX, _Large
 from pipeline.parallel.zmq_router import ZmqRouter
 from parallel_helpers import HERE, KEY, ROOT, env, wait_until
 
@@ -106,6 +109,44 @@ def test_a_frame_declared_before_the_handshake_is_refused_at_its_header(bus_auth
         for p in peers:
             p.kill()
             p.wait(10)
+        node.stop()
+
+
+def test_connections_in_their_handshake_are_bounded_in_time_and_number():
+    """Item 1: connections that greet and then stall (no credential) are closed after handshake_timeout;
+    beyond MAX_PENDING of them at once, the newest are closed at once; each is counted once."""
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, handshake_timeout=1.0)
+    node.start(lambda *m: None)
+    host, port = node.address[len("tcp://"):].rsplit(":", 1)
+    n = MAX_PENDING + 16
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(b"\xff" + b"\0" * 8 + b"\x7f\x03\x00" + b"PLAIN".ljust(20, b"\0") + b"\0" * 32)
+            socks.append(s)
+
+        def closed(s):
+            s.settimeout(0.05)
+            try:
+                while True:
+                    data = s.recv(4096)
+                    if not data:
+                        return True
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+
+        assert wait_until(lambda: sum(map(closed, socks[MAX_PENDING:])) == n - MAX_PENDING, 1.0), \
+            "connections beyond MAX_PENDING were not closed at once"
+        assert wait_until(lambda: all(map(closed, socks)), 10), "stalled handshakes were not closed"
+        assert wait_until(lambda: node.stats["refused_connections"] == n, 10), node.stats
+        time.sleep(0.5)
+        assert node.stats["refused_connections"] == n  # each once
+    finally:
+        for s in socks:
+            s.close()
         node.stop()
 
 
@@ -232,11 +273,23 @@ def test_chunks_are_authenticated_one_by_one():
         send(sender._frames(K_DATA, node.node_id, node.session, 2, codec.encode_event("after", (), {})[0],
                             (), b""))
         assert wait_until(lambda: [e for e, a in got if not e.startswith("__")] == ["big", "after"], 20), got
+        # a message whose chunks stop coming is dropped when the sender's next one starts
+        unfinished = sender._large_messages(sender._seal_large(meta, bufs), node.node_id, node.session, 3)
+        send(unfinished[0])
+        send(unfinished[1])
+        # a head that declares more than max_message_size: none of its chunks is kept
+        huge = _Large(os.urandom(16) + struct.pack("<2Q", len(meta), 600 * MIB), 1, [])
+        send(sender._large_messages(huge, node.node_id, node.session, 4)[0])
+        send(sender._frames(K_DATA, node.node_id, node.session, 5, codec.encode_event("last", (), {})[0],
+                            (), b""))
+        assert wait_until(lambda: [e for e, a in got if not e.startswith("__")] == ["big", "after", "last"], 20)
         time.sleep(0.3)
         assert [a for e, a in got if e == "big"] == [(payload,)]
         assert node.stats["auth_failed"] == 1
         assert node.stats["duplicates"] == 2  # the replayed chunk and the replayed head
         assert node.stats["malformed"] == 4  # the replayed message's chunks
+        assert node.stats["unfinished"] == 1 and node.stats["oversize"] == 1, node.stats
+        assert node._assembling == {}
     finally:
         push.close(0)
         ctx.term()
