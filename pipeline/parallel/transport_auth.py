@@ -196,6 +196,7 @@ class TransportGuard:
         self._failures = 0  # refusals counted from an event whose connection has not closed yet
         self._forget: Deque[Tuple[float, str]] = deque()  # user ids of closed connections, dropped later
         self._next_tick = 0.0
+        self._port: Optional[int] = None  # the PULL socket's TCP port (``listening``)
         # The reader adds the wire size of each frame it reads here (None: not watched on this platform).
         self.delivered: Optional[Dict[str, int]] = \
             {} if sys.platform.startswith("linux") and fcntl is not None and hasattr(_socket, "TCP_INFO") else None
@@ -218,6 +219,12 @@ class TransportGuard:
         self._monitor = pull.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
                                                 | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                                                 | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+    def listening(self, endpoint: str) -> None:
+        """The PULL socket is bound to ``endpoint``: only connections accepted on its port are watched (a
+        stale ACCEPTED event may name a descriptor already reused by another socket of this process)."""
+        if endpoint.startswith("tcp://"):
+            self._port = int(endpoint.rsplit(":", 1)[1])
 
     def close(self) -> None:
         """Close the sockets without running (``run`` closes them when it ends)."""
@@ -341,24 +348,27 @@ class TransportGuard:
     def _track(self, zfd: int) -> None:
         try:
             sock = _socket.socket(fileno=os.dup(zfd))  # a duplicate (family detected): closing it is safe
+        except OSError:  # closed before we looked (a refused peer does not linger)
+            self._closed_unseen()
+            return
+        try:
+            name = sock.getpeername()
+            address = str(name[0]) if isinstance(name, tuple) else (name or "an ipc peer")
+            local = sock.getsockname()
         except OSError:
-            sock = None
-        counts = _counters(sock) if sock is not None and self.delivered is not None else None
-        address = ""
-        if sock is not None:
-            try:
-                name = sock.getpeername()
-                address = str(name[0]) if isinstance(name, tuple) else (name or "an ipc peer")
-            except OSError:
-                pass
+            address, local = "", None
+        counts = _counters(sock) if self.delivered is not None else None
+        if counts is None:  # not watched: not TCP (ipc), or not Linux
+            if address:
+                self._last_address = address
+            sock.close()
+            return
+        if not isinstance(local, tuple) or local[1] != self._port:
+            sock.close()  # the descriptor already names another socket of this process: ours closed
+            self._closed_unseen()
+            return
         if address:
             self._last_address = address
-        if counts is None:  # closed before we looked (a refused peer does not linger), or not TCP
-            if sock is not None:
-                sock.close()
-            if sock is None:
-                self._closed_unseen()
-            return
         ino = os.fstat(sock.fileno()).st_ino
         if ino in self._conns:  # the descriptor was already reused by the next connection: that one is known
             sock.close()
@@ -460,12 +470,3 @@ class TransportGuard:
         if len(pending) > MAX_PENDING:
             for c in sorted(pending, key=lambda c: c.since)[MAX_PENDING:]:
                 self._cut(c, "too many connections in their handshake")
-
-
-def _remote_address(fd: int) -> str:
-    try:
-        with _socket.socket(fileno=os.dup(fd)) as s:  # a duplicate (family detected): closing it is safe
-            name = s.getpeername()
-        return str(name[0]) if isinstance(name, tuple) else (name or "an ipc peer")
-    except OSError:  # closed already (a refused peer does not linger)
-        return ""

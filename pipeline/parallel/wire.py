@@ -167,7 +167,7 @@ class Framing:
         parts = [meta, *buffers]
         chunks = []
         for part in parts:
-            mv = part if isinstance(part, bytes) else memoryview(part).cast("B")
+            mv = memoryview(part).cast("B")  # slices of it are views, not copies
             for off in range(0, len(mv), CHUNK):
                 data = mv[off:off + CHUNK] if len(mv) > CHUNK else mv
                 chunks.append((data, gmac(_gcm_nonce(len(chunks)), b"", data)))

@@ -307,6 +307,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                           "program using this port? choose other --ports)") from None
         self._pull = pull
         bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._guard.listening(bound)
         pull.bind("inproc://rlpipe-wake")  # this router's own context: the address is private to it
         self._waker = self._ctx.socket(zmq.PUSH)
         self._waker.setsockopt(zmq.SNDHWM, 2)
