@@ -80,9 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="file with the shared key (default: $RLPIPE_KEY, $RLPIPE_KEY_FILE, or a random key "
                           "for runs on this machine only)")
     run.add_argument("--bus-auth", choices=["plain", "curve"], default=None,
-                     help="how connections between nodes prove they know the key: plain (default: a derived "
-                          "credential, no cost per message) or curve (CurveZMQ: encrypted, for networks you do not "
-                          "trust; slower for large messages); the same on every node [default: $RLPIPE_BUS_AUTH]")
+                     help="how connections between nodes prove they know the key: plain (a derived credential "
+                          "sent in clear, no cost per message) or curve (CurveZMQ: encrypted, nothing sniffable; "
+                          "slower for large messages); the same on every node [default: $RLPIPE_BUS_AUTH, else curve "
+                          "for a node with a non-loopback address, plain when all its addresses are loopback/ipc]")
     run.add_argument("--log-level", default="INFO")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="details on the console: connections, per-node progress and summaries, counters at "

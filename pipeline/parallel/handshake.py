@@ -5,10 +5,23 @@ A node sends HELLO to the addresses it was given (the group's addresses, filtere
 to the address announced in the HELLO and answers ACK. In a ``mesh`` the ACK also lists the receiver's
 peers, so a late joiner that attached to one node connects to the whole group.
 
-A HELLO (the one message sent before the pair has sequence numbers) carries the sender's clock time: it is
-refused (``stats["stale_hello"]``) when stamped more than ``hello_max_skew`` s from the receiver's clock, or
-when it comes from another session than the connected one and is not newer than every HELLO/ACK accepted
-from that node id, so a captured HELLO of an earlier incarnation cannot reset a connection.
+A HELLO (the one message sent before the pair has sequence numbers) is made fresh by what its MAC covers:
+the sender's node id and incarnation (session) in the header, and its clock time in the body. It is refused
+(``stats["stale_hello"]``) when
+
+* it is stamped more than ``hello_max_skew`` s from the receiver's clock;
+* it comes from another session than the connected one and is not newer than every HELLO/ACK accepted
+  from that node id (a captured HELLO of an earlier incarnation cannot reset a connection);
+* it comes from an incarnation that left (BYE): a departed incarnation never rejoins, so a replayed HELLO
+  cannot make it show as joined; or from one declared dead, stamped before it was declared dead (a dead
+  peer is revived by its heartbeats, which carry sequence numbers, or by a HELLO it sent after that, e.g.
+  when it was paused during its handshake);
+* it is not newer than the newest HELLO accepted from that incarnation (a replay window of one timestamp
+  per incarnation: a node stamps each HELLO it sends with its clock, 0.2 s apart).
+
+The state is one timestamp per incarnation that sent a HELLO with a valid MAC (as bounded as the
+anti-replay windows of ``replay``); a peer that knows only the connection credential (``transport_auth``)
+cannot add to it.
 """
 from __future__ import annotations
 
@@ -111,6 +124,21 @@ class Handshake:
             self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}) is older than one already "
                        f"accepted from that node id ({newest - t:.3f} s): a replay of an earlier incarnation")
             return False
+        if known is not None and known.session == session and not known.alive:
+            if known.left or not known.dead_wall:
+                self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}), which left: an "
+                           "incarnation that said goodbye never rejoins (a replayed HELLO)")
+                return False
+            if t <= known.dead_wall:
+                self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}) stamped "
+                           f"{known.dead_wall - t:.3f} s before it was declared dead: a replay cannot revive it")
+                return False
+        last = self._hello_last.get((sender, session), -_INF)
+        if t <= last:
+            self._drop("stale_hello", f"HELLO from node {sender} (session {session:x}) is not newer than the last one "
+                       f"accepted from that incarnation ({last - t:.3f} s older or equal): a replay")
+            return False
+        self._hello_last[(sender, session)] = t
         if t > newest:
             self._hello_newest[sender] = t
         return True

@@ -53,9 +53,9 @@ class KeyCheck:
     _refused_seen = None  # (address, reason) pairs already logged
 
     def _refused(self, address: str, why: str, wrong_key: bool) -> None:
-        """A connection failed the transport handshake (``transport_auth``, on its guard thread): nothing it
-        sent was read. Counted; logged once per address and reason."""
-        self.stats["refused_connections"] += 1
+        """A connection failed the transport handshake (``transport_auth``, on its guard thread, which counts
+        it in ``stats["refused_connections"]``): nothing it sent was read. Logged once per address and
+        reason (at most 1000 of them)."""
         if wrong_key:
             if self._bad_key_from is None:
                 self._bad_key_from = {}
@@ -72,15 +72,23 @@ class KeyCheck:
             log.warning("node %d: refused a connection from %s before reading anything from it: %s [%d refused "
                         "so far]", self.node_id, address, why, self.stats["refused_connections"])
 
+    def _cut_connection(self, address: str, why: str) -> None:
+        """A connection that passed the handshake was shut down by the guard (``transport_auth``), which
+        counts it in ``stats["cut_connections"]``. Logged for the first 5, then every 100th."""
+        n = self.stats["cut_connections"]
+        if n <= 5 or n % 100 == 0:
+            log.warning("node %d: closed a connection from %s: %s [%d closed so far]", self.node_id, address, why,
+                        n)
+
     def _unanswered_probes(self) -> str:
         """The addresses we sent HELLOs to that accept connections but never answered (checked once)."""
         with self._state_lock:
             addresses = sorted({p.address for p in self._probes.values()})
         silent = [a for a in addresses if _accepts_connections(a)]
         for a in silent:
-            log.error("node %d: peer at %s signs with a different key (or is not an rlpipe node): it accepts "
-                      "connections but answered none of our HELLOs in %.0f s (%s)", self.node_id, a,
-                      self.startup_timeout, _ADVICE)
+            log.error("node %d: peer at %s signs with a different key (or is not an rlpipe node, or uses "
+                      "another --bus-auth than %s): it accepts connections but answered none of our HELLOs in "
+                      "%.0f s (%s)", self.node_id, a, self.bus_auth, self.startup_timeout, _ADVICE)
         return ", ".join(silent)
 
     def _check_keys(self, now: float) -> Optional[str]:

@@ -22,7 +22,7 @@ log = logging.getLogger("rlpipe.parallel")
 
 class _Peer:
     __slots__ = ("node_id", "session", "address", "labels", "roles", "sock", "lock", "next_seq", "last_seen",
-                 "alive", "warned", "data_prefix", "rx_count", "rx_mark", "dead_since")
+                 "alive", "warned", "data_prefix", "rx_count", "rx_mark", "dead_since", "dead_wall", "left")
 
     def __init__(self, node_id: int, session: int, address: str, labels: Iterable[str], roles: Iterable[str],
                  sock: Any, data_prefix: bytes = b"") -> None:
@@ -41,6 +41,8 @@ class _Peer:
         self.alive = True
         self.warned = False
         self.dead_since = 0.0  # when it was declared dead (its socket is closed some time later)
+        self.dead_wall = 0.0  # the same as wall-clock time (a HELLO stamped before it cannot revive it)
+        self.left = False  # it said goodbye (BYE): this incarnation never comes back
 
 
 class Liveness:
@@ -116,6 +118,7 @@ class Liveness:
 
     def _close_peer(self, p: _Peer) -> None:
         p.alive = False
+        self._assembling.pop((p.node_id, p.session), None)  # its unfinished chunked message, if any
         if p.lock.acquire(timeout=1.0):  # a sender polls p.alive every 50 ms and lets go
             try:
                 if p.sock is not None:
@@ -137,7 +140,9 @@ class Liveness:
             if event == PEER_DEAD:
                 p.alive = False
                 p.dead_since = time.monotonic()
+                p.dead_wall = time.time()
             else:
+                p.left = True
                 self._close_peer(p)
             self._peer_change.notify_all()
         self._notices.append((event, (p.node_id,)))

@@ -28,7 +28,7 @@ import zmq as _zmq
 from . import codec
 from .decoder import _decode_small_event
 from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT, _unpack_seq, FINISH,
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_LEFT)
+                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX)
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -64,6 +64,9 @@ class Reader:
         known_get = self._rx_known.get
         wake_msg = self._wake_msg
         monotonic = time.monotonic
+        delivered = self._delivered  # bytes read per connection (its ZAP user id), for ``transport_auth``
+        wire_size = self._wire_size
+        zmq_error = _zmq.ZMQError
         if self._rcvtimeo != -1:
             self._set_rcvtimeo(-1)
         while not self._halt:
@@ -83,21 +86,31 @@ class Reader:
             except again:
                 continue
             first = frame.bytes
+            if delivered is not None:
+                try:
+                    uid = frame.get("User-Id")
+                except zmq_error:  # the in-process wake-up has no connection
+                    uid = None
+                if uid is not None:
+                    delivered[uid] = delivered.get(uid, 0) + wire_size(len(first))
             if frame.more:
-                # ZeroMQ hands over a multipart message once all of it arrived, each frame within
-                # max_frame_size (MAXMSGSIZE); the sum is checked here, before any hashing or decoding.
+                # ZeroMQ hands over a multipart message once all of it arrived, each frame within WIRE_MAX
+                # (MAXMSGSIZE); no genuine one is larger in all (``wire``): the sum is checked here, before
+                # any hashing or decoding.
                 extra = []
                 total = len(first)
-                cap = self.max_message_size
+                cap = WIRE_MAX
                 while frame.more:
                     frame = recv(copy=False)
                     total += len(frame)
+                    if delivered is not None and uid is not None:
+                        delivered[uid] = delivered.get(uid, 0) + wire_size(len(frame))
                     if total <= cap:
                         extra.append(frame.buffer)
                 if total > cap:
                     extra.clear()
-                    self._drop("oversize", f"a message of {total} bytes (max_message_size {cap}): not checked "
-                               "or decoded (raise max_message_size on every node if it was genuine)")
+                    self._drop("oversize", f"a multipart message of {total} bytes (no genuine one has more than "
+                               f"{cap}): not checked or decoded")
                     continue
                 handle(first, extra)
             elif len(first) < _MIN_FRAME:
@@ -276,6 +289,12 @@ class Reader:
         start = _BODY_AT + _NONCE if extra else _BODY_AT  # the body, read in place
         if kind == K_DATA:
             self._on_data(first, extra, sender, session, start)
+            return
+        if kind == K_LARGE:
+            peer = self._peers.get(sender)
+            if peer is not None and peer.session == session:
+                peer.rx_count += 1
+            self._on_large_head(first, sender, session, seq, nbufs)
             return
         try:
             value = codec.decode(first[start:], extra)

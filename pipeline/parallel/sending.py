@@ -17,7 +17,7 @@ import zmq as _zmq
 
 from .encoder import encode_event as _encode_event
 from .liveness import _Peer
-from .wire import FINISH, K_DATA, _pack_seq
+from .wire import _BODY_AT, _MIN_FRAME, _NONCE, FINISH, K_DATA, WIRE_MAX, _Large, _pack_seq
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -52,11 +52,15 @@ class Sending:
             # what is sent to every peer is what the MAC covers; frames then go out without another copy.
             buffers = [b if type(b) is bytes else bytes(b) for b in buffers]
             self._check_size(event, len(meta), buffers)
-            digest = self._seal(buffers)
-        else:
-            if len(meta) > self.max_frame_size:
-                self._check_size(event, len(meta), buffers)
+            if _MIN_FRAME + _NONCE + len(meta) + sum(map(len, buffers)) <= WIRE_MAX:
+                digest = self._seal(buffers)
+            else:  # chunked (``wire``): no ZeroMQ message of the bus is larger than WIRE_MAX
+                digest = self._seal_large(meta, buffers)
+        elif _BODY_AT + len(meta) <= WIRE_MAX:
             digest = b""
+        else:
+            self._check_size(event, len(meta), buffers)
+            digest = self._seal_large(meta, buffers)
         if to is None:
             targets = [p for p in list(self._peers.values()) if p.alive]  # list(): atomic snapshot
             if not targets:  # a broadcast that reaches nobody is not sent either: say so
@@ -78,7 +82,7 @@ class Sending:
                 return
             targets = (p,)
         for p in targets:
-            if not buffers and p.lock.acquire(False):
+            if not digest and p.lock.acquire(False):
                 # The common case: one frame, nobody else is sending to this peer and its queue has room.
                 try:
                     sock = p.sock
@@ -127,6 +131,24 @@ class Sending:
         try:
             if not (p.alive or to_dead) or p.sock is None:
                 ok = False
+            elif type(digest) is _Large:
+                # Head and chunks back to back under the peer's lock (nothing of this sender comes between);
+                # the sequence number is used up even if the rest cannot go out (the receiver drops what it
+                # got of the message and counts it ``unfinished``). Each chunk waits at most ``wait`` s.
+                messages = self._large_messages(digest, p.node_id, p.session, p.next_seq)
+                p.next_seq += 1
+                ok = True
+                try:
+                    for m in messages:
+                        ok = self._send(p.sock, m, deadline, None if to_dead else p)
+                        if not ok:
+                            break
+                        deadline = time.monotonic() + wait
+                except BackpressureTimeout:
+                    if patient:
+                        self.stats["undeliverable"] += 1
+                        raise
+                    ok = False
             else:
                 frames = self._frames(kind, p.node_id, p.session, p.next_seq, meta, buffers, digest)
                 try:

@@ -14,6 +14,20 @@ same RFC 2104 value as ``hmac``, a little cheaper than copying a keyed HMAC obje
 the check or is malformed is dropped and counted (``stats``) before anything in it is decoded. Each message
 names the receiver's id and incarnation and carries a per-pair sequence number, so duplicates and replays
 are dropped too (a HELLO, sent before the pair has sequence numbers, is checked by ``handshake`` instead).
+
+Size of what ZeroMQ holds (issue 28). ZeroMQ reads a frame whole before anyone can check it, and a multipart
+message whole before handing over its first frame; a connection may even declare a frame before its
+handshake is over. So every ZeroMQ message of the bus is small: at most ``WIRE_MAX`` bytes, all its frames
+together (1 MiB of payload plus room for the header), and a node's socket refuses any longer frame at its
+header (``ZMQ_MAXMSGSIZE``, which closes the connection). A message that would be larger (a big tensor,
+weights) is *chunked*: a head (kind ``K_LARGE``: header, a 16-byte nonce and the sizes of its parts, the
+codec's ``meta`` and each buffer; HMAC-SHA256 like any message, with a sequence number) followed by chunks
+of at most ``CHUNK`` bytes of one part each (kind ``K_CHUNK``, two frames: MAC + header, then the data
+without a copy). A chunk's MAC is the HMAC of its header (sender, receiver, the head's sequence number and the
+chunk's index) and of the AES-GMAC tag of its data under the one-time key derived from the head's nonce,
+GCM nonce = the chunk's index. The receiver keeps at most one unfinished chunked message per sender
+incarnation, sized by its authenticated head (``max_frame_size`` per part, ``max_message_size`` in all), and
+copies a chunk into it only after that chunk's MAC check; a part that fits in one chunk is used in place.
 """
 from __future__ import annotations
 
@@ -52,12 +66,17 @@ _unpack_header = _HEADER.unpack_from
 _unpack_seq = _SEQ.unpack_from
 _pack_seq = _SEQ.pack
 _MAGIC = b"RP"
-_VERSION = 2
+_VERSION = 3  # 3: chunked large messages (K_LARGE, K_CHUNK); no ZeroMQ message above WIRE_MAX
 _MAC_LEN = 32
-K_DATA, K_HELLO, K_ACK, K_HEARTBEAT, K_BYE = 1, 2, 3, 4, 5
-_KIND_NAMES = {K_DATA: "data", K_HELLO: "hello", K_ACK: "ack", K_HEARTBEAT: "heartbeat", K_BYE: "bye"}
+K_DATA, K_HELLO, K_ACK, K_HEARTBEAT, K_BYE, K_LARGE, K_CHUNK = 1, 2, 3, 4, 5, 6, 7
+_KIND_NAMES = {K_DATA: "data", K_HELLO: "hello", K_ACK: "ack", K_HEARTBEAT: "heartbeat", K_BYE: "bye",
+               K_LARGE: "large message", K_CHUNK: "chunk"}
+_KIND_AT = 32 + 3  # offset of the kind byte (after the MAC, the magic and the version)
 _LEN = struct.Struct("<Q")
 _NONCE = 16  # bytes of the per-message nonce after the header of a message with extra frames
+CHUNK = 1 << 20  # payload bytes per chunk of a chunked message
+WIRE_MAX = CHUNK + (64 << 10)  # the most one ZeroMQ message of the bus holds, all frames (ZMQ_MAXMSGSIZE)
+MAX_PARTS = 1 << 16  # buffers of one chunked message, at most (its head lists their sizes)
 _compare_digest = hmac.compare_digest
 _INF = float("inf")
 
@@ -140,6 +159,31 @@ class Framing:
         body = head + meta
         return [self._mac(body) + body]
 
+    def _seal_large(self, meta: bytes, buffers: Sequence[Any]) -> "_Large":
+        """Prepare a chunked message (see the module docstring): its nonce, the parts' sizes and each chunk's
+        data and GMAC tag, computed once for every receiver (the MACs, which name the receiver, per send)."""
+        nonce = _urandom(_NONCE)
+        gmac = _AESGCM(self._otk_mac(nonce)).encrypt
+        parts = [meta, *buffers]
+        chunks = []
+        for part in parts:
+            mv = memoryview(part).cast("B")  # slices of it are views, not copies
+            for off in range(0, len(mv), CHUNK):
+                data = mv[off:off + CHUNK] if len(mv) > CHUNK else mv
+                chunks.append((data, gmac(_gcm_nonce(len(chunks)), b"", data)))
+        return _Large(nonce + b"".join([_LEN.pack(len(p)) for p in parts]), len(buffers), chunks)
+
+    def _large_messages(self, large: "_Large", peer_id: int, peer_session: int, seq: int) -> List[List[Any]]:
+        """The ZeroMQ messages of a chunked message for one receiver: the head, then one per chunk."""
+        head = _HEADER.pack(_MAGIC, _VERSION, K_LARGE, self.node_id, self.session, peer_id, peer_session, seq,
+                            large.nbufs) + large.body
+        out = [[self._mac(head) + head]]
+        pack, mac2 = _HEADER.pack, self._mac2
+        for i, (data, tag) in enumerate(large.chunks):
+            h = pack(_MAGIC, _VERSION, K_CHUNK, self.node_id, self.session, peer_id, peer_session, seq, i)
+            out.append([mac2(h, tag) + h, data])
+        return out
+
     def _seal(self, buffers: Sequence[Any]) -> bytes:
         """``nonce + tag`` for a message carrying ``buffers`` as extra frames (see ``_payload_tag``)."""
         nonce = _urandom(_NONCE)
@@ -147,9 +191,13 @@ class Framing:
 
     def _open(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
         """Check one message (MAC, header, receiver, sequence number) and return its header fields; None when
-        it was dropped (and counted). Nothing in the message is parsed before the MAC check passes."""
+        it was dropped (and counted). Nothing in the message is parsed before the MAC check passes (a chunk is
+        recognised by its kind byte, then checked against the head it claims to belong to: ``_on_chunk``)."""
         if len(first) < _MIN_FRAME:
             self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
+            return None
+        if first[_KIND_AT] == K_CHUNK and len(extra) == 1:
+            self._on_chunk(first, extra[0])
             return None
         signed = memoryview(first)[_MAC_LEN:]  # no copy of the message
         if extra:  # the nonce after the header is only an input to the tag: nothing is parsed yet
@@ -165,7 +213,8 @@ class Framing:
     def _check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
         """``_open`` after the MAC check passed: the header fields, or None when the message was dropped."""
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)
-        if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or nbufs != len(extra):
+        if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or kind == K_CHUNK \
+                or (nbufs != len(extra) if kind != K_LARGE else (extra or nbufs >= MAX_PARTS)):
             self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
             return None
         if kind != K_HELLO:
@@ -195,8 +244,107 @@ class Framing:
                                 self.node_id, lost, sender)
         return magic, version, kind, sender, session, dest, dest_session, seq, nbufs
 
+    def _on_large_head(self, first: bytes, sender: int, session: int, seq: int, nbufs: int) -> None:
+        """An authenticated head of a chunked message: start collecting its chunks (dropping an unfinished
+        earlier one of the same sender incarnation: its chunks stopped coming)."""
+        body = first[_BODY_AT:]
+        if len(body) != _NONCE + 8 * (nbufs + 1):
+            self._drop("malformed", f"head of a chunked message from node {sender} has {len(body)} bytes")
+            return
+        key = (sender, session)
+        if self._assembling.pop(key, None) is not None:
+            self._drop("unfinished", f"a chunked message from node {sender} stopped before its end")
+        sizes = struct.unpack_from(f"<{nbufs + 1}Q", body, _NONCE)
+        total = sum(sizes)
+        if max(sizes[1:], default=0) > self.max_frame_size or total > self.max_message_size:
+            self._drop("oversize", f"a message of {total} bytes from node {sender}, the largest part "
+                       f"{max(sizes)} bytes (max_frame_size {self.max_frame_size}, max_message_size "
+                       f"{self.max_message_size}): its chunks are not kept (raise both on every node if genuine)")
+            return
+        self._assembling[key] = _Assembly(seq, _AESGCM(self._otk_mac(body[:_NONCE])).encrypt, sizes)
+
+    def _on_chunk(self, first: bytes, data: Any) -> None:
+        """One chunk: found by its (unauthenticated) header among the unfinished messages, then MAC-checked
+        with that message's one-time key before a byte of it is kept."""
+        if len(first) != _MIN_FRAME:
+            self._drop("malformed", f"chunk header of {len(first)} bytes")
+            return
+        magic, version, kind, sender, session, dest, dest_session, seq, index = _unpack_header(first, _MAC_LEN)
+        asm = self._assembling.get((sender, session))
+        if asm is None or asm.seq != seq or magic != _MAGIC or version != _VERSION:
+            self._drop("malformed", f"a chunk (#{index} of message #{seq} from node {sender}) of no message "
+                       "in progress (forged, replayed, or its head was dropped)")
+            return
+        if index != asm.next_index:
+            self._drop("duplicates" if index < asm.next_index else "malformed",
+                       f"chunk #{index} of message #{seq} from node {sender} out of order (expected "
+                       f"#{asm.next_index})")
+            return
+        if not _compare_digest(self._mac2(memoryview(first)[_MAC_LEN:], asm.gmac(_gcm_nonce(index), b"", data)),
+                               first[:_MAC_LEN]):
+            self._drop("auth_failed", f"chunk #{index} of message #{seq} from node {sender}: MAC check failed")
+            return
+        if dest != self.node_id or dest_session != self.session:  # authenticated, so a bug of the sender
+            self._drop("misrouted", f"chunk from node {sender} for node {dest}")
+            return
+        peer = self._peers.get(sender)
+        if peer is not None and peer.session == session:
+            peer.rx_count += 1  # a long transfer keeps the sender alive
+        done = asm.add(data)
+        if done is None:
+            del self._assembling[(sender, session)]
+            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender} overruns its part")
+        elif done:
+            del self._assembling[(sender, session)]
+            meta = asm.parts[0]
+            self._on_data(meta if isinstance(meta, bytes) else bytes(meta), asm.parts[1:], sender, session, 0)
+
     def _drop(self, counter: str, why: str) -> None:
         self.stats[counter] += 1
         n = self.stats[counter]
         if n <= 5 or n % 1000 == 0:
             log.warning("node %d: dropped a message (%s): %s [%d so far]", self.node_id, counter, why, n)
+
+
+class _Large:
+    """A chunked message prepared by ``Framing._seal_large``: the head's body after the header, the number of
+    buffers and ``(data, gmac tag)`` per chunk."""
+    __slots__ = ("body", "nbufs", "chunks")
+
+    def __init__(self, body: bytes, nbufs: int, chunks: List[Tuple[Any, bytes]]) -> None:
+        self.body, self.nbufs, self.chunks = body, nbufs, chunks
+
+
+class _Assembly:
+    """An unfinished chunked message: the parts' sizes from its head, what arrived so far."""
+    __slots__ = ("seq", "gmac", "sizes", "parts", "part", "offset", "next_index")
+
+    def __init__(self, seq: int, gmac: Callable[..., bytes], sizes: Sequence[int]) -> None:
+        self.seq, self.gmac, self.sizes = seq, gmac, sizes
+        self.parts: List[Any] = [b"" if n == 0 else None for n in sizes]
+        self.part, self.offset, self.next_index = 0, 0, 0
+        self._skip_empty()
+
+    def _skip_empty(self) -> None:
+        while self.part < len(self.sizes) and self.sizes[self.part] == 0:
+            self.part += 1
+
+    def add(self, data: Any) -> Optional[bool]:
+        """Append an authenticated chunk: True when the message is complete, None if it does not fit."""
+        n = len(data)
+        if self.part >= len(self.sizes) or n == 0 or self.offset + n > self.sizes[self.part]:
+            return None
+        size = self.sizes[self.part]
+        if n == size:
+            self.parts[self.part] = data  # the whole part in one chunk: its frame's memory, no copy
+        else:
+            if self.parts[self.part] is None:
+                self.parts[self.part] = bytearray(size)
+            self.parts[self.part][self.offset:self.offset + n] = data
+        self.offset += n
+        self.next_index += 1
+        if self.offset == size:
+            self.part += 1
+            self.offset = 0
+            self._skip_empty()
+        return self.part >= len(self.sizes)

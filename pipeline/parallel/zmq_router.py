@@ -48,7 +48,7 @@ from . import transport_auth
 from .transport_auth import TransportGuard, resolve_bus_auth
 # Re-exported: these names were importable from this module before it was split.
 from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, Framing,
+                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing,
                    is_local_address, keyed_hmac, require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
@@ -106,8 +106,10 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             read by the task runtime when ``task.start`` gets no roles.
         key: shared secret for the HMAC (bytes or str). Default: ``RLPIPE_KEY`` / ``RLPIPE_KEY_FILE``.
         bus_auth: how a connection proves it knows the key before any message is read (``transport_auth``):
-            ``"plain"`` (default; a derived credential, free per message) or ``"curve"`` (CurveZMQ: encrypted,
-            nothing sniffable, slower for large messages). Default: ``RLPIPE_BUS_AUTH``; the same on every node.
+            ``"plain"`` (a derived credential, free per message, sent in clear) or ``"curve"`` (CurveZMQ:
+            encrypted, nothing sniffable, slower for large messages). Default: ``RLPIPE_BUS_AUTH``, else
+            ``"curve"`` for a node with an address that is not loopback or ipc (its traffic may cross a
+            network) and ``"plain"`` for one whose addresses all are; the same on every node.
         advertise: address announced to peers, if different from the bound one (e.g. behind 0.0.0.0 or NAT):
             a host (``10.0.0.2``: announced with the bound port) or ``tcp://HOST:PORT``.
         heartbeat_interval, heartbeat_timeout: seconds between heartbeats; silence that makes a peer dead.
@@ -119,12 +121,18 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         stop_on_peer_failure: also finish the run (every node's) when a peer is declared dead.
         peerless_timeout: a node whose every peer is gone (dead or left) for this long finishes its run; also
             a node that expects peers and has none this long after ``startup_timeout`` (``ending``).
-        max_frame_size, max_message_size: caps (bytes) on one frame and on a whole message (all its frames),
-            which bound what a sender, authenticated or not, makes this node hold. ZeroMQ drops the connection
-            of a sender of a larger frame before buffering it; a message whose frames add up to more is dropped
-            and counted (``stats["oversize"]``) before it is authenticated or decoded. ``emit`` refuses to send
-            more (``ValueError``). Defaults: 256 MiB per frame (one tensor), 512 MiB per message; set the same
-            values on every node.
+        max_frame_size, max_message_size: caps (bytes) on one payload (a tensor, an array, bytes) and on a
+            whole event, which bound what a keyed sender makes this node keep of a chunked message (``wire``):
+            the chunks of a larger one are not kept (its head is dropped and counted, ``stats["oversize"]``).
+            ``emit`` refuses to send more (``ValueError``). Defaults: 256 MiB per payload, 512 MiB per event;
+            set the same values on every node. Whatever these are, no ZeroMQ frame or message over
+            ``wire.WIRE_MAX`` (1 MiB + 64 KiB) is read: ZeroMQ closes the connection at such a frame's header.
+        max_peer_bytes: the most one connection can make ZeroMQ hold (read from the connection, not yet handed
+            over: queued messages and an unfinished one), 64 MiB by default; a connection past it is shut down
+            and counted (``stats["cut_connections"]``; ``transport_auth``). Each receive queue holds at most
+            ``max_peer_bytes // WIRE_MAX - 3`` messages (and at most ``hwm``), so genuine peers stay below it.
+        handshake_timeout: seconds a connection has to pass the handshake (``ZMQ_HANDSHAKE_IVL``); before that
+            it can make this node hold at most one frame of ``WIRE_MAX`` bytes.
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
             (machines in a group need clocks synchronised to within this, e.g. by NTP).
         slow_listener_warning: log a warning once a listener of a remote event has run this long (s): while it
@@ -144,7 +152,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                  stop_on_peer_failure: bool = False, max_frame_size: int = 256 << 20,
                  max_message_size: int = 512 << 20,
                  hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
-                 peerless_timeout: float = 15.0, bus_auth: Optional[str] = None) -> None:
+                 peerless_timeout: float = 15.0, bus_auth: Optional[str] = None,
+                 handshake_timeout: float = 5.0, max_peer_bytes: int = 64 << 20) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -171,6 +180,13 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         if not 0 < self.max_frame_size <= self.max_message_size:
             raise ValueError(f"max_frame_size ({max_frame_size}) must be positive and at most max_message_size "
                              f"({max_message_size})")
+        if not handshake_timeout > 0:
+            raise ValueError(f"handshake_timeout must be a number of seconds > 0, got {handshake_timeout!r}")
+        self.handshake_timeout = float(handshake_timeout)
+        if not max_peer_bytes >= 8 * WIRE_MAX:
+            raise ValueError(f"max_peer_bytes must be at least {8 * WIRE_MAX} (8 messages of WIRE_MAX bytes), "
+                             f"got {max_peer_bytes!r}")
+        self.max_peer_bytes = int(max_peer_bytes)
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
         if not peerless_timeout >= 0:
@@ -178,9 +194,12 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.peerless_timeout = float(peerless_timeout)
         self._started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
-        self._key = resolve_key(key, multi_machine=not all(is_local_address(a) for a in all_addresses))
-        self.bus_auth = resolve_bus_auth(bus_auth)
+        multi_machine = not all(is_local_address(a) for a in all_addresses)
+        self._key = resolve_key(key, multi_machine=multi_machine)
+        self.bus_auth = resolve_bus_auth(bus_auth, multi_machine=multi_machine)
         self._guard: Optional[TransportGuard] = None
+        self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
+        self._wire_size: Callable[[int], int] = len
         # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
         self._mac, self._mac2 = keyed_hmac(self._key)
         # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
@@ -194,14 +213,16 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
              "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost",
-             "refused_connections"), 0)
+             "refused_connections", "cut_connections", "unfinished"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
         self._keycheck_lock = threading.Lock()  # one check of the keys at a time (``keycheck``)
         self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
         self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
+        self._assembling: Dict[tuple, Any] = {}  # (sender, session) -> its unfinished chunked message (``wire``)
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
+        self._hello_last: Dict[tuple, float] = {}  # per (node id, session): the newest HELLO time accepted
         self._notices: deque = deque()
         self._stopping = threading.Event()
         self._halt = False  # True once stop() set _stopping (a plain attribute: cheap to test per message)
@@ -260,14 +281,21 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._started_at = time.monotonic()
         self._on_message = on_message
         self._ctx = zmq.Context()
-        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused)
+        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused, stats=self.stats,
+                                     max_peer_bytes=self.max_peer_bytes, handshake_timeout=self.handshake_timeout,
+                                     on_cut=self._cut_connection)
+        self._delivered = self._guard.delivered
+        self._wire_size = self._guard.wire_size()
         pull = self._ctx.socket(zmq.PULL)
         self._guard.server(pull)
         if "[" in self.bind_address:
             pull.setsockopt(zmq.IPV6, 1)
-        pull.setsockopt(zmq.RCVHWM, self.hwm)
+        # Per connection at most this many messages (each at most WIRE_MAX) wait to be read, so that a genuine
+        # peer stays below max_peer_bytes of what ZeroMQ holds for it (``transport_auth``).
+        pull.setsockopt(zmq.RCVHWM, min(self.hwm, self.max_peer_bytes // (WIRE_MAX + 64) - 3))
         pull.setsockopt(zmq.LINGER, 0)
-        pull.setsockopt(zmq.MAXMSGSIZE, self.max_frame_size)
+        pull.setsockopt(zmq.MAXMSGSIZE, WIRE_MAX)  # a longer frame closes its connection at its header
+        pull.setsockopt(zmq.HANDSHAKE_IVL, int(self.handshake_timeout * 1000))
         try:
             if self.bind_address.startswith("ipc://"):
                 os.makedirs(os.path.dirname(self.bind_address[len("ipc://"):]) or ".", exist_ok=True)
@@ -280,6 +308,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                           "program using this port? choose other --ports)") from None
         self._pull = pull
         bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._guard.listening(bound)
         pull.bind("inproc://rlpipe-wake")  # this router's own context: the address is private to it
         self._waker = self._ctx.socket(zmq.PUSH)
         self._waker.setsockopt(zmq.SNDHWM, 2)

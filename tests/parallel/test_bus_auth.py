@@ -11,7 +11,7 @@ import zmq
 from pipeline.parallel import codec
 from pipeline.parallel.transport_auth import client as keyed_client
 from pipeline.parallel.keys import MissingKeyError
-from pipeline.parallel.zmq_router import _HEADER, _VERSION, K_DATA, K_HELLO, ZmqRouter
+from pipeline.parallel.zmq_router import _HEADER, _VERSION, K_DATA, K_HEARTBEAT, K_HELLO, ZmqRouter
 from parallel_helpers import wait_until
 
 KEY = b"k" * 32
@@ -215,6 +215,69 @@ def test_replayed_hello_of_an_earlier_incarnation_is_refused(who_connects):
         for r in (b2, a):
             if r is not None:
                 r.stop()
+
+
+def test_a_replayed_hello_of_a_connected_or_departed_incarnation_is_refused():
+    """Issue 28, item 2: someone with the connection credential replays HELLOs node 1 really sent (they carry
+    no sequence number). One replayed while node 1 is connected is refused (not newer than the last one
+    accepted from that incarnation); one replayed after node 1 left does not make it show as joined again."""
+    events = []
+    a = _router(0)
+    a.start(lambda e, ar, kw: events.append((e, ar)))
+    b = _router(1, attach_to=[a.address])
+    sent = []
+    real = b._hello_frames
+    b._hello_frames = lambda token: sent.append(real(token)) or sent[-1]  # what an eavesdropper records
+    try:
+        b.start(lambda *m: None)
+        assert wait_until(lambda: a.peers == [1])
+        assert sent, "node 1 sent no HELLO"
+        stale = a.stats["stale_hello"]
+        _send_raw(a.address, sent[-1])  # node 0 accepted this very HELLO
+        assert wait_until(lambda: a.stats["stale_hello"] == stale + 1), a.stats
+        b.stop()
+        assert wait_until(lambda: a.peers == [] and ("__peer_left__", (1,)) in events)
+        left_at = len(events)
+        for frames in (sent[0], sent[-1]):
+            _send_raw(a.address, frames)
+        assert wait_until(lambda: a.stats["stale_hello"] == stale + 3), a.stats
+        time.sleep(0.5)
+        assert a.peers == [] and not a.peer_info(1)["alive"]
+        assert ("__peer_joined__", (1,)) not in events[left_at:], events[left_at:]
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_replayed_hello_does_not_revive_a_dead_incarnation():
+    """Issue 28, item 2: node 1 goes silent (its heartbeats to node 0 are held back: a partition) and is
+    declared dead; a HELLO it really sent before, replayed, does not make it show as joined again."""
+    events = []
+    a = _router(0)
+    a.start(lambda e, ar, kw: events.append((e, ar)))
+    b = _router(1, attach_to=[a.address])
+    sent = []
+    real_hello, real_send = b._hello_frames, b._send_to
+    b._hello_frames = lambda token: sent.append(real_hello(token)) or sent[-1]
+    silent = threading.Event()
+    b._send_to = lambda p, kind, *args, **kw: (False if silent.is_set() and kind == K_HEARTBEAT
+                                               else real_send(p, kind, *args, **kw))
+    try:
+        b.start(lambda *m: None)
+        assert wait_until(lambda: a.peers == [1]) and sent
+        silent.set()
+        assert wait_until(lambda: ("__peer_dead__", (1,)) in events, 10), events
+        dead_at = len(events)
+        stale = a.stats["stale_hello"]
+        _send_raw(a.address, sent[-1])
+        assert wait_until(lambda: a.stats["stale_hello"] == stale + 1), a.stats
+        time.sleep(0.5)
+        assert a.peers == [] and ("__peer_joined__", (1,)) not in events[dead_at:], events[dead_at:]
+        silent.clear()  # its heartbeats (sequence-numbered) revive it, as before
+        assert wait_until(lambda: a.peers == [1], 10)
+    finally:
+        b.stop()
+        a.stop()
 
 
 def test_hello_outside_the_clock_window_or_without_time_is_refused():

@@ -69,3 +69,15 @@ def test_a_peer_without_the_key_gets_no_unfinished_message_buffered(bus_auth, ca
 def test_an_unknown_bus_auth_is_a_clear_error():
     with pytest.raises(ValueError, match="plain, curve"):
         ZmqRouter(0, key=KEY, bus_auth="none")
+
+
+def test_curve_is_the_default_for_a_node_whose_traffic_may_cross_a_network(monkeypatch):
+    """Issue 28: ``plain`` sends its password and every message in clear, so it stays the default only where
+    nothing leaves the machine (loopback, ipc); a node with any other address uses ``curve`` unless told."""
+    monkeypatch.delenv("RLPIPE_BUS_AUTH", raising=False)
+    assert ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY).bus_auth == "plain"
+    assert ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, attach_to=["tcp://10.1.2.3:50515"]).bus_auth == "curve"
+    assert ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, attach_to=["tcp://10.1.2.3:50515"],
+                     bus_auth="plain").bus_auth == "plain"
+    monkeypatch.setenv("RLPIPE_BUS_AUTH", "plain")
+    assert ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, attach_to=["tcp://10.1.2.3:50515"]).bus_auth == "plain"
