@@ -28,8 +28,8 @@ transitions (each frame once: ``FrameStorage``). A step where the eps draw says 
 network; with the target copied after every update, the double-DQN target needs one forward pass
 of the next observations, not two.
 
-Ctrl-C saves a checkpoint (weights, optimizer, replay buffer, counters, random generators,
-learning curve) next to the result; the same command resumes from it (the interrupted game is not
+Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
+optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
 continued: a fresh game starts). ``--fresh`` ignores a checkpoint.
 """
 from __future__ import annotations
@@ -329,9 +329,25 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f'signal {signum}')
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
-    result = run(args)
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        # a job started with `&` inherits SIGINT ignored, and `kill` sends SIGTERM: both save a checkpoint
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            saved[sig] = signal.signal(sig, _interrupt)
+    try:
+        result = run(args)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
     return 130 if result.get('interrupted') else 0
 
 

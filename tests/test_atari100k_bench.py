@@ -185,3 +185,27 @@ def test_report_puts_mujoco_frameworks_side_by_side_with_curves_and_skips_smoke_
     assert '| ppo | Hopper-v5 | 1,100 +- 141.4 (2) | 900.0 +- 0.0 (1) | 11 min | 20 min | 0.55x |' in text
     assert (tmp_path / 'img' / 'mujoco_ppo_Hopper-v5.png').read_bytes()[:4] == b'\x89PNG'
     assert '](img/mujoco_ppo_Hopper-v5.png)' in text and '5,000' not in text
+
+
+@needs_atari
+@pytest.mark.timeout(240)
+def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):
+    """A run started in the background (SIGINT ignored, as a shell's `&` leaves it) still saves on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, os.path.join(ROOT, 'benchmarks', 'atari100k.py'), '--game', 'Pong', '--seed', '2', '--smoke',
+           '--steps', '50000', '--out', str(tmp_path), '--no-progress']
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        time.sleep(40)  # imports, env start-up: then it trains (50k steps take far longer)
+        p.send_signal(signal.SIGTERM)
+        out = p.communicate(timeout=90)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out[-2000:]
+    assert 'interrupted at agent step' in out and (tmp_path / 'Pong_seed2.ckpt').exists(), out[-2000:]
