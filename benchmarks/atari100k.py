@@ -38,7 +38,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -46,6 +45,8 @@ from typing import Any, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from benchmarks import run_facts  # noqa: E402  (after ROOT is on sys.path)
 
 GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
 RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'results', 'atari100k')
@@ -117,31 +118,6 @@ def make_envs(game: str, seed: int, smoke: bool) -> Any:
     train = EnvManager([AtariEnvFn(env_id, training=True)], seed=seed)
     evaluate = EnvManager([AtariEnvFn(env_id, training=False, **extra)], seed=seed + 10_000)
     return train, evaluate
-
-
-def _versions() -> Dict[str, str]:
-    out = {'python': platform.python_version()}
-    for name in ('torch', 'numpy', 'gymnasium', 'ale_py', 'cv2'):
-        try:
-            out[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001  (a missing or odd package: say so, do not fail the run)
-            out[name] = 'missing'
-    try:
-        import subprocess
-        out['rlpipe_commit'] = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True,
-                                              text=True, timeout=10).stdout.strip()
-    except Exception:  # noqa: BLE001
-        out['rlpipe_commit'] = 'unknown'
-    return out
-
-
-def _load_average() -> Optional[List[float]]:
-    return list(os.getloadavg()) if hasattr(os, 'getloadavg') else None
-
-
-def _machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
-    return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
-            'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': _load_average()}
 
 
 def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
@@ -219,7 +195,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from pipeline.policy.conv import AtariQNetwork
     from pipeline.policy.dqn import DQNCollectMode
 
-    load_at_start = _load_average()
+    versions, load_at_start = run_facts.versions(('torch', 'numpy', 'gymnasium', 'ale_py', 'cv2')), run_facts.load_average()
     torch.set_num_threads(args.threads)
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
@@ -315,7 +291,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},
         'wall_s': wall, 'cpu_s': cpu, 'train_steps_per_s': ctx.env_step / wall if wall > 0 else None,
         'update_phase': _phase(recorder.marked, int(ctx.env_step), t_end, c_end),
-        'versions': _versions(), 'machine': _machine(load_at_start),
+        'versions': versions, 'machine': run_facts.machine(load_at_start),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
     }
     with open(stem + '.json', 'w') as f:

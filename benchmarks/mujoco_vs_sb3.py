@@ -33,7 +33,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _p in (ROOT, os.path.join(ROOT, 'examples')):
     if _p not in sys.path:
         sys.path.insert(0, _p)
+
+from benchmarks import run_facts  # noqa: E402  (after ROOT is on sys.path)
 
 RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'results', 'mujoco')
 FRAMEWORKS = ('rlpipe', 'sb3')
@@ -241,25 +242,6 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
 
 
 # ----------------------------------------------------------------------------------------------- runner
-def _versions() -> Dict[str, str]:
-    out = {'python': platform.python_version()}
-    for name in ('torch', 'numpy', 'gymnasium', 'mujoco', 'stable_baselines3'):
-        try:
-            out[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001  (a missing or odd package: say so, do not fail the run)
-            out[name] = 'missing'
-    try:
-        out['rlpipe_commit'] = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True,
-                                              text=True, timeout=10).stdout.strip() or 'unknown'
-    except Exception:  # noqa: BLE001
-        out['rlpipe_commit'] = 'unknown'
-    return out
-
-
-def _load() -> Optional[List[float]]:
-    return list(os.getloadavg()) if hasattr(os, 'getloadavg') else None
-
-
 def result_path(out: str, algo: str, env_id: str, framework: str, seed: int) -> str:
     return os.path.join(out, f'{algo}_{env_id}_{framework}_seed{seed}.json')
 
@@ -270,7 +252,9 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    versions, load_at_start = _versions(), _load()  # read before training: the commit of the code that runs
+    # read before training: the commit of the code that runs
+    versions = run_facts.versions(('torch', 'numpy', 'gymnasium', 'mujoco', 'stable_baselines3'))
+    load_at_start = run_facts.load_average()
     s = settings(args.algo, args.smoke)
     episodes = 2 if args.smoke else args.eval_episodes
     with tempfile.TemporaryDirectory(prefix='rlpipe-mujoco-') as workdir:
@@ -288,8 +272,7 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
                   'points': r['curve']},
         'rlpipe_config': r.get('config'),  # the run's compiled config (rlpipe runs)
         'versions': versions,
-        'machine': {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
-                    'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': _load()},
+        'machine': run_facts.machine(load_at_start),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
     }
     os.makedirs(args.out, exist_ok=True)

@@ -1,0 +1,36 @@
+"""What a benchmark result records about where it ran: package versions, the rlpipe commit, the machine and its load."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from typing import Any, Dict, List, Optional, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def versions(packages: Sequence[str]) -> Dict[str, str]:
+    """Python's and each package's version ('missing' when it does not import) and the checkout's commit."""
+    out = {'python': platform.python_version()}
+    for name in packages:
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001  (a missing or odd package: say so, do not fail the run)
+            out[name] = 'missing'
+    try:
+        out['rlpipe_commit'] = subprocess.run(['git', '-C', ROOT, 'rev-parse', 'HEAD'], capture_output=True,
+                                              text=True, timeout=10).stdout.strip() or 'unknown'
+    except Exception:  # noqa: BLE001
+        out['rlpipe_commit'] = 'unknown'
+    return out
+
+
+def load_average() -> Optional[List[float]]:
+    """The 1, 5 and 15 minute load averages (None where the system has none)."""
+    return list(os.getloadavg()) if hasattr(os, 'getloadavg') else None
+
+
+def machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
+    """Processor, CPU count, system, and the load average at the start of the run and now."""
+    return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
+            'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': load_average()}
