@@ -136,6 +136,7 @@ def test_report_without_results_says_so(tmp_path):
 
 
 def test_the_committed_page_is_what_report_renders_from_the_committed_results(tmp_path):
+    pytest.importorskip('matplotlib', reason="report.py draws the results' plots with matplotlib: pip install -e '.[bench]'")
     report = _load('report')
     page = tmp_path / 'benchmarks.md'
     committed = open(os.path.join(ROOT, 'docs', 'benchmarks.md')).read()
