@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from pipeline.parallel.restarts import restarts_expected  # noqa: F401  (the exchangers' import)
 from pipeline.roles import Role
 
 log = logging.getLogger('middleware.distributor')
@@ -31,16 +31,6 @@ def host_state(model: Any) -> Dict[str, Any]:
     """``model.state_dict()`` as host tensors to send (detached; copied off a GPU, as they are on the CPU): the
     receiver loads them onto its own model's device."""
     return {k: v.detach() if v.device.type == 'cpu' else v.detach().cpu() for k, v in model.state_dict().items()}
-
-
-def restarts_expected() -> bool:
-    """True when the launcher restarts a node that dies (``RLPIPE_MAX_RESTARTS`` > 0, set for every node by
-    ``rlpipe run --backend ray --max-restarts N``): a lost learner is then waited for, not given up on (the
-    launcher ends the job when it cannot restart it any more)."""
-    try:
-        return int(os.environ.get('RLPIPE_MAX_RESTARTS', '0') or 0) > 0
-    except ValueError:
-        return False
 
 
 def inactive_void(name: str) -> Any:

@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--startup-timeout", type=float, default=30.0,
                      help="longest wait in task.start() for the expected peers")
     run.add_argument("--peerless-timeout", type=float, default=15.0,
-                     help="a node whose every peer is gone (dead or left) this long finishes its run")
+                     help="a node whose every peer is gone (dead or left) this long finishes its run "
+                          "(at least 120 s with --auto-recover: a restarted node gets time to rejoin)")
     run.add_argument("--stop-grace", type=float, default=10.0,
                      help="seconds nodes get to stop after SIGTERM before SIGKILL")
     run.add_argument("--key-file", default=None,

@@ -8,7 +8,10 @@
 * A node whose every peer is gone (dead or left) for ``peerless_timeout`` seconds finishes its run (the
   ``"__finish__"`` event is delivered locally, so ``task.run`` ends and ``task.wait_for`` returns). The clock
   starts when the last peer was lost, or, for a node that expects peers, when its startup timeout ran out
-  without any. A node that expects nobody (it waits for others to attach) waits for its first peer.
+  without any. A node that expects nobody (it waits for others to attach) waits for its first peer. While the
+  launcher restarts nodes that die (``RLPIPE_MAX_RESTARTS`` > 0), the bound is at least
+  ``RESTART_PEERLESS_TIMEOUT`` (120 s), the time a restarted peer gets to start, load its checkpoint and
+  listen again; the launcher ends the job when it cannot restart a node.
 * A peer that connects after this node saw the finish is told too (a late joiner of the job).
 * A node leaving ``with task.start()`` normally finishes the run of its peers (``Task.__exit__``).
 """
@@ -18,6 +21,7 @@ import logging
 from typing import Any, List, Optional
 
 from . import codec
+from .restarts import RESTART_PEERLESS_TIMEOUT, restarts_expected
 from .transport_auth import client
 from .wire import FINISH, K_DATA
 
@@ -130,7 +134,10 @@ class Ending:
             else:
                 return
         alone = now - self._alone_since
-        if alone >= self.peerless_timeout:
+        bound, why = self.peerless_timeout, "peerless_timeout"
+        if bound < RESTART_PEERLESS_TIMEOUT and restarts_expected():
+            bound, why = RESTART_PEERLESS_TIMEOUT, "waiting for the launcher's restart of a peer"
+        if alone >= bound:
             self._ended_alone = True
-            self._end_run(f"no peer for {alone:.1f} s (every peer is gone, or none ever came; "
-                          f"peerless_timeout {self.peerless_timeout:.0f} s)")
+            self._end_run(f"no peer for {alone:.1f} s (every peer is gone, or none ever came; {why}: "
+                          f"{bound:.0f} s)")

@@ -28,6 +28,7 @@ from ..resume import RESTARTS_ENV  # a restarted node's restart count (light: no
 from ..console import QUIET_NODE_ENV
 from ..roles import Role
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
+from .restarts import MAX_RESTARTS_ENV  # noqa: F401  (every node: how often a node that dies is restarted)
 
 log = logging.getLogger("rlpipe.launcher")
 
@@ -35,7 +36,6 @@ NODE_ENV = "RLPIPE_NODE"
 PARENT_ENV = "RLPIPE_PARENT_PID"
 LAUNCH_ID_ENV = "RLPIPE_LAUNCH_ID"  # the same for every node of one launch: they share a run folder
 DEFAULT_PORT = 50515
-MAX_RESTARTS_ENV = "RLPIPE_MAX_RESTARTS"  # every node: how often a node that dies is restarted
 CRASH_EXIT_CODE = 70  # a node whose main raised; with a signal death, what auto_recover restarts
 
 

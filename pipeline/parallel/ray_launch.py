@@ -42,12 +42,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .keys import KEY_ENV, generate_key
 from .launch import NODE_ENV, NodeSpec, plan_nodes
+from .restarts import MAX_RESTARTS_ENV  # noqa: F401  (every node: how often a node that dies is restarted)
 
 log = logging.getLogger("rlpipe.ray")
 
 from ..resume import RESTARTS_ENV  # noqa: E402  (light: no torch, no Ray)
 
-MAX_RESTARTS_ENV = "RLPIPE_MAX_RESTARTS"  # every node: how often the launcher restarts a node
 ROLE_RESOURCES = ("learner", "collector", "evaluator")
 
 

@@ -22,9 +22,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 240  # a hang guard only
 
 
-def start(cfg):
+def start(cfg, **extra_env):
     return subprocess.Popen([sys.executable, os.path.join(HERE, "lifecycle_node.py"), json.dumps(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env(), **extra_env},
+                            cwd=ROOT)
 
 
 def results(procs):
@@ -121,3 +122,36 @@ def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
         assert res["wait_result"] is None
     else:
         assert res["steps"] < 6000
+
+
+def test_while_the_launcher_restarts_nodes_a_lone_node_waits_for_the_restart_past_peerless_timeout():
+    """With RLPIPE_MAX_RESTARTS set (rlpipe run --auto-recover, Ray --max-restarts), a node whose only peer died
+    waits for the peer's restart longer than peerless_timeout (a restarted learner loads its checkpoint and
+    replay buffer before it listens again): here the peer comes back after 4x peerless_timeout and ends the
+    run with a finish that node 0 receives."""
+    g = tcp_group(2)
+    alone = start({"router": group_cfg(g, 0, heartbeat_timeout=1.5, peerless_timeout=1.0), "mode": "run",
+                   "wait_peers": [1]}, RLPIPE_MAX_RESTARTS="1")
+    peer = start({"router": group_cfg(g, 1, heartbeat_timeout=1.5), "mode": "run", "wait_peers": [0]})
+    restarted = None
+    try:
+        assert json.loads(alone.stdout.readline())["ready"]
+        assert json.loads(peer.stdout.readline())["ready"]
+        assert wait_until(lambda: False, timeout=1.0) is False  # both running
+        peer.kill()
+        peer.wait(10)
+        assert wait_until(lambda: alone.poll() is not None, timeout=4.0) is False  # still there, alone
+        restarted = start({"router": group_cfg(g, 1, heartbeat_timeout=1.5), "mode": "finish", "finish_after": 30,
+                           "wait_peers": [0]})
+        r, = results([restarted])
+        out, err = alone.communicate(timeout=TIMEOUT)
+    finally:
+        for p in (alone, peer, restarted):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(5)
+    assert alone.returncode == 0, err[-5000:]
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["finished"] and res["steps"] < 6000, err[-3000:]
+    assert "no peer for" not in err, err[-3000:]  # ended by the restarted peer's finish, not by the bound
+    assert r["finished"] and 0 in r["peers_at_start"], r

@@ -114,9 +114,9 @@ def test_a_killed_dqn_learner_is_restarted_and_resumes_from_its_checkpoint(local
     monkeypatch.chdir(tmp_path)  # the run folder goes under the driver's directory
     caplog.set_level("INFO", logger="rlpipe.ray")
     # kept short: 8 updates per collected batch reach the example's first periodic checkpoint (train iteration
-    # 1,000) after ~600 env steps; no evaluator (the job ends at --max-env-step). The collector's budget leaves
-    # room for the restart: on a loaded machine (load 3) 1,500 env steps ran out before the new learner joined
-    args = ["--no-progress", "--max-env-step", "4000", "--exp-name", "restart",
+    # 1,000) after ~600 env steps; no evaluator (the job ends at --max-env-step). The restarted learner can take
+    # longer than --peerless-timeout to listen again (38 s seen at load 4): the collector waits for it
+    args = ["--no-progress", "--max-env-step", "1500", "--exp-name", "restart",
             "--set", "policy.learn.update_per_collect=8", "--set", "policy.learn.learning_starts=64",
             "--middleware", "ray_fault_hooks:kill_learner_once"]
     results = run_on_ray("examples.dqn_cartpole.main", 2, package=ROOT, roles="learner:collector",
