@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from pipeline.roles import Role
+from pipeline.runtime.roles import Role
 
 log = logging.getLogger('middleware.distributor')
 
