@@ -275,7 +275,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     if args.pendulum:
         from bench_ppo_pendulum import pendulum
-        pendulum(args)
+        pendulum(args, run_rlpipe, sb3_available())
     elif args.solve:
         solve(args)
     else:
