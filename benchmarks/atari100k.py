@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)
     return p

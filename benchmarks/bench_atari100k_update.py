@@ -66,7 +66,7 @@ def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)  # every row runs there (default auto)
     args = p.parse_args(argv)

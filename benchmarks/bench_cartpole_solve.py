@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
+from pipeline.run import add_device_flags, device_argv  # noqa: E402 - no torch
 
 #: Stable-Baselines3 2.9's DQN with RL-Zoo settings on this kind of machine (/work/shared/anchors.md, 2026-11-30):
 #: 14-15k env steps and ~85 s to a 10-episode mean >= 475. A seed "beats the anchor" with fewer env steps

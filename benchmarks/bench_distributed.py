@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument('--repeat', type=int, default=1, help='alternate single/distributed this many times')
     ap.add_argument('--timeout', type=float, default=600)
     sys.path.insert(0, ROOT)
-    from pipeline.experiment import add_device_flags, device_argv  # no torch
+    from pipeline.run import add_device_flags, device_argv  # no torch
 
     add_device_flags(ap)
     args = ap.parse_args()

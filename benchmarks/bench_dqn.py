@@ -162,7 +162,7 @@ def main(argv=None) -> None:
     ap.add_argument('--repeats', type=int, default=2)
     ap.add_argument('--threads', type=int, default=1, help='torch intra-op threads for both (default 1)')
     ap.add_argument('--warmup-steps', type=int, default=400)
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(ap)  # both loops run there (default auto)
     args = ap.parse_args(argv)

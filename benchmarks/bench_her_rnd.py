@@ -33,7 +33,7 @@ EPISODES = 1000  # DeepSea budget per run (episodes)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
+from pipeline.run import add_device_flags, device_argv  # noqa: E402 - no torch
 
 
 OUT = tempfile.mkdtemp(prefix="bench-her-rnd-")  # the examples' run folders

@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from pipeline.experiment import add_device_flags, device_argv  # noqa: E402 - no torch
+from pipeline.run import add_device_flags, device_argv  # noqa: E402 - no torch
 
 #: ``--device X`` when given: passed on to every child process and to the examples they run
 DEVICE_ARGV: List[str] = []
@@ -179,7 +179,7 @@ def child_sac_sb3(env_id: str, steps: int, starts: int, seed: int) -> None:
 def learner_rss_probe(cfg: Any) -> Any:
     """``--middleware benchmarks.bench_memory:learner_rss_probe``: the learner node prints its RSS every
     500 updates (``SAMPLE {...}`` lines, read by :func:`run_distributed`)."""
-    from pipeline.roles import Role, for_roles
+    from pipeline.runtime.roles import Role, for_roles
 
     state = {"next": 0}
 

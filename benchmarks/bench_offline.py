@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--target-update', type=int, default=1000)
     p.add_argument('--eval-episodes', type=int, default=10)
     p.add_argument('--json', help='also write the results here')
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)
     return p

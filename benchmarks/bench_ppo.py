@@ -266,7 +266,7 @@ def main(argv=None) -> None:
     ap.add_argument('--solve', action='store_true', help='env steps to solve over --seeds instead of timing')
     ap.add_argument('--pendulum', action='store_true', help='Pendulum-v1 returns, rlpipe vs SB3, over --seeds')
     ap.add_argument('--no-sb3', action='store_true', help='skip Stable-Baselines3 even when installed')
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(ap)
     args = ap.parse_args(argv)
@@ -275,7 +275,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     if args.pendulum:
         from bench_ppo_pendulum import pendulum
-        pendulum(args)
+        pendulum(args, run_rlpipe, sb3_available())
     elif args.solve:
         solve(args)
     else:

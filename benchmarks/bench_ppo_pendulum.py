@@ -5,19 +5,21 @@ hyperparameters and env steps; final mean return over 10 deterministic episodes 
 
 SB3 gets the same normalisation (``VecNormalize`` of observations and rewards, gamma 0.9; evaluation
 with the frozen observation statistics and raw rewards), 4 envs x 1,024 steps, minibatch 64, 10 epochs,
-lambda 0.95, lr 1e-3, clip 0.2, no gSDE.
+lambda 0.95, lr 1e-3, clip 0.2, no gSDE. ``bench_ppo.py`` hands in its rlpipe runner (this module does not import
+it back).
 """
 from __future__ import annotations
 
 import copy
 import statistics
 import time
+from typing import Callable
 
 import numpy as np
 
 
-def run_rlpipe_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
-    from bench_ppo import run_rlpipe
+def run_rlpipe_pendulum(run_rlpipe: Callable[..., dict], env_steps: int, seed: int, device: str = None) -> dict:
+    """``run_rlpipe``: ``bench_ppo.run_rlpipe`` (the example's pipeline, timed), run with Pendulum's settings."""
     from examples.ppo_pendulum import USER_CONFIG
     from middleware import evaluate_episodes
     from pipeline.envs import EnvManager
@@ -52,15 +54,15 @@ def run_sb3_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
     return {'wall': wall, 'env_steps': model.num_timesteps, 'final_return': float(mean)}
 
 
-def pendulum(args) -> None:
-    from bench_ppo import sb3_available
-
-    use_sb3 = sb3_available() and not args.no_sb3
+def pendulum(args, run_rlpipe: Callable[..., dict], sb3_installed: bool) -> None:
+    """``bench_ppo.py --pendulum``: ``run_rlpipe`` is ``bench_ppo.run_rlpipe``; ``sb3_installed``: whether
+    Stable-Baselines3 imports."""
+    use_sb3 = sb3_installed and not args.no_sb3
     steps = args.env_steps
     print(f'Pendulum-v1 PPO, {steps} env steps, final mean return over 10 deterministic episodes:')
     ours, theirs = [], []
     for seed in args.seeds:
-        r = run_rlpipe_pendulum(steps, seed, getattr(args, 'device', None))
+        r = run_rlpipe_pendulum(run_rlpipe, steps, seed, getattr(args, 'device', None))
         ours.append(r['final_return'])
         line = f'  seed {seed}: rlpipe {r["final_return"]:8.1f} ({r["env_steps"]} env steps, {r["wall"]:.0f} s)'
         if use_sb3:

@@ -207,7 +207,7 @@ def main() -> None:
     ap.add_argument("--env-steps", type=int, default=10_000)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--skip-dqn", action="store_true")
-    from pipeline.experiment import add_device_flags, device_argv  # no torch
+    from pipeline.run import add_device_flags, device_argv  # no torch
 
     add_device_flags(ap)
     args = ap.parse_args()

@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--eval-episodes', type=int, default=10, help='final evaluation episodes')
     p.add_argument('--smoke', action='store_true', help='a few thousand steps (CI)')
     p.add_argument('--out', default=RESULTS_DIR, help='directory of the JSON results')
-    from pipeline.experiment import add_device_flags  # no torch
+    from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)  # both frameworks train there (default auto)
     return p

@@ -30,9 +30,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import example_parser, run_pipeline  # no torch
-from pipeline.experiment_envs import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
-                                      env_config, finish_run, play_checkpoint, run_logger, start_run)
+from pipeline.run import example_parser, run_pipeline  # no torch
+from pipeline.run.atari_mujoco import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
+                                       env_config, finish_run, play_checkpoint, run_logger, start_run)
 
 
 def build_parser():

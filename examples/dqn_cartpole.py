@@ -19,12 +19,12 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence
 
-from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
-from pipeline.recipes import DQN_CARTPOLE, dqn_buffer, use_dqn  # no torch
+from pipeline.run import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.run.recipes import DQN_CARTPOLE, dqn_buffer, use_dqn  # no torch
 
-# The settings (pipeline.recipes.DQN_CARTPOLE, shared with pipeline.agents.DQN) learn CartPole-v1 (figures:
+# The settings (pipeline.run.recipes.DQN_CARTPOLE, shared with pipeline.run.agents.DQN) learn CartPole-v1 (figures:
 # docs/benchmarks.md): a small Q-net with LayerNorm, one update per env step, a soft target update,
-# 3-step double-DQN returns, a quick exploration decay. When it evaluates: pipeline.recipes.use_dqn.
+# 3-step double-DQN returns, a quick exploration decay. When it evaluates: pipeline.run.recipes.use_dqn.
 USER_CONFIG = DQN_CARTPOLE
 
 
@@ -55,20 +55,20 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     import torch
 
     from middleware import CkptSaver
-    from middleware.ckpt_handler import read_checkpoint
+    from pipeline.checkpoint import read_checkpoint
     torch.set_num_threads(args.threads)
-    from middleware.ckpt_handler import CheckpointError
+    from pipeline.checkpoint import CheckpointError
     try:
         for path in (run.resume, run.play):
             if path:
                 read_checkpoint(path)  # a corrupt or foreign file fails now, before anything is built
     except CheckpointError as e:
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     if run.play:
         return play(run.play, args)
     from pipeline.envs import EnvManager
-    from pipeline.precheck import compile_or_exit, usage_error
+    from pipeline.run.precheck import compile_or_exit, usage_error
 
     cfg = compile_or_exit(run.user_config, 'dqn')
     collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed)
@@ -89,14 +89,14 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')
     except CheckpointError as e:
         run.abandon()
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     run.begin(cfg)
     return train(cfg, args, run, policy, buffer_, ckpt, collector_env, evaluator_env, extra_middleware or [])
 
 
 def make_buffer(cfg: Any) -> Any:
-    """The replay buffer (:func:`pipeline.recipes.dqn_buffer`: prioritized with ``--per``)."""
+    """The replay buffer (:func:`pipeline.run.recipes.dqn_buffer`: prioritized with ``--per``)."""
     return dqn_buffer(cfg)
 
 
@@ -133,7 +133,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
 
 
 def play(path: str, args: Any) -> int:
-    from pipeline.experiment import play_policy
+    from pipeline.run import play_policy
     from pipeline.policy import build_policy_from_checkpoint
 
     pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained

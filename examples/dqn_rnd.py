@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
-                                 run_pipeline, run_script, setup_logging)
+from pipeline.run import (example_parser, play_without_rendering, prepare_run,  # no torch
+                          run_pipeline, run_script, setup_logging)
 
 
 def make_config(size: int, seed: int) -> Any:
@@ -89,9 +89,9 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.deepsea import DeepSeaEnv
-    from pipeline.precheck import compile_or_exit
+    from pipeline.run.precheck import compile_or_exit
     from pipeline.reward_model import RndRewardModel
-    from pipeline.run_record import RunRecorder
+    from pipeline.run.record import RunRecorder
 
     torch.set_num_threads(args.threads)
     cfg = compile_or_exit(run.user_config, "dqn")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
-                                 run_pipeline, run_script, setup_logging)
+from pipeline.run import (example_parser, play_without_rendering, prepare_run,  # no torch
+                          run_pipeline, run_script, setup_logging)
 
 
 def user_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Dict[str, Any]:
@@ -88,9 +88,9 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.goal_envs import BitFlipEnv, FlattenGoalObservation
-    from pipeline.precheck import compile_or_exit
+    from pipeline.run.precheck import compile_or_exit
     from pipeline.reward_model import HerRewardModel, NoRelabel
-    from pipeline.run_record import RunRecorder
+    from pipeline.run.record import RunRecorder
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

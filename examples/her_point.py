@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import (example_parser, play_without_rendering, prepare_run,  # no torch
-                                 run_pipeline, run_script, setup_logging)
+from pipeline.run import (example_parser, play_without_rendering, prepare_run,  # no torch
+                          run_pipeline, run_script, setup_logging)
 
 
 def user_config(seed: int) -> Dict[str, Any]:
@@ -75,7 +75,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.envs.goal_envs import FlattenGoalObservation, PointGoalEnv
     from pipeline.policy.sac import SACPolicy
     from pipeline.reward_model import HerRewardModel, NoRelabel
-    from pipeline.run_record import RunRecorder
+    from pipeline.run.record import RunRecorder
 
     torch.set_num_threads(args.threads)
     cfg = make_config(args.seed, run.user_config)

@@ -5,7 +5,7 @@
     python examples/offline_cartpole.py --save-dataset cartpole_medium.npz
     python examples/offline_cartpole.py --dataset cartpole_medium.npz   # train on a saved dataset
 
-1. A medium policy: ``pipeline.agents.DQN`` trained until an evaluation's mean return reaches
+1. A medium policy: ``pipeline.run.agents.DQN`` trained until an evaluation's mean return reaches
    ``--medium-return`` (or ``--dqn-steps`` env steps pass), then acting at random with probability
    ``--eps`` (the DQN often evaluates far above ``--medium-return`` at its first evaluation: the random
    actions are what make the policy medium; the example prints the dataset's mean return).
@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from pipeline.experiment import add_device_flags  # no torch
+from pipeline.run import add_device_flags  # no torch
 
 ENV_ID = 'CartPole-v1'
 
@@ -74,7 +74,7 @@ def record_episodes(act: Any, n_episodes: int, seed: int, eps: float) -> Dict[st
 
 def medium_policy(args: Any) -> Any:
     """A DQN agent trained to about ``--medium-return`` (its greedy ``predict``)."""
-    from pipeline.agents import DQN
+    from pipeline.run.agents import DQN
 
     agent = DQN(ENV_ID, seed=args.seed, config={'env': {'n_evaluator_episode': 5}}, device=args.device)
     res = agent.train(max_env_step=args.dqn_steps, stop_value=args.medium_return, threads=args.threads)
@@ -102,11 +102,11 @@ def offline_config(algo: str, args: Any) -> Any:
 
 
 def train_one(algo: str, dataset: Any, args: Any) -> Dict[str, Any]:
-    """Train ``algo`` ('cql' or 'bc') on ``dataset``; the result of :func:`pipeline.offline.recipe.train_offline`."""
+    """Train ``algo`` ('cql' or 'bc') on ``dataset``; the result of :func:`pipeline.run.offline_recipe.train_offline`."""
     from pipeline.envs import EnvManager
     from pipeline.offline.bc import BCPolicy
     from pipeline.offline.cql import DiscreteCQLPolicy
-    from pipeline.offline.recipe import train_offline
+    from pipeline.run.offline_recipe import train_offline
 
     cfg = offline_config(algo, args)
     cls = DiscreteCQLPolicy if algo == 'cql' else BCPolicy

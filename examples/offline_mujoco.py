@@ -5,7 +5,7 @@ and continuous CQL. Needs the mujoco extra (``pip install -e '.[mujoco]'``).
     python examples/offline_mujoco.py --smoke             # a tiny budget (seconds): checks that it all runs
     python examples/offline_mujoco.py --buffer run.pt     # train on a saved replay buffer instead
 
-1. SAC (``pipeline.recipes.use_sac`` with the MuJoCo settings) runs ``--sac-steps`` env steps; its replay
+1. SAC (``pipeline.run.recipes.use_sac`` with the MuJoCo settings) runs ``--sac-steps`` env steps; its replay
    buffer -- every transition of the run, from random actions to the policy it reached -- is saved with
    ``DequeBuffer.save_data`` (``--buffer`` names the file; an existing file is used as it is).
 2. ``pipeline.offline.from_buffer_file`` reads it back (transitions regrouped per env, the unfinished last
@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from pipeline.experiment import add_device_flags  # no torch
+from pipeline.run import add_device_flags  # no torch
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +51,7 @@ def sac_buffer(args: Any) -> str:
     from pipeline.envs import EnvManager
     from pipeline.envs.mujoco import MujocoEnvFn
     from pipeline.policy.sac import SACPolicy
-    from pipeline.recipes import sac_policy_settings, use_sac
+    from pipeline.run.recipes import sac_policy_settings, use_sac
 
     policy_cfg = sac_policy_settings(1)
     warmup = min(10_000, max(args.sac_steps // 5, 100))
@@ -83,7 +83,7 @@ def train_one(algo: str, dataset: Any, obs_dim: int, act_dim: int, args: Any) ->
     from pipeline.envs.mujoco import MujocoEnvFn
     from pipeline.offline.cql_continuous import ContinuousCQLPolicy
     from pipeline.offline.iql import IQLPolicy
-    from pipeline.offline.recipe import train_offline
+    from pipeline.run.offline_recipe import train_offline
 
     cfg = compile_config({'seed': args.seed, 'env': {'env_id': args.env, 'evaluator_env_num': 1,
                                                       'n_evaluator_episode': args.eval_episodes},

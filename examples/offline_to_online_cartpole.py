@@ -6,10 +6,10 @@ same learner, on a replay buffer that starts with the dataset.
 
 1. The dataset: ``--episodes`` episodes of a pole-angle controller acting at random with probability
    ``--eps`` (an ``OfflineDataset``).
-2. Offline: ``DiscreteCQLPolicy`` for ``--offline-iters`` updates (``pipeline.offline.recipe.train_offline``
+2. Offline: ``DiscreteCQLPolicy`` for ``--offline-iters`` updates (``pipeline.run.offline_recipe.train_offline``
    on an ``OfflineRLContext``), then an evaluation.
 3. Online: the dataset's rows are pushed into a ``DequeBuffer``; DQN's online pipeline
-   (``pipeline.recipes.use_dqn``: eps-greedy collector, buffer, ``OffPolicyLearner``, evaluator, on an
+   (``pipeline.run.recipes.use_dqn``: eps-greedy collector, buffer, ``OffPolicyLearner``, evaluator, on an
    ``OnlineRLContext``) continues with the same policy and learner for ``--online-steps`` env steps, with the
    conservative weight set to ``--online-alpha`` (0: plain double DQN). Then a last evaluation.
 """
@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from pipeline.experiment import add_device_flags  # no torch
+from pipeline.run import add_device_flags  # no torch
 
 ENV_ID = 'CartPole-v1'
 
@@ -75,8 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from pipeline.envs import EnvManager
     from pipeline.offline import OfflineDataset
     from pipeline.offline.cql import DiscreteCQLPolicy
-    from pipeline.offline.recipe import train_offline
-    from pipeline.recipes import use_dqn
+    from pipeline.run.offline_recipe import train_offline
+    from pipeline.run.recipes import use_dqn
 
     torch.set_num_threads(args.threads)
     dataset = OfflineDataset(controller_dataset(args.episodes, args.eps, args.seed + 1), 'cartpole-controller')

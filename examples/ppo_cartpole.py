@@ -25,10 +25,10 @@ import sys
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
-from pipeline.experiment import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
-from pipeline.recipes import PPO_CARTPOLE, use_ppo  # no torch
+from pipeline.run import example_parser, node_print, prepare_run, run_pipeline, setup_logging  # no torch
+from pipeline.run.recipes import PPO_CARTPOLE, use_ppo  # no torch
 
-USER_CONFIG = PPO_CARTPOLE  # pipeline.recipes: shared with pipeline.agents.PPO
+USER_CONFIG = PPO_CARTPOLE  # pipeline.run.recipes: shared with pipeline.run.agents.PPO
 
 
 def build_parser(doc: Optional[str] = __doc__, exp_name: str = 'cartpole_ppo', max_env_step: Optional[int] = None):
@@ -66,21 +66,21 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
 
     import torch
 
-    from middleware.ckpt_handler import CheckpointError, read_checkpoint
+    from pipeline.checkpoint import CheckpointError, read_checkpoint
     torch.set_num_threads(args.threads)
     try:
         for path in (run.resume, run.play):
             if path:
                 read_checkpoint(path)  # a corrupt or foreign file fails now, before anything is built
     except CheckpointError as e:
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     if run.play:
         return play(run.play, args, make_env)
     from middleware import CkptSaver
     from pipeline.envs import EnvManager
     from pipeline.policy.ppo import PPOPolicy
-    from pipeline.precheck import compile_or_exit
+    from pipeline.run.precheck import compile_or_exit
 
     cfg = compile_or_exit(run.user_config, 'ppo')
     if args.no_stop:
@@ -96,7 +96,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
     except CheckpointError as e:
         run.abandon()
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
+        from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     run.begin(cfg)
     return train(cfg, args, run, policy, ckpt, collector_env, evaluator_env, max_env_step, extra_middleware or [])
@@ -107,7 +107,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
     from contexts import OnlineRLContext
     from middleware import evaluate_episodes, online_logger, termination_checker
     from pipeline import task
-    from pipeline.roles import Role
+    from pipeline.runtime.roles import Role
 
     logger = online_logger(log_dir=os.path.join(run.dir, 'log'), train_show_freq=50,
                            progress=not args.no_progress, total_env_step=max_env_step)
@@ -144,7 +144,7 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
 
 def play(path: str, args: Any, make_env: Optional[Callable[[str, Optional[str]], Any]] = None) -> int:
     """Run the policy saved in ``path`` for ``--episodes`` episodes (``--render`` / ``--video``)."""
-    from pipeline.experiment import play_policy
+    from pipeline.run import play_policy
     from pipeline.policy import build_policy_from_checkpoint
 
     pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained

@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipeline.experiment import example_parser, run_pipeline  # no torch
-from pipeline.experiment_envs import (add_env_flags, checkpointer, compile_run_config, env_config, finish_run,
-                                      mujoco_envs, mujoco_play_env, play_checkpoint, run_logger, start_run)
-from pipeline.recipes import sac_policy_settings, use_sac  # no torch
+from pipeline.run import example_parser, run_pipeline  # no torch
+from pipeline.run.atari_mujoco import (add_env_flags, checkpointer, compile_run_config, env_config, finish_run,
+                                       mujoco_envs, mujoco_play_env, play_checkpoint, run_logger, start_run)
+from pipeline.run.recipes import sac_policy_settings, use_sac  # no torch
 
 
 def build_parser():
@@ -42,8 +42,8 @@ def build_parser():
 
 
 def user_config(args: Any) -> Dict[str, Any]:
-    """The env flags' ``env`` section and SAC's settings (:func:`pipeline.recipes.sac_policy_settings`, shared
-    with :class:`pipeline.agents.SAC`)."""
+    """The env flags' ``env`` section and SAC's settings (:func:`pipeline.run.recipes.sac_policy_settings`, shared
+    with :class:`pipeline.run.agents.SAC`)."""
     return {'env': env_config(args, stop_value=None), 'policy': sac_policy_settings(args.env_num)}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Optional
 
 from contexts import RLContext
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['random_shift_augmenter']
 

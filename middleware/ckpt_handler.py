@@ -1,176 +1,21 @@
-"""Checkpoints: periodic, best-evaluation and final; safe to load; resume continues counters."""
+"""``CkptSaver``: periodic, best-evaluation and final checkpoints; resume continues counters. The checkpoint
+files themselves (writing, safe reading, counters) are :mod:`pipeline.checkpoint`."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 from typing import Any, Dict, Generator, Mapping, Optional
 
 from contexts import RLContext
-from pipeline.roles import Role, for_roles
+from pipeline import task
+from pipeline.checkpoint import (CheckpointError, buffer_path, load_checkpoint, read_checkpoint, restore_counters,
+                                 save_checkpoint, to_plain)
+from pipeline.runtime.roles import Role, for_roles
 
-__all__ = ['CkptSaver', 'save_checkpoint', 'load_checkpoint', 'read_checkpoint', 'restore_counters',
-           'check_counters', 'COUNTER_KEYS', 'CheckpointError']
+__all__ = ['CkptSaver']
 
 log = logging.getLogger(__name__)
-
-#: Context counters saved with every checkpoint (those the context has) and restored on resume.
-COUNTER_KEYS = ('train_iter', 'env_step', 'env_episode', 'last_eval_iter', 'last_eval_value',
-                'trained_env_step', 'train_epoch')
-
-#: Lowest allowed value of an integer counter (others: 0).
-_INT_MIN = {'last_eval_iter': -1}
-
-
-class CheckpointError(ValueError):
-    """A file that is not a usable checkpoint (missing, corrupt, unsafe, or with bad counters)."""
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return float(v)  # -inf is a plain float: fine for weights_only loading
-    return v
-
-
-def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Dict[str, Any]] = None,
-                    policy_state: Optional[Mapping[str, Any]] = None,
-                    modules: Optional[Mapping[str, Any]] = None) -> str:
-    """Write ``{'policy': policy.state_dict(), 'counters': {...}, 'extra': {...}}`` atomically.
-
-    ``policy_state`` replaces ``policy.state_dict()`` (e.g. the weights an evaluator evaluated).
-    ``modules`` (name -> object with ``state_dict()``, e.g. an RND reward model) are saved under
-    ``'modules'``.
-    Only tensors and plain Python values are stored, so the file loads with
-    ``torch.load(path, weights_only=True)``; tensors are written from the host (a policy trained on a GPU
-    saves CPU tensors), so the file loads on any machine, and :func:`load_checkpoint` puts the weights on
-    the policy's device.
-    """
-    counters = {}
-    if ctx is not None:
-        kept = _kept_fields(ctx)
-        for k in COUNTER_KEYS:
-            if (k in kept or not kept) and hasattr(ctx, k):
-                counters[k] = _plain(getattr(ctx, k))
-    state = {'policy': dict(policy_state) if policy_state is not None else policy.state_dict(),
-             'counters': counters, 'extra': dict(extra or {})}
-    if modules:
-        state['modules'] = {name: m.state_dict() for name, m in modules.items()}
-    import torch  # here, so that importing middleware does not load torch
-
-    from pipeline.device import to_host
-
-    state = to_host(state)  # the same object when every tensor is on the CPU already
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + '.tmp'
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def read_checkpoint(path: str) -> Dict[str, Any]:
-    """Load and check a checkpoint file without applying it: ``CheckpointError`` (a ``ValueError``)
-    saying what is wrong for a missing, empty, corrupt, unsafe or foreign file."""
-    import torch
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'no checkpoint at {path!r}')
-    try:
-        state = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:
-        text = str(e)
-        glob = next((ln.strip() for ln in text.splitlines() if 'GLOBAL' in ln or 'Unsupported global' in ln), None)
-        if glob is not None:  # the pickle names a Python object: refused, never loaded
-            raise CheckpointError(f'{path!r} is not a safe checkpoint: it holds Python objects other than tensors '
-                                  f'and plain data, and such files are never loaded ({glob})') from None
-        raise CheckpointError(f'{path!r} is not a checkpoint file: it is corrupt, truncated or in another '
-                              f'format ({type(e).__name__})') from None
-    if not isinstance(state, dict) or 'policy' not in state:
-        keys = list(state)[:8] if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f'{path!r} is not a CkptSaver checkpoint (no "policy" entry; found {keys})')
-    if not isinstance(state.get('counters', {}), dict):
-        raise CheckpointError(f'{path!r}: "counters" must be a dict, got {type(state["counters"]).__name__}')
-    return state
-
-
-def _kept_fields(ctx: Any) -> frozenset:
-    return frozenset(getattr(ctx, '_kept_keys', ())) | frozenset(getattr(type(ctx), '_default_kept', ()))
-
-
-def _field_defaults(ctx: Any) -> Dict[str, Any]:
-    if dataclasses.is_dataclass(ctx):
-        return {f.name: f.default for f in dataclasses.fields(ctx) if f.default is not dataclasses.MISSING}
-    return {}
-
-
-def restore_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> None:
-    """Set the context's kept fields from ``counters``, after checking all of them
-    (:func:`check_counters`)."""
-    for k, v in check_counters(ctx, counters, source).items():
-        setattr(ctx, k, v)
-
-
-def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> Dict[str, Any]:
-    """The checked counters that may be set on ``ctx`` (nothing is set here).
-
-    Only fields the context keeps across steps load (``OnlineRLContext``: ``env_step``,
-    ``env_episode``, ``train_iter``, ``last_eval_iter``, ``last_eval_value``, plus any
-    ``ctx.keep(...)`` key); an int field needs an int (not a bool) >= 0 (``last_eval_iter`` >= -1),
-    a float field a number that is not NaN. Every problem is reported at once in a
-    ``CheckpointError`` naming the keys; nothing is set unless all pass.
-    """
-    kept = _kept_fields(ctx)
-    defaults = _field_defaults(ctx)
-    errors = []
-    values: Dict[str, Any] = {}
-    for k, v in (counters.items() if isinstance(counters, Mapping) else ()):
-        if k not in kept:
-            errors.append(f'unknown counter {k!r} (this {type(ctx).__name__} keeps: {", ".join(sorted(kept))})')
-            continue
-        d = defaults.get(k, getattr(ctx, k, None))
-        if isinstance(d, bool):
-            ok = isinstance(v, bool)
-        elif isinstance(d, int):
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= _INT_MIN.get(k, 0)
-            if not ok:
-                errors.append(f'{k} must be an int >= {_INT_MIN.get(k, 0)}, got {v!r}')
-                continue
-        elif isinstance(d, float):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-            if not ok:
-                errors.append(f'{k} must be a number (not NaN), got {v!r}')
-                continue
-            v = float(v)
-        else:
-            ok = True
-        if not ok:
-            errors.append(f'{k}: wrong type {type(v).__name__}')
-            continue
-        values[k] = v
-    if not isinstance(counters, Mapping):
-        errors.append(f'counters must be a dict, got {type(counters).__name__}')
-    if errors:
-        raise CheckpointError(f'{source}: bad counters: ' + '; '.join(errors))
-    return values
-
-
-def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = None) -> Dict[str, Any]:
-    """Load a checkpoint safely (``weights_only=True``, ``map_location='cpu'``: a file written on a GPU
-    machine loads on a CPU-only one); restore ``policy`` (onto its device) and the ``ctx``
-    counters (checked: see :func:`restore_counters`) when given. Returns the loaded dict. A file
-    with anything but tensors and plain data raises ``CheckpointError`` (a ``ValueError``) instead
-    of running code."""
-    state = read_checkpoint(path)
-    counters = check_counters(ctx, state.get('counters', {}), repr(path)) if ctx is not None else {}
-    if policy is not None:
-        try:
-            policy.load_state_dict(state['policy'])
-        except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f'{path!r} does not fit this policy ({type(e).__name__}: '
-                                  f'{str(e).splitlines()[0][:300]})') from None
-    for k, v in counters.items():
-        setattr(ctx, k, v)
-    return state
 
 
 @for_roles(Role.LEARNER, Role.EVALUATOR, reads=["train_iter", "eval_value?", "eval_output?", "env_step?"])
@@ -234,7 +79,6 @@ class CkptSaver:
                                 f'got {type(m).__name__}')
         self.extra_static: Dict[str, Any] = {}
         if config is not None:
-            from pipeline.experiment import to_plain
             self.extra_static['config'] = to_plain(config)
         if policy_type is not None:
             self.extra_static['policy_type'] = policy_type
@@ -263,7 +107,7 @@ class CkptSaver:
                                       f'{str(e).splitlines()[0][:300]})') from None
 
     def _resume_buffer(self, path: str) -> None:
-        bpath = _buffer_path(path)
+        bpath = buffer_path(path)
         if self.buffer is None:
             return
         if not os.path.isfile(bpath):
@@ -328,13 +172,13 @@ class CkptSaver:
         """The buffer first (``<name>.buffer``, atomically), then the checkpoint: a checkpoint on disk always
         has its buffer next to it. Of the periodic buffers only the newest is kept."""
         if self.buffer is not None:
-            bpath = _buffer_path(os.path.join(self.dir, name))
+            bpath = buffer_path(os.path.join(self.dir, name))
             os.makedirs(self.dir, exist_ok=True)
             self.buffer.save_data(bpath + '.tmp')
             os.replace(bpath + '.tmp', bpath)
         path = self._save(name, ctx)
         if self.buffer is not None and name.startswith('iteration_'):
-            keep = os.path.basename(_buffer_path(path))
+            keep = os.path.basename(buffer_path(path))
             for f in os.listdir(self.dir):
                 if f.startswith('iteration_') and f.endswith('.buffer') and f != keep:
                     try:
@@ -344,8 +188,6 @@ class CkptSaver:
         return path
 
     def __call__(self, ctx: RLContext) -> Generator:
-        from pipeline import task
-
         self.restore(ctx)
         learner = task.has_role(Role.LEARNER)
         if self.last_save_iter is None:
@@ -365,7 +207,3 @@ class CkptSaver:
         if learner and self.save_finish and task.finish:
             self.save_final(ctx)
 
-
-def _buffer_path(ckpt_path: str) -> str:
-    base = ckpt_path[:-len('.pth.tar')] if ckpt_path.endswith('.pth.tar') else ckpt_path
-    return base + '.buffer'

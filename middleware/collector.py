@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from contexts import OnlineRLContext
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['StepCollector', 'EpisodeCollector']
 

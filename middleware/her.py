@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from contexts import OnlineRLContext
-from pipeline.contracts import buffered
-from pipeline.protocols import EpisodeRelabeler
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.contracts import buffered
+from pipeline.runtime.protocols import EpisodeRelabeler
+from pipeline.runtime.roles import Role, for_roles
 
 from .learner import TrainRounds
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
-    """Its ``relabel(episodes)`` (``pipeline.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
+    """Its ``relabel(episodes)`` (``pipeline.runtime.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
     if isinstance(her_reward_model, EpisodeRelabeler):
         return her_reward_model.relabel
     if hasattr(her_reward_model, "estimate"):

@@ -5,8 +5,8 @@ import logging
 from typing import Any, Callable, List, Mapping, Optional
 
 from contexts import RLContext
-from pipeline.contracts import buffered
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.contracts import buffered
+from pipeline.runtime.roles import Role, for_roles
 
 from .functional.data_processor import offpolicy_data_fetcher
 from .functional.trainer import trainer

@@ -20,7 +20,7 @@ import sys
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TextIO
 
 from contexts import OfflineRLContext
-from pipeline.roles import Role, for_all_roles, for_roles
+from pipeline.runtime.roles import Role, for_all_roles, for_roles
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Mapping
 
 import numpy as np
 
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 from .collector import _log_finished
 

@@ -14,7 +14,7 @@ def _stop_task_after_test():
     """Every test leaves the process-wide task stopped, whatever it did."""
     yield
     from pipeline import task
-    from pipeline.router import set_default_router_factory
+    from pipeline.runtime.router import set_default_router_factory
 
     task.stop()
     set_default_router_factory(None)

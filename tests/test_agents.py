@@ -1,4 +1,4 @@
-"""The Python agents (``pipeline.agents``, issue 27): train with tiny budgets, predict's shapes and dtypes,
+"""The Python agents (``pipeline.run.agents``, issue 27): train with tiny budgets, predict's shapes and dtypes,
 a save/load round trip acts identically, the examples' checkpoints load, bad input is one line."""
 import importlib.util
 import os
@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from pipeline import agents
-from pipeline.agents import AgentError
+from pipeline.run import agents
+from pipeline.run.agents import AgentError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {

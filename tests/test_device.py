@@ -90,7 +90,7 @@ def test_a_node_that_does_not_learn_acts_on_the_acting_device(monkeypatch):
     """A collector node of a multi-node run uses policy.acting_device (default the CPU): ``--device cuda`` for
     the learner does not stop a CPU-only collector machine."""
     from pipeline.policy import DQNPolicy
-    from pipeline.precheck import device_problems
+    from pipeline.run.precheck import device_problems
 
     user = {'policy': {'device': 'cuda'}}
     assert device_problems(user) and 'policy.device cuda' in device_problems(user)[0]
@@ -293,8 +293,7 @@ def saved_as_if_on_a_gpu():
 def gpu_checkpoint(tmp_path):
     """A DQN checkpoint (weights, Adam state, config) written as a GPU machine writes it."""
     from contexts import OnlineRLContext
-    from middleware.ckpt_handler import save_checkpoint
-    from pipeline.experiment import to_plain
+    from pipeline.checkpoint import save_checkpoint, to_plain
     from pipeline.policy import DQNPolicy
 
     cfg = dqn_cfg()
@@ -312,7 +311,7 @@ def gpu_checkpoint(tmp_path):
 
 def test_a_checkpoint_written_on_a_gpu_loads_here_through_every_path(gpu_checkpoint, tmp_path, monkeypatch):
     from middleware import CkptSaver
-    from pipeline import agents
+    from pipeline.run import agents
     from pipeline.policy import DQNPolicy, build_policy_from_checkpoint, load_policy
 
     path, trained = gpu_checkpoint
@@ -337,8 +336,8 @@ def test_a_checkpoint_written_on_a_gpu_loads_here_through_every_path(gpu_checkpo
 # ----------------------------------------------------------------------------- the --device flag
 @no_cuda
 def test_device_cuda_on_this_machine_ends_with_one_line(tmp_path, capsys):
-    from pipeline.experiment import example_parser, prepare_run
-    from pipeline.precheck import UsageError
+    from pipeline.run import example_parser, prepare_run
+    from pipeline.run.precheck import UsageError
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')]))
     p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), '--device', 'cuda'],
@@ -354,7 +353,7 @@ def test_device_cuda_on_this_machine_ends_with_one_line(tmp_path, capsys):
 
 
 def test_the_device_flags_set_the_config(tmp_path, monkeypatch):
-    from pipeline.experiment import example_parser, prepare_run
+    from pipeline.run import example_parser, prepare_run
 
     monkeypatch.chdir(tmp_path)
     args = example_parser(None, 'exp').parse_args(['--device', 'CPU', '--acting-device', 'cpu',
@@ -382,7 +381,7 @@ def test_every_example_and_benchmark_that_builds_a_policy_has_the_shared_device_
 # ----------------------------------------------------------------------------- on a GPU
 @needs_cuda
 def test_on_a_gpu_the_agents_train_with_model_batches_and_optimizer_there(tmp_path):
-    from pipeline import agents
+    from pipeline.run import agents
     from pipeline.learner import Learner
 
     seen = set()

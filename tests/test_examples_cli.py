@@ -42,7 +42,7 @@ def test_help_answers_without_importing_torch(name, help_without_torch):
 
 
 def test_new_run_dirs_count_up_and_one_launch_shares_one(tmp_path):
-    from pipeline.experiment import new_run_dir
+    from pipeline.run import new_run_dir
 
     a = new_run_dir('exp', root=str(tmp_path), launch_id='')
     b = new_run_dir('exp', root=str(tmp_path), launch_id='')
@@ -163,7 +163,7 @@ def test_a_policy_loads_from_a_checkpoint_in_three_lines(trained_ckpt):
     obs, _ = env.reset(seed=0)
     action = policy(obs[None])[0]
     assert int(action) in (0, 1)
-    from middleware.ckpt_handler import CheckpointError
+    from pipeline.checkpoint import CheckpointError
     with pytest.raises(CheckpointError, match='not a checkpoint file'):
         load_policy(__file__)
     assert isinstance(np.asarray(policy(np.zeros((3, 4), np.float32))), np.ndarray)
@@ -194,7 +194,7 @@ def test_extra_middleware_by_argument_and_by_flag(tmp_path, monkeypatch):
 
 def test_progress_lines_have_rate_and_eta_and_log_lines_stay_whole():
     from middleware.functional.logger import ProgressDisplay
-    from pipeline.experiment import setup_logging
+    from pipeline.run import setup_logging
 
     buf = io.StringIO()
     d = ProgressDisplay(buf, total=1000, interval=0.0, use_tqdm=False)
@@ -250,12 +250,12 @@ def test_the_bar_names_its_estimate_the_time_to_the_step_budget_and_drops_it_whe
 
 
 def test_end_of_run_lines_name_the_node_in_a_multi_node_run_only(capsys, monkeypatch):
-    import middleware.functional.logger as logger_mod
-    from pipeline.experiment import node_print
+    import pipeline.runtime.node as node_mod
+    from pipeline.run import node_print
 
     node_print('\nsolved: last mean eval return 500.0', 'run folder: x')   # one process: as is
     assert capsys.readouterr().out == '\nsolved: last mean eval return 500.0\nrun folder: x\n'
-    monkeypatch.setattr(logger_mod, 'node_label', lambda: 'node 3 evaluator')
+    monkeypatch.setattr(node_mod, 'node_label', lambda: 'node 3 evaluator')
     node_print('\nsolved: last mean eval return 500.0', 'run folder: x')
     assert capsys.readouterr().out == ('\n[node 3 evaluator] solved: last mean eval return 500.0\n'
                                        '[node 3 evaluator] run folder: x\n')

@@ -52,7 +52,7 @@ def test_a_launched_nodes_run_folder_line_has_its_node_tag_before_its_task_start
     """The first ``run folder:`` lines of ``rlpipe run`` (printed before the pipeline starts) lacked the tag."""
     import json
 
-    from pipeline.experiment import RunInfo
+    from pipeline.run import RunInfo
 
     monkeypatch.setenv('RLPIPE_NODE', json.dumps({'node_id': 2, 'roles': ['collector']}))
     (tmp_path / 'run').mkdir()
@@ -65,7 +65,8 @@ def test_a_launched_nodes_run_folder_line_has_its_node_tag_before_its_task_start
 
 
 def test_under_ray_the_end_of_run_lines_are_kept_for_the_launcher(monkeypatch, capsys):
-    from pipeline.console import RAY_NODE_ENV, node_print, take_summary
+    from pipeline.runtime.node import RAY_NODE_ENV
+    from pipeline.run.console import node_print, take_summary
     from pipeline.parallel.ray_launch import NodeActor
 
     monkeypatch.setenv(RAY_NODE_ENV, '1')

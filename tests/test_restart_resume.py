@@ -6,8 +6,8 @@ import os
 import re
 import time
 
-from pipeline.experiment import new_run_dir, prepare_run
-from pipeline.resume import latest_checkpoint
+from pipeline.checkpoint import latest_checkpoint
+from pipeline.run import new_run_dir, prepare_run
 
 
 def _args(**kw):

@@ -39,7 +39,7 @@ def test_config_json_and_the_ctrl_c_resume_command_record_the_argv_main_parsed(t
 
 
 def test_resume_command_defaults_to_the_last_prepared_run_and_replaces_resume(tmp_path):
-    from pipeline.experiment import example_parser, prepare_run, resume_command
+    from pipeline.run import example_parser, prepare_run, resume_command
 
     ckpt = tmp_path / 'a.pth.tar'
     ckpt.write_bytes(b'x')

@@ -6,8 +6,8 @@ import shlex
 import types
 
 from pipeline import task
-from pipeline.experiment import RunInfo
-from pipeline.roles import Role
+from pipeline.run import RunInfo
+from pipeline.runtime.roles import Role
 
 
 def _ckpt(run_dir, written):

@@ -44,7 +44,7 @@ def test_a_seed_conflict_or_a_bad_seed_is_one_line_and_exit_2(tmp_path, argv, wo
 
 
 def test_the_parser_resolves_one_seed():
-    from pipeline.experiment import example_parser
+    from pipeline.run import example_parser
 
     p = example_parser(None, exp_name='exp', seed=7)
     assert p.parse_args([]).seed == 7

@@ -62,7 +62,7 @@ def test_a_value_out_of_range_is_refused_before_torch(tmp_path):
 
 
 def test_precheck_api_names_the_problem():
-    from pipeline.precheck import UsageError, config_problems, env_id_problem, precheck_config
+    from pipeline.run.precheck import UsageError, config_problems, env_id_problem, precheck_config
 
     assert env_id_problem('CartPole-v1') is None and env_id_problem('gymnasium.envs:Anything-v0') is None
     assert "did you mean 'CartPole-v1'" in env_id_problem('CartPol-v1')
@@ -75,7 +75,7 @@ def test_precheck_api_names_the_problem():
 def test_a_registered_env_whose_package_is_missing_names_the_extra(monkeypatch):
     import importlib.util
 
-    from pipeline.precheck import env_id_problem
+    from pipeline.run.precheck import env_id_problem
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None if name == 'mujoco' else find_spec(name, *a))
@@ -87,7 +87,7 @@ def test_a_registered_env_whose_package_is_missing_names_the_extra(monkeypatch):
 def test_a_resume_checkpoint_that_does_not_fit_leaves_no_run_folder(tmp_path, monkeypatch):
     import importlib.util
 
-    from pipeline import agents
+    from pipeline.run import agents
 
     ckpt = agents.DQN('CartPole-v1').save(str(tmp_path / 'dqn.pth.tar'))  # [128, 128, 64] Q-net, untrained
     spec = importlib.util.spec_from_file_location('dqn_cartpole_typos', os.path.join(ROOT, 'examples', 'dqn_cartpole.py'))

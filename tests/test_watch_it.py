@@ -24,7 +24,7 @@ def make_cartpole(mode):
 
 
 def test_render_without_a_display_plays_without_a_window(monkeypatch):
-    from pipeline.play import play_policy
+    from pipeline.run.play import play_policy
 
     monkeypatch.delenv('DISPLAY', raising=False)
     monkeypatch.delenv('WAYLAND_DISPLAY', raising=False)
@@ -37,7 +37,7 @@ def test_render_without_a_display_plays_without_a_window(monkeypatch):
 
 
 def test_render_without_pygame_says_what_to_install_and_plays_on(monkeypatch):
-    from pipeline.play import play_policy
+    from pipeline.run.play import play_policy
 
     monkeypatch.setenv('DISPLAY', ':99')
     monkeypatch.setitem(sys.modules, 'pygame', None)  # `import pygame` raises ImportError

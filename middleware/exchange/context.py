@@ -9,8 +9,8 @@ import time
 from typing import Any, Dict, Generator, List, Optional, Set
 
 from contexts import OnlineRLContext
-from pipeline.contracts import Fields
-from pipeline.roles import Role
+from pipeline.runtime.contracts import Fields
+from pipeline.runtime.roles import Role
 
 from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, Newest, POLL, PeerTable, Waiter, current_task, exchanger_roles,
                      inactive_void, log, restarts_expected)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, Generator, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
-from pipeline.roles import Role, for_all_roles
+from pipeline.runtime.roles import Role, for_all_roles
 
 from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, host_state, inactive_void
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Set
 
 import numpy as np
 
-from pipeline.contracts import Fields
+from pipeline.runtime.contracts import Fields
 
 from .shared import (POLL, Newest, PeerTable, Waiter, current_task, exchanger_roles, host_state, inactive_void,
                      peer_roles)

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from pipeline.parallel.restarts import restarts_expected  # noqa: F401  (the exchangers' import)
-from pipeline.roles import Role
+from pipeline.runtime.node import restarts_expected  # noqa: F401  (the exchangers' import)
+from pipeline.runtime.roles import Role
 
 log = logging.getLogger('middleware.distributor')
 

@@ -5,7 +5,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping
 
 from contexts import OnlineRLContext
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
 

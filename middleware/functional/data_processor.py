@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping,
 import numpy as np
 
 from contexts import RLContext
-from pipeline.contracts import buffered
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.contracts import buffered
+from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
     from pipeline.data.protocols import ReplayBuffer

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 import numpy as np
 
 from contexts import RLContext
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult', 'episode_return_bound',
            'STEP_REWARD_BOUNDS']

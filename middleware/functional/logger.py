@@ -1,8 +1,6 @@
 """Online logging: TensorBoard scalars and a progress line. Never changes the context."""
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import math
 import os
@@ -12,9 +10,10 @@ from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, Optional
 
 from contexts import RLContext
-from pipeline.roles import for_all_roles
+from pipeline.runtime.node import node_is_quiet, node_label
+from pipeline.runtime.roles import for_all_roles
 
-__all__ = ['online_logger', 'scalar_means', 'node_label', 'ProgressDisplay']
+__all__ = ['online_logger', 'scalar_means', 'ProgressDisplay']
 
 log = logging.getLogger(__name__)
 
@@ -55,30 +54,6 @@ def scalar_means(train_output: Any) -> Dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums}
 
 
-def node_label() -> str:
-    """``'node 1 collector'`` in a multi-node run (the node id and its roles), ``''`` otherwise."""
-    try:
-        from pipeline import task
-        router = task.router
-        if router is None or not router.is_active:
-            return _launched_node_label(os.environ.get('RLPIPE_NODE', ''))
-        roles = '+'.join(sorted(str(r) for r in task.roles)) or 'all roles'
-        return f'node {router.node_id} {roles}'
-    except Exception:  # noqa: BLE001 - a label must never break logging
-        return ''
-
-
-@functools.lru_cache(maxsize=4)
-def _launched_node_label(spec_json: str) -> str:
-    """The label of a node that ``rlpipe run`` started (its spec in ``$RLPIPE_NODE``) before its task starts,
-    e.g. for the ``run folder:`` line printed before the pipeline runs; ``''`` outside a launch."""
-    if not spec_json:
-        return ''
-    spec = json.loads(spec_json)
-    roles = '+'.join(sorted(str(r) for r in spec.get('roles') or [])) or 'all roles'
-    return f'node {spec["node_id"]} {roles}'
-
-
 def _fmt_time(sec: float) -> str:
     sec = int(max(sec, 0))
     return f'{sec // 3600}:{sec % 3600 // 60:02d}:{sec % 60:02d}' if sec >= 3600 else f'{sec // 60:02d}:{sec % 60:02d}'
@@ -101,7 +76,7 @@ class ProgressDisplay:
     bound for a run that may stop earlier on an evaluation target; when the display is closed before the
     budget is reached (such a stop, ``task.finish``, Ctrl-C), the bar is redrawn without it.
 
-    Log lines written through :func:`pipeline.experiment.setup_logging` go through ``tqdm.write``,
+    Log lines written through :func:`pipeline.run.console.setup_logging` go through ``tqdm.write``,
     which lifts the bar, prints the line and redraws it, so they never garble each other.
     """
 
@@ -184,11 +159,9 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     given ``total_env_step`` (the run's budget), the time left to that budget (labelled so: a run that
     stops on an evaluation target ends earlier; the bar left at the end then shows none); plain lines
     every ``progress_interval`` seconds otherwise. In a multi-node run it names the node and its roles; a node
-    that shares ``rlpipe run``'s console with the learner (:func:`pipeline.console.node_is_quiet`) shows none.
+    that shares ``rlpipe run``'s console with the learner (:func:`pipeline.runtime.node.node_is_quiet`) shows none.
     Not role-gated: every node logs what it has.
     """
-    from pipeline.console import node_is_quiet
-
     quiet = node_is_quiet()
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')

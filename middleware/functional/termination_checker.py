@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from contexts import RLContext
-from pipeline.roles import for_all_roles
+from pipeline.runtime.roles import for_all_roles
 
 __all__ = ['termination_checker']
 

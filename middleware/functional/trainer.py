@@ -6,7 +6,7 @@ from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, Mapping
 
 from contexts import RLContext
-from pipeline.roles import Role, for_roles
+from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['trainer', 'flatten_update_result']
 

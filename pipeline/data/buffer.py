@@ -6,21 +6,22 @@ working on the right item after other items are deleted or evicted.
 
 Where things live: the public API and the middleware chain in :mod:`.buffer_chain` (``Buffer``);
 the slots, order, columns and group indexes in :mod:`.storage` (``SlotStorage``, with its
-interface for middleware and alternative storages); batching in :mod:`.batching`
-(``SampledBatch``, ``sample_batch``); the file format in :mod:`.serialization`.
+interface for middleware and alternative storages); what ``sample_batch`` returns in :mod:`.batching`
+(``SampledBatch``); the file format in :mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
 from several threads are safe.
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from .batching import SampledBatch, sample_batch
+from .batching import SampledBatch
 from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
 from .columns import Columns, Unsupported, collate  # noqa: F401 - old import path
 from .item import BufferedData, _Sampled, _SlotIds  # noqa: F401 - _Sampled: old import path
@@ -221,7 +222,52 @@ class DequeBuffer(Buffer):
         The chain sees ``_columns_only=True``: a hint that per-item meta written only for the
         caller (PER's ``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
         """
-        return sample_batch(self, size, replace, sample_range, ignore_insufficient, **kwargs)
+        with self._lock:
+            s = self._s
+            cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
+            if (cols is not None and not self._middleware and not kwargs and sample_range is None
+                    and type(size) is int and 0 < size and (replace or size <= s.count)):
+                # fast path: no middleware, so no item objects are needed to build the batch
+                slots = s.dense[s.draw(s.count, size, replace)]
+                if cols.ok[slots].all():
+                    return SampledBatch(cols.gather(slots), s.slot_id[slots].tolist(), None,
+                                        _storage=s, _slots=slots)
+                items = s._result(slots, True, replace)
+                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], None, items)
+            fast = self._fast
+            if (fast is not None and cols is not None and not kwargs and sample_range is None and not replace
+                    and type(size) is int and 0 < size <= s.count):
+                out = fast._sample_batch(cols, size)
+                if out is not None:
+                    return out
+            items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
+                                   ignore_insufficient=ignore_insufficient, groupby=None,
+                                   unroll_len=None, _columns_only=True, **kwargs)
+            if not items:
+                raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
+            data = None
+            weight = None
+            if type(items) is _Sampled:
+                ref = items.ref
+                same = len(ref) == len(items) and all(map(operator.is_, items, ref))
+                if same and items.version == s.version:  # nothing pushed/removed since: ids by slot
+                    index = s.slot_id[items.slots].tolist()
+                else:
+                    index = [it.index for it in items]
+                if cols is not None and same and (
+                        items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
+                    if cols.ok[items.slots].all():
+                        data = cols.gather(items.slots)
+                extra = items.columns
+                if extra and "priority_IS" in extra:
+                    weight = torch.from_numpy(extra["priority_IS"])
+            else:  # a middleware built a new list (e.g. clone_object): its meta is this call's
+                index = [it.index for it in items]
+                if "priority_IS" in items[0].meta:
+                    weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
+            if data is None:
+                data = collate([it.data for it in items])
+            return SampledBatch(data, index, weight, items)
 
     # ------------------------------------------------------------------ persistence
     def save_data(self, path: str) -> None:

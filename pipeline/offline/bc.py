@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
-from ..config_schema import defaults
+from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
 from ..policy.base import ActingMode, Policy, policy_section

@@ -14,7 +14,7 @@ import torch
 from easydict import EasyDict
 from torch import nn
 
-from ..config_schema import defaults
+from ..config.schema import defaults
 from ..policy.base import policy_section
 from ..policy.dqn import DQNLearner, DQNPolicy
 from ..policy.dqn import check_config as dqn_check_config

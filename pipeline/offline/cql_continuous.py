@@ -17,10 +17,10 @@ from typing import Any, Dict, List, Mapping
 import torch
 from easydict import EasyDict
 
-from ..config_schema import Float, Int, Str, defaults, run_section
+from ..config.schema import Float, Int, Str, defaults, run_section
 from ..policy.base import policy_section
 from ..policy.sac import SACActor, SACLearner, SACPolicy, TwinQCritic
-from ..policy_schemas import SAC_CONFIG
+from ..config.policy_schemas import SAC_CONFIG
 
 __all__ = ['ContinuousCQLLearner', 'ContinuousCQLPolicy', 'CQL_CONTINUOUS_CONFIG', 'CONFIG_SCHEMA',
            'check_config', 'cql_continuous_default_config']

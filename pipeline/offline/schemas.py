@@ -1,6 +1,6 @@
 """The config schemas of the offline learners (BC, discrete CQL, IQL): every key's default, type and range.
 
-Torch-free, like :mod:`pipeline.policy_schemas`. ``pipeline.config.compile_config(user, policy='bc')``
+Torch-free, like :mod:`pipeline.config.policy_schemas`. ``pipeline.config.compile_config(user, policy='bc')``
 (``'cql'``, ``'iql'``) merges and checks a user's overrides against them. In offline configs
 ``policy.eval.evaluator.eval_freq`` counts train iterations (minibatch updates) between evaluations.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import copy
 
-from ..config_schema import Bool, Choice, Float, Int, IntList, Shape, Str, env_section, run_section
-from ..policy_schemas import DQN_CONFIG, device_keys
+from ..config.schema import Bool, Choice, Float, Int, IntList, Shape, Str, env_section, run_section
+from ..config.policy_schemas import DQN_CONFIG, device_keys
 
 __all__ = ['BC_CONFIG', 'CQL_CONFIG', 'IQL_CONFIG']
 

@@ -2,7 +2,7 @@
 
 ``import pipeline.parallel`` is light: zmq is imported when a router starts. Main names:
 
-* ``ZmqRouter`` (alias ``Parallel``): the ``pipeline.router.Router`` that carries events between nodes.
+* ``ZmqRouter`` (alias ``Parallel``): the ``pipeline.runtime.router.Router`` that carries events between nodes.
 * ``configure(**router_kwargs)``: make ``task.start()`` in this process use a ``ZmqRouter``.
 * ``codec.encode/decode``: the pickle-free wire format.
 * ``rlpipe run ...`` (``pipeline.parallel.cli``): start nodes as local processes.

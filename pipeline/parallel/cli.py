@@ -116,7 +116,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``rlpipe`` console script."""
     args = _parser().parse_args(argv)
     if args.command == "describe":
-        from ..describe import describe_main, parse_nodes
+        from ..run.describe import describe_main, parse_nodes
         describe_main(args.main, args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args,
                       args.package, parse_nodes(args.roles), args.out)
         return 0

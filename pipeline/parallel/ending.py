@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional
 
+from ..runtime.node import RESTART_PEERLESS_TIMEOUT, restarts_expected
 from . import codec
-from .restarts import RESTART_PEERLESS_TIMEOUT, restarts_expected
 from .transport_auth import client
 from .wire import FINISH, K_DATA
 

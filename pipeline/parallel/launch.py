@@ -7,7 +7,7 @@ main. The launcher stops every node on Ctrl-C/SIGTERM (SIGTERM, then SIGKILL aft
 restarts crashed nodes (main raised, or killed by a signal) with ``auto_recover``, and its children die
 with it (``PR_SET_PDEATHSIG`` on Linux plus a parent-watch thread). As under the Ray launcher, a restarted
 node finds ``RLPIPE_RESTARTS`` (1, 2, ...) in its environment, so a restarted learner of a training
-example resumes the launch's run from its newest checkpoint (:mod:`pipeline.resume`), and with
+example resumes the launch's run from its newest checkpoint (:mod:`pipeline.run.resume`), and with
 ``auto_recover`` every node finds ``RLPIPE_MAX_RESTARTS`` (collectors and evaluators wait for a lost
 learner to come back instead of finishing).
 """
@@ -24,17 +24,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..resume import RESTARTS_ENV  # a restarted node's restart count (light: no torch)
-from ..console import QUIET_NODE_ENV
-from ..roles import Role
+from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, NODE_ENV, QUIET_NODE_ENV, RESTARTS_ENV  # light: no torch
+from ..runtime.roles import Role
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
-from .restarts import MAX_RESTARTS_ENV  # noqa: F401  (every node: how often a node that dies is restarted)
 
 log = logging.getLogger("rlpipe.launcher")
 
-NODE_ENV = "RLPIPE_NODE"
 PARENT_ENV = "RLPIPE_PARENT_PID"
-LAUNCH_ID_ENV = "RLPIPE_LAUNCH_ID"  # the same for every node of one launch: they share a run folder
 DEFAULT_PORT = 50515
 CRASH_EXIT_CODE = 70  # a node whose main raised; with a signal death, what auto_recover restarts
 
@@ -48,7 +44,7 @@ def configure(**router_kwargs: Any) -> None:
         configure(node_id=1, address="tcp://10.0.0.2:50516", attach_to=["tcp://10.0.0.1:50515"],
                   roles=["collector"])
     """
-    from ..router import set_default_router_factory
+    from ..runtime.router import set_default_router_factory
     from .zmq_router import ZmqRouter
 
     def factory() -> ZmqRouter:
@@ -269,7 +265,7 @@ class Launcher:
                 log.warning("generated a random key for this run: nodes started by another `rlpipe run` can "
                             "join only if you set the same RLPIPE_KEY (or --key-file) for both")
         self.env[PARENT_ENV] = str(os.getpid())
-        # the nodes of one launch share one run folder (pipeline.experiment.new_run_dir) and write it under
+        # the nodes of one launch share one run folder (pipeline.run.folders.new_run_dir) and write it under
         # the directory the user started from, not under --package
         self.env.setdefault(LAUNCH_ID_ENV, f"{os.getpid()}-{time.time_ns()}")
         self.cwd = os.getcwd()
@@ -288,7 +284,7 @@ class Launcher:
         if spec.node_id in self.quiet:
             env[QUIET_NODE_ENV] = "1"
         # as under the Ray launcher: a restarted node knows it (a learner then resumes from its newest
-        # checkpoint, pipeline.resume), and every node knows that lost nodes come back (collectors wait)
+        # checkpoint, pipeline.run.resume), and every node knows that lost nodes come back (collectors wait)
         env[RESTARTS_ENV] = str(self.retries.get(spec.node_id, 0))
         env[MAX_RESTARTS_ENV] = str(self.max_retries if self.auto_recover else 0)
         cmd = [sys.executable, "-m", "pipeline.parallel.worker", "--main", self.main, "--package", self.package,

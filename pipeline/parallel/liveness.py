@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List
 
-from ..console import node_is_quiet
+from ..runtime.node import node_is_quiet
 from . import codec
 from .wire import _PREFIX, _MAGIC, _VERSION, K_DATA, K_HEARTBEAT, PEER_DEAD, PEER_JOINED
 

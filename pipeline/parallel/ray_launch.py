@@ -21,7 +21,7 @@ again, at most N times, on the same Ray node and the same address, so its peers 
 environment, and every node finds ``RLPIPE_MAX_RESTARTS``: while restarts are possible, collectors and
 evaluators wait for a lost learner to come back instead of finishing the task. A restarted learner of a
 training example resumes from its newest checkpoint in the launch's run folder, with its counters
-(``pipeline.experiment.prepare_run``, ``pipeline.resume``). The nodes of one launch share one run folder
+(``pipeline.run.prepare_run``, ``pipeline.run.resume``). The nodes of one launch share one run folder
 (``RLPIPE_LAUNCH_ID``), written under the driver's current directory on a local Ray.
 
 A node that fails for good (no restart left) is reported (logged, and its slot in the results holds the
@@ -40,13 +40,11 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, RAY_NODE_ENV, RESTARTS_ENV  # light: no torch, no Ray
 from .keys import KEY_ENV, generate_key
 from .launch import NODE_ENV, NodeSpec, plan_nodes
-from .restarts import MAX_RESTARTS_ENV  # noqa: F401  (every node: how often a node that dies is restarted)
 
 log = logging.getLogger("rlpipe.ray")
-
-from ..resume import RESTARTS_ENV  # noqa: E402  (light: no torch, no Ray)
 
 ROLE_RESOURCES = ("learner", "collector", "evaluator")
 
@@ -121,7 +119,7 @@ class NodeActor:
 
     def summary(self) -> List[str]:
         """The end-of-run lines the node's main printed with ``node_print`` (kept, not printed, in an actor)."""
-        from ..console import take_summary
+        from ..run.console import take_summary  # lazy: the run tooling is loaded by the node's main, not here
 
         return take_summary()
 
@@ -245,10 +243,6 @@ def run_on_ray(
     if need_cpu > total.get("CPU", 0) + 1e-9 or need_gpu > total.get("GPU", 0) + 1e-9:
         raise ValueError(f"the nodes ask for {need_cpu:g} CPUs and {need_gpu:g} GPUs but the Ray cluster has "
                          f"{total.get('CPU', 0):g} and {total.get('GPU', 0):g}: lower the per-role resources")
-    from ..experiment import LAUNCH_ID_ENV
-
-    from ..console import RAY_NODE_ENV
-
     env = {**dict(env or {}), KEY_ENV: os.environ.get(KEY_ENV) or generate_key(), RAY_NODE_ENV: "1",
            MAX_RESTARTS_ENV: str(max_restarts),
            "RLPIPE_LOG_LEVEL": os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),

@@ -34,8 +34,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from ..console import node_is_quiet
-from ..router import Router
+from ..runtime.node import node_is_quiet
+from ..runtime.router import Router
 from . import codec
 from .ending import Ending
 from .handshake import Handshake, _Probe
@@ -92,7 +92,7 @@ def announced_address(advertise: str, bound: str) -> str:
 
 
 class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing, Router):
-    """The ZeroMQ implementation of ``pipeline.router.Router`` (see the module docstring).
+    """The ZeroMQ implementation of ``pipeline.runtime.router.Router`` (see the module docstring).
 
     Args:
         node_id: this node's id (unique in the group).

@@ -25,8 +25,8 @@ from easydict import EasyDict
 
 from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
-from ..config_schema import defaults
-from ..policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
+from ..config.schema import defaults
+from ..config.policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
 from .base import ActingMode, Policy, optimizer_factory, optimizer_problems, policy_section
 from .model import DQNModel
 

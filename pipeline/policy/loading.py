@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..checkpoint import CheckpointError, read_checkpoint
 from ..device import DeviceLike
 
 __all__ = ['load_policy', 'build_policy_from_checkpoint', 'config_for_device']
@@ -39,8 +40,6 @@ def build_policy_from_checkpoint(path: str, device: DeviceLike = 'auto') -> Any:
     """The policy object (``DQNPolicy`` / ``SACPolicy`` / ``PPOPolicy``) with the checkpoint's model weights,
     on ``device`` (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; the device it was
     trained on does not matter)."""
-    from middleware.ckpt_handler import CheckpointError, read_checkpoint
-
     state = read_checkpoint(path)
     extra = state.get('extra', {})
     cfg = extra.get('config')

@@ -21,9 +21,9 @@ import torch
 from easydict import EasyDict
 
 from pipeline.config import compile_config
-from pipeline.config_schema import defaults
+from pipeline.config.schema import defaults
 from pipeline.device import DeviceLike, module_device, to_host
-from pipeline.policy_schemas import PPO_CONFIG
+from pipeline.config.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
 
 from .base import ActingMode, Policy

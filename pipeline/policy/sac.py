@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
-from ..config_schema import defaults
+from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor, place_module
-from ..policy_schemas import SAC_CONFIG
+from ..config.policy_schemas import SAC_CONFIG
 from ..learner import Learner
 from .base import ActingMode, Policy, policy_section
 from .model import mlp

@@ -1,6 +1,6 @@
 """Reward models: hindsight relabelling (HER) and intrinsic rewards (RND).
 
-Two contracts (``pipeline.protocols``): a reward model (RND) offers ``estimate(train_data)`` (returns new
+Two contracts (``pipeline.runtime.protocols``): a reward model (RND) offers ``estimate(train_data)`` (returns new
 data with the reward it produces; never modifies its input) and ``train(data)``; HER is an episode
 relabeler, ``relabel(episodes)`` (new transitions from whole episodes), with ``train(data)`` a no-op.
 """

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from contexts import OnlineRLContext  # noqa: E402
 from pipeline import Role, task  # noqa: E402
-from pipeline.roles import for_roles  # noqa: E402
+from pipeline.runtime.roles import for_roles  # noqa: E402
 
 
 def _write(out: str, record: dict) -> None:

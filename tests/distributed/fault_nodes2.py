@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from contexts import OnlineRLContext  # noqa: E402
 from pipeline import Role, task  # noqa: E402
-from pipeline.roles import for_roles  # noqa: E402
+from pipeline.runtime.roles import for_roles  # noqa: E402
 
 
 def trio_main() -> int:

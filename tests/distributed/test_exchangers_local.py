@@ -5,7 +5,7 @@ import torch
 
 from contexts import OnlineRLContext
 from middleware import ContextExchanger, ModelExchanger, PeriodicalModelExchanger
-from middleware.distributor import _pack_rows, _unpack_rows
+from middleware.exchange.shared import pack_rows, unpack_rows
 from pipeline import task
 
 
@@ -28,9 +28,9 @@ def test_single_process_exchangers_are_voids_and_the_chain_skips_them():
 def test_pack_rows_round_trip_same_values():
     rows = [{'obs': np.arange(4, dtype=np.float32) + j, 'action': j % 2, 'reward': 1.5 * j,
              'next_obs': np.ones(4, np.float32) * j, 'terminated': j == 2, 'env_id': j} for j in range(5)]
-    packed = _pack_rows(rows)
+    packed = pack_rows(rows)
     assert packed['cols']['obs'].shape == (5, 4)  # stacked into one array
-    back = _unpack_rows(packed)
+    back = unpack_rows(packed)
     assert len(back) == 5
     for a, b in zip(rows, back):
         assert a.keys() == b.keys()
@@ -43,11 +43,11 @@ def test_pack_rows_round_trip_same_values():
 
 def test_pack_rows_leaves_mixed_items_alone():
     rows = [{'a': 1}, {'b': 2}]
-    assert _unpack_rows(_pack_rows(rows)) == rows
+    assert unpack_rows(pack_rows(rows)) == rows
     shapes = [{'x': np.zeros(2)}, {'x': np.zeros(3)}]  # ragged: kept as a list column
-    back = _unpack_rows(_pack_rows(shapes))
+    back = unpack_rows(pack_rows(shapes))
     assert [r['x'].shape for r in back] == [(2,), (3,)]
-    assert _unpack_rows(_pack_rows([])) == []
+    assert unpack_rows(pack_rows([])) == []
 
 
 @pytest.mark.parametrize('kwargs, match', [
@@ -57,7 +57,7 @@ def test_pack_rows_leaves_mixed_items_alone():
     ({'wait_timeout': -1}, 'wait_timeout'),
 ])
 def test_context_exchanger_rejects_bad_arguments(kwargs, match, monkeypatch):
-    from pipeline.router import LocalRouter
+    from pipeline.runtime.router import LocalRouter
 
     monkeypatch.setattr(LocalRouter, 'is_active', True)  # pretend to have peers so the checks run
     with task.start(ctx=OnlineRLContext(), roles=['collector']):
@@ -66,7 +66,7 @@ def test_context_exchanger_rejects_bad_arguments(kwargs, match, monkeypatch):
 
 
 def test_model_exchanger_rejects_bad_arguments(monkeypatch):
-    from pipeline.router import LocalRouter
+    from pipeline.runtime.router import LocalRouter
 
     monkeypatch.setattr(LocalRouter, 'is_active', True)
     with task.start(ctx=OnlineRLContext(), roles=['collector']):
@@ -79,7 +79,7 @@ def test_model_exchanger_rejects_bad_arguments(monkeypatch):
 
 
 def test_learner_and_collector_on_one_node_is_a_clear_error(monkeypatch):
-    from pipeline.router import LocalRouter
+    from pipeline.runtime.router import LocalRouter
 
     monkeypatch.setattr(LocalRouter, 'is_active', True)
     with task.start(ctx=OnlineRLContext(), roles=['learner', 'collector']):

@@ -48,7 +48,7 @@ def test_ppo_example_as_three_processes(tmp_path):
 
 def test_stale_rollouts_are_refused_and_counted():
     from middleware.exchange.shared import Waiter
-    from middleware.onpolicy_exchanger import RolloutExchanger
+    from middleware.exchange.rollout import RolloutExchanger
 
     ex = object.__new__(RolloutExchanger)  # the listeners alone, without a router
     ex._w = Waiter()
@@ -72,7 +72,7 @@ def test_a_rollout_with_no_live_learner_is_kept_the_newest_only_and_dropped_once
     import torch
 
     from middleware.exchange.shared import Newest, Waiter
-    from middleware.onpolicy_exchanger import RolloutExchanger
+    from middleware.exchange.rollout import RolloutExchanger
     from contexts import OnlineRLContext
 
     ex = object.__new__(RolloutExchanger)

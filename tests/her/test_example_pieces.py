@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from middleware import CkptSaver
-from middleware.ckpt_handler import CheckpointError
+from pipeline.checkpoint import CheckpointError
 from pipeline.reward_model import NoRelabel, RndRewardModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,7 +46,7 @@ def test_goal_success_rate_counts_episodes_that_reached_the_goal(monkeypatch):
 
 def test_run_recorder_keeps_the_last_step_and_sums_up():
     from contexts import OnlineRLContext
-    from pipeline.run_record import RunRecorder
+    from pipeline.run.record import RunRecorder
 
     rec = RunRecorder()
     ctx = OnlineRLContext()
@@ -59,7 +59,7 @@ def test_run_recorder_keeps_the_last_step_and_sums_up():
 
 
 def test_play_checkpoint_refuses_rendering_for_an_env_without_it():
-    from pipeline.experiment import play_without_rendering
+    from pipeline.run import play_without_rendering
 
     args = argparse.Namespace(render=True, video=None, episodes=1, seed=0)
     with pytest.raises(SystemExit, match="DeepSea has no rendering"):
@@ -117,7 +117,7 @@ def test_dqn_rnd_resume_continues_the_rnd_predictor(tmp_path, monkeypatch):
 
 
 def test_run_script_exits_with_the_code_of_main_and_one_line_on_ctrl_c(capsys):
-    from pipeline.experiment import run_script
+    from pipeline.run import run_script
 
     def interrupted():
         raise KeyboardInterrupt

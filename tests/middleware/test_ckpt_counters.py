@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from contexts import OfflineRLContext, OnlineRLContext
-from middleware import CkptSaver, load_checkpoint, save_checkpoint
-from middleware.ckpt_handler import CheckpointError, read_checkpoint
+from middleware import CkptSaver
 from pipeline import task
+from pipeline.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 
 
 class TinyPolicy:
@@ -194,7 +194,7 @@ def test_a_restarted_evaluator_never_replaces_a_better_saved_evaluation(tmp_path
 
 def test_periodic_checkpoints_carry_the_buffer_and_resume_from_one_restores_it(tmp_path, caplog):
     from pipeline.data import DequeBuffer, PriorityExperienceReplay
-    from pipeline.resume import latest_checkpoint
+    from pipeline.checkpoint import latest_checkpoint
 
     buf = DequeBuffer(100, seed=0)
     per = PriorityExperienceReplay(buf)

@@ -8,7 +8,7 @@ from torch import nn
 from contexts import OnlineRLContext
 from middleware import CkptSaver
 from pipeline import task
-from pipeline.experiment import run_pipeline
+from pipeline.run import run_pipeline
 
 
 class TinyPolicy:

@@ -4,7 +4,7 @@ import pytest
 from contexts import OnlineRLContext
 from middleware import EpisodeCollector, NStepAccumulator, StepCollector, eps_greedy_handler, nstep_reward_enhancer
 from pipeline.config import compile_config
-from pipeline.roles import Role
+from pipeline.runtime.roles import Role
 
 
 def test_step_collector_counts_and_transitions(cfg, fixed_env, zero_policy):

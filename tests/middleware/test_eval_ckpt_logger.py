@@ -8,8 +8,9 @@ import torch
 
 from contexts import OnlineRLContext
 from middleware import (CkptSaver, OffPolicyLearner, StepCollector, evaluate_episodes, interaction_evaluator,
-                        load_checkpoint, online_logger, termination_checker)
+                        online_logger, termination_checker)
 from pipeline import Role, task
+from pipeline.checkpoint import load_checkpoint
 from pipeline.config import compile_config
 from pipeline.policy import DQNPolicy
 

@@ -87,7 +87,7 @@ def test_max_epoch_finishes_the_task_and_bad_inputs():
 def test_fetcher_and_trainer_run_only_on_learner_nodes():
     from middleware import trainer
     from pipeline import task
-    from pipeline.roles import Role
+    from pipeline.runtime.roles import Role
 
     ds = OfflineDataset(make_columns())
 

@@ -34,7 +34,7 @@ def main():
 
             task.use(check)
             task.run(max_step=int(60 / 0.01))
-            from pipeline.experiment import node_print
+            from pipeline.run import node_print
 
             node_print(f"learner summary: {len(got)} items", "  watch it: python nothing.py --play x --render")
             return {"node": me, "roles": roles, "got": sorted(got), "restarts": restarts, "resources": _assigned()}

@@ -164,7 +164,7 @@ def test_heartbeats_are_read_while_a_thread_waits():
 
 
 def test_task_wait_for_reads_on_its_own_thread_and_finish_releases_it():
-    from pipeline.task import Task
+    from pipeline.runtime.task import Task
     tk = Task()
     a = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, expected_peers=0)
     with tk.start(router=a):

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.config import ConfigError, apply_overrides, compile_config, get_schema, merge_config, parse_override
-from pipeline.config_schema import check, defaults, iter_specs, spec_at
+from pipeline.config.schema import check, defaults, iter_specs, spec_at
 
 NAN, INF = float('nan'), float('inf')
 

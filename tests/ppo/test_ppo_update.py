@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from contexts import OnlineRLContext
-from middleware import OnPolicyTrainer, RolloutCollector, gae_estimator, load_checkpoint, save_checkpoint
+from middleware import OnPolicyTrainer, RolloutCollector, gae_estimator
+from pipeline.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.envs import EnvManager
 from pipeline.learner import Learner
 from pipeline.policy.ppo import PPOPolicy, make_ppo_config

@@ -6,7 +6,7 @@ import pytest
 from contexts import OnlineRLContext
 from middleware import OffPolicyLearner, StepCollector, data_pusher, offpolicy_data_fetcher, trainer
 from pipeline import Role, for_all_roles, for_roles, task
-from pipeline.contracts import Fields, WiringError, WiringWarning, check_chain, fields_of
+from pipeline.runtime.contracts import Fields, WiringError, WiringWarning, check_chain, fields_of
 from pipeline.data import DequeBuffer
 
 CFG = {"policy": {"learn": {"batch_size": 4, "update_per_collect": 1}, "collect": {"n_sample": 4}}}
@@ -83,12 +83,12 @@ def test_learner_node_whose_roles_leave_its_inputs_unwritten():
 
 
 def test_a_well_wired_chain_is_silent_and_checked_once_per_registration(monkeypatch):
-    import pipeline.task as task_module  # noqa: F401
+    import pipeline.runtime.task as task_module  # noqa: F401
     import sys
 
     calls = []
-    real = sys.modules["pipeline.task"].check_chain
-    monkeypatch.setattr(sys.modules["pipeline.task"], "check_chain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = sys.modules["pipeline.runtime.task"].check_chain
+    monkeypatch.setattr(sys.modules["pipeline.runtime.task"], "check_chain", lambda *a, **k: calls.append(1) or real(*a, **k))
 
     @for_roles(Role.COLLECTOR, writes=["trajectories"])
     def collect(ctx):

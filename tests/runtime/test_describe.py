@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pipeline import task
-from pipeline.describe import DescribeOnly, describe_main
+from pipeline.run.describe import DescribeOnly, describe_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYOUT = {0: ["learner"], 1: ["collector"], 2: ["evaluator"]}

@@ -1,5 +1,6 @@
 """The small Protocols of what middleware are handed (issue 13)."""
-from pipeline.protocols import ActingPolicy, EpisodeRelabeler, RewardModel, TrainablePolicy, TrainableRewardModel
+from pipeline.runtime.protocols import (ActingPolicy, EpisodeRelabeler, RewardModel, TrainablePolicy,
+                                        TrainableRewardModel)
 from pipeline.reward_model import HerRewardModel, RndRewardModel
 
 

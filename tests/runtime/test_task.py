@@ -508,7 +508,7 @@ def test_remote_events_before_any_listener_are_replayed_to_the_first():
 
 
 def test_roles_come_from_the_router_when_start_gets_none():
-    from pipeline.router import LocalRouter
+    from pipeline.runtime.router import LocalRouter
 
     router = LocalRouter()
     router.roles = {"collector"}

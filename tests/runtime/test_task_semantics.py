@@ -5,7 +5,7 @@ import pytest
 
 from contexts import Context, OnlineRLContext
 from pipeline import task
-from pipeline.router import LocalRouter
+from pipeline.runtime.router import LocalRouter
 
 
 def test_ctx_after_run_is_the_last_steps_context_and_the_next_run_starts_from_its_renewal():

@@ -3,8 +3,8 @@
 A middleware is ``fn(ctx)``. If it returns a generator (it ``yield``s), the code before the yield is its
 forward part and runs in registration order; the code after it is its backward part and runs after all
 forward parts of the step, last in first out. A step is: forward parts, backward parts, ``ctx.renew()``.
-The two phases are written once, in ``pipeline.phases``; events (``on``/``emit``/``wait_for``, ``finish``)
-live in ``pipeline.events``.
+The two phases are written once, in ``pipeline.runtime.phases``; events (``on``/``emit``/``wait_for``,
+``finish``) live in ``pipeline.runtime.events``.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class Task(TaskEvents):
 
         ``roles`` (e.g. ``[Role.LEARNER]``) are known from here on, before middleware are constructed.
         ``router`` defaults to the one the launcher configured (a ``LocalRouter`` in a single process).
-        ``fields_check``: what ``run`` does with a miswired chain (``pipeline.contracts``): ``"warn"``
+        ``fields_check``: what ``run`` does with a miswired chain (``pipeline.runtime.contracts``): ``"warn"``
         (default, or ``$RLPIPE_FIELDS_CHECK``), ``"error"`` or ``"off"``.
         """
         if self._running:
@@ -208,9 +208,9 @@ class Task(TaskEvents):
 
         ``nodes`` ({node id: roles}) describes a multi-node run of this pipeline: which node runs what and
         which fields cross the bus. ``out`` writes ``<out>.mmd`` (Mermaid; with graphviz also ``.dot`` and
-        ``.svg``). Prints to ``stream`` (default ``sys.stdout``). Returns the ``pipeline.describe.Description``.
+        ``.svg``). Prints to ``stream`` (default ``sys.stdout``). Returns the ``pipeline.runtime.describe.Description``.
         """
-        from .describe import describe_registered
+        from .describe import describe_registered  # lazy: describe loads subprocess; import pipeline stays light
 
         d = describe_registered(list(self._middleware), set(getattr(self.ctx, "_kept_keys", ())) | {"total_step"},
                                 nodes, (self.router.node_id, self._roles))

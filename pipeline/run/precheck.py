@@ -4,15 +4,19 @@ before a run folder is made.
 
 Importing this module loads neither torch nor gymnasium (gymnasium is imported to check an env id)::
 
-    from pipeline.precheck import precheck_config
+    from pipeline.run.precheck import precheck_config
 
     precheck_config(user_config, policy='dqn', env_check=True)   # UsageError (exit 2) on a problem
 """
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import sys
 from typing import Any, List, Mapping, NoReturn, Optional, Sequence
+
+from ..config import ConfigError, check_user_config, compile_config
+from ..device import DeviceError, device_problem, node_learns, policy_device
 
 __all__ = ['UsageError', 'usage_error', 'env_id_problem', 'config_problems', 'device_problems', 'precheck_config',
            'compile_or_exit', 'format_problems']
@@ -54,11 +58,11 @@ def env_id_problem(env_id: Any) -> Optional[str]:
     or the rlpipe extra to install."""
     if not isinstance(env_id, str) or ':' in env_id:
         return None
-    import gymnasium as gym
+    import gymnasium as gym  # lazy: checking an env id is the only use; importing this module stays light
 
     if env_id in gym.registry:
         return _missing_package(env_id, gym.registry[env_id])
-    from .envs.env_manager import _register_ale
+    from ..envs.env_manager import _register_ale  # lazy: imports gymnasium and numpy
 
     atari = env_id.startswith('ALE/') or 'NoFrameskip' in env_id or 'Deterministic' in env_id
     if _register_ale():
@@ -78,8 +82,6 @@ _NEEDS = {'gymnasium.envs.mujoco': ('mujoco', "the mujoco extra: pip install -e 
 
 def _missing_package(env_id: str, spec: Any) -> Optional[str]:
     """What to install for a registered ``env_id`` whose package is missing, or ``None``."""
-    import importlib.util
-
     entry = str(getattr(spec, 'entry_point', '') or '')
     for prefix, (module, how) in _NEEDS.items():
         if entry.startswith(prefix) and importlib.util.find_spec(module) is None:
@@ -90,8 +92,6 @@ def _missing_package(env_id: str, spec: Any) -> Optional[str]:
 def config_problems(user: Optional[Mapping], policy: str, env_check: bool = False) -> List[str]:
     """What the config schema of ``policy`` refuses in ``user`` (no torch imported) and, with
     ``env_check``, a problem with ``user['env']['env_id']``."""
-    from .config import check_user_config
-
     problems = check_user_config(user, policy)
     problems.extend(device_problems(user, problems))
     env = (user or {}).get('env') if isinstance(user, Mapping) else None
@@ -106,8 +106,6 @@ def device_problems(user: Optional[Mapping], problems: Sequence[str] = ()) -> Li
     """A one-line problem when ``user`` asks for a CUDA device this machine does not have: ``policy.device``,
     or on a node of a multi-node run that does not learn ``policy.acting_device`` (torch is imported only when
     the value names a CUDA device). Settings already in ``problems`` (misspelt) are not checked again."""
-    from .device import device_problem, node_learns
-
     section = user.get('policy') if isinstance(user, Mapping) else None
     if not isinstance(section, Mapping):
         return []
@@ -131,9 +129,6 @@ def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
     """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
     refuses), or a ``policy.device`` this machine does not have (e.g. ``cuda`` without a GPU; on a node that
     does not learn, ``policy.acting_device``), ends the run like :func:`precheck_config` does."""
-    from .config import ConfigError, compile_config
-    from .device import DeviceError, policy_device
-
     try:
         cfg = compile_config(user, policy=policy)
     except ConfigError as e:

@@ -1,6 +1,6 @@
 """What the Atari and MuJoCo examples share (``examples/dqn_atari.py``, ``ppo_atari.py``,
 ``sac_mujoco.py``): their env flags, their env managers, and the start, ``--play`` and end of a run
-around the pipeline each example builds itself. Built on :mod:`pipeline.experiment` (run folders,
+around the pipeline each example builds itself. Built on :mod:`pipeline.run` (run folders,
 ``--set``, ``--resume``, ``--play``, ``--middleware``); like it, importing this module loads neither
 torch nor gymnasium, so ``--help`` answers at once.
 
@@ -25,7 +25,11 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .experiment import RunInfo, node_print, play_policy, prepare_run, setup_logging
+from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+from .console import node_print, setup_logging
+from .play import play_policy
+from .precheck import compile_or_exit, usage_error
+from .prepare import RunInfo, prepare_run
 
 __all__ = ['add_env_flags', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger', 'atari_envs', 'mujoco_envs',
            'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
@@ -70,16 +74,14 @@ def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[st
 
 
 def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None) -> RunInfo:
-    """:func:`pipeline.experiment.prepare_run` (``--set``, checked ``--resume``/``--play`` paths; with
+    """:func:`pipeline.run.prepare.prepare_run` (``--set``, checked ``--resume``/``--play`` paths; with
     ``policy``, the config and its gymnasium env id checked before torch loads), then
     logging (unless ``--quiet``), torch threads, and the ``--resume``/``--play`` files read once: a
     corrupt or foreign file ends the run now, before anything is built."""
     run = prepare_run(args, user_config, policy=policy, env_check=policy is not None)
     if not getattr(args, 'quiet', False):
         setup_logging()
-    import torch
-
-    from middleware.ckpt_handler import CheckpointError, read_checkpoint
+    import torch  # lazy: importing this module (and --help) does not load torch
 
     torch.set_num_threads(args.threads)
     try:
@@ -87,16 +89,13 @@ def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: 
             if path:
                 read_checkpoint(path)
     except CheckpointError as e:
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
-        usage_error(f'error: {e}')
+        usage_error(f'error: {e}')  # exit status 2, as for any bad input
     return run
 
 
 def compile_run_config(run: RunInfo, policy: str) -> Any:
     """``compile_config(run.user_config, policy=policy)``; a config error (e.g. a misspelled ``--set``
     key) ends the run with the list of problems and exit status 2, before anything is built."""
-    from .precheck import compile_or_exit
-
     return compile_or_exit(run.user_config, policy)
 
 
@@ -104,22 +103,20 @@ def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type:
                  buffer: Any = None) -> Any:
     """A ``CkptSaver`` under the run folder (made now) that saves the config with the weights and
     resumes from ``--resume`` (a checkpoint that does not fit the policy ends the run with its reason)."""
-    from middleware import CkptSaver
-    from middleware.ckpt_handler import CheckpointError
+    from middleware import CkptSaver  # lazy: middleware loads numpy; --help stays fast
 
     try:
         return CkptSaver(policy, run.create_dir(), train_freq=train_freq, resume_from=run.resume, buffer=buffer,
                          config=cfg, policy_type=policy_type)
     except CheckpointError as e:
         run.abandon()
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
-        usage_error(f'error: {e}')
+        usage_error(f'error: {e}')  # exit status 2, as for any bad input
 
 
 def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> Any:
     """``online_logger`` writing TensorBoard logs to ``<run>/log``, with a progress bar unless
     ``--quiet`` / ``--no-progress``."""
-    from middleware import online_logger
+    from middleware import online_logger  # lazy: middleware loads numpy; --help stays fast
 
     assert run.dir is not None, 'make the run folder first (checkpointer or run.create_dir)'
     return online_logger(log_dir=os.path.join(run.dir, 'log'), train_show_freq=train_show_freq,
@@ -130,8 +127,8 @@ def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> 
 def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
     """Collector envs (episodic life, clipped rewards) and evaluation envs (whole games, raw scores)
     for ``cfg.env`` on ``backend``; EnvPool runs its own Atari with the same settings."""
-    from .envs import EnvManager
-    from .envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task
+    from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
+    from ..envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task
 
     e = cfg.env
     n, m, seed = e.collector_env_num, e.evaluator_env_num, cfg.seed
@@ -149,8 +146,8 @@ def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
 
 def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
     """Collector and evaluation envs for ``cfg.env`` (gymnasium MuJoCo, actions in [-1, 1])."""
-    from .envs import EnvManager
-    from .envs.mujoco import MujocoEnvFn
+    from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
+    from ..envs.mujoco import MujocoEnvFn
 
     e = cfg.env
     fn = MujocoEnvFn(e.env_id, max_episode_steps=e.max_episode_steps)
@@ -160,7 +157,7 @@ def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
 
 def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
     """One Atari env as the evaluator sees it (whole games, raw score), for ``--play``."""
-    from .envs.atari import make_atari_env
+    from ..envs.atari import make_atari_env  # lazy: loads gymnasium and ale-py
 
     return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps,
                           **({'render_mode': render_mode} if render_mode else {}))
@@ -168,7 +165,7 @@ def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_s
 
 def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
     """One MuJoCo env as the evaluator sees it, for ``--play``."""
-    from .envs.mujoco import make_mujoco_env
+    from ..envs.mujoco import make_mujoco_env  # lazy: loads gymnasium and mujoco
 
     return make_mujoco_env(env_id, max_episode_steps, **({'render_mode': render_mode} if render_mode else {}))
 
@@ -181,9 +178,7 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     trained on (``make_env(env_id, render_mode, max_episode_steps)`` with the saved time limit;
     ``--render`` / ``--video DIR``), on ``--device`` (default auto) whatever device it was trained on.
     Returns ``{'play_returns': [...]}``."""
-    from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
-
-    from .policy.loading import config_for_device
+    from ..policy.loading import config_for_device  # lazy: the policies load torch
 
     assert run.play is not None
     saved = read_checkpoint(run.play).get('extra', {}).get('config')
@@ -199,8 +194,7 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     try:
         load_checkpoint(run.play, policy)
     except CheckpointError as e:
-        from pipeline.precheck import usage_error  # exit status 2, as for any bad input
-        usage_error(f'error: {e}')
+        usage_error(f'error: {e}')  # exit status 2, as for any bad input
     returns = play_policy(policy.eval_mode, lambda mode: make_env(env_id, mode, limit), episodes=args.episodes,
                           seed=args.seed, render=args.render, video_dir=args.video)
     return {'play_returns': returns}

@@ -1,27 +1,26 @@
 """``task.describe()``: the pipeline as a table and a diagram.
 
 For this node (or, given ``nodes={node_id: roles}``, for each node of a multi-node run): the middleware in
-order, their roles, the context fields they read and write (``pipeline.contracts``), which node runs what,
+order, their roles, the context fields they read and write (:mod:`pipeline.runtime.contracts`), which node runs what,
 which fields cross the bus (read on one node, written on another) and the wiring problems. The diagram is
 Mermaid text (``.mmd``, rendered by GitHub and most Markdown viewers); where graphviz is installed a DOT file
 and its SVG rendering are written next to it.
 
 ``rlpipe describe --main package.module.main [--roles learner:collector:evaluator]`` runs a pipeline's main
-up to its ``task.run()`` (no step runs) and describes what it registered.
+up to its ``task.run()`` (no step runs) and describes what it registered (:mod:`pipeline.run.describe`).
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, TextIO, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from .contracts import branches_of, check_chain, fields_of
 from .phases import name_of
 from .roles import RoleLike, normalize_roles, roles_of
 
-__all__ = ["Description", "describe_registered", "DescribeOnly", "describe_main", "parse_nodes"]
+__all__ = ["Description", "describe_registered"]
 
 
 @dataclass
@@ -175,47 +174,3 @@ def describe_registered(registered: List[Any], provided: Iterable[str], nodes: O
         received = {f for (a, b), fs in bus.items() if b == nid for f in fs}
         problems[nid] = check_chain(active, provided | received, roles, skipped)
     return Description(rows, roles_by_node, bus, problems)
-
-
-class DescribeOnly(Exception):
-    """Raised by ``task.run`` under ``rlpipe describe``: the pipeline was described, no step runs."""
-
-
-def parse_nodes(spec: Optional[str]) -> Optional[Dict[int, List[str]]]:
-    """``"learner:collector:evaluator"`` -> {0: ["learner"], 1: ["collector"], 2: ["evaluator"]}."""
-    if not spec:
-        return None
-    return {i: [r for r in part.replace("+", ",").split(",") if r and r != "none"]
-            for i, part in enumerate(spec.split(":"))}
-
-
-def describe_main(main: str, main_args: List[str] = (), package: str = ".", nodes: Optional[Mapping] = None,
-                  out: Optional[str] = None, stream: Optional[TextIO] = None) -> Description:
-    """Run ``main`` (``package.module.function``) up to its ``task.run()`` and describe its pipeline."""
-    import os
-
-    from .parallel.worker import load_main
-    from .task import task
-
-    package = os.path.abspath(package)
-    if package not in sys.path:
-        sys.path.insert(0, package)
-    found: List[Description] = []
-
-    def instead_of_run(t: Any) -> None:
-        found.append(t.describe(nodes=nodes, out=out, stream=stream))
-        raise DescribeOnly()
-
-    argv, sys.argv = sys.argv, [main] + list(main_args)
-    task.instead_of_run = instead_of_run
-    try:
-        load_main(main)()
-    except DescribeOnly:
-        pass
-    finally:
-        task.instead_of_run = None
-        sys.argv = argv
-        task.stop()
-    if not found:
-        raise RuntimeError(f"{main} returned without calling task.run(): nothing to describe")
-    return found[0]

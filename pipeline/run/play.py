@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from ..checkpoint import load_checkpoint
+
 __all__ = ['play_policy', 'play_without_rendering', 'render_problem']
 
 
@@ -63,15 +65,15 @@ def _missing_package(e: BaseException) -> bool:
 
 def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int, seed: int,
           render: bool, video_dir: Optional[str], print_fn: Callable[[str], None]) -> List[float]:
-    import numpy as np
+    import numpy as np  # lazy: keeps importing pipeline.run (and --help) light
 
     mode = 'human' if render else ('rgb_array' if video_dir else None)
     try:
         env = make_env(mode)
         if video_dir:
-            import gymnasium as gym
+            import gymnasium as gym  # lazy: keeps importing pipeline.run (and --help) light
             try:
-                import moviepy  # noqa: F401
+                import moviepy  # noqa: F401  (lazy: an optional extra, checked when --video needs it)
             except ImportError:
                 raise SystemExit("error: --video needs moviepy: pip install moviepy (or pip install -e '.[video]')") \
                     from None
@@ -113,8 +115,6 @@ def play_without_rendering(path: str, policy: Any, make_env: Callable[[], Any], 
     """``--play`` for an env without rendering (``env_name`` says which, in the refusal of ``--render`` /
     ``--video``): load the checkpoint into ``policy`` (built as for training) and run ``args.episodes``
     episodes of its eval mode on ``make_env()``. Returns ``{'play_returns': [...]}``."""
-    from middleware import load_checkpoint
-
     if args.render or args.video:
         raise SystemExit(f'error: {env_name} has no rendering; use --play without --render/--video')
     load_checkpoint(path, policy)

@@ -1,10 +1,17 @@
 """The offline pipeline shared by the examples, the guide and the benchmark: evaluator, fetcher, trainer.
 
-Importing this module loads neither torch nor gymnasium.
+The datasets and learners it trains with are :mod:`pipeline.offline`; a recipe builds a pipeline out of middleware,
+so it lives here, above them. Importing this module loads neither torch nor gymnasium.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
+
+from contexts import OfflineRLContext
+from middleware import evaluate_episodes, interaction_evaluator, termination_checker, trainer
+from middleware.offline import offline_data_fetcher
+
+from ..runtime import task
 
 __all__ = ['use_offline', 'train_offline']
 
@@ -15,10 +22,6 @@ def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, 
     :func:`middleware.offline.offline_data_fetcher` and :func:`middleware.trainer` (LEARNER), then the
     :func:`middleware.interaction_evaluator` on ``evaluator_env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations (EVALUATOR; none when ``evaluator_env`` is None). Returns the evaluator (or None)."""
-    from middleware import interaction_evaluator, trainer
-    from middleware.offline import offline_data_fetcher
-    from pipeline import task
-
     task.use(offline_data_fetcher(cfg, dataset, drop_last=drop_last))
     task.use(trainer(cfg, policy.learn_mode, log_freq=0))
     evaluator = None
@@ -35,10 +38,6 @@ def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, eval
     ``last_eval_value`` and ``eval_returns``: the returns of an evaluation of the final weights (run
     after the last iteration when the evaluator had not just evaluated them; None without
     ``evaluator_env``)."""
-    from contexts import OfflineRLContext
-    from middleware import termination_checker
-    from pipeline import task
-
     returns: Dict[str, Any] = {'value': None}
 
     def _keep_eval(ctx: Any) -> None:
@@ -55,7 +54,6 @@ def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, eval
         task.run()
         ctx = task.ctx
     if evaluator_env is not None and ctx.last_eval_iter != ctx.train_iter:
-        from middleware import evaluate_episodes
         rets, _ = evaluate_episodes(policy.eval_mode, evaluator_env, int(cfg.env.n_evaluator_episode))
         returns['value'] = rets
         ctx.last_eval_value = float(rets.mean())

@@ -1,6 +1,6 @@
 """The terminal of a training run: log lines as ``HH:MM:SS [node 1 collector] message`` that do not garble
-a progress bar (:func:`setup_logging`), and the end-of-run summary lines (:func:`node_print`). Re-exported by
-:mod:`pipeline.experiment`; importing this module loads neither torch nor gymnasium."""
+a progress bar (:func:`setup_logging`), and the end-of-run summary lines (:func:`node_print`). Importable from
+:mod:`pipeline.run`; importing this module loads neither torch nor gymnasium."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +8,10 @@ import os
 import sys
 from typing import Any, List, Optional
 
-__all__ = ['setup_logging', 'node_print', 'take_summary', 'node_is_quiet', 'RAY_NODE_ENV', 'QUIET_NODE_ENV']
+from ..runtime import node
+from ..runtime.node import LOG_LEVEL_ENV, RAY_NODE_ENV, node_is_quiet
+
+__all__ = ['setup_logging', 'node_print', 'take_summary']
 
 
 class _TqdmAwareHandler(logging.StreamHandler):
@@ -19,7 +22,7 @@ class _TqdmAwareHandler(logging.StreamHandler):
         try:
             msg = self.format(record)
             try:
-                from tqdm import tqdm
+                from tqdm import tqdm  # lazy: tqdm may be missing (plain lines then)
             except ImportError:
                 self.stream.write(msg + '\n')
                 self.flush()
@@ -33,9 +36,7 @@ class _NodeTag(logging.Filter):
     """Adds ``record.node``: ``'[node 1 collector] '`` in a multi-node run, ``''`` otherwise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from middleware.functional.logger import node_label
-
-        label = node_label()
+        label = node.node_label()
         record.node = f'[{label}] ' if label else ''
         return True
 
@@ -51,12 +52,11 @@ def node_print(*lines: str, summary: bool = True) -> None:
     actor's stdout goes to Ray's worker log files, and its last lines do not reliably reach the driver before
     the job ends. ``summary=False`` (e.g. the run folder at the start) prints them in any case.
 
-    A node that shares its console with the node that reports the run (:func:`node_is_quiet`) prints nothing."""
-    from middleware.functional.logger import node_label
-
+    A node that shares its console with the node that reports the run
+    (:func:`pipeline.runtime.node.node_is_quiet`) prints nothing."""
     if node_is_quiet():
         return
-    label = node_label()
+    label = node.node_label()
     tag = f'[{label}] ' if label else ''
     under_ray = summary and bool(os.environ.get(RAY_NODE_ENV))
     for line in lines:
@@ -69,21 +69,7 @@ def node_print(*lines: str, summary: bool = True) -> None:
     sys.stdout.flush()
 
 
-#: the log level ``rlpipe run`` gives its nodes (``--log-level``; ``DEBUG`` with ``-v``)
-LOG_LEVEL_ENV = 'RLPIPE_LOG_LEVEL'
-
-#: set to ``1`` by ``rlpipe run`` (without ``-v``) in every node but one when several share its console
-QUIET_NODE_ENV = 'RLPIPE_QUIET_NODE'
-
-
-def node_is_quiet() -> bool:
-    """True in a node that ``rlpipe run`` started beside the node that reports the run on the same console
-    (the learner): it shows no progress display and no run folder or summary lines, only its log lines."""
-    return os.environ.get(QUIET_NODE_ENV) == '1'
-
-
-#: set by the Ray launcher in its node actors: :func:`node_print` keeps the lines for the launcher
-RAY_NODE_ENV = 'RLPIPE_RAY_NODE'
+#: the summary lines :func:`node_print` kept in a Ray node actor (``$RLPIPE_RAY_NODE`` set), for the launcher
 _kept: List[str] = []
 
 

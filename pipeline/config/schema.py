@@ -25,6 +25,8 @@ import copy
 import math
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ..device import DEVICE_CHOICES, device_spec_problem
+
 __all__ = ['Spec', 'Int', 'Float', 'Bool', 'Str', 'Choice', 'IntList', 'Shape', 'FreeForm', 'Device',
            'defaults', 'check', 'free_form_paths', 'iter_specs', 'spec_at', 'run_section', 'env_section']
 
@@ -182,16 +184,12 @@ class Device(Spec):
     type_name = 'str'
 
     def allowed(self) -> str:
-        from .device import DEVICE_CHOICES
-
         return DEVICE_CHOICES + (' (or None)' if self.optional else '')
 
     def type_ok(self, value: Any) -> bool:
         return isinstance(value, str)
 
     def range_ok(self, value: Any) -> bool:
-        from .device import device_spec_problem
-
         return device_spec_problem(value) is None
 
 

@@ -7,8 +7,7 @@ them (``pipeline.policy.dqn.DQN_CONFIG`` is :data:`DQN_CONFIG`).
 """
 from __future__ import annotations
 
-from .config_schema import (Bool, Choice, Device, Float, FreeForm, Int, IntList, Shape, Str, env_section,
-                            run_section)
+from .schema import Bool, Choice, Device, Float, FreeForm, Int, IntList, Shape, Str, env_section, run_section
 
 __all__ = ['DQN_CONFIG', 'PPO_CONFIG', 'SAC_CONFIG', 'OPTIMIZER_NAMES', 'SCHEMAS', 'device_keys']
 

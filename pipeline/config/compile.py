@@ -6,7 +6,7 @@ Usage::
     cfg = compile_config({'env': {'env_id': 'CartPole-v1', 'stop_value': 475}}, policy='dqn')
     cfg.policy.learn.batch_size  # -> 64
 
-Every policy declares its config once, as a schema (:mod:`pipeline.config_schema`) next to the
+Every policy declares its config once, as a schema (:mod:`pipeline.config.schema`) next to the
 policy: ``DQN_CONFIG`` in :mod:`pipeline.policy.dqn`, ``SAC_CONFIG`` in :mod:`pipeline.policy.sac`.
 :func:`compile_config` merges the user's overrides into the defaults and lists, in one
 ``ConfigError`` raised before anything is built, every unknown key (with close-match
@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from easydict import EasyDict
 
-from . import config_schema as S
+from . import schema as S
+from .policy_schemas import SCHEMAS
 
 __all__ = [
     'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
@@ -87,7 +88,7 @@ def _known() -> List[str]:
 
 
 def get_schema(policy: str = 'dqn') -> Mapping:
-    """The config schema of ``policy`` (see :mod:`pipeline.config_schema`)."""
+    """The config schema of ``policy`` (see :mod:`pipeline.config.schema`)."""
     found = _lookup(policy)
     if found is None:
         raise ValueError(f'no config schema for policy {policy!r}; known policies: {_known()}')
@@ -242,11 +243,9 @@ def compile_config(user: Optional[Mapping] = None, policy: str = 'dqn') -> EasyD
 def check_user_config(user: Optional[Mapping], policy: str) -> List[str]:
     """The problems :func:`compile_config` would list for ``user`` that the schema alone shows
     (unknown keys with suggestions, values outside the types and ranges), found without importing
-    torch: the built-in policies' schemas are in :mod:`pipeline.policy_schemas`. Checks that need the
+    torch: the built-in policies' schemas are in :mod:`pipeline.config.policy_schemas`. Checks that need the
     policy's module (e.g. optimizer arguments) are left to :func:`compile_config`. Returns ``[]`` for a
     policy without a torch-free schema."""
-    from .policy_schemas import SCHEMAS
-
     schema = _REGISTERED[policy][0] if policy in _REGISTERED else SCHEMAS.get(policy)
     if schema is None or policy in _LEGACY_DEFAULTS:
         return []

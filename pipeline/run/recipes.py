@@ -1,8 +1,9 @@
 """The settings and pipelines of the DQN, PPO and SAC examples, shared by the example scripts
 (``examples/dqn_cartpole.py``, ``ppo_cartpole.py``, ``sac_mujoco.py``) and the Python agents
-(:mod:`pipeline.agents`): both train with the same config and the same middleware, in the same order.
+(:mod:`pipeline.run.agents`): both train with the same config and the same middleware, in the same order.
 
-Importing this module loads neither torch nor gymnasium (the examples' ``--help`` answers at once).
+Importing this module loads neither torch nor gymnasium (the examples' ``--help`` answers at once): the
+middleware (which loads numpy) and the replay buffers are imported where a pipeline is built.
 Each ``use_*`` function adds an algorithm's middleware to the running task, inside
 ``with task.start(...)``; the caller adds the checkpointer, the logger and the termination check after it::
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any, Dict, Optional
+
+from ..runtime import task
 
 __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 'use_dqn', 'use_ppo', 'use_sac',
            'EVAL_MIN_COLLECT_RETURN', 'EVAL_COLLECT_WINDOW', 'MAX_EVAL_GAP']
@@ -100,7 +103,7 @@ def sac_policy_settings(env_num: int = 1) -> Dict[str, Any]:
 
 def dqn_buffer(cfg: Any) -> Any:
     """DQN's replay buffer: uniform, or prioritized when ``policy.other.replay_buffer.priority``."""
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    from ..data import DequeBuffer, PriorityExperienceReplay  # lazy: the replay buffers load torch
 
     rb = cfg.policy.other.replay_buffer
     buffer_ = DequeBuffer(rb.replay_buffer_size, seed=cfg.seed)
@@ -118,9 +121,8 @@ def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
     collector, n-step returns, the buffer, the learner and, after it, the evaluator (returned: its
     ``env_steps`` counts the evaluation env steps). ``min_collect_return``: a due evaluation waits until
     the last training episodes returned this much (or ``MAX_EVAL_GAP`` iterations passed); None: no wait."""
-    from middleware import (ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector, data_pusher,
-                            eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer)
-    from pipeline import task
+    from middleware import (ContextExchanger, ModelExchanger, OffPolicyLearner, StepCollector,  # lazy: see above
+                            data_pusher, eps_greedy_handler, interaction_evaluator, nstep_reward_enhancer)
 
     # Under `rlpipe run` every node has its own id, so the collectors explore differently seeded envs.
     collector_env.seed(cfg.seed + 1000 * task.router.node_id)
@@ -144,8 +146,8 @@ def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
 def use_ppo(cfg: Any, policy: Any, collector_env: Any, evaluator_env: Any) -> None:
     """Add PPO's middleware to the running task: the rollout exchanger (a no-op in one process), the
     evaluator, the rollout collector, GAE and the on-policy trainer."""
-    from middleware import OnPolicyTrainer, RolloutCollector, RolloutExchanger, gae_estimator, interaction_evaluator
-    from pipeline import task
+    from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, gae_estimator,  # lazy: see above
+                            interaction_evaluator)
 
     # Under `rlpipe run` every node has its own id, so collectors run differently seeded envs.
     collector_env.seed(cfg.seed + 1000 * task.router.node_id)
@@ -161,8 +163,7 @@ def use_sac(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
             overlap: bool = False) -> None:
     """Add SAC's middleware to the running task: the evaluator, the step collector (``overlap``: step one
     half of subprocess envs while the policy acts for the other), the buffer and the learner."""
-    from middleware import OffPolicyLearner, StepCollector, data_pusher, interaction_evaluator
-    from pipeline import task
+    from middleware import OffPolicyLearner, StepCollector, data_pusher, interaction_evaluator  # lazy: see above
 
     task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
     task.use(StepCollector(cfg, policy.collect_mode, collector_env, overlap=overlap))

@@ -102,7 +102,7 @@ def for_roles(*roles: RoleLike, reads: Iterable[str] = (), writes: Iterable[str]
         @for_roles(Role.COLLECTOR)
         class StepCollector: ...            # instances are marked
 
-    ``reads``/``writes`` (see ``pipeline.contracts``) are checked when ``task.run`` starts.
+    ``reads``/``writes`` (see ``pipeline.runtime.contracts``) are checked when ``task.run`` starts.
     """
     marked_roles = frozenset(as_role(r) for r in roles)
     if not marked_roles:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
-from pipeline.roles import for_all_roles
+from ..runtime.roles import for_all_roles
 
 __all__ = ['RunRecorder']
 

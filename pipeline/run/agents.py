@@ -1,6 +1,6 @@
 """Train, save, load and run a policy from Python: DQN, PPO and SAC agents on a gymnasium env id::
 
-    from pipeline import agents
+    from pipeline.run import agents
 
     agent = agents.DQN('CartPole-v1', seed=0)
     agent.train(max_env_step=50_000, stop_value=475)     # stops early once an evaluation reaches 475
@@ -9,7 +9,7 @@
     action = agent.predict(obs, deterministic=True)      # one observation -> one action; a batch -> a batch
 
 Each agent trains with the same settings and the same middleware as its example script
-(:mod:`pipeline.recipes`: ``examples/dqn_cartpole.py``, ``ppo_cartpole.py``, ``sac_mujoco.py``); ``config``
+(:mod:`pipeline.run.recipes`: ``examples/dqn_cartpole.py``, ``ppo_cartpole.py``, ``sac_mujoco.py``); ``config``
 overrides entries of those settings (checked like ``--set``). Checkpoints are the examples' format: an agent
 loads ``<exp>/<n>/ckpt/eval.pth.tar`` and the examples' ``--play`` runs an agent's file. Bad input (an unknown
 env id or config key, an observation of the wrong shape, another algorithm's checkpoint) raises
@@ -23,8 +23,17 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from .device import DeviceLike
-from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, sac_policy_settings
+from contexts import OnlineRLContext
+from middleware import online_logger, termination_checker
+
+from ..checkpoint import COUNTER_KEYS, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint, to_plain
+from ..config import ConfigError, compile_config
+from ..device import DeviceError, DeviceLike
+from ..runtime import task
+from .play import play_policy
+from .precheck import config_problems, format_problems
+from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, dqn_buffer, sac_policy_settings, use_dqn, use_ppo, use_sac
+from .script import run_pipeline
 
 __all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']
 
@@ -55,9 +64,6 @@ class Agent:
         example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``; ``device``: where the policy
         trains and acts (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; default the
         config's ``policy.device``, ``'auto'``: the GPU when there is one)."""
-        from .config import ConfigError, compile_config
-        from .precheck import config_problems, format_problems
-
         user = _merge(self.settings(), {'env': {'env_id': env_id or self.default_env}, 'seed': int(seed)})
         if config is not None:
             if not isinstance(config, Mapping):
@@ -96,9 +102,7 @@ class Agent:
 
     # ------------------------------------------------------------------ shared
     def _setup(self, cfg: Any) -> None:
-        from contexts import OnlineRLContext
-
-        from .envs.env_manager import UnknownEnvError, make_gym_env
+        from ..envs.env_manager import UnknownEnvError, make_gym_env  # lazy: the envs load gymnasium
 
         self.cfg = cfg
         self.env_id: str = cfg.env.env_id
@@ -111,8 +115,6 @@ class Agent:
         if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
             raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
                              f'observations (a vector per step); build a pipeline for others (README)')
-        from .device import DeviceError
-
         try:
             self.policy = self._build_policy()
         except DeviceError as e:  # e.g. 'cuda' on a machine without a GPU
@@ -136,13 +138,7 @@ class Agent:
         ``interrupted`` (Ctrl-C: the agent keeps what it learned)."""
         if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
             raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
-        from contexts import OnlineRLContext
-        from middleware import online_logger, termination_checker
-        from middleware.ckpt_handler import COUNTER_KEYS
-
-        from . import task
-        from .envs import EnvManager
-        from .experiment import run_pipeline
+        from ..envs import EnvManager  # lazy: the envs load gymnasium
 
         cfg = copy.deepcopy(self.cfg)
         if stop_value is not None:
@@ -157,7 +153,7 @@ class Agent:
         for k in COUNTER_KEYS:
             if hasattr(self._ctx, k) and hasattr(ctx, k):
                 setattr(ctx, k, getattr(self._ctx, k))
-        import torch
+        import torch  # lazy: importing the agents does not load torch
 
         torch_threads = torch.get_num_threads()
         if threads is not None:
@@ -199,8 +195,7 @@ class Agent:
                  video_dir: Optional[str] = None, verbose: bool = False) -> List[float]:
         """Play ``episodes`` episodes with the deterministic policy and return their returns (``render``:
         in a window; ``video_dir``: record mp4s, needs the ``video`` extra; ``verbose``: print each)."""
-        from .envs.env_manager import make_gym_env
-        from .play import play_policy
+        from ..envs.env_manager import make_gym_env  # lazy: the envs load gymnasium
 
         if not isinstance(episodes, int) or episodes < 1:
             raise AgentError(f'episodes must be a positive int, got {episodes!r}')
@@ -216,10 +211,6 @@ class Agent:
         """Write the policy (weights, optimizer state), the config and the counters to ``path`` in the
         examples' checkpoint format (not the replay buffer: a loaded DQN or SAC agent refills it before it
         updates again); returns the absolute path."""
-        from middleware.ckpt_handler import save_checkpoint
-
-        from .experiment import to_plain
-
         full = os.path.abspath(os.path.expanduser(path))
         save_checkpoint(full, self.policy, self._ctx, extra={'config': to_plain(self.cfg), 'policy_type': self.algo})
         return full
@@ -228,9 +219,7 @@ class Agent:
     def load(cls, path: str, device: DeviceLike = 'auto') -> 'Agent':
         """The agent saved in ``path`` by :meth:`save` or by an example (``<exp>/<n>/ckpt/*.pth.tar``), on
         ``device`` (default ``'auto'``: the GPU when there is one) whatever device it was trained on."""
-        from middleware.ckpt_handler import CheckpointError, load_checkpoint, read_checkpoint
-
-        from .policy.loading import config_for_device
+        from ..policy.loading import config_for_device  # lazy: the policies load torch
 
         if not os.path.isfile(path):
             raise AgentError(f'no checkpoint file at {path!r}')
@@ -266,8 +255,8 @@ class DQN(Agent):
         return copy.deepcopy(DQN_CARTPOLE)
 
     def _build_policy(self) -> Any:
-        from .policy import DQNPolicy
-        from .policy.common import discrete_action_count
+        from ..policy import DQNPolicy  # lazy: the policies load torch
+        from ..policy.common import discrete_action_count
 
         self.cfg.policy.model.obs_shape = int(np.prod(self.observation_space.shape))
         try:
@@ -277,8 +266,6 @@ class DQN(Agent):
         return DQNPolicy(self.cfg, seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
-        from .recipes import dqn_buffer, use_dqn
-
         if self._buffer is None:
             self._buffer = dqn_buffer(self.cfg)
         cfg = self._train_cfg
@@ -301,13 +288,11 @@ class PPO(Agent):
         return copy.deepcopy(PPO_CARTPOLE)
 
     def _build_policy(self) -> Any:
-        from .policy.ppo import PPOPolicy
+        from ..policy.ppo import PPOPolicy  # lazy: the policies load torch
 
         return PPOPolicy(self.cfg, self.observation_space, self.action_space, seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
-        from .recipes import use_ppo
-
         use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -331,14 +316,14 @@ class SAC(Agent):
                 'policy': sac_policy_settings(1)}
 
     def _env_fn(self) -> Any:
-        from .envs.mujoco import MujocoEnvFn
+        from ..envs.mujoco import MujocoEnvFn  # lazy: the envs load gymnasium
 
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'))
 
     def _build_policy(self) -> Any:
-        import gymnasium as gym
+        import gymnasium as gym  # lazy: importing the agents does not load gymnasium
 
-        from .policy.sac import SACPolicy
+        from ..policy.sac import SACPolicy  # lazy: the policies load torch
 
         if not isinstance(self.action_space, gym.spaces.Box):
             raise AgentError(f'SAC needs continuous actions (a Box space); {self.env_id} has '
@@ -349,15 +334,14 @@ class SAC(Agent):
                          action_shape=int(np.prod(self.action_space.shape)), seed=self.cfg.seed, device=self._device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
-        from .data import DequeBuffer
-        from .recipes import use_sac
+        from ..data import DequeBuffer  # lazy: the replay buffers load torch
 
         if self._buffer is None:
             self._buffer = DequeBuffer(self.cfg.policy.other.replay_buffer.replay_buffer_size, seed=self.cfg.seed)
         use_sac(self._train_cfg, self.policy, self._buffer, collector_env, evaluator_env)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        import torch
+        import torch  # lazy: importing the agents does not load torch
 
         if deterministic:
             a = np.asarray(self.policy.eval_mode(obs), dtype=np.float32)

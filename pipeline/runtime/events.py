@@ -1,6 +1,6 @@
 """Events between middleware and between nodes: ``on`` / ``once`` / ``off`` / ``emit`` / ``wait_for``.
 
-``TaskEvents`` is the event half of ``Task`` (``pipeline.task``): local listeners, the delivery of a
+``TaskEvents`` is the event half of ``Task`` (``pipeline.runtime.task``): local listeners, the delivery of a
 peer's events that the router hands over (``_on_remote``), and the ``finish`` flag, which is itself an
 event (``FINISH_EVENT``) so that setting it on one node reaches every node.
 """

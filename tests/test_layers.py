@@ -1,0 +1,63 @@
+"""The rooms import downwards only (issue 25): the runtime, the data, the learners, policies, envs, the bus, the
+config and the checkpoint files below the middleware; the run tooling (``pipeline.run``) on top. Read from the
+source (every import, the lazy ones inside functions too), so nothing is imported here."""
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: the launcher modules of ``pipeline.parallel`` are run tooling too: ``rlpipe describe`` runs a script's main
+#: (``pipeline.run.describe``), the Ray launcher takes a node's summary lines (``pipeline.run.console``)
+LAUNCHER = {'pipeline.parallel.cli', 'pipeline.parallel.ray_launch'}
+
+
+def imports():
+    """(importing module, imported module) for every import in pipeline/, middleware/ and contexts/."""
+    for top in ('pipeline', 'middleware', 'contexts'):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if not name.endswith('.py'):
+                    continue
+                path = os.path.join(folder, name)
+                mod = os.path.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+                package = mod[:-len('.__init__')] if mod.endswith('.__init__') else mod.rpartition('.')[0]
+                mod = mod[:-len('.__init__')] if mod.endswith('.__init__') else mod
+                with open(path) as f:
+                    tree = ast.parse(f.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        for alias in node.names:
+                            yield mod, alias.name
+                    elif isinstance(node, ast.ImportFrom):
+                        if node.level:
+                            base = package.split('.')[:len(package.split('.')) - node.level + 1]
+                            target = '.'.join(base + ([node.module] if node.module else []))
+                        else:
+                            target = node.module
+                        yield mod, target
+                        for alias in node.names:
+                            yield mod, f'{target}.{alias.name}'
+
+
+def is_under(mod, room):
+    return mod == room or mod.startswith(room + '.')
+
+
+def test_nothing_below_the_middleware_imports_it_or_the_run_tooling():
+    bad = sorted({f'{a} imports {b}' for a, b in imports()
+                  if not is_under(a, 'middleware') and not is_under(a, 'pipeline.run') and a not in LAUNCHER
+                  and (is_under(b, 'middleware') or is_under(b, 'pipeline.run'))})
+    assert bad == [], bad
+
+
+def test_the_middleware_does_not_import_the_run_tooling():
+    bad = sorted({f'{a} imports {b}' for a, b in imports()
+                  if is_under(a, 'middleware') and is_under(b, 'pipeline.run')})
+    assert bad == [], bad
+
+
+def test_the_runtime_imports_no_other_room():
+    bad = sorted({f'{a} imports {b}' for a, b in imports()
+                  if is_under(a, 'pipeline.runtime') and is_under(b, 'pipeline') and not is_under(b, 'pipeline.runtime')
+                  and b != 'pipeline'})
+    assert bad == [], bad
