@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from pipeline.data.records import TrainBatch, TrainOutput, Transition
 
 
 def _factories_of(cls: type) -> Tuple[Tuple[str, Any], ...]:
@@ -84,19 +87,25 @@ class OnlineRLContext(Context):
 
     Kept across renews: ``env_step``, ``env_episode``, ``train_iter``, ``last_eval_iter``,
     ``last_eval_value`` (plus ``total_step``).
+
+    The data path (:mod:`pipeline.data.records`): collectors write ``trajectories`` (a list of
+    :class:`~pipeline.data.records.Transition`) or ``episodes`` (lists of them), the fetcher writes
+    ``train_data`` (a :class:`~pipeline.data.records.TrainBatch`; a dict of them for a dict of buffers;
+    None when the buffer holds too little), trainers write ``train_output`` (a list of
+    :class:`~pipeline.data.records.TrainOutput`, one per update; None when no trainer ran this step).
     """
 
     env_step: int = 0
     env_episode: int = 0
     train_iter: int = 0
-    train_data: Any = None
-    train_output: Any = None
+    train_data: Optional[TrainBatch] = None
+    train_output: Optional[List[TrainOutput]] = None
     collect_kwargs: Dict[str, Any] = field(default_factory=dict)
     obs: Any = None
     action: Any = None
     inference_output: Any = None
-    trajectories: Optional[List[Any]] = None
-    episodes: Optional[List[Any]] = None
+    trajectories: Optional[List[Transition]] = None
+    episodes: Optional[List[List[Transition]]] = None
     trajectory_end_idx: List[int] = field(default_factory=list)
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
@@ -112,14 +121,15 @@ class OfflineRLContext(Context):
     """Context of an offline RL pipeline (learn from a fixed dataset).
 
     Kept across renews: ``trained_env_step``, ``train_epoch``, ``train_iter``, ``last_eval_iter``,
-    ``last_eval_value`` (plus ``total_step``).
+    ``last_eval_value`` (plus ``total_step``). ``train_data`` and ``train_output`` are as in
+    :class:`OnlineRLContext` (the batch comes from ``offline_data_fetcher``).
     """
 
     trained_env_step: int = 0
     train_epoch: int = 0
     train_iter: int = 0
-    train_data: Any = None
-    train_output: Any = None
+    train_data: Optional[TrainBatch] = None
+    train_output: Optional[List[TrainOutput]] = None
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")

@@ -1,17 +1,20 @@
 """Collectors: step or episode collection from an ``EnvManager`` with a policy's collect mode."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
 
+if TYPE_CHECKING:
+    from pipeline.data.records import Transition
+
 __all__ = ['StepCollector', 'EpisodeCollector']
 
 
-def _transitions(step: Any) -> List[Dict[str, Any]]:
-    """One dict per env from an ``EnvStep`` (numpy rows for observations and vector actions, Python
-    scalars else)."""
+def _transitions(step: Any) -> List[Transition]:
+    """One :class:`~pipeline.data.records.Transition` per env from an ``EnvStep`` (numpy rows for
+    observations and vector actions, Python scalars else)."""
     obs, next_obs = step.obs, step.next_obs
     action = step.action
     # Discrete actions become Python ints; vector (continuous) actions stay numpy rows so they
@@ -109,9 +112,9 @@ class StepCollector(_EnvCollector):
 
     Reads ``ctx.collect_kwargs`` (passed to ``policy.forward(obs, **collect_kwargs)``, e.g.
     ``eps``), ``ctx.env_step``, ``ctx.env_episode``. Writes ``ctx.trajectories`` (a list of
-    transition dicts ``obs, action, reward, next_obs, terminated, truncated, env_id``, in time
-    order), advances ``ctx.env_step`` (by the transitions collected) and ``ctx.env_episode`` (by the
-    episodes finished), and appends finished episodes' returns/lengths to
+    :class:`~pipeline.data.records.Transition`: ``obs, action, reward, next_obs, terminated,
+    truncated, env_id``, in time order), advances ``ctx.env_step`` (by the transitions collected)
+    and ``ctx.env_episode`` (by the episodes finished), and appends finished episodes' returns/lengths to
     ``ctx.info_for_logging['collect_episode_return' / 'collect_episode_length']`` (and raw game
     scores, when the env reports them, to ``['collect_score']``).
 
@@ -136,7 +139,7 @@ class StepCollector(_EnvCollector):
     def __call__(self, ctx: OnlineRLContext) -> None:
         self._reset_if_needed()
         kwargs = ctx.collect_kwargs
-        out: List[Dict[str, Any]] = []
+        out: List[Transition] = []
         while len(out) < self.n_sample:
             out.extend(_transitions(self._step(ctx, kwargs)))
         ctx.trajectories = out
@@ -149,21 +152,22 @@ class EpisodeCollector(_EnvCollector):
 
     Episodes in progress when a call returns are continued by the next call (no data is thrown
     away). Reads ``ctx.collect_kwargs``, ``ctx.env_step``, ``ctx.env_episode``. Writes
-    ``ctx.episodes`` (a list of episodes, each a list of transition dicts as in
-    :class:`StepCollector`), advances ``ctx.env_step`` and ``ctx.env_episode``, and logs returns in
-    ``ctx.info_for_logging``. Role: COLLECTOR. ``overlap=True``: as in :class:`StepCollector`.
+    ``ctx.episodes`` (a list of episodes, each a list of
+    :class:`~pipeline.data.records.Transition` as in :class:`StepCollector`), advances
+    ``ctx.env_step`` and ``ctx.env_episode``, and logs returns in ``ctx.info_for_logging``.
+    Role: COLLECTOR. ``overlap=True``: as in :class:`StepCollector`.
     """
 
     def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
         super().__init__(policy, env, overlap)
         self.n_episode = _collect_count(cfg, 'n_episode')
-        self._partial: Dict[int, List[Dict[str, Any]]] = {}
+        self._partial: Dict[int, List[Transition]] = {}
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         if self._reset_if_needed():
             self._partial.clear()
         kwargs = ctx.collect_kwargs
-        done_eps: List[List[Dict[str, Any]]] = []
+        done_eps: List[List[Transition]] = []
         partial = self._partial
         while len(done_eps) < self.n_episode:
             for t in _transitions(self._step(ctx, kwargs)):

@@ -8,7 +8,7 @@ and trains on the flattened, collated transitions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -65,12 +65,11 @@ def her_data_enhancer(
         batch_size = cfg["policy"]["learn"].get("batch_size")
     rng = np.random.default_rng(seed)
 
-    def _enhance(ctx: OnlineRLContext) -> None:
+    def _sample(ctx: OnlineRLContext) -> Any:
         from pipeline.policy.common import collate_transitions, to_tree
 
         if buffer_.count() < n_ep:
-            ctx.train_data = None
-            return
+            return None
         episodes = [item.data for item in buffer_.sample(n_ep)]
         for i, ep in enumerate(episodes):
             if not isinstance(ep, (list, tuple)):
@@ -80,15 +79,28 @@ def her_data_enhancer(
                 )
         data = relabel(episodes)
         if not data:
-            ctx.train_data = None
-            return
+            return None
         if batch_size and len(data) > batch_size:
             pick = rng.choice(len(data), int(batch_size), replace=False)
             data = [data[i] for i in pick]
-        ctx.train_data = to_tree(collate_transitions(data))
+        return to_tree(collate_transitions(data))
+
+    def _enhance(ctx: OnlineRLContext) -> None:
+        ctx.train_data = _sample(ctx)
 
     _enhance.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
+    _enhance.source = _HerSource(_sample)  # type: ignore[attr-defined]
     return _enhance
+
+
+class _HerSource:
+    """``her_data_enhancer``'s batches as a batch source for ``TrainRounds`` (nothing to do once trained)."""
+
+    def __init__(self, sample: Callable[[Any], Any]) -> None:
+        self._sample = sample
+
+    def next(self, ctx: Any) -> Tuple[Any, None]:
+        return self._sample(ctx), None
 
 
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
@@ -98,9 +110,9 @@ class HERLearner(TrainRounds):
     Each round runs :func:`her_data_enhancer` (a fresh relabelled batch) then the trainer
     (``policy.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
     episodes. Reads ``ctx.env_step``, ``ctx.train_iter``. Writes ``ctx.train_data`` (the last
-    batch), ``ctx.train_output`` (the list of every round's output dict, empty when nothing was
-    trained) and advances ``ctx.train_iter`` by the rounds run. Role: LEARNER (on a node without
-    that role the runtime skips it, so a collector never trains).
+    batch), ``ctx.train_output`` (the list of every round's :class:`~pipeline.data.records.TrainOutput`,
+    empty when nothing was trained) and advances ``ctx.train_iter`` by the rounds run. Role: LEARNER (on
+    a node without that role the runtime skips it, so a collector never trains).
 
     Args:
         cfg: the full config.
@@ -123,12 +135,9 @@ class HERLearner(TrainRounds):
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
-        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model)
-        self._enhancer = her_data_enhancer(cfg, buffer_, her_reward_model)
+        super().__init__(cfg, policy, her_data_enhancer(cfg, buffer_, her_reward_model).source, reward_model,
+                         log_freq, train_reward_model)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-
-    def _next_batch(self, ctx: OnlineRLContext) -> None:
-        self._enhancer(ctx)
 
 
 def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:

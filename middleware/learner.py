@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 
 from contexts import RLContext
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
-from .functional.data_processor import offpolicy_data_fetcher
+from .functional.data_processor import BatchSource, ReplaySource
 from .functional.trainer import trainer
 from .reward import reward_step
+
+if TYPE_CHECKING:
+    from pipeline.data.records import TrainBatch, TrainOutput
 
 __all__ = ['OffPolicyLearner', 'TrainRounds']
 
@@ -20,18 +23,25 @@ log = logging.getLogger(__name__)
 class TrainRounds:
     """``cfg.policy.learn.update_per_collect`` rounds of: next batch -> (reward step) -> train.
 
-    The loop shared by :class:`OffPolicyLearner` and ``middleware.her.HERLearner``; a subclass
-    says where a round's batch comes from in :meth:`_next_batch`, which sets ``ctx.train_data``
-    (None: too little data, the rounds stop) and may return a callable to run once the round is
-    over (e.g. a fetcher's backward part writing priorities). ``batch_transform``, when given,
-    replaces each fetched batch by ``batch_transform(batch)`` before the reward step and training
-    (e.g. :class:`pipeline.data.augment.RandomShift`). Writes ``ctx.train_output`` (the list
-    of every round's output dict, empty when nothing was trained).
+    The loop shared by :class:`OffPolicyLearner` and ``middleware.her.HERLearner``. Each round asks
+    ``source`` (a :class:`~middleware.functional.data_processor.BatchSource`) for ``(batch,
+    on_trained)``: a :class:`~pipeline.data.records.TrainBatch`, written to ``ctx.train_data`` (None:
+    too little data, the rounds stop), and a callable (or None) run with the round's
+    :class:`~pipeline.data.records.TrainOutput` once the batch is trained (e.g. writing priorities
+    back, so that the next round samples with them). ``batch_transform``, when given, replaces each
+    batch by ``batch_transform(batch)`` before the reward step and training (e.g.
+    :class:`pipeline.data.augment.RandomShift`). Writes ``ctx.train_output``: the list of every
+    round's output (empty when nothing was trained).
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, reward_model: Optional[Any] = None, log_freq: int = 100,
-                 train_reward_model: bool = True, batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
+    def __init__(self, cfg: Mapping, policy: Any, source: BatchSource, reward_model: Optional[Any] = None,
+                 log_freq: int = 100, train_reward_model: bool = True,
+                 batch_transform: Optional[Callable[[TrainBatch], TrainBatch]] = None) -> None:
+        if not callable(getattr(source, 'next', None)):
+            raise TypeError(f'TrainRounds needs a batch source with next(ctx) -> (batch, on_trained); '
+                            f'got {type(source).__name__}')
         self.cfg = cfg
+        self.source = source
         self.batch_transform = batch_transform
         self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
         if self.update_per_collect < 1:
@@ -41,45 +51,44 @@ class TrainRounds:
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
 
-    def _next_batch(self, ctx: RLContext) -> Optional[Callable[[], Any]]:
-        raise NotImplementedError
-
     def __call__(self, ctx: RLContext) -> None:
-        outputs: List[Any] = []
-        next_batch, train, reward = self._next_batch, self._trainer, self._reward_step
+        outputs: List[TrainOutput] = []
+        ctx.train_output = outputs
+        next_batch, train, reward = self.source.next, self._trainer.step, self._reward_step
         transform = self.batch_transform
         for _ in range(self.update_per_collect):
-            after = next_batch(ctx)
-            if ctx.train_data is None:
-                if after is not None:
-                    after()
+            batch, on_trained = next_batch(ctx)
+            if batch is None:
+                ctx.train_data = None
                 break
-            if transform is not None:
-                ctx.train_data = transform(ctx.train_data)
+            ctx.train_data = transform(batch) if transform is not None else batch
             if reward is not None:
                 reward(ctx)
-            train(ctx)
-            outputs.append(ctx.train_output)
-            if after is not None:
-                after()  # e.g. write PER priorities from this round's ctx.train_output
-        ctx.train_output = outputs
+            out = train(ctx)
+            if out is None:  # the transform or the reward step left no batch
+                continue
+            outputs.append(out)
+            if on_trained is not None:
+                on_trained(out)  # e.g. write PER priorities from this round's output
 
 
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "env_step?"], writes=["train_data", "train_output", "train_iter"])
 class OffPolicyLearner(TrainRounds):
     """Run ``cfg.policy.learn.update_per_collect`` training rounds per pipeline step.
 
-    Each round: fetch a batch from ``buffer_`` (:func:`offpolicy_data_fetcher`), let
+    Each round: sample a batch from ``buffer_`` (a :class:`~middleware.functional.data_processor.ReplaySource`,
+    as :func:`~middleware.functional.offpolicy_data_fetcher` does), let
     ``reward_model`` relabel it (``reward_model.estimate(batch)``; its return value, when not
     None, replaces the batch; then ``reward_model.train(batch)`` on the fetched batch when the
     model has ``train`` and ``train_reward_model`` is True, so a batch's reward is estimated
-    before the model has seen it), train once (:func:`trainer`), then at once run the fetcher's
-    backward part, so prioritized-replay priorities are written back after every round (the next
-    round samples with them). Rounds stop early when the buffer has too little data.
+    before the model has seen it), train once (:func:`trainer`), then at once write the round's
+    ``priority`` back to a prioritized buffer (the next round samples with it). Rounds stop early
+    when the buffer has too little data.
 
     Reads ``ctx.env_step``, ``ctx.train_iter`` and what the fetcher and trainer read. Writes
-    ``ctx.train_data`` (the last batch), ``ctx.train_output`` (the list of every round's output
-    dict, empty when nothing was trained) and advances ``ctx.train_iter`` by the rounds run.
+    ``ctx.train_data`` (the last :class:`~pipeline.data.records.TrainBatch`), ``ctx.train_output``
+    (the list of every round's :class:`~pipeline.data.records.TrainOutput`, empty when nothing was
+    trained) and advances ``ctx.train_iter`` by the rounds run.
 
     Args:
         cfg: the full config.
@@ -99,11 +108,6 @@ class OffPolicyLearner(TrainRounds):
     def __init__(self, cfg: Mapping, policy: Any, buffer_: Any, reward_model: Optional[Any] = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
-        from pipeline import task
-
-        super().__init__(cfg, policy, reward_model, log_freq, train_reward_model, batch_transform)
-        self._fetcher = task.wrap(offpolicy_data_fetcher(cfg, buffer_))
+        super().__init__(cfg, policy, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,
+                         batch_transform)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-
-    def _next_batch(self, ctx: RLContext) -> Callable[[], Any]:
-        return self._fetcher(ctx)

@@ -40,8 +40,9 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     minibatches, the last one holding the remaining ``rows % batch_size`` rows, or ``floor(rows /
     batch_size)`` full minibatches with ``drop_last``.
 
-    Reads ``ctx.train_epoch``. Writes ``ctx.train_data`` (a dict ``column -> [rows, ...]`` tensor:
-    ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ``truncated``) and, after serving
+    Reads ``ctx.train_epoch``. Writes ``ctx.train_data`` (a :class:`~pipeline.data.records.TrainBatch`:
+    a dict ``column -> [rows, ...]`` tensor, ``obs``, ``action``, ``reward``, ``next_obs``,
+    ``terminated``, ``truncated``) and, after serving
     the last minibatch of an epoch, advances ``ctx.train_epoch`` by one. With ``max_epoch``, sets
     ``task.finish`` once ``ctx.train_epoch`` reaches it (the step still runs to its end).
     Role: LEARNER.
@@ -86,8 +87,8 @@ def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, st
                    ) -> Callable[[OfflineRLContext], None]:
     """Log an offline pipeline against train iterations (an offline run has no env steps).
 
-    Reads ``ctx.train_iter``, ``ctx.train_epoch``, ``ctx.train_output`` (scalar entries; several
-    modules as ``module/metric``) and ``ctx.eval_output``. Writes nothing to the context. Every
+    Reads ``ctx.train_iter``, ``ctx.train_epoch``, ``ctx.train_output`` (the scalar entries of its
+    :class:`~pipeline.data.records.TrainOutput` list; several modules as ``module/metric``) and ``ctx.eval_output``. Writes nothing to the context. Every
     ``train_show_freq`` iterations it writes the mean of each scalar since the last write to
     TensorBoard under ``train/`` (with ``log_dir``; skipped with a warning when tensorboard is not
     installed) and prints one line (iteration, epoch, losses) to ``stream`` (default stderr);

@@ -235,9 +235,10 @@ class OnPolicyTrainer:
     was collected with.
 
     Reads ``ctx.rollout`` (with ``advantage``/``return`` from :func:`gae_estimator`; nothing happens
-    when it is None), ``ctx.env_step``. Writes ``ctx.train_output`` (metric -> float: losses,
-    ``approx_kl``, ``clip_fraction``, ``learning_rate``, ``clip_range``, ``num_minibatch_updates``,
-    ``explained_variance``, ...) and advances ``ctx.train_iter`` by one. Role: LEARNER.
+    when it is None), ``ctx.env_step``. Writes ``ctx.train_output``: a list of one
+    :class:`~pipeline.data.records.TrainOutput` (metric -> float: losses, ``approx_kl``,
+    ``clip_fraction``, ``learning_rate``, ``clip_range``, ``num_minibatch_updates``,
+    ``explained_variance``, ...), and advances ``ctx.train_iter`` by one. Role: LEARNER.
     """
 
     def __init__(self, cfg: Mapping, learner: Any, log_freq: int = 50) -> None:
@@ -271,7 +272,7 @@ class OnPolicyTrainer:
         out['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
         if self.obs_norm is not None:
             self.obs_norm.update(r['obs'].reshape((-1,) + r['obs'].shape[2:]))
-        ctx.train_output = out
+        ctx.train_output = [out]
         ctx.train_iter += 1
         if self.log_freq and ctx.train_iter % self.log_freq == 0:
             log.info('train iter %d, env step %d: loss %.4f, approx_kl %.4f, clip_fraction %.3f, lr %.2e',

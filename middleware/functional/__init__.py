@@ -1,6 +1,6 @@
 """Functional middleware (factories returning ``fn(ctx)``)."""
 from .collector import NStepAccumulator, eps_greedy_handler, nstep_reward_enhancer
-from .data_processor import data_pusher, offpolicy_data_fetcher, uses_per
+from .data_processor import BatchSource, ReplaySource, data_pusher, last_train_output, offpolicy_data_fetcher, uses_per
 from .evaluator import episode_return_bound, evaluate_episodes, interaction_evaluator, run_eval_episodes
 from .logger import online_logger, scalar_means
 from .termination_checker import termination_checker
@@ -9,5 +9,5 @@ from .trainer import flatten_update_result, trainer
 __all__ = [
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
     'uses_per', 'interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'episode_return_bound', 'online_logger', 'scalar_means',
-    'termination_checker', 'trainer', 'flatten_update_result',
+    'termination_checker', 'trainer', 'flatten_update_result', 'ReplaySource', 'BatchSource', 'last_train_output',
 ]

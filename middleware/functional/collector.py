@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
+
+if TYPE_CHECKING:
+    from pipeline.data.records import Transition
 
 __all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
 
@@ -34,7 +37,8 @@ def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
 
 
 class NStepAccumulator:
-    """Turns per-env streams of 1-step transitions into n-step transitions.
+    """Turns per-env streams of 1-step transitions into n-step transitions (both
+    :class:`~pipeline.data.records.Transition`; the n-step ones carry ``nstep``).
 
     A transition is emitted once its ``n`` following rewards are known, or when its episode ends
     (then with fewer steps). The emitted transition keeps ``obs``/``action`` of the first step and
@@ -48,9 +52,9 @@ class NStepAccumulator:
             raise ValueError(f'nstep must be >= 1, got {nstep}')
         self.nstep = int(nstep)
         self.gamma = float(gamma)
-        self._pending: Dict[Any, Deque[Mapping[str, Any]]] = {}
+        self._pending: Dict[Any, Deque[Transition]] = {}
 
-    def _emit(self, q: Deque[Mapping[str, Any]], k: int) -> Dict[str, Any]:
+    def _emit(self, q: Deque[Transition], k: int) -> Transition:
         first = q[0]
         last = q[k - 1]
         ret = 0.0
@@ -58,7 +62,7 @@ class NStepAccumulator:
         for j in range(k):
             ret += g * float(q[j]['reward'])
             g *= self.gamma
-        out = dict(first)
+        out: Transition = dict(first)  # type: ignore[assignment]
         out['reward'] = ret
         out['next_obs'] = last['next_obs']
         out['terminated'] = bool(last['terminated'])
@@ -66,7 +70,7 @@ class NStepAccumulator:
         out['nstep'] = k
         return out
 
-    def add(self, transition: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    def add(self, transition: Transition) -> List[Transition]:
         """Feed one transition (with ``env_id``); returns the n-step transitions now complete."""
         key = transition.get('env_id', 0)
         q = self._pending.get(key)
@@ -96,18 +100,18 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     """Replace ``ctx.trajectories`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).
 
-    Reads ``ctx.trajectories`` (1-step transitions in time order, each with ``env_id``; partial
-    episodes continue across calls). Writes ``ctx.trajectories`` (the n-step transitions that
-    became complete: see :class:`NStepAccumulator`; transitions whose n future rewards are not yet
-    known are held back until a later call). Role: COLLECTOR (it must see every transition of an
-    env in order).
+    Reads ``ctx.trajectories`` (1-step :class:`~pipeline.data.records.Transition` in time order,
+    each with ``env_id``; partial episodes continue across calls). Writes ``ctx.trajectories`` (the
+    n-step transitions, with ``nstep``, that became complete: see :class:`NStepAccumulator`;
+    transitions whose n future rewards are not yet known are held back until a later call).
+    Role: COLLECTOR (it must see every transition of an env in order).
     """
     acc = NStepAccumulator(int(cfg['policy']['nstep']), float(cfg['policy']['discount_factor']))
 
     def _nstep(ctx: OnlineRLContext) -> None:
         if not ctx.trajectories:
             return
-        out: List[Dict[str, Any]] = []
+        out: List[Transition] = []
         for t in ctx.trajectories:
             out.extend(acc.add(t))
         ctx.trajectories = out

@@ -1,9 +1,18 @@
-"""Replay-buffer middleware: push collected data, fetch training batches, write PER priorities."""
+"""Replay-buffer middleware: push collected data, fetch training batches, write PER priorities.
+
+The learner's side of the data path (:mod:`pipeline.data.records`): ``data_pusher`` stores each
+collected ``Transition`` (or episode) as one buffer item; a :class:`ReplaySource` samples a
+``TrainBatch`` from one buffer, a weighted list or a dict of buffers and, once the batch is trained,
+writes the ``TrainOutput``'s ``priority`` back. ``OffPolicyLearner`` calls the source once per round;
+``offpolicy_data_fetcher`` is the same source as a middleware (forward: sample, backward: priorities).
+"""
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Protocol,
+                    Sequence, Tuple)
 
 import numpy as np
 
@@ -13,8 +22,9 @@ from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
     from pipeline.data.protocols import ReplayBuffer
+    from pipeline.data.records import OnTrained, TrainBatch, TrainOutput
 
-__all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per']
+__all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per', 'ReplaySource', 'BatchSource', 'last_train_output']
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +67,9 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
                 warn_after: int = 10) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
-    Reads ``ctx.trajectories`` (a list of transitions: each is pushed as one item) or, when that is
-    empty, ``ctx.episodes`` (a list of episodes: each whole episode is pushed as one item), and
+    Reads ``ctx.trajectories`` (a list of :class:`~pipeline.data.records.Transition`: each is pushed as
+    one item) or, when that is empty, ``ctx.episodes`` (a list of episodes, lists of transitions: each
+    whole episode is pushed as one item), and
     ``ctx.train_iter``. Writes nothing to the context (the data is left in place for later
     middleware such as loggers).
 
@@ -110,11 +121,24 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
     return _push
 
 
-def _normalise_buffers(buffer_: Any) -> Tuple[str, Any]:
+class _Share(NamedTuple):
+    """One buffer's part of every batch: the form all buffer setups are normalised to."""
+
+    key: Any              # its key in a dict of buffers (the batch is nested under it), else None
+    buffer: Any
+    rows: int             # rows it gives to each batch (0: none, for a tiny weight)
+    need: int             # items it must hold before a batch is drawn
+    span: Optional[slice]  # its rows in a concatenated batch (weighted list), else None: the whole batch
+
+
+def _normalise_buffers(buffer_: Any, batch_size: int, min_count: int) -> Tuple[str, List[_Share]]:
+    """``('single' | 'list' | 'dict', shares)`` for one buffer, a list of ``(buffer, weight)`` pairs or a
+    dict of buffers. A weighted list splits one batch of ``batch_size`` rows by the weights; every buffer
+    of a dict gives a whole batch."""
     if isinstance(buffer_, MappingABC):
         if not buffer_:
             raise ValueError('offpolicy_data_fetcher: the dict of buffers is empty')
-        return 'dict', dict(buffer_)
+        return 'dict', [_Share(k, b, batch_size, min_count, None) for k, b in buffer_.items()]
     if isinstance(buffer_, (list, tuple)):
         pairs = []
         for i, pair in enumerate(buffer_):
@@ -127,11 +151,15 @@ def _normalise_buffers(buffer_: Any) -> Tuple[str, Any]:
             pairs.append((b, float(w)))
         if not pairs:
             raise ValueError('offpolicy_data_fetcher: the list of (buffer, weight) pairs is empty')
-        return 'list', pairs
+        shares, start = [], 0
+        for (b, _), rows in zip(pairs, _split_sizes(batch_size, [w for _, w in pairs])):
+            shares.append(_Share(None, b, rows, max(rows, 1), slice(start, start + rows)))
+            start += rows
+        return 'list', shares
     if not hasattr(buffer_, 'sample'):
         raise TypeError(f'offpolicy_data_fetcher: expected a buffer, a list of (buffer, weight) pairs or a '
                         f'dict of buffers; got {type(buffer_).__name__}')
-    return 'single', buffer_
+    return 'single', [_Share(None, buffer_, batch_size, min_count, None)]
 
 
 def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
@@ -145,9 +173,10 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any]:
-    """(batch dict with 'weight' if PER IS weights, indices) for ``size`` rows: the buffer's own
-    batch (``sample_batch``: numpy columns gathered into tensors) is used as it is."""
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any, Any]:
+    """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
+    (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
+    the importance-sampling weights (None without prioritized replay)."""
     kw = _sample_kwargs(buffer_, ctx)
     if isinstance(buffer_, BatchSampling):
         sb = buffer_.sample_batch(size, **kw)
@@ -160,19 +189,25 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
                                 f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer '
                                 f'holds {kind} items')
             data = dict(data)
-        if sb.weight is not None:
-            data = dict(data)
-            data['weight'] = sb.weight
-        return data, sb.index
+        return data, sb.index, sb.weight
     items = buffer_.sample(size, **kw)
     data = collate([it.data for it in items])
     if not isinstance(data, dict):
         raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
                         f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer holds '
                         f'{type(items[0].data).__name__} items')
+    weight = None
     if items and 'priority_IS' in items[0].meta:
-        data['weight'] = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
-    return data, [it.index for it in items]
+        weight = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
+    return data, [it.index for it in items], weight
+
+
+def _with_priority_fields(data: Dict[str, Any], index: Any, weight: Any) -> TrainBatch:
+    """A copy of ``data`` with ``weight`` and ``indices`` (the batch's fields when sampled with priorities)."""
+    out = dict(data)
+    out['weight'] = weight
+    out['indices'] = torch.tensor(index, dtype=torch.int64)
+    return out  # type: ignore[return-value]
 
 
 def _cat(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -186,6 +221,44 @@ def _cat(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
         col = [p[k] for p in parts]
         out[k] = torch.cat(col) if isinstance(col[0], torch.Tensor) else [x for c in col for x in c]
     return out
+
+
+def _assemble(kind: str, shares: List[_Share], sampled: List[Any]) -> Any:
+    """The batch from each share's ``(data, indices, weight)`` (None for a share of no rows): one buffer's
+    batch as it is, a weighted list's parts concatenated, a dict's batches under their names."""
+    if kind == 'single':
+        data, index, weight = sampled[0]
+        return data if weight is None else _with_priority_fields(data, index, weight)
+    if kind == 'dict':
+        return {sh.key: data if weight is None else _with_priority_fields(data, index, weight)
+                for sh, (data, index, weight) in zip(shares, sampled)}
+    parts = [p for p in sampled if p is not None]
+    if any(weight is not None for _, _, weight in parts):  # rows of a buffer without PER weigh 1
+        return _cat([_with_priority_fields(data, index, weight if weight is not None else
+                                           torch.ones(len(index), dtype=torch.float32))
+                     for data, index, weight in parts])
+    return _cat([data for data, _, _ in parts])
+
+
+def last_train_output(train_output: Any) -> Optional[TrainOutput]:
+    """The last update's :class:`~pipeline.data.records.TrainOutput` from ``ctx.train_output`` (a list
+    of them; a bare dict, as ported DI-engine trainers write, is taken as it is), or None."""
+    if isinstance(train_output, MappingABC):
+        return train_output  # type: ignore[return-value]
+    if isinstance(train_output, list) and train_output and isinstance(train_output[-1], MappingABC):
+        return train_output[-1]
+    return None
+
+
+def _priority_for(out: Any, key: Any) -> Any:
+    """``out['priority']``; for a buffer of a dict, that module's own (``out[key]['priority']``) first."""
+    if not isinstance(out, MappingABC):
+        return None
+    if key is not None:
+        sub = out.get(key)
+        if isinstance(sub, MappingABC) and sub.get('priority') is not None:
+            return sub['priority']
+    return out.get('priority')
 
 
 def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None:
@@ -202,12 +275,78 @@ def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None
             buffer_.update(i, meta={'priority': p})
 
 
-def _priority_of(train_output: Any) -> Any:
-    if isinstance(train_output, MappingABC):
-        return train_output.get('priority')
-    if isinstance(train_output, list) and train_output and isinstance(train_output[-1], MappingABC):
-        return train_output[-1].get('priority')
-    return None
+def _write_back(sampled: List[Tuple[_Share, Any]], train_output: Optional[TrainOutput]) -> None:
+    """Write ``train_output``'s per-row ``priority`` to the items each prioritized share sampled: the one
+    place priorities go back to buffers."""
+    for share, index in sampled:
+        pr = _priority_for(train_output, share.key)
+        if pr is None:
+            which = 'the buffer' if share.key is None else f'buffer {share.key!r}'
+            raise ValueError(f'{which} uses prioritized replay but the train output has no "priority"'
+                             f'{"" if share.key is None else " for it"}: use a learner whose loss outputs '
+                             f'per-row priorities')
+        _write_priorities(share.buffer, index, pr if share.span is None else pr[share.span])
+
+
+class BatchSource(Protocol):
+    """Where :class:`~middleware.learner.TrainRounds` gets each round's batch.
+
+    ``next(ctx)`` returns ``(batch, on_trained)``: the :class:`~pipeline.data.records.TrainBatch` to
+    train on (None: too little data, the rounds stop) and a callable to run with that update's
+    :class:`~pipeline.data.records.TrainOutput` once it is trained (e.g. write its priorities back),
+    or None.
+    """
+
+    def next(self, ctx: Any) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
+        ...
+
+
+class ReplaySource:
+    """Training batches of ``cfg.policy.learn.batch_size`` rows from replay buffers: a :class:`BatchSource`.
+
+    ``buffer_`` is one buffer, a list of ``(buffer, weight)`` pairs (one batch split across them by
+    weight, largest remainders getting the leftover rows, and concatenated), or a dict of buffers (a
+    dict of batches with the same keys). Every setup is normalised once into the same per-buffer
+    shares; :meth:`next` samples them all through one function (in the setup's order), and the
+    ``on_trained`` it returns writes the update's ``priority`` back to the buffers that take
+    priorities (``PriorityExperienceReplay``, or any middleware with ``wants_priorities``): for a
+    weighted list each buffer gets its rows' slice, for a dict each buffer its module's own
+    ``priority`` when the output has one per module.
+
+    :meth:`next` gives ``(None, None)`` while a buffer holds fewer than ``max(batch_size,
+    cfg.policy.learn.learning_starts)`` items (a weighted list: fewer than its share, or fewer than that
+    together). The batch (a :class:`~pipeline.data.records.TrainBatch`) is the buffer's batch as
+    ``sample_batch`` returns it, a plain dict ``field -> [batch_size, ...]`` tensor (non-numeric fields
+    as lists), with ``weight`` and ``indices`` added when the buffer samples with priorities.
+    """
+
+    def __init__(self, cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False) -> None:
+        _load()
+        learn = cfg['policy']['learn']
+        self.batch_size = int(learn['batch_size'])
+        self.min_count = max(self.batch_size, int(learn.get('learning_starts', self.batch_size) or self.batch_size))
+        self.kind, self.shares = _normalise_buffers(buffer_, self.batch_size, self.min_count)
+        self.data_shortage_warning = data_shortage_warning
+
+    def next(self, ctx: RLContext) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
+        """``(batch, on_trained)``, or ``(None, None)`` when the buffers hold too little."""
+        shares = self.shares
+        counts = [sh.buffer.count() for sh in shares]
+        if any(c < sh.need for c, sh in zip(counts, shares)) or sum(counts) < self.min_count:
+            if self.data_shortage_warning:
+                if self.kind == 'single':
+                    log.warning('replay buffer holds %d items, fewer than %d: no training this round',
+                                counts[0], self.min_count)
+                else:
+                    log.warning('replay buffers hold %s items (each needs %s, together %d): no training this '
+                                'round', counts, [sh.need for sh in shares], self.min_count)
+            return None, None
+        sampled = [_sample_one(sh.buffer, sh.rows, ctx) if sh.rows else None for sh in shares]
+        batch = _assemble(self.kind, shares, sampled)
+        prioritized = [(sh, s[1]) for sh, s in zip(shares, sampled) if s is not None and uses_per(sh.buffer)]
+        if not prioritized:
+            return batch, None
+        return batch, functools.partial(_write_back, prioritized)
 
 
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
@@ -217,101 +356,32 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
 
     ``buffer_`` is one buffer, a list of ``(buffer, weight)`` pairs (the batch is split across them
     by weight and concatenated), or a dict of buffers (``ctx.train_data`` becomes a dict of batches
-    with the same keys).
+    with the same keys). The batches come from a :class:`ReplaySource` (``fn.source``), the source
+    ``OffPolicyLearner`` uses round by round.
 
-    Reads ``ctx.train_iter`` (for ``staleness_check`` buffers). Writes ``ctx.train_data``: the
-    buffer's batch as it comes from ``sample_batch``, a plain dict ``field -> [batch_size, ...]
-    tensor`` (fields that are not numbers or arrays, e.g. strings, are plain lists; ``weight`` holds
-    the importance-sampling weights when the buffer uses prioritized replay; use
+    Reads ``ctx.train_iter`` (for ``staleness_check`` buffers). Writes ``ctx.train_data``: a
+    :class:`~pipeline.data.records.TrainBatch`, the buffer's batch as it comes from ``sample_batch``,
+    a plain dict ``field -> [batch_size, ...] tensor`` (fields that are not numbers or arrays, e.g.
+    strings, are plain lists; ``weight`` holds the importance-sampling weights and ``indices`` the
+    items' buffer indices when the buffer uses prioritized replay; use
     :func:`pipeline.data.to_treetensor` for attribute access), or ``None`` when a buffer holds fewer
     than ``max(batch_size, cfg.policy.learn.learning_starts)`` items.
 
     Backward part (after the yield): when a buffer uses ``PriorityExperienceReplay`` (any middleware
-    with ``wants_priorities``), reads
-    ``ctx.train_output['priority']`` (one value per row, e.g. ``|TD error|``) and writes it back
-    as the sampled items' priorities. ``OffPolicyLearner`` runs this right after each train step.
+    with ``wants_priorities``), reads the last update's ``priority`` from ``ctx.train_output`` (a list of
+    :class:`~pipeline.data.records.TrainOutput`, as ``trainer`` writes it; a bare dict is read too), one
+    value per row (e.g. ``|TD error|``), and writes it back as the sampled items' priorities.
     Role: LEARNER.
     """
-    _load()
-    learn = cfg['policy']['learn']
-    batch_size = int(learn['batch_size'])
-    min_count = max(batch_size, int(learn.get('learning_starts', batch_size) or batch_size))
-    kind, bufs = _normalise_buffers(buffer_)
+    source = ReplaySource(cfg, buffer_, data_shortage_warning)
 
     def _fetch(ctx: RLContext) -> Generator:
-        if kind == 'single':
-            if bufs.count() < min_count:
-                if data_shortage_warning:
-                    log.warning('replay buffer holds %d items, fewer than %d: no training this round',
-                                bufs.count(), min_count)
-                ctx.train_data = None
-                yield
-                return
-            data, index = _sample_one(bufs, batch_size, ctx)
-            ctx.train_data = data
-            yield
-            if uses_per(bufs):
-                pr = _priority_of(ctx.train_output)
-                if pr is None:
-                    raise ValueError('the buffer uses prioritized replay but ctx.train_output has no '
-                                     '"priority": use a learner whose loss outputs per-row priorities')
-                _write_priorities(bufs, index, pr)
-        elif kind == 'list':
-            sizes = _split_sizes(batch_size, [w for _, w in bufs])
-            if any(b.count() < max(s, 1) for (b, _), s in zip(bufs, sizes)) or \
-                    sum(b.count() for b, _ in bufs) < min_count:
-                ctx.train_data = None
-                yield
-                return
-            parts, indices = [], []
-            for (b, _), s in zip(bufs, sizes):
-                if s == 0:
-                    indices.append([])
-                    continue
-                d, idx = _sample_one(b, s, ctx)
-                parts.append(d)
-                indices.append(idx)
-            if any('weight' in p for p in parts) and not all('weight' in p for p in parts):
-                for p in parts:
-                    if 'weight' not in p:
-                        p['weight'] = torch.ones(len(next(iter(p.values()))), dtype=torch.float32)
-            ctx.train_data = _cat(parts)
-            yield
-            pr = None
-            start = 0
-            for (b, _), s, idx in zip(bufs, sizes, indices):
-                if s and uses_per(b):
-                    if pr is None:
-                        pr = _priority_of(ctx.train_output)
-                        if pr is None:
-                            raise ValueError('a buffer uses prioritized replay but ctx.train_output has '
-                                             'no "priority"')
-                    _write_priorities(b, idx, pr[start:start + s])
-                start += s
-        else:  # dict of buffers
-            if any(b.count() < min_count for b in bufs.values()):
-                ctx.train_data = None
-                yield
-                return
-            out, indices = {}, {}
-            for name, b in bufs.items():
-                d, idx = _sample_one(b, batch_size, ctx)
-                out[name] = d
-                indices[name] = idx
-            ctx.train_data = out
-            yield
-            for name, b in bufs.items():
-                if uses_per(b):
-                    to = ctx.train_output
-                    pr = None
-                    if isinstance(to, MappingABC) and isinstance(to.get(name), MappingABC):
-                        pr = to[name].get('priority')
-                    if pr is None:
-                        pr = _priority_of(to)
-                    if pr is None:
-                        raise ValueError(f'buffer {name!r} uses prioritized replay but ctx.train_output '
-                                         f'has no "priority" for it')
-                    _write_priorities(b, indices[name], pr)
+        batch, on_trained = source.next(ctx)
+        ctx.train_data = batch
+        yield
+        if on_trained is not None:
+            on_trained(last_train_output(ctx.train_output))
 
     _fetch.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
+    _fetch.source = source  # type: ignore[attr-defined]
     return _fetch

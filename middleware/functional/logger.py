@@ -30,8 +30,10 @@ def _scalar(v: Any) -> Optional[float]:
 
 
 def scalar_means(train_output: Any) -> Dict[str, float]:
-    """Mean of every scalar entry of a train output (a dict or a list of dicts); non-scalar
-    entries (e.g. per-row ``priority``) are skipped. The input is not modified."""
+    """Mean of every scalar entry of ``ctx.train_output`` (a list of
+    :class:`~pipeline.data.records.TrainOutput`, or one of them); non-scalar entries (e.g. per-row
+    ``priority``) are skipped, several modules' metrics become ``module/metric``. The input is not
+    modified."""
     outs = train_output if isinstance(train_output, list) else [train_output]
     sums: Dict[str, float] = {}
     counts: Dict[str, int] = {}
@@ -145,9 +147,9 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                   use_tqdm: Optional[bool] = None) -> Callable[[Any], None]:
     """Log training and evaluation scalars to TensorBoard and show a progress line.
 
-    Reads ``ctx.train_output`` (a dict or list of dicts; only read, never modified),
-    ``ctx.eval_value``, ``ctx.eval_output``, ``ctx.info_for_logging``, ``ctx.env_step``,
-    ``ctx.train_iter``, ``ctx.env_episode``. Writes nothing to the context.
+    Reads ``ctx.train_output`` (a list of :class:`~pipeline.data.records.TrainOutput`; only read,
+    never modified), ``ctx.eval_value``, ``ctx.eval_output``, ``ctx.info_for_logging``,
+    ``ctx.env_step``, ``ctx.train_iter``, ``ctx.env_episode``. Writes nothing to the context.
 
     Scalars go to ``log_dir`` (default ``<exp_name>/log``; ``exp_name`` defaults to ``'exp'``)
     with the env step as x-axis (the train iteration with ``record_train_iter``): train scalars

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from contexts import RLContext
 from pipeline.runtime.roles import Role, for_roles
+
+if TYPE_CHECKING:
+    from pipeline.data.records import TrainOutput
 
 __all__ = ['trainer', 'flatten_update_result']
 
@@ -15,8 +18,9 @@ log = logging.getLogger(__name__)
 _ALL = '__all_modules__'
 
 
-def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
-    """A plain dict from ``Learner.update``'s result: Stats leaves become floats.
+def flatten_update_result(result: Any, learner: Any = None) -> TrainOutput:
+    """The :class:`~pipeline.data.records.TrainOutput` of ``Learner.update``'s result: a plain dict
+    whose Stats leaves become floats.
 
     Single-module learners give ``{metric: value}`` (plus per-row outputs such as ``priority``
     from ``learner.last_outputs``); several modules give ``{module_id: {metric: value}}``.
@@ -27,7 +31,7 @@ def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
     modules = [k for k in result if k != _ALL]
     last = getattr(learner, 'last_outputs', None) or {}
 
-    def peek_all(d: Mapping) -> Dict[str, Any]:
+    def peek_all(d: Mapping) -> Any:
         out = {}
         for k, v in d.items():
             out[k] = v.peek() if hasattr(v, 'peek') else v
@@ -56,11 +60,14 @@ def flatten_update_result(result: Any, learner: Any = None) -> Dict[str, Any]:
 def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
     """One training iteration on ``ctx.train_data``.
 
-    Reads ``ctx.train_data`` (does nothing when it is None), ``ctx.env_step`` (when the context has
-    one: an ``OfflineRLContext`` has none, and the learner then gets no timesteps).
-    Writes ``ctx.train_output`` (a fresh plain dict: metric -> float, e.g. ``total_loss``,
-    ``q_value``, plus per-row tensors such as ``priority``; see :func:`flatten_update_result`)
-    and advances ``ctx.train_iter`` by one.
+    Reads ``ctx.train_data`` (a :class:`~pipeline.data.records.TrainBatch`; does nothing when it is
+    None), ``ctx.env_step`` (when the context has one: an ``OfflineRLContext`` has none, and the
+    learner then gets no timesteps). Writes ``ctx.train_output``: a list of one
+    :class:`~pipeline.data.records.TrainOutput` (a fresh plain dict: metric -> float, e.g.
+    ``total_loss``, ``q_value``, plus per-row tensors such as ``priority``; see
+    :func:`flatten_update_result`), and advances ``ctx.train_iter`` by one. ``fn.step(ctx)`` does
+    the same but returns the output instead of writing it (None when there was no data): what
+    ``OffPolicyLearner`` runs each round.
 
     ``learner`` is a ``pipeline.learner.Learner`` (e.g. ``policy.learn_mode``); it is called as
     ``learner.update(batch=ctx.train_data, timesteps={'num_env_steps_sampled_lifetime':
@@ -71,16 +78,23 @@ def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], 
         raise TypeError(f'trainer needs a learner with update(batch=..., timesteps=...) (e.g. '
                         f'policy.learn_mode); got {type(learner).__name__}')
 
-    def _train(ctx: RLContext) -> None:
-        if ctx.train_data is None:
-            return
+    def _step(ctx: RLContext) -> Optional[TrainOutput]:
+        data = ctx.train_data
+        if data is None:
+            return None
         env_step = getattr(ctx, 'env_step', None)
-        result = learner.update(batch=ctx.train_data, timesteps=None if env_step is None else
+        result = learner.update(batch=data, timesteps=None if env_step is None else
                                 {'num_env_steps_sampled_lifetime': env_step})
         out = flatten_update_result(result, learner)
-        ctx.train_output = out
         ctx.train_iter += 1
         if log_freq and ctx.train_iter % log_freq == 0 and 'total_loss' in out:
             log.info('train iter %d: total_loss %.5f', ctx.train_iter, out['total_loss'])
+        return out
 
+    def _train(ctx: RLContext) -> None:
+        out = _step(ctx)
+        if out is not None:
+            ctx.train_output = [out]
+
+    _train.step = _step  # type: ignore[attr-defined]
     return _train

@@ -9,6 +9,9 @@ Quick start::
     batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
     buf.update_many(batch.index, meta={"priority": td_error.abs()})   # with PER
 
+What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, and the
+:class:`TrainOutput` whose ``priority`` goes back (:mod:`pipeline.data.records`).
+
 Prioritized replay's hot loops are compiled (``_per_kernels.c``, built by ``pip install -e .``)
 when a C compiler was available, else numpy does the same work; ``RLPIPE_NO_EXT=1`` forces numpy.
 """
@@ -23,6 +26,7 @@ from .buffer_middleware import (
 )
 from .collate import collate, collate_transitions, stack_transitions, to_treetensor
 from .per import PriorityExperienceReplay
+from .records import TrainBatch, TrainOutput, Transition
 from .storage import SlotStorage, StorageListener
 
 __all__ = [
@@ -45,4 +49,7 @@ __all__ = [
     "collate_transitions",
     "stack_transitions",
     "to_treetensor",
+    "Transition",
+    "TrainBatch",
+    "TrainOutput",
 ]

@@ -274,6 +274,10 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
     ) -> Optional[dict]:
         """Train on exactly one input and return the metrics of this call.
 
+        In a pipeline the input is ``batch``, a :class:`~pipeline.data.records.TrainBatch` (what the
+        fetcher writes to ``ctx.train_data``); the ``trainer`` middleware turns the result and
+        :attr:`last_outputs` into a :class:`~pipeline.data.records.TrainOutput`.
+
         Order: lr schedules; ``before_gradient_based_update`` once; per minibatch
         forward -> losses -> gradients -> postprocess -> apply; ``after_gradient_based_update``
         once; then the metrics. Minibatches:

@@ -108,7 +108,7 @@ def test_fetcher_finds_priority_feedback_by_capability_not_class_name():
     ctx = OnlineRLContext()
     g = offpolicy_data_fetcher(cfg(), buf)(ctx)
     next(g)
-    ctx.train_output = {'priority': torch.arange(4.0)}
+    ctx.train_output = [{'priority': torch.arange(4.0)}]
     with pytest.raises(StopIteration):
         next(g)
     assert len(mw.got) == 1 and mw.got[0].tolist() == [0.0, 1.0, 2.0, 3.0]

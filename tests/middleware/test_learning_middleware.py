@@ -114,14 +114,14 @@ def test_fetcher_writes_per_priorities_in_backward_part():
     next(g)
     assert ctx.train_data['weight'].shape == (4,)
     sampled = ctx.train_data['reward'].long().tolist()  # reward i == item i
-    ctx.train_output = {'total_loss': 1.0, 'priority': torch.tensor([5.0, 6.0, 7.0, 8.0])}
+    ctx.train_output = [{'total_loss': 1.0, 'priority': torch.tensor([5.0, 6.0, 7.0, 8.0])}]
     with pytest.raises(StopIteration):
         next(g)
     by_item = {int(b.get(k).data['reward']): b.get(k).meta['priority'] for k in range(b.count())}
     assert [by_item[i] for i in sampled] == [5.0, 6.0, 7.0, 8.0]
     g = fetch(ctx)
     next(g)
-    ctx.train_output = {'total_loss': 1.0}
+    ctx.train_output = [{'total_loss': 1.0}]
     with pytest.raises(ValueError, match='priority'):
         next(g)
 
@@ -136,8 +136,8 @@ def test_trainer_fills_train_output_and_advances_iter():
     ctx.env_step = 123
     tr(ctx)
     assert ctx.train_iter == 1 and L.calls[0][1] == {'num_env_steps_sampled_lifetime': 123}
-    assert ctx.train_output['total_loss'] == 1.0 and ctx.train_output['num_env_steps_trained'] == 4
-    assert ctx.train_output['priority'].shape == (4,)
+    assert ctx.train_output[0]['total_loss'] == 1.0 and ctx.train_output[0]['num_env_steps_trained'] == 4
+    assert ctx.train_output[0]['priority'].shape == (4,)
     assert tr.__roles__ == frozenset({Role.LEARNER})
     with pytest.raises(TypeError, match='update'):
         trainer(small_cfg(), object())

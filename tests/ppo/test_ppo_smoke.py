@@ -21,7 +21,7 @@ def test_short_ppo_run_improves_cartpole_return():
 
     def record(ctx):
         returns.append(list(ctx.info_for_logging.get('collect_episode_return', ())))
-        kls.append(ctx.train_output['approx_kl'])
+        kls.append(ctx.train_output[0]['approx_kl'])
 
     with task.start(ctx=OnlineRLContext()):
         task.use(RolloutCollector(cfg, policy.collect_mode, env))

@@ -50,7 +50,7 @@ def test_one_update_call_with_configured_epochs_and_minibatches(monkeypatch):
     assert kw['minibatch_size'] == 4 and kw['num_epochs'] == 3 and kw['shuffle_batch_per_epoch'] is True
     assert kw['batch']['obs'].shape == (16, 4) and kw['timesteps'] == {'num_env_steps_sampled_lifetime': 16}
     assert minibatches == [4] * 12  # 3 epochs x 16 rows / 4
-    out = ctx.train_output
+    out = ctx.train_output[0]
     assert out['num_minibatch_updates'] == 12 and out['num_env_steps_trained'] == 48
     assert ctx.train_iter == 1
     for k in ('approx_kl', 'clip_fraction', 'policy_loss', 'value_loss', 'entropy', 'explained_variance'):
@@ -60,23 +60,23 @@ def test_one_update_call_with_configured_epochs_and_minibatches(monkeypatch):
 def test_linear_lr_and_clip_schedules():
     cfg, env, policy = setup(n_steps=8, env_num=2, total_env_steps=64, learning_rate=1e-3, clip_range=0.2)
     ctx = one_round(cfg, env, policy)  # evaluated at env step 16: 3/4 left
-    assert ctx.train_output['learning_rate'] == pytest.approx(0.75e-3)
-    assert ctx.train_output['clip_range'] == pytest.approx(0.15)
+    assert ctx.train_output[0]['learning_rate'] == pytest.approx(0.75e-3)
+    assert ctx.train_output[0]['clip_range'] == pytest.approx(0.15)
     cfg2, env2, policy2 = setup(lr_schedule='constant', clip_schedule='constant')
     ctx2 = one_round(cfg2, env2, policy2)
-    assert ctx2.train_output['learning_rate'] == pytest.approx(1e-3)
-    assert ctx2.train_output['clip_range'] == pytest.approx(0.2)
+    assert ctx2.train_output[0]['learning_rate'] == pytest.approx(1e-3)
+    assert ctx2.train_output[0]['clip_range'] == pytest.approx(0.2)
 
 
 def test_kl_early_stop_ends_the_epochs():
     cfg, env, policy = setup(n_steps=16, env_num=2, n_epochs=10, batch_size=8, target_kl=1e-9)
     ctx = one_round(cfg, env, policy)
     # minibatch 1: ratio 1, KL 0 -> a step; minibatch 2 then differs -> stop without a step
-    assert ctx.train_output['num_minibatch_updates'] == 1
-    assert ctx.train_output['kl_early_stop'] == 1.0
+    assert ctx.train_output[0]['num_minibatch_updates'] == 1
+    assert ctx.train_output[0]['kl_early_stop'] == 1.0
     assert policy.learn_mode.kl_stops == 1
     cfg2, env2, policy2 = setup(n_steps=16, env_num=2, n_epochs=10, batch_size=8)
-    assert one_round(cfg2, env2, policy2).train_output['num_minibatch_updates'] == 40
+    assert one_round(cfg2, env2, policy2).train_output[0]['num_minibatch_updates'] == 40
 
 
 def test_running_mean_std_merges_exactly():
