@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from pipeline.config import compile_config
+from pipeline.config import compile_config, get_schema
 from pipeline.config_schema import Spec, iter_specs, spec_at
 from pipeline.offline.bc import BCPolicy
 from pipeline.offline.cql import DiscreteCQLPolicy
@@ -76,12 +76,21 @@ def test_a_config_lacking_any_key_behaves_as_the_schema_default(name):
     0.05) and random_collect_size 0 (schema 1000), PPO max_grad_norm None (schema 0.5)."""
     cfg = compile_config({}, policy=name)
     want = effective(BUILD[name](cfg))
-    schema = type(BUILD[name](cfg)).config_schema
-    assert schema is not None
-    for path, _ in iter_specs(schema['policy']):
-        got = effective(BUILD[name]({'policy': _without(cfg.policy, path)}))
-        assert got == want, f'{name}: a config without policy.{path} does not act as the schema default'
-    assert effective(BUILD[name]({})) == want, f'{name}: an empty policy section is not the schema default'
+    cases = [(f'without policy.{path}', {'policy': _without(cfg.policy, path)})
+             for path, _ in iter_specs(get_schema(name)['policy'])] + [('an empty policy section', {})]
+    wrong = []
+    for what, partial in cases:
+        try:
+            got = effective(BUILD[name](partial))
+        except KeyError as e:
+            wrong.append(f'{what}: KeyError {e}')
+            continue
+        if got != want:
+            diff = {part: {k: (v, got[part].get(k)) for k, v in want[part].items() if got[part].get(k) != v}
+                    for part in ('learner', 'collect', 'eval') if got[part] != want[part]}
+            wrong.append(f'{what}: differs {diff or "(optimizers, schedules or weights)"}')
+    assert not wrong, f'{name} built from a config lacking a key does not act as the schema default:\n' + \
+        '\n'.join(wrong)
 
 
 def test_bare_dqn_learner_uses_the_schema_truncation_as_terminal():
@@ -124,7 +133,7 @@ def test_every_key_a_policy_reads_is_in_its_schema(name):
     cfg = compile_config({}, policy=name)
     policy = BUILD[name](Recording(cfg.policy, reads))
     effective(policy)
-    schema = type(policy).config_schema['policy']
+    schema = get_schema(name)['policy']
     assert reads, 'nothing was read through the recording config'
     missing = []
     for path in sorted(reads):
