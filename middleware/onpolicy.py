@@ -189,11 +189,12 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
     Reads ``ctx.rollout`` (nothing happens when it is None). Writes ``ctx.rollout['advantage']``
     and ``ctx.rollout['return']`` (``[T, N]`` float32). Role: LEARNER.
     """
+    from pipeline.policy.config_defaults import config_value
     from pipeline.policy.gae import gae_advantages  # here: importing pipeline.policy loads the learner
 
-    gamma = float(cfg['policy']['discount_factor'])
-    lam = float(cfg['policy']['gae_lambda'])
-    norm_reward = bool(cfg['policy']['learn'].get('normalize_reward', False))
+    gamma = float(config_value(cfg, 'policy.discount_factor', 'ppo'))
+    lam = float(config_value(cfg, 'policy.gae_lambda', 'ppo'))
+    norm_reward = bool(config_value(cfg, 'policy.learn.normalize_reward', 'ppo'))
     if norm_reward and getattr(model, 'ret_norm', None) is None:
         raise ValueError('policy.learn.normalize_reward needs gae_estimator(cfg, model) with a model that has '
                          'ret_norm (e.g. PPOPolicy.model)')

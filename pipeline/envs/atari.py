@@ -73,7 +73,7 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
         import ale_py  # noqa: F401
     except ImportError as e:
         raise ImportError(ATARI_MISSING) from e
-    from .env_manager import make_gym_env
+    from .gym_make import make_gym_env
 
     if env_id.startswith('ALE/'):
         kwargs.setdefault('frameskip', 1)

@@ -10,140 +10,29 @@ in two so that the caller can work while the workers step.
 
 Termination (the MDP ended: no bootstrapping) and truncation (a time limit cut the episode:
 bootstrapping from ``next_obs`` is correct) are kept apart in every step result.
+
+The pieces the manager is built on have their own modules: :mod:`~pipeline.envs.env_step` (``EnvStep``,
+``EpisodeInfo``), :mod:`~pipeline.envs.gym_make` (``make_gym_env``), :mod:`~pipeline.envs.errors`,
+:mod:`~pipeline.envs.backends` (choosing a backend) and :mod:`~pipeline.envs.backend_protocol` (what a
+backend does); their public names are importable from here too.
 """
 from __future__ import annotations
 
-import difflib
-import sys
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .subprocess_backend import EnvWorkerError
+from .backend_protocol import EnvBackend
+from .backends import BACKENDS, check_backend_args, make_backend
+from .env_step import EnvStep, EpisodeInfo
+from .errors import EnvWorkerError, UnknownEnvError
+from .gym_make import make_gym_env
 
 __all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'EnvWorkerError', 'UnknownEnvError', 'make_gym_env',
            'BACKENDS']
 
-BACKENDS = ('sync', 'subprocess', 'envpool')
-
-
-class UnknownEnvError(ValueError):
-    """The gymnasium env id is not registered."""
-
-
-class EpisodeInfo(NamedTuple):
-    """One finished episode: which env, its undiscounted return and length, and how it ended.
-
-    ``score`` is the game's raw score when the env reports one at the end of a game in
-    ``info['episode']['r']`` (gymnasium's ``RecordEpisodeStatistics`` placed under training-only
-    wrappers such as reward clipping and episodic life: see :mod:`pipeline.envs.atari`); else None.
-    """
-    env_id: int
-    episode_return: float
-    length: int
-    terminated: bool
-    truncated: bool
-    score: Optional[float] = None
-
-
-class EnvStep(NamedTuple):
-    """The result of stepping some envs once (all arrays share the first axis, one row per env).
-
-    ``obs`` is the observation the action was taken in; ``next_obs`` is the observation reached,
-    which for a finished episode is the final observation (not the reset one: the manager has
-    already reset that env, and its next observation is in ``EnvManager.obs``).
-    """
-    env_ids: np.ndarray       # [n] int64
-    obs: np.ndarray           # [n, *obs_shape]
-    action: np.ndarray        # [n, *act_shape]
-    reward: np.ndarray        # [n] float32
-    next_obs: np.ndarray      # [n, *obs_shape]
-    terminated: np.ndarray    # [n] bool
-    truncated: np.ndarray     # [n] bool
-    finished: List[EpisodeInfo]  # episodes that ended in this step
-    infos: Optional[List[dict]]  # per-env info dicts, only when ``keep_infos=True``
-
-    @property
-    def done(self) -> np.ndarray:
-        """``terminated | truncated``."""
-        return self.terminated | self.truncated
-
-
-def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
-    """The rlpipe extra to install when ``gymnasium.make(env_id)`` failed for want of a package."""
-    import gymnasium as gym
-
-    text = f'{env_id} {err}'.lower()
-    if isinstance(err, gym.error.DependencyNotInstalled):
-        if 'mujoco' in text:
-            return 'mujoco'
-        if 'ale' in text or 'atari' in text:
-            return 'atari'
-    if env_id.startswith('ALE/') or 'NoFrameskip' in env_id:
-        try:
-            import ale_py  # noqa: F401
-        except ImportError:
-            return 'atari'
-    return None
-
-
-def _register_ale() -> bool:
-    """Register ALE's Atari ids with gymnasium if ``ale-py`` is installed; True if it is."""
-    try:
-        import ale_py
-    except ImportError:
-        return False
-    import gymnasium as gym
-    gym.register_envs(ale_py)
-    return True
-
-
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any):
-    """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
-    ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
-    import gymnasium as gym  # lazy: gymnasium is not imported by ``import pipeline``
-
-    try:
-        try:
-            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
-        except (gym.error.NameNotFound, gym.error.NamespaceNotFound):
-            if not _register_ale():  # Atari ids exist only once ale_py is imported
-                raise
-            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
-        if 'mujoco' in sys.modules:  # a MuJoCo env: its warnings go to logging, not to ./MUJOCO_LOG.TXT
-            from .mujoco import log_mujoco_warnings
-            log_mujoco_warnings()
-        return env
-    except (gym.error.Error, ImportError) as e:
-        extra = _missing_extra(str(env_id), e)
-        if extra is not None:
-            pkg = {'atari': 'ale-py', 'mujoco': 'mujoco'}[extra]
-            raise ImportError(f'gymnasium env {env_id!r} needs the {pkg!r} package, which is not installed: '
-                              f"pip install 'rlpipe[{extra}]'") from e
-        if isinstance(e, ImportError):
-            raise
-        # NameNotFound, VersionNotFound, NamespaceNotFound, DeprecatedEnv, ...
-        names = list(gym.registry.keys())
-        close = difflib.get_close_matches(str(env_id), names, n=4, cutoff=0.5)
-        hint = f' Did you mean: {", ".join(close)}?' if close else ''
-        raise UnknownEnvError(
-            f'gymnasium env id {env_id!r} cannot be made: {e}.{hint} '
-            f'Pass a registered id (see gymnasium.registry) or a callable returning a gymnasium.Env.'
-        ) from e
-
-
 EnvSpec = Union[str, Callable[[], Any]]
-
-
-class _MakeEnv:
-    """A picklable ``make_gym_env`` call (subprocess workers may be started with spawn)."""
-
-    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, Any]) -> None:
-        self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
-
-    def __call__(self) -> Any:
-        return make_gym_env(self.env_id, self.max_episode_steps, **self.kwargs)
 
 
 class EnvManager:
@@ -199,39 +88,13 @@ class EnvManager:
                  start_method: Optional[str] = None, workers: Optional[int] = None, local_envs: int = 0) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:
             raise ValueError(f'env_num must be a positive int, got {env_num!r}')
-        if backend not in BACKENDS:
-            raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}')
-        if not isinstance(local_envs, int) or isinstance(local_envs, bool) or local_envs < 0:
-            raise ValueError(f'local_envs must be an int >= 0, got {local_envs!r}')
-        if local_envs and backend != 'subprocess':
-            raise ValueError(f"local_envs is for backend='subprocess' (got backend={backend!r})")
-        if local_envs and local_envs >= env_num:
-            raise ValueError(f'local_envs must leave at least one env to the workers: local_envs={local_envs}, '
-                             f'env_num={env_num}')
-        env_kwargs = dict(env_kwargs or {})
+        check_backend_args(env_num, backend, local_envs)
         self.env_num = env_num
         self.backend = backend
         self._seed = seed
         self._keep_infos = keep_infos
-        if backend == 'envpool':
-            from .envpool_backend import EnvPoolBackend
-            self._backend: Any = EnvPoolBackend(env, env_num, seed, env_kwargs, max_episode_steps)
-        else:
-            fns = self._env_fns(env, env_num, max_episode_steps, env_kwargs)
-            if backend == 'subprocess' and local_envs:
-                from .hybrid_backend import HybridBackend
-                from .subprocess_backend import default_workers
-                if workers is None:  # one process per core, this one included
-                    workers = max(1, default_workers(env_num - local_envs + 1) - 1)
-                self._backend = HybridBackend(fns, local_envs, step_timeout=step_timeout, start_method=start_method,
-                                              workers=workers)
-            elif backend == 'subprocess':
-                from .subprocess_backend import SubprocessBackend
-                self._backend = SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method,
-                                                  workers=workers)
-            else:
-                from .sync_backend import SyncBackend
-                self._backend = SyncBackend(fns)
+        self._backend: EnvBackend = make_backend(env, env_num, backend, seed, max_episode_steps, dict(env_kwargs or {}),
+                                                 step_timeout, start_method, workers, local_envs)
         self.observation_space = self._backend.observation_space
         self.action_space = self._backend.action_space
         self._obs: Optional[np.ndarray] = None
@@ -248,21 +111,6 @@ class EnvManager:
         # (start, stop) -> the observations (``after``) the last step of exactly envs start..stop-1
         # returned, while no other step or reset has moved them since
         self._run_obs: Dict[Tuple[int, int], np.ndarray] = {}
-
-    @staticmethod
-    def _env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
-                 env_kwargs: Dict[str, Any]) -> List[Callable[[], Any]]:
-        if isinstance(env, (list, tuple)):
-            if len(env) != env_num:
-                raise ValueError(f'got {len(env)} env factories but env_num={env_num}; pass one per env')
-            return list(env)
-        if isinstance(env, str):
-            make_gym_env(env, max_episode_steps, **env_kwargs).close()  # fail fast on a bad id
-            return [_MakeEnv(env, max_episode_steps, env_kwargs)] * env_num
-        if callable(env):
-            return [env] * env_num
-        raise TypeError(f'env must be an env id str, a callable returning an env, or a list of '
-                        f'callables; got {type(env).__name__}')
 
     # ------------------------------------------------------------------ properties
     @property

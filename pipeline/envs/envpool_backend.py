@@ -40,7 +40,8 @@ from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .sync_backend import StepArrays
+from .backend_protocol import StepArrays
+from .errors import UnknownEnvError
 
 __all__ = ['EnvPoolBackend', 'ENVPOOL_MISSING']
 
@@ -106,7 +107,6 @@ class EnvPoolBackend:
             import difflib
             close = difflib.get_close_matches(task_id, known, n=4, cutoff=0.5)
             hint = f' Did you mean: {", ".join(close)}?' if close else ''
-            from .env_manager import UnknownEnvError
             raise UnknownEnvError(f'{task_id!r} is not an EnvPool task id.{hint} See envpool.list_all_envs().')
         self._envpool = envpool
         self._task_id = task_id

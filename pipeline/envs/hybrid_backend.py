@@ -19,7 +19,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .subprocess_backend import SubprocessBackend
-from .sync_backend import StepArrays, SyncBackend
+from .backend_protocol import StepArrays
+from .sync_backend import SyncBackend
 
 __all__ = ['HybridBackend']
 

@@ -7,10 +7,12 @@ truncation, not termination).
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Optional
 
 import numpy as np
+
+from .gym_make import make_gym_env
+from .mujoco_log import log_mujoco_warnings
 
 __all__ = ['MujocoEnvFn', 'make_mujoco_env', 'log_mujoco_warnings']
 
@@ -18,8 +20,6 @@ __all__ = ['MujocoEnvFn', 'make_mujoco_env', 'log_mujoco_warnings']
 def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """gymnasium MuJoCo env ``env_id`` with float32 observations and actions in ``[-1, 1]``."""
     import gymnasium as gym
-
-    from .env_manager import make_gym_env
 
     env = make_gym_env(env_id, max_episode_steps, **kwargs)
     if not isinstance(env.action_space, gym.spaces.Box):
@@ -46,17 +46,3 @@ class MujocoEnvFn:
 
     def __repr__(self) -> str:
         return f'MujocoEnvFn({self.env_id!r})'
-
-
-def log_mujoco_warnings() -> None:
-    """Send MuJoCo's warnings (e.g. an unstable simulation) to the ``mujoco`` logger instead of its default,
-    which appends them to ``MUJOCO_LOG.TXT`` in the working directory. Safe to call again;
-    :func:`pipeline.envs.env_manager.make_gym_env` calls it whenever it made a MuJoCo env."""
-    import mujoco
-
-    if mujoco.get_mju_user_warning() is None:
-        mujoco.set_mju_user_warning(_mujoco_warning)
-
-
-def _mujoco_warning(message: str) -> None:
-    logging.getLogger('mujoco').warning('MuJoCo: %s', message)

@@ -32,8 +32,9 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 import numpy as np
 
+from .backend_protocol import StepArrays
 from .env_group import EnvMarks, WorkerEnvFn, pack_array
-from .sync_backend import StepArrays
+from .errors import EnvWorkerError
 
 __all__ = ['SubprocessBackend', 'EnvWorkerError', 'default_workers']
 
@@ -47,19 +48,6 @@ def default_workers(env_num: int) -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, min(env_num, cores))
-
-
-class EnvWorkerError(RuntimeError):
-    """An env failed in its worker process: ``env_index`` says which, ``worker_traceback`` where."""
-
-    def __init__(self, env_index: int, what: str, worker_traceback: str = '') -> None:
-        self.env_index = env_index
-        self.worker_traceback = worker_traceback
-        msg = f'env {env_index} (subprocess backend) {what}'
-        if worker_traceback:
-            msg += f'\n--- worker traceback (env {env_index}) ---\n{worker_traceback.rstrip()}'
-        msg += '\nThe env manager cannot be used any more: close() it and create a new one.'
-        super().__init__(msg)
 
 
 # How one step's envs map to workers: per worker involved, ``(worker, rows in its group or None for

@@ -6,15 +6,13 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ['SyncBackend']
+from .backend_protocol import StepArrays
 
-# (next_obs, after_obs, reward, terminated, truncated, infos or None, {row: final info of a finished episode})
-StepArrays = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[List[dict]],
-                   Dict[int, dict]]
+__all__ = ['SyncBackend']
 
 
 class SyncBackend:
-    """Envs made by ``fns`` in this process. See :class:`pipeline.envs.EnvManager` for the contract
+    """Envs made by ``fns`` in this process: an :class:`~pipeline.envs.backend_protocol.EnvBackend`
     (``reset``/``step`` return fresh arrays; a finished env is reset within the same ``step``)."""
 
     name = 'sync'

@@ -18,7 +18,8 @@ from torch import nn
 from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
-from ..policy.base import ActingMode, Policy, policy_section
+from ..policy.base import ActingMode, Policy
+from ..policy.config_defaults import policy_config
 from ..policy.model import mlp
 from .schemas import BC_CONFIG
 
@@ -55,9 +56,12 @@ class BCLearner(Learner):
     """BC's learn mode: one module (the :class:`BCModel`); loss ``total_loss`` (cross-entropy or MSE)
     plus ``accuracy`` (discrete: share of rows whose argmax is the dataset's action)."""
 
+    #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
+    config_schema = BC_CONFIG
+
     def __init__(self, model: BCModel, cfg: Mapping) -> None:
-        lc = policy_section(cfg)['learn']
-        super().__init__(model, lr=float(lc['learning_rate']), grad_clip=lc.get('grad_clip'))
+        lc = policy_config(cfg, self.config_schema)['learn']
+        super().__init__(model, lr=float(lc['learning_rate']), grad_clip=lc['grad_clip'])
         self.model = model
 
     def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
@@ -100,6 +104,8 @@ class BCPolicy(Policy):
         device: where the network (and the learner) live; default ``policy.device`` (:mod:`pipeline.device`).
     """
 
+    config_schema = BC_CONFIG
+
     def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
@@ -107,9 +113,7 @@ class BCPolicy(Policy):
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
-        discrete = mc.get('action_type', 'discrete') == 'discrete'
-        self.model = BCModel(obs_dim, act_dim, discrete,
-                             mc.get('hidden_size_list', (256, 256)))
+        self.model = BCModel(obs_dim, act_dim, mc['action_type'] == 'discrete', mc['hidden_size_list'])
         self._place_networks()
 
     def networks(self) -> Dict[str, nn.Module]:

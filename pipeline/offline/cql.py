@@ -15,7 +15,7 @@ from easydict import EasyDict
 from torch import nn
 
 from ..config.schema import defaults
-from ..policy.base import policy_section
+from ..policy.config_defaults import policy_config
 from ..policy.dqn import DQNLearner, DQNPolicy
 from ..policy.dqn import check_config as dqn_check_config
 from .schemas import CQL_CONFIG
@@ -50,9 +50,11 @@ class DiscreteCQLLearner(DQNLearner):
     (the mean penalty before the weight); ``total_loss = td_loss + cql_alpha * cql_loss``.
     """
 
+    config_schema = CQL_CONFIG
+
     def __init__(self, model: nn.Module, cfg: Mapping) -> None:
         super().__init__(model, cfg)
-        self.cql_alpha = float(policy_section(cfg)['learn'].get('cql_alpha', 1.0))
+        self.cql_alpha = float(policy_config(cfg, self.config_schema)['learn']['cql_alpha'])
 
     def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: torch.Tensor) -> Dict[str, torch.Tensor]:
         out = super().compute_loss_for_module(module_id, batch, fwd_out)
@@ -67,6 +69,8 @@ class DiscreteCQLLearner(DQNLearner):
 class DiscreteCQLPolicy(DQNPolicy):
     """:class:`pipeline.policy.dqn.DQNPolicy` whose learn mode is a :class:`DiscreteCQLLearner`
     (same arguments: a config from ``compile_config(user, policy='cql')``)."""
+
+    config_schema = CQL_CONFIG
 
     def _build_learner(self) -> DiscreteCQLLearner:
         return DiscreteCQLLearner(self.model, self.cfg)

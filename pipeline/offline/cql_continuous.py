@@ -18,7 +18,7 @@ import torch
 from easydict import EasyDict
 
 from ..config.schema import Float, Int, Str, defaults, run_section
-from ..policy.base import policy_section
+from ..policy.config_defaults import policy_config
 from ..policy.sac import SACActor, SACLearner, SACPolicy, TwinQCritic
 from ..config.policy_schemas import SAC_CONFIG
 
@@ -56,11 +56,13 @@ class ContinuousCQLLearner(SACLearner):
     ``sac_loss + cql_alpha * cql_loss``.
     """
 
+    config_schema = CQL_CONTINUOUS_CONFIG
+
     def __init__(self, actor: SACActor, critic: TwinQCritic, cfg: Mapping) -> None:
         super().__init__(actor, critic, cfg)
-        lc = policy_section(cfg)['learn']
-        self.cql_alpha = float(lc.get('cql_alpha', 5.0))
-        self.cql_n_actions = int(lc.get('cql_n_actions', 10))
+        lc = policy_config(cfg, self.config_schema)['learn']
+        self.cql_alpha = float(lc['cql_alpha'])
+        self.cql_n_actions = int(lc['cql_n_actions'])
 
     def _penalty(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         b, d = action.shape
@@ -97,6 +99,8 @@ class ContinuousCQLLearner(SACLearner):
 class ContinuousCQLPolicy(SACPolicy):
     """:class:`pipeline.policy.sac.SACPolicy` whose learn mode is a :class:`ContinuousCQLLearner`
     (same arguments; a config from ``compile_config(user, policy='cql_continuous')``)."""
+
+    config_schema = CQL_CONTINUOUS_CONFIG
 
     def _build_learner(self) -> ContinuousCQLLearner:
         return ContinuousCQLLearner(self.actor, self.critic, self.cfg)

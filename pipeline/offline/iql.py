@@ -27,7 +27,8 @@ from torch import nn
 from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
-from ..policy.base import ActingMode, Policy, policy_section
+from ..policy.base import ActingMode, Policy
+from ..policy.config_defaults import policy_config
 from ..policy.model import mlp
 from ..policy.sac import TwinQCritic
 from .schemas import IQL_CONFIG
@@ -91,12 +92,15 @@ class IQLLearner(Learner):
     docstring). Outputs ``total_loss`` per module plus ``q_value``, ``v_value`` and ``adv_weight``
     (the mean advantage weight)."""
 
+    #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
+    config_schema = IQL_CONFIG
+
     def __init__(self, actor: IQLActor, critic: TwinQCritic, value: ValueNet, cfg: Mapping) -> None:
-        p = policy_section(cfg)
+        p = policy_config(cfg, self.config_schema)
         lc = p['learn']
         lrs = {'actor': lc['learning_rate_actor'], 'critic': lc['learning_rate_critic'],
                'value': lc['learning_rate_value']}
-        super().__init__({'actor': actor, 'critic': critic, 'value': value}, lr=lrs, grad_clip=lc.get('grad_clip'))
+        super().__init__({'actor': actor, 'critic': critic, 'value': value}, lr=lrs, grad_clip=lc['grad_clip'])
         self.actor, self.critic, self.value = actor, critic, value
         self.target_critic = copy.deepcopy(critic).requires_grad_(False)
         self.gamma = float(p['discount_factor'])
@@ -104,7 +108,7 @@ class IQLLearner(Learner):
         self.beta = float(lc['beta'])
         self.max_weight = float(lc['max_weight'])
         self.theta = float(lc['target_theta'])
-        self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
+        self.truncation_as_terminal = bool(lc['truncation_as_terminal'])
         self.train_iter = 0
         self._critic_params = list(critic.parameters())
         self._target_params = list(self.target_critic.parameters())
@@ -192,6 +196,8 @@ class IQLPolicy(Policy):
     ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'value': ..., 'learn': ...}``.
     """
 
+    config_schema = IQL_CONFIG
+
     def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
@@ -199,8 +205,8 @@ class IQLPolicy(Policy):
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
-        hidden_a = mc.get('actor_hidden_size_list', (256, 256))
-        hidden_c = mc.get('critic_hidden_size_list', (256, 256))
+        hidden_a = mc['actor_hidden_size_list']
+        hidden_c = mc['critic_hidden_size_list']
         self.actor = IQLActor(obs_dim, act_dim, hidden_a)
         self.critic = TwinQCritic(obs_dim, act_dim, hidden_c)
         self.value = ValueNet(obs_dim, hidden_c)

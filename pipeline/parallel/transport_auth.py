@@ -37,38 +37,30 @@ chunked messages of key holders (one unfinished one per sender incarnation, at m
 
 ``client(sock, key, bus_auth)`` configures any pyzmq socket to connect to a node (e.g. a hand-written tool
 or test that talks to the bus directly).
+
+The pieces: :mod:`~pipeline.parallel.bus_credentials` (what is derived from the key),
+:mod:`~pipeline.parallel.transport_guard` (``TransportGuard``, the server side) and
+:mod:`~pipeline.parallel.conn_watch` (the kernel's byte counters of a connection); ``TransportGuard`` and
+``MAX_PENDING`` are importable from here too.
 """
 from __future__ import annotations
 
-import hmac
-import itertools
 import logging
 import os
-import socket as _socket
-import struct
-import sys
-import threading
-import time
-from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import zmq
-from zmq.utils import z85
 
-from .wire import WIRE_MAX
+from .bus_credentials import USER, keypair, plain_password
+from .transport_guard import MAX_PENDING, ZAP_ENDPOINT, TransportGuard
 
-try:  # the bound on what a connection can make ZeroMQ hold reads kernel counters (Linux TCP)
-    import fcntl
-    import termios
-except ImportError:  # not POSIX: connections are not watched (``TransportGuard.delivered`` is None)
-    fcntl = termios = None  # type: ignore[assignment]
+__all__ = ['BUS_AUTH_ENV', 'MECHANISMS', 'MAX_PENDING', 'ZAP_ENDPOINT', 'TransportGuard', 'client',
+           'resolve_bus_auth']
 
 log = logging.getLogger("rlpipe.parallel")
 
 BUS_AUTH_ENV = "RLPIPE_BUS_AUTH"
 MECHANISMS = ("plain", "curve")
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-_USER = b"rlpipe"
 
 
 def resolve_bus_auth(bus_auth: Optional[str] = None, multi_machine: bool = False) -> str:
@@ -88,385 +80,18 @@ def resolve_bus_auth(bus_auth: Optional[str] = None, multi_machine: bool = False
     return name
 
 
-def _derive(key: bytes, label: str) -> bytes:
-    return hmac.new(key, f"rlpipe bus {label} v1".encode(), "sha256").digest()
-
-
-def _keypair(key: bytes, label: str):
-    secret = z85.encode(_derive(key, label))
-    return zmq.curve_public(secret), secret
-
-
 def client(sock: Any, key: bytes, bus_auth: str = "plain") -> Any:
     """Configure ``sock`` (before ``connect``) to pass a node's handshake: the credential derived from ``key``.
     A client only sends; what it reads (the server's handshake) is small, so it refuses any frame over 64 KiB
     and a handshake longer than 30 s: whatever answers at a peer's address cannot make it hold more."""
     sock.setsockopt(zmq.MAXMSGSIZE, 64 << 10)
     if bus_auth == "curve":
-        server_public, _ = _keypair(key, "curve server")
-        public, secret = _keypair(key, "curve client")
+        server_public, _ = keypair(key, "curve server")
+        public, secret = keypair(key, "curve client")
         sock.curve_serverkey = server_public
         sock.curve_publickey = public
         sock.curve_secretkey = secret
     else:
-        sock.plain_username = _USER
-        sock.plain_password = _derive(key, "plain credential").hex().encode()
+        sock.plain_username = USER
+        sock.plain_password = plain_password(key)
     return sock
-
-
-_GREETING = 64  # a ZMTP 3 greeting
-_BEFORE_ZAP = {"plain": _GREETING, "curve": _GREETING + 170}  # bytes a server sent when it awaits the ZAP reply
-_LINK_WAIT = 1.0  # s the guard waits for the connection it answered to move on (see ``_link``)
-_TICK = 0.02  # s between two looks at the connections' byte counts
-MAX_PENDING = 64  # connections still in their handshake, at most (the newest beyond are cut)
-
-
-class _Conn:
-    """One accepted connection, watched through a duplicate of its descriptor (the kernel socket's counters)."""
-    __slots__ = ("sock", "ino", "zfd", "address", "since", "uid", "base", "authed_at", "cut")
-
-    def __init__(self, sock: Any, ino: int, zfd: int, address: str) -> None:
-        self.sock, self.ino, self.zfd, self.address = sock, ino, zfd, address
-        self.since = time.monotonic()
-        self.uid: Optional[str] = None  # its ZAP user id (every message read from it carries it)
-        self.base = 0  # bytes it had sent when it was linked to uid, minus those read from it by then
-        self.authed_at = 0.0  # when it was seen past the handshake (0: not yet)
-        self.cut = False
-
-
-def _counters(sock: Any) -> Optional[Tuple[int, int]]:
-    """(bytes this node sent, bytes it received and ZeroMQ read) of a TCP connection; None if not readable."""
-    try:
-        info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, 232)
-        unread = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-    except (OSError, AttributeError, ValueError):
-        return None
-    if len(info) < 208:  # tcpi_bytes_sent: Linux >= 4.19
-        return None
-    return struct.unpack_from("<Q", info, 200)[0], struct.unpack_from("<Q", info, 128)[0] - unread
-
-
-class TransportGuard:
-    """The server side: configures the PULL socket, answers ZAP requests, watches handshakes and bounds what
-    each connection can make ZeroMQ hold.
-
-    Runs on its own thread (``run``), which owns the ZAP and monitor sockets. ``on_refused(address, why,
-    wrong_key)`` is called on that thread when a connection is refused, ``on_cut(address, why)`` when one
-    that passed the handshake is closed for holding too much; both only log: the guard counts in ``stats``
-    (``refused_connections``: every connection that closed without passing the handshake, once;
-    ``cut_connections``).
-
-    The bound (``max_peer_bytes``, Linux TCP): every connection is watched through a duplicate of its
-    descriptor (the ``ACCEPTED`` monitor event carries it); the kernel counts the bytes it received and
-    ZeroMQ read. Each connection that passes the handshake gets its own ZAP user id, and the reader adds the
-    wire size of every frame it reads to ``delivered[user id]``; so what ZeroMQ holds for a connection, read
-    from it but not yet handed over (queued messages, the unfinished frame or multipart message), is the
-    difference. A connection holding more than ``max_peer_bytes`` is shut down (ZeroMQ then drops what it
-    held). Genuine peers never come near: their messages are at most ``WIRE_MAX`` bytes and the socket's
-    receive queue holds at most ``max_peer_bytes // WIRE_MAX - 3`` of them (``ZmqRouter`` sets RCVHWM so).
-    A user id is tied to its connection by the one visible effect of the ZAP reply: the guard answers one
-    request at a time, and the connection that was waiting for it (the server had sent exactly its greeting,
-    plus WELCOME under CURVE) is the one that then sends more. A connection that cannot be tied so is shut
-    down ``_LINK_WAIT`` s after its handshake, and one still in its handshake after ``handshake_timeout`` + 1 s
-    (or beyond ``MAX_PENDING`` such connections) too."""
-
-    def __init__(self, ctx: Any, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
-                 stats: Optional[Dict[str, int]] = None, max_peer_bytes: int = 64 << 20,
-                 handshake_timeout: float = 5.0, on_cut: Optional[Callable[[str, str], None]] = None) -> None:
-        self.bus_auth = bus_auth
-        self._on_refused = on_refused
-        self._on_cut = on_cut or (lambda address, why: None)
-        self.stats = stats if stats is not None else {"refused_connections": 0, "cut_connections": 0}
-        self.max_peer_bytes = int(max_peer_bytes)
-        self.handshake_timeout = float(handshake_timeout)
-        if bus_auth == "curve":
-            self._server_public, self._server_secret = _keypair(key, "curve server")
-            self._expected = z85.decode(_keypair(key, "curve client")[0])
-        else:
-            self._expected = _derive(key, "plain credential").hex().encode()
-        # Bound before the PULL socket accepts anything: without a ZAP handler PLAIN/CURVE refuse everyone.
-        self._zap = ctx.socket(zmq.REP)
-        self._zap.setsockopt(zmq.LINGER, 0)
-        self._zap.bind(ZAP_ENDPOINT)
-        self._monitor: Any = None
-        self._last_address = "an unknown address"  # remote address of the connection accepted last
-        self._conns: Dict[int, _Conn] = {}  # socket inode -> connection
-        self._by_fd: Dict[int, int] = {}  # ZeroMQ's descriptor -> socket inode
-        self._uids = itertools.count(1)
-        self._failures = 0  # refusals counted from an event whose connection has not closed yet
-        self._forget: Deque[Tuple[float, str]] = deque()  # user ids of closed connections, dropped later
-        self._next_tick = 0.0
-        self._port: Optional[int] = None  # the PULL socket's TCP port (``listening``)
-        # The reader adds the wire size of each frame it reads here (None: not watched on this platform).
-        self.delivered: Optional[Dict[str, int]] = \
-            {} if sys.platform.startswith("linux") and fcntl is not None and hasattr(_socket, "TCP_INFO") else None
-
-    def wire_size(self) -> Callable[[int], int]:
-        """Bytes a frame of ``n`` bytes took on the connection (ZMTP framing; CURVE's MESSAGE command)."""
-        if self.bus_auth == "curve":
-            return lambda n: n + 33 + (2 if n + 33 < 256 else 9)
-        return lambda n: n + (2 if n < 256 else 9)
-
-    def server(self, pull: Any) -> None:
-        """Configure the PULL socket (before ``bind``) and watch its handshakes."""
-        pull.setsockopt(zmq.ZAP_DOMAIN, b"rlpipe")
-        if self.bus_auth == "curve":
-            pull.curve_server = True
-            pull.curve_publickey = self._server_public
-            pull.curve_secretkey = self._server_secret
-        else:
-            pull.plain_server = True
-        self._monitor = pull.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
-                                                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                                                | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-
-    def listening(self, endpoint: str) -> None:
-        """The PULL socket is bound to ``endpoint``: only connections accepted on its port are watched (a
-        stale ACCEPTED event may name a descriptor already reused by another socket of this process)."""
-        if endpoint.startswith("tcp://"):
-            self._port = int(endpoint.rsplit(":", 1)[1])
-
-    def close(self) -> None:
-        """Close the sockets without running (``run`` closes them when it ends)."""
-        self._zap.close(0)
-        if self._monitor is not None:
-            self._monitor.close(0)
-        for c in list(self._conns.values()):
-            self._untrack(c)
-
-    def run(self, stopping: threading.Event) -> None:
-        poller = zmq.Poller()
-        poller.register(self._zap, zmq.POLLIN)
-        if self._monitor is not None:
-            poller.register(self._monitor, zmq.POLLIN)
-        try:
-            while not stopping.is_set():
-                for sock, _ in poller.poll(int(_TICK * 1000) if self._conns else 100):
-                    if sock is self._zap:
-                        self._drain_monitor()  # the ACCEPTED event of the connection asking comes first
-                        self._answer(self._zap.recv_multipart())
-                    else:
-                        self._drain_monitor()
-                now = time.monotonic()
-                if now >= self._next_tick:
-                    self._next_tick = now + _TICK
-                    self._check(now)
-        except zmq.ContextTerminated:
-            pass
-        finally:
-            self.close()
-
-    def _drain_monitor(self) -> None:
-        from zmq.utils.monitor import parse_monitor_message
-        if self._monitor is None:
-            return
-        while self._monitor.poll(0):
-            self._watch(parse_monitor_message(self._monitor.recv_multipart()))
-
-    # ------------------------------------------------------------------ ZAP
-    def _answer(self, request: list) -> None:
-        """One ZAP request: [version, id, domain, address, routing id, mechanism, credentials...]."""
-        ok = False
-        address = request[3].decode(errors="replace") if len(request) > 3 else ""
-        if len(request) >= 7 and request[0] == b"1.0":
-            mechanism, creds = request[5], request[6:]
-            if mechanism == b"PLAIN" and self.bus_auth == "plain" and len(creds) == 2:
-                ok = creds[0] == _USER and hmac.compare_digest(creds[1], self._expected)
-            elif mechanism == b"CURVE" and self.bus_auth == "curve" and len(creds) == 1:
-                ok = hmac.compare_digest(creds[0], self._expected)
-        rid = request[1] if len(request) > 1 else b""
-        uid = f"c{next(self._uids)}" if ok else ""
-        waiting = self._awaiting_zap()
-        self._zap.send_multipart([b"1.0", rid, b"200" if ok else b"400", b"OK" if ok else b"wrong credential",
-                                  uid.encode(), b""])
-        self._link(waiting, uid)
-        if not ok:
-            self._refused(address or "an ipc peer", "its credential is not derived from this key", True)
-
-    def _awaiting_zap(self) -> Dict[int, _Conn]:
-        """The watched connections in the state of one waiting for a ZAP reply (see the class docstring)."""
-        target = _BEFORE_ZAP.get(self.bus_auth, _GREETING)
-        out = {}
-        for c in self._conns.values():
-            if not c.authed_at and not c.cut:
-                counts = _counters(c.sock)
-                if counts is not None and counts[0] == target:
-                    out[c.ino] = c
-        return out
-
-    def _link(self, waiting: Dict[int, _Conn], uid: str) -> None:
-        """After a ZAP reply: find the connection that moved on (the one that asked); give it ``uid``."""
-        if not waiting:
-            return
-        target = _BEFORE_ZAP.get(self.bus_auth, _GREETING)
-        deadline = time.monotonic() + _LINK_WAIT
-        while True:
-            moved = []
-            for c in waiting.values():
-                counts = _counters(c.sock)
-                if counts is None or counts[0] != target or not self._open(c):
-                    moved.append((c, counts))
-            if moved or time.monotonic() >= deadline:
-                break
-            time.sleep(0.001)
-        if len(moved) == 1 and uid and moved[0][1] is not None and self._open(moved[0][0]):
-            c, (_, got) = moved[0]
-            c.uid, c.authed_at = uid, time.monotonic()
-            c.base = got - self.delivered.get(uid, 0) if self.delivered is not None else got
-
-    # ------------------------------------------------------------------ monitor events
-    def _watch(self, event: dict) -> None:
-        kind, value = event["event"], event["value"]
-        if kind == zmq.EVENT_ACCEPTED:
-            self._track(value)
-        elif kind == zmq.EVENT_DISCONNECTED:
-            ino = self._by_fd.get(value)
-            c = self._conns.get(ino) if ino is not None else None
-            if c is not None and not self._open(c):
-                self._closed(c)
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            # The event carries no fd: name the connection accepted most recently (usually the one; the fd of
-            # a connection refused at once may be closed before we look, then the one before it).
-            address = self._last_address
-            if value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
-                self._refused(address, "its CURVE keys are not derived from this key", True)
-            elif value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-                self._refused(address, f"it does not authenticate with {self.bus_auth.upper()} (a client "
-                              "without the key, or a node with another --bus-auth)", False)
-            else:
-                self._refused(address, f"ZeroMQ protocol error {value:#x} in the handshake", False)
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            self._refused(self._last_address, f"its handshake did not finish (within handshake_timeout "
-                          f"{self.handshake_timeout:g} s, or it went away)", False)
-
-    def _refused(self, address: str, why: str, wrong_key: bool) -> None:
-        """A refusal with a reason: counted now; the close of its connection then is not counted again."""
-        self.stats["refused_connections"] += 1
-        self._failures += 1
-        self._on_refused(address, why, wrong_key)
-
-    def _track(self, zfd: int) -> None:
-        try:
-            sock = _socket.socket(fileno=os.dup(zfd))  # a duplicate (family detected): closing it is safe
-        except OSError:  # closed before we looked (a refused peer does not linger)
-            self._closed_unseen()
-            return
-        try:
-            name = sock.getpeername()
-            address = str(name[0]) if isinstance(name, tuple) else (name or "an ipc peer")
-            local = sock.getsockname()
-        except OSError:
-            address, local = "", None
-        counts = _counters(sock) if self.delivered is not None else None
-        if counts is None:  # not watched: not TCP (ipc), or not Linux
-            if address:
-                self._last_address = address
-            sock.close()
-            return
-        if not isinstance(local, tuple) or local[1] != self._port:
-            sock.close()  # the descriptor already names another socket of this process: ours closed
-            self._closed_unseen()
-            return
-        if address:
-            self._last_address = address
-        ino = os.fstat(sock.fileno()).st_ino
-        if ino in self._conns:  # the descriptor was already reused by the next connection: that one is known
-            sock.close()
-            self._closed_unseen()
-            return
-        c = _Conn(sock, ino, zfd, address or "an unknown address")
-        self._conns[ino] = c
-        self._by_fd[zfd] = ino
-
-    def _open(self, c: _Conn) -> bool:
-        """Whether ZeroMQ still has this connection (its descriptor still names the same socket)."""
-        try:
-            return os.fstat(c.zfd).st_ino == c.ino
-        except OSError:
-            return False
-
-    def _untrack(self, c: _Conn) -> None:
-        self._conns.pop(c.ino, None)
-        if self._by_fd.get(c.zfd) == c.ino:
-            del self._by_fd[c.zfd]
-        try:
-            c.sock.shutdown(_socket.SHUT_RDWR)  # ZeroMQ closed its descriptor: end the connection now
-        except OSError:
-            pass
-        c.sock.close()
-        if c.uid is not None:
-            self._forget.append((time.monotonic() + 10.0, c.uid))
-
-    def _closed(self, c: _Conn) -> None:
-        self._untrack(c)
-        if not c.authed_at and not c.uid:
-            self._closed_unseen(c.address, c.cut)
-
-    def _closed_unseen(self, address: str = "an unknown address", cut: bool = False) -> None:
-        """A connection closed without passing the handshake: counted unless its refusal was."""
-        if self._failures > 0:
-            self._failures -= 1
-            return
-        self.stats["refused_connections"] += 1
-        self._on_refused(address, "cut: too many connections in their handshake" if cut else
-                         f"it closed before passing the handshake (e.g. it declared a frame of more than "
-                         f"{WIRE_MAX} bytes, which is not read)", False)
-
-    # ------------------------------------------------------------------ the bound
-    def held(self) -> Dict[str, int]:
-        """Per linked connection (its user id): bytes ZeroMQ read from it and has not handed over."""
-        out = {}
-        for c in list(self._conns.values()):
-            counts = _counters(c.sock) if c.uid is not None and self.delivered is not None else None
-            if counts is not None:
-                out[c.uid] = counts[1] - c.base - self.delivered.get(c.uid, 0)
-        return out
-
-    def _cut(self, c: _Conn, why: str) -> None:
-        c.cut = True
-        try:
-            c.sock.shutdown(_socket.SHUT_RDWR)  # ZeroMQ sees the connection end and drops what it held
-        except OSError:
-            pass
-        if c.authed_at or c.uid:
-            self.stats["cut_connections"] += 1
-            self._on_cut(c.address, why)
-
-    def _check(self, now: float) -> None:
-        while self._forget and self._forget[0][0] <= now:
-            uid = self._forget.popleft()[1]
-            if self.delivered is not None:
-                self.delivered.pop(uid, None)
-        if not self._conns:
-            return
-        target = _BEFORE_ZAP.get(self.bus_auth, _GREETING)
-        pending = []
-        for c in list(self._conns.values()):
-            if not self._open(c):
-                self._closed(c)
-                continue
-            if c.cut:
-                continue
-            counts = _counters(c.sock)
-            if counts is None:
-                continue
-            sent, got = counts
-            if c.uid is not None:
-                held = got - c.base - self.delivered.get(c.uid, 0)
-                if held > self.max_peer_bytes:
-                    self._cut(c, f"it made this node hold {held} bytes it had not yet read (more than "
-                                 f"max_peer_bytes {self.max_peer_bytes}: e.g. a multipart message that never "
-                                 "ends); ZeroMQ dropped them")
-            elif sent > target:  # past the handshake, but not tied to its user id
-                if not c.authed_at:
-                    c.authed_at = now
-                elif now - c.authed_at > _LINK_WAIT:
-                    self._cut(c, "what it sent could not be told from other connections' (it is reconnected "
-                                 "if it is a node)")
-            elif now - c.since > self.handshake_timeout + 1.0:
-                self._cut(c, "handshake too long")
-            else:
-                pending.append(c)
-        if len(pending) > MAX_PENDING:
-            for c in sorted(pending, key=lambda c: c.since)[MAX_PENDING:]:
-                self._cut(c, "too many connections in their handshake")

@@ -7,13 +7,14 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..device import DeviceLike, place_module, policy_device, resolve_device
+from .config_defaults import policy_config
 
 __all__ = ['Policy', 'ActingMode', 'policy_section', 'OPTIMIZERS', 'optimizer_factory', 'optimizer_problems']
 
@@ -76,10 +77,17 @@ class Policy:
     multi-node run that does not learn, ``policy.acting_device`` (default the CPU). The learner trains
     there; the collect and eval modes act there (the env's observations become one tensor on that
     device per step). :meth:`to` moves everything later.
+
+    :attr:`cfg` is the config's ``policy`` section; a subclass with a :attr:`config_schema` gets that schema's
+    default for every key the section lacks (:func:`pipeline.policy.config_defaults.policy_config`), so it
+    reads ``self.cfg[key]`` whether or not its config went through ``compile_config``.
     """
 
+    #: the policy's full config schema (e.g. ``DQN_CONFIG``): where a config that lacks a key gets its value
+    config_schema: ClassVar[Optional[Mapping]] = None
+
     def __init__(self, cfg: Mapping, device: DeviceLike = None) -> None:
-        self.cfg = policy_section(cfg)
+        self.cfg = policy_section(cfg) if self.config_schema is None else policy_config(cfg, self.config_schema)
         #: where the networks (and, once built, the learner with its optimizers and batches) live
         self.device: torch.device = policy_device(self.cfg, device)
         self._learn: Any = None
@@ -91,8 +99,8 @@ class Policy:
         """``(obs_dim, action_dim)``: the given shapes, else ``policy.model``'s, flattened; a one-line
         ``ValueError`` naming the policy when neither gives both."""
         mc = self.cfg["model"]
-        obs_shape = obs_shape if obs_shape is not None else mc.get("obs_shape")
-        action_shape = action_shape if action_shape is not None else mc.get("action_shape")
+        obs_shape = obs_shape if obs_shape is not None else mc["obs_shape"]
+        action_shape = action_shape if action_shape is not None else mc["action_shape"]
         if obs_shape is None or action_shape is None:
             raise ValueError(f"{type(self).__name__} needs policy.model.obs_shape and action_shape "
                              "(or obs_shape=/action_shape=)")

@@ -27,7 +27,8 @@ from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
 from ..config.schema import defaults
 from ..config.policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
-from .base import ActingMode, Policy, optimizer_factory, optimizer_problems, policy_section
+from .base import ActingMode, Policy, optimizer_factory, optimizer_problems
+from .config_defaults import policy_config
 from .model import DQNModel
 
 __all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets', 'DQN_CONFIG', 'CONFIG_SCHEMA',
@@ -76,24 +77,27 @@ class DQNLearner(Learner):
     ``target_update_freq`` updates) or soft (``theta``-lerp after every update).
     """
 
+    #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
+    config_schema = DQN_CONFIG
+
     def __init__(self, model: nn.Module, cfg: Mapping) -> None:
-        p = policy_section(cfg)
+        p = policy_config(cfg, self.config_schema)
         lc = p['learn']
-        kwargs = dict(lr=lc['learning_rate'], grad_clip=lc.get('grad_clip'))
-        kwargs['optimizer'] = optimizer_factory(lc.get('optimizer', 'adam'), lc.get('optimizer_kwargs'))
+        kwargs = dict(lr=lc['learning_rate'], grad_clip=lc['grad_clip'])
+        kwargs['optimizer'] = optimizer_factory(lc['optimizer'], lc['optimizer_kwargs'])
         super().__init__({Learner.DEFAULT_MODULE_ID: model}, **kwargs)
         self.module_id = Learner.DEFAULT_MODULE_ID
         self.model = model
         self.target_model = copy.deepcopy(model)
         self.target_model.requires_grad_(False)
         self.gamma = float(p['discount_factor'])
-        self.nstep = int(p.get('nstep', 1))
-        self.double_dqn = bool(lc.get('double_dqn', True))
-        self.loss_type = lc.get('loss', 'mse')
-        self.truncation_as_terminal = bool(lc.get('truncation_as_terminal', False))
-        self.target_update_type = lc.get('target_update_type', 'hard')
-        self.target_update_freq = int(lc.get('target_update_freq', 100))
-        self.target_theta = lc.get('target_theta')
+        self.nstep = int(p['nstep'])
+        self.double_dqn = bool(lc['double_dqn'])
+        self.loss_type = lc['loss']
+        self.truncation_as_terminal = bool(lc['truncation_as_terminal'])
+        self.target_update_type = lc['target_update_type']
+        self.target_update_freq = int(lc['target_update_freq'])
+        self.target_theta = lc['target_theta']
         if self.target_update_type == 'soft' and not self.target_theta:
             raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
         self.train_iter = 0  # number of update() calls (learner iterations)
@@ -258,21 +262,23 @@ class DQNPolicy(Policy):
     evaluator nodes never build one. ``state_dict()`` is ``{'model': ..., 'learn': ...}``.
     """
 
+    config_schema = DQN_CONFIG
+
     def __init__(self, cfg: Mapping, model: Optional[nn.Module] = None, obs_shape: Any = None,
                  action_shape: Optional[int] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']
-        obs_shape = obs_shape if obs_shape is not None else mc.get('obs_shape')
-        action_shape = action_shape if action_shape is not None else mc.get('action_shape')
+        obs_shape = obs_shape if obs_shape is not None else mc['obs_shape']
+        action_shape = action_shape if action_shape is not None else mc['action_shape']
         if seed is not None:
             torch.manual_seed(seed)
         if model is None:
             if obs_shape is None or action_shape is None:
                 raise ValueError('DQNPolicy needs policy.model.obs_shape and policy.model.action_shape '
                                  '(or obs_shape=/action_shape= arguments, or a model=)')
-            model = DQNModel(obs_shape, int(action_shape), mc.get('encoder_hidden_size_list', (128, 128, 64)),
-                             dueling=mc.get('dueling', True), head_hidden_size=mc.get('head_hidden_size'),
-                             head_layer_num=mc.get('head_layer_num', 1), layer_norm=mc.get('layer_norm', False))
+            model = DQNModel(obs_shape, int(action_shape), mc['encoder_hidden_size_list'], dueling=mc['dueling'],
+                             head_hidden_size=mc['head_hidden_size'], head_layer_num=mc['head_layer_num'],
+                             layer_norm=mc['layer_norm'])
         elif action_shape is None:
             action_shape = getattr(model, 'action_shape', None)
             if action_shape is None:

@@ -88,7 +88,7 @@ def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
 def _ppo_from_config(cfg: Any, device: DeviceLike = None) -> Any:
     """A ``PPOPolicy`` for the saved config: its network is sized, and continuous actions bounded, by
     the spaces of the config's env (made once, then closed)."""
-    from pipeline.envs.env_manager import make_gym_env
+    from pipeline.envs.gym_make import make_gym_env
 
     from .ppo import PPOPolicy
 

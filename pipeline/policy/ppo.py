@@ -27,6 +27,7 @@ from pipeline.config.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
 
 from .base import ActingMode, Policy
+from .config_defaults import policy_config
 from .ppo_model import ACTIVATIONS, ActorCritic, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
@@ -93,26 +94,28 @@ class PPOLearner(Learner):
     ``timesteps`` (env steps sampled so far). With ``target_kl`` set, a minibatch whose approx-KL
     exceeds ``1.5 * target_kl`` takes no step and ends the call (metric ``kl_early_stop``)."""
 
+    #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
+    config_schema = PPO_CONFIG
+
     def __init__(self, model: ActorCritic, cfg: Mapping, seed: Optional[int] = None) -> None:
-        p = cfg['policy'] if 'policy' in cfg else cfg
-        lc = p['learn']
+        lc = policy_config(cfg, self.config_schema)['learn']
         total = int(lc['total_env_steps'])
         lr = float(lc['learning_rate'])
-        eps = float(lc.get('adam_eps', 1e-5))
+        eps = float(lc['adam_eps'])
         super().__init__(
-            {Learner.DEFAULT_MODULE_ID: model}, lr=lr, grad_clip=lc.get('max_grad_norm'), seed=seed,
-            lr_schedule=linear_schedule(lr, total) if lc.get('lr_schedule', 'linear') == 'linear' else None,
+            {Learner.DEFAULT_MODULE_ID: model}, lr=lr, grad_clip=lc['max_grad_norm'], seed=seed,
+            lr_schedule=linear_schedule(lr, total) if lc['lr_schedule'] == 'linear' else None,
             optimizer=lambda params, lr_: torch.optim.Adam(params, lr=lr_, eps=eps, foreach=True))
         self.model = model
         self.clip_start = float(lc['clip_range'])
         self.clip_schedule = (linear_schedule(self.clip_start, total)
-                              if lc.get('clip_schedule', 'linear') == 'linear' else (lambda t: self.clip_start))
+                              if lc['clip_schedule'] == 'linear' else (lambda t: self.clip_start))
         self.clip_range = self.clip_start
-        self.clip_range_vf = lc.get('clip_range_vf')
-        self.vf_coef = float(lc.get('vf_coef', 0.5))
-        self.ent_coef = float(lc.get('ent_coef', 0.0))
-        self.normalize_advantage = bool(lc.get('normalize_advantage', True))
-        self.target_kl = lc.get('target_kl')
+        self.clip_range_vf = lc['clip_range_vf']
+        self.vf_coef = float(lc['vf_coef'])
+        self.ent_coef = float(lc['ent_coef'])
+        self.normalize_advantage = bool(lc['normalize_advantage'])
+        self.target_kl = lc['target_kl']
         self.kl_stops = 0  # update calls ended early by the KL limit
 
     def before_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
@@ -222,6 +225,8 @@ class PPOPolicy(Policy):
             ``policy.device`` (see :mod:`pipeline.device`).
     """
 
+    config_schema = PPO_CONFIG
+
     def __init__(self, cfg: Mapping, observation_space: Any, action_space: Any,
                  model: Optional[ActorCritic] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
@@ -237,8 +242,8 @@ class PPOPolicy(Policy):
             model = ActorCritic(int(np.prod(observation_space.shape)),
                                 int(action_space.shape[0]) if continuous else int(action_space.n),
                                 continuous=continuous, hidden=tuple(mc['hidden']),
-                                log_std_init=float(mc.get('log_std_init', 0.0)),
-                                normalize_obs=bool(mc.get('normalize_obs', False)),
+                                log_std_init=float(mc['log_std_init']),
+                                normalize_obs=bool(mc['normalize_obs']),
                                 activation=ACTIVATIONS[mc['activation']],
                                 ortho_init=bool(mc['ortho_init']))
         self.model = model

@@ -30,7 +30,8 @@ from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor, place_module
 from ..config.policy_schemas import SAC_CONFIG
 from ..learner import Learner
-from .base import ActingMode, Policy, policy_section
+from .base import ActingMode, Policy
+from .config_defaults import policy_config
 from .model import mlp
 
 __all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "CONFIG_SCHEMA", "sac_default_config",
@@ -106,26 +107,29 @@ class SACLearner(Learner):
     ``q_value``, ``entropy`` (``-log pi``) and ``alpha``.
     """
 
+    #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
+    config_schema = SAC_CONFIG
+
     def __init__(self, actor: SACActor, critic: TwinQCritic, cfg: Mapping) -> None:
-        p = policy_section(cfg)
+        p = policy_config(cfg, self.config_schema)
         lc = p["learn"]
-        self.auto_alpha = bool(lc.get("auto_alpha", True))
-        alpha_mod = place_module(_LogAlpha(float(lc.get("init_alpha", 0.2))), module_device(actor))
+        self.auto_alpha = bool(lc["auto_alpha"])
+        alpha_mod = place_module(_LogAlpha(float(lc["init_alpha"])), module_device(actor))
         modules = {"actor": actor, "critic": critic}
         lrs = {"actor": lc["learning_rate_actor"], "critic": lc["learning_rate_critic"]}
         if self.auto_alpha:
             modules["alpha"] = alpha_mod
             lrs["alpha"] = lc["learning_rate_alpha"]
-        super().__init__(modules, lr=lrs, grad_clip=lc.get("grad_clip"))
+        super().__init__(modules, lr=lrs, grad_clip=lc["grad_clip"])
         self.actor, self.critic, self.alpha_mod = actor, critic, alpha_mod
         self.target_critic = copy.deepcopy(critic).requires_grad_(False)
         self.gamma = float(p["discount_factor"])
-        self.theta = float(lc.get("target_theta", 0.005))
+        self.theta = float(lc["target_theta"])
         if not 0.0 < self.theta <= 1.0:
             raise ValueError(f"policy.learn.target_theta must be in (0, 1], got {self.theta}")
-        te = lc.get("target_entropy")
+        te = lc["target_entropy"]
         self.target_entropy = float(-actor.act_dim if te is None else te)
-        self.truncation_as_terminal = bool(lc.get("truncation_as_terminal", False))
+        self.truncation_as_terminal = bool(lc["truncation_as_terminal"])
         self.train_iter = 0
         self._critic_params = list(critic.parameters())
         self._target_params = list(self.target_critic.parameters())
@@ -255,6 +259,8 @@ class SACPolicy(Policy):
     ``state_dict()`` is ``{'actor': ..., 'critic': ..., 'learn': ...}``.
     """
 
+    config_schema = SAC_CONFIG
+
     def __init__(self, cfg: Mapping, obs_shape: Optional[int] = None, action_shape: Optional[int] = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
@@ -262,8 +268,8 @@ class SACPolicy(Policy):
         obs_dim, act_dim = self._flat_sizes(obs_shape, action_shape)
         if seed is not None:
             torch.manual_seed(seed)
-        self.actor = SACActor(obs_dim, act_dim, mc.get("actor_hidden_size_list", (128, 128)))
-        self.critic = TwinQCritic(obs_dim, act_dim, mc.get("critic_hidden_size_list", (128, 128)))
+        self.actor = SACActor(obs_dim, act_dim, mc["actor_hidden_size_list"])
+        self.critic = TwinQCritic(obs_dim, act_dim, mc["critic_hidden_size_list"])
         self._seed = seed
         self._place_networks()
 
@@ -274,7 +280,7 @@ class SACPolicy(Policy):
         return SACLearner(self.actor, self.critic, self.cfg)
 
     def _build_collect_mode(self) -> SACCollectMode:
-        return SACCollectMode(self.actor, int(self.cfg["collect"].get("random_collect_size", 0) or 0), self._seed)
+        return SACCollectMode(self.actor, int(self.cfg["collect"]["random_collect_size"]), self._seed)
 
     def _build_eval_mode(self) -> SACEvalMode:
         return SACEvalMode(self.actor)

@@ -62,7 +62,7 @@ def env_id_problem(env_id: Any) -> Optional[str]:
 
     if env_id in gym.registry:
         return _missing_package(env_id, gym.registry[env_id])
-    from ..envs.env_manager import _register_ale  # lazy: imports gymnasium and numpy
+    from ..envs.gym_make import _register_ale  # lazy: imports gymnasium and numpy
 
     atari = env_id.startswith('ALE/') or 'NoFrameskip' in env_id or 'Deterministic' in env_id
     if _register_ale():

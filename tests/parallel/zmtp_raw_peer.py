@@ -47,8 +47,8 @@ def keyed(s: socket.socket, n: int, mode: str, sent: list) -> None:
     import os
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from pipeline.parallel.keys import resolve_key
-    from pipeline.parallel.transport_auth import _USER, _derive
-    password = _derive(resolve_key(), "plain credential").hex().encode()
+    from pipeline.parallel.bus_credentials import USER as _USER, plain_password
+    password = plain_password(resolve_key())
     s.sendall(greeting(b"PLAIN"))
     recv_exact(s, 64)
     s.sendall(command(b"\x05HELLO" + bytes([len(_USER)]) + _USER + bytes([len(password)]) + password))

@@ -1,0 +1,84 @@
+"""Making one gymnasium env from its id: ``make_gym_env``, with a clear error for an unknown id or a missing
+extra, and ``GymEnvFn``, a picklable call of it for the env manager's backends."""
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Any, Dict, Optional
+
+from .errors import UnknownEnvError
+
+__all__ = ['make_gym_env', 'GymEnvFn']
+
+
+def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
+    """The rlpipe extra to install when ``gymnasium.make(env_id)`` failed for want of a package."""
+    import gymnasium as gym
+
+    text = f'{env_id} {err}'.lower()
+    if isinstance(err, gym.error.DependencyNotInstalled):
+        if 'mujoco' in text:
+            return 'mujoco'
+        if 'ale' in text or 'atari' in text:
+            return 'atari'
+    if env_id.startswith('ALE/') or 'NoFrameskip' in env_id:
+        try:
+            import ale_py  # noqa: F401
+        except ImportError:
+            return 'atari'
+    return None
+
+
+def _register_ale() -> bool:
+    """Register ALE's Atari ids with gymnasium if ``ale-py`` is installed; True if it is."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    import gymnasium as gym
+    gym.register_envs(ale_py)
+    return True
+
+
+def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any):
+    """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
+    ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
+    import gymnasium as gym  # lazy: gymnasium is not imported by ``import pipeline``
+
+    try:
+        try:
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+        except (gym.error.NameNotFound, gym.error.NamespaceNotFound):
+            if not _register_ale():  # Atari ids exist only once ale_py is imported
+                raise
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
+        if 'mujoco' in sys.modules:  # a MuJoCo env: its warnings go to logging, not to ./MUJOCO_LOG.TXT
+            from .mujoco_log import log_mujoco_warnings
+            log_mujoco_warnings()
+        return env
+    except (gym.error.Error, ImportError) as e:
+        extra = _missing_extra(str(env_id), e)
+        if extra is not None:
+            pkg = {'atari': 'ale-py', 'mujoco': 'mujoco'}[extra]
+            raise ImportError(f'gymnasium env {env_id!r} needs the {pkg!r} package, which is not installed: '
+                              f"pip install 'rlpipe[{extra}]'") from e
+        if isinstance(e, ImportError):
+            raise
+        # NameNotFound, VersionNotFound, NamespaceNotFound, DeprecatedEnv, ...
+        names = list(gym.registry.keys())
+        close = difflib.get_close_matches(str(env_id), names, n=4, cutoff=0.5)
+        hint = f' Did you mean: {", ".join(close)}?' if close else ''
+        raise UnknownEnvError(
+            f'gymnasium env id {env_id!r} cannot be made: {e}.{hint} '
+            f'Pass a registered id (see gymnasium.registry) or a callable returning a gymnasium.Env.'
+        ) from e
+
+
+class GymEnvFn:
+    """A picklable ``make_gym_env`` call (subprocess workers may be started with spawn)."""
+
+    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, Any]) -> None:
+        self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
+
+    def __call__(self) -> Any:
+        return make_gym_env(self.env_id, self.max_episode_steps, **self.kwargs)
