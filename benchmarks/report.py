@@ -234,7 +234,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'double-DQN target needs one forward pass of the next observations instead of two. These are '
              'the settings of Dopamine\'s `labs/atari_100k/configs/DrQ_eps.gin` (update horizon 10, first '
              'update after 1,600 steps, update and target period 1, eps 0.01 for training after a linear '
-             'decay over 5,000 steps, 0.001 for evaluation, Adam 1e-4 with eps 1.5e-4, dueling and double '
+             'decay over 5k steps, 0.001 for evaluation, Adam 1e-4 with eps 1.5e-4, dueling and double '
              'DQN, no noisy nets, no C51, uniform replay).',
              '',
              'Deviations from the published protocol and agent: after a life is lost (training only) the '
