@@ -11,27 +11,9 @@ from middleware.functional.data_processor import ReplaySource, last_train_output
 from middleware.learner import TrainRounds
 from pipeline import task
 from pipeline.config import compile_config
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, TrainBatch, TrainOutput, Transition
+from pipeline.data import TrainBatch, TrainOutput, Transition
 
-
-def transition(i, env=0):
-    return {'obs': np.full(4, i, np.float32), 'action': i % 2, 'reward': float(i), 'next_obs': np.zeros(4, np.float32),
-            'terminated': False, 'truncated': False, 'env_id': env}
-
-
-def filled(n, start=0, per=False, seed=0):
-    b = DequeBuffer(100, seed=seed)
-    if per:
-        b.use(PriorityExperienceReplay(b, IS_weight=True))
-    for i in range(start, start + n):
-        b.push(transition(i), {'env': 0})
-    return b
-
-
-def small_cfg(**learn):
-    learn.setdefault('batch_size', 4)
-    learn.setdefault('learning_starts', 4)
-    return compile_config({'policy': {'learn': learn}})
+from replay_fixtures import filled, small_cfg
 
 
 class RowLearner:

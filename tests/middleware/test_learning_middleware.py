@@ -6,28 +6,9 @@ from contexts import OnlineRLContext
 from middleware import OffPolicyLearner, data_pusher, offpolicy_data_fetcher, trainer
 from middleware.functional import flatten_update_result
 from pipeline import Role, task
-from pipeline.config import compile_config
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer
 
-
-def transition(i, env=0):
-    return {'obs': np.full(4, i, np.float32), 'action': i % 2, 'reward': float(i), 'next_obs': np.zeros(4, np.float32),
-            'terminated': False, 'truncated': False, 'env_id': env}
-
-
-def filled(n, size=100, per=False):
-    b = DequeBuffer(size, seed=0)
-    if per:
-        b.use(PriorityExperienceReplay(b, IS_weight=True))
-    for i in range(n):
-        b.push(transition(i), {'env': 0})
-    return b
-
-
-def small_cfg(**learn):
-    learn.setdefault('batch_size', 4)
-    learn.setdefault('learning_starts', 4)
-    return compile_config({'policy': {'learn': learn}})
+from replay_fixtures import filled, small_cfg, transition
 
 
 class FakeStats:
