@@ -28,6 +28,7 @@ from pipeline.run import (example_parser, play_without_rendering, prepare_run,  
 
 
 def make_config(size: int, seed: int) -> Any:
+    from pipeline.config import compile_config  # lazy: --help stays fast
 
     return compile_config(user_config(size, seed), policy="dqn")
 

@@ -45,6 +45,7 @@ def user_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Dict[str,
 
 
 def make_config(n_bits: int, seed: int, collector_env_num: int = 4) -> Any:
+    from pipeline.config import compile_config  # lazy: --help stays fast
 
     return compile_config(user_config(n_bits, seed, collector_env_num), policy="dqn")
 

@@ -33,6 +33,13 @@ def load(name):
     return mod
 
 
+@pytest.mark.parametrize('name, args', [('dqn_rnd', (10, 0)), ('her_bitflip', (4, 0)), ('her_point', (0,))])
+def test_an_examples_make_config_gives_its_config(name, args):
+    """The examples' ``make_config`` (used from Python, not by their command line) builds the config."""
+    cfg = load(name).make_config(*args)
+    assert cfg.seed == args[-1] and cfg.policy.learn.batch_size > 0
+
+
 @pytest.mark.parametrize('name', EXAMPLES)
 def test_help_answers_without_importing_torch(name, help_without_torch):
     text = help_without_torch(os.path.join(ROOT, 'examples', f'{name}.py'))
