@@ -16,7 +16,7 @@ returns are raw game scores. ``AtariEnvFn`` is the same as a picklable factory f
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +37,7 @@ class EpisodicLifeEnv(gym.Wrapper):
         self._lives = 0
         self._game_over = True
 
-    def step(self, action: Any):
+    def step(self, action: Any) -> Tuple[Any, float, bool, bool, Dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._game_over = bool(terminated or truncated)
         lives = self.env.unwrapped.ale.lives()
@@ -46,7 +46,7 @@ class EpisodicLifeEnv(gym.Wrapper):
         self._lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs: Any):
+    def reset(self, **kwargs: Any) -> Tuple[Any, Dict[str, Any]]:
         if self._game_over:
             obs, info = self.env.reset(**kwargs)
         else:

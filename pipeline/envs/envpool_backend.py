@@ -52,7 +52,7 @@ ENVPOOL_MISSING = ("backend='envpool' needs the envpool package, which is not in
                    "backend='subprocess' (gymnasium's AsyncVectorEnv) instead")
 
 
-def import_envpool():
+def import_envpool() -> Any:
     try:
         import envpool
     except ImportError as e:

@@ -17,7 +17,7 @@ so hindsight relabelling can recompute rewards and terminations for any goal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -119,7 +119,8 @@ class BitFlipEnv(_GoalEnvMixin, gym.Env):
             "desired_goal": self._goal.copy(),
         }
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+    def reset(self, *, seed: Optional[int] = None,
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         super().reset(seed=seed)
         self._state = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
         self._goal = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
@@ -128,7 +129,7 @@ class BitFlipEnv(_GoalEnvMixin, gym.Env):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any):
+    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
         a = int(np.asarray(action).reshape(-1)[0]) if np.ndim(action) else int(action)
         if not 0 <= a < self.n_bits:
             raise ValueError(f"action must be an integer in [0, {self.n_bits}), got {action!r}")
@@ -193,7 +194,8 @@ class PointGoalEnv(_GoalEnvMixin, gym.Env):
             "desired_goal": self._goal.copy(),
         }
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+    def reset(self, *, seed: Optional[int] = None,
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         super().reset(seed=seed)
         self._pos = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
         self._goal = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
@@ -202,7 +204,7 @@ class PointGoalEnv(_GoalEnvMixin, gym.Env):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any):
+    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
         a = np.asarray(action, dtype=np.float32).reshape(-1)
         if a.shape != (2,) or not np.all(np.isfinite(a)):
             raise ValueError(f"action must be 2 finite floats, got {action!r}")

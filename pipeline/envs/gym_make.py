@@ -40,7 +40,7 @@ def _register_ale() -> bool:
     return True
 
 
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any):
+def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
     import gymnasium as gym  # lazy: gymnasium is not imported by ``import pipeline``

@@ -8,7 +8,7 @@ any policy's model (DQN here; actor-critic heads for PPO take its features the s
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -148,7 +148,7 @@ class AtariActorCritic(nn.Module):
             nn.init.zeros_(head.bias)
         self.ret_norm = RunningMeanStd(())
 
-    def forward(self, obs: torch.Tensor):
+    def forward(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         x = self.encoder(obs)
         return self.pi_head(x), self.v_head(x).squeeze(-1)
 

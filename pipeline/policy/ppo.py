@@ -14,7 +14,7 @@ Config: :data:`PPO_CONFIG` (defaults, types, ranges: the RL-Zoo CartPole-v1 sett
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ def make_ppo_config(user: Optional[Mapping] = None) -> EasyDict:
     return compile_config(user, policy='ppo')
 
 
-def linear_schedule(start: float, total: int):
+def linear_schedule(start: float, total: int) -> Callable[[float], float]:
     """``t -> start * max(0, 1 - t / total)`` (Stable-Baselines3's linear schedule, floored at 0)."""
     return lambda t: start * max(0.0, 1.0 - float(t) / total)
 

@@ -13,7 +13,7 @@ statistics travel with the weights between nodes and are saved in every checkpoi
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ class RunningMeanStd(nn.Module):
         self._mean32 = self.mean.float()
         self._inv_std32 = (self.var + self.eps).rsqrt().float()
 
-    def update(self, x) -> None:
+    def update(self, x: Union[np.ndarray, torch.Tensor]) -> None:
         """Merge a batch of rows (numpy array or tensor, first axis = rows)."""
         x = np.asarray(x.detach().cpu() if torch.is_tensor(x) else x, dtype=np.float64)
         x = x.reshape((-1,) + tuple(self.mean.shape))

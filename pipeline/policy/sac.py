@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -59,11 +59,11 @@ class SACActor(nn.Module):
         self.log_std = nn.Linear(hidden[-1], act_dim)
         self.act_dim = act_dim
 
-    def forward(self, obs: torch.Tensor):
+    def forward(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         h = self.body(obs)
         return self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, obs: torch.Tensor):
+    def sample(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised ``(action, log_prob)`` with the tanh change of variables."""
         mu, log_std = self(obs)
         std = log_std.exp()
@@ -86,7 +86,7 @@ class TwinQCritic(nn.Module):
         self.q1 = nn.Sequential(mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
         self.q2 = nn.Sequential(mlp([obs_dim + act_dim, *hidden]), nn.Linear(hidden[-1], 1))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor):
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
