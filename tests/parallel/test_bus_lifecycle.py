@@ -94,13 +94,12 @@ def test_a_node_believed_dead_still_gets_the_finish():
     assert r["finished"] and r["steps"] < 6000, r["stderr"][-3000:]
 
 
-@pytest.mark.parametrize("mode", ["run", "wait"])
-def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
-    """Node 1 is killed (SIGKILL: no goodbye). Node 0, running or blocked in task.wait_for without a
-    timeout, is released once its peers are dead for peerless_timeout s (here 1 s)."""
+def alone_after_its_peer_died(mode, **extra_env):
+    """Nodes 0 and 1 run (node 0 with peerless_timeout 1 s); node 1 is then killed (SIGKILL: no goodbye).
+    Returns the group, node 0's and node 1's processes."""
     g = tcp_group(2)
     alone = start({"router": group_cfg(g, 0, heartbeat_timeout=1.5, peerless_timeout=1.0), "mode": mode,
-                   "wait_peers": [1]})
+                   "wait_peers": [1]}, **extra_env)
     peer = start({"router": group_cfg(g, 1, heartbeat_timeout=1.5), "mode": "run", "wait_peers": [0]})
     try:
         assert json.loads(alone.stdout.readline())["ready"]
@@ -108,6 +107,21 @@ def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
         assert wait_until(lambda: False, timeout=1.0) is False  # both running
         peer.kill()
         peer.wait(10)
+    except BaseException:
+        for p in (alone, peer):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+        raise
+    return g, alone, peer
+
+
+@pytest.mark.parametrize("mode", ["run", "wait"])
+def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
+    """Node 1 is killed (SIGKILL: no goodbye). Node 0, running or blocked in task.wait_for without a
+    timeout, is released once its peers are dead for peerless_timeout s (here 1 s)."""
+    g, alone, peer = alone_after_its_peer_died(mode)
+    try:
         out, err = alone.communicate(timeout=TIMEOUT)
     finally:
         for p in (alone, peer):
@@ -129,17 +143,9 @@ def test_while_the_launcher_restarts_nodes_a_lone_node_waits_for_the_restart_pas
     waits for the peer's restart longer than peerless_timeout (a restarted learner loads its checkpoint and
     replay buffer before it listens again): here the peer comes back after 4x peerless_timeout and ends the
     run with a finish that node 0 receives."""
-    g = tcp_group(2)
-    alone = start({"router": group_cfg(g, 0, heartbeat_timeout=1.5, peerless_timeout=1.0), "mode": "run",
-                   "wait_peers": [1]}, RLPIPE_MAX_RESTARTS="1")
-    peer = start({"router": group_cfg(g, 1, heartbeat_timeout=1.5), "mode": "run", "wait_peers": [0]})
+    g, alone, peer = alone_after_its_peer_died("run", RLPIPE_MAX_RESTARTS="1")
     restarted = None
     try:
-        assert json.loads(alone.stdout.readline())["ready"]
-        assert json.loads(peer.stdout.readline())["ready"]
-        assert wait_until(lambda: False, timeout=1.0) is False  # both running
-        peer.kill()
-        peer.wait(10)
         assert wait_until(lambda: alone.poll() is not None, timeout=4.0) is False  # still there, alone
         restarted = start({"router": group_cfg(g, 1, heartbeat_timeout=1.5), "mode": "finish", "finish_after": 30,
                            "wait_peers": [0]})
