@@ -2,12 +2,14 @@
 
 Quick start::
 
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
-    buf = DequeBuffer(20000)
-    buf.use(PriorityExperienceReplay(buf))          # optional
+    from pipeline.data import DequeBuffer, PrioritizedSampler
+    buf = DequeBuffer(20000, sampler=PrioritizedSampler(alpha=0.6, beta=0.4))   # default: uniform
     buf.push({"obs": obs, "action": a, "reward": r, "next_obs": obs2, "done": d})
     batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
-    buf.update_many(batch.index, meta={"priority": td_error.abs()})   # with PER
+    buf.update_priority(batch.index, td_error.abs())                   # prioritized only
+
+A buffer is a storage (``SlotStorage``) plus a sampler (``UniformSampler``, ``PrioritizedSampler``)
+plus an optional middleware chain; DI-engine's ``buf.use(PriorityExperienceReplay(buf))`` still works.
 
 What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, and the
 :class:`TrainOutput` whose ``priority`` goes back (:mod:`pipeline.data.records`).
@@ -26,7 +28,9 @@ from .buffer_middleware import (
 )
 from .collate import collate, collate_transitions, stack_transitions, to_treetensor
 from .per import PriorityExperienceReplay
+from .prioritized_sampler import PrioritizedSampler
 from .records import TrainBatch, TrainOutput, Transition
+from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage, StorageListener
 
 __all__ = [
@@ -39,6 +43,9 @@ __all__ = [
     "SlotStorage",
     "StorageListener",
     "PriorityExperienceReplay",
+    "Sampler",
+    "UniformSampler",
+    "PrioritizedSampler",
     "clone_object",
     "group_sample",
     "padding",

@@ -4,9 +4,12 @@
 ``index`` when pushed (a counter, never reused and never an offset), so ``update``/``delete`` keep
 working on the right item after other items are deleted or evicted.
 
-Where things live: the public API and the middleware chain in :mod:`.buffer_chain` (``Buffer``);
-the slots, order, columns and group indexes in :mod:`.storage` (``SlotStorage``, with its
-interface for middleware and alternative storages); what ``sample_batch`` returns in :mod:`.batching`
+A buffer is a composition of components: the *storage* (:mod:`.storage`, ``SlotStorage``: slots,
+FIFO eviction, order, columns, group indexes, with its interface for samplers and alternative
+storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
+``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The public API and
+the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping, ...) are in
+:mod:`.buffer_chain` (``Buffer``); what ``sample_batch`` returns in :mod:`.batching`
 (``SampledBatch``); the file format in :mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -25,43 +28,83 @@ from .batching import SampledBatch
 from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
 from .columns import Columns, Unsupported, collate  # noqa: F401 - old import path
 from .item import BufferedData, _Sampled, _SlotIds  # noqa: F401 - _Sampled: old import path
+from .sampler import Sampler, UniformSampler, check_priority, priority_array
 from .serialization import load_into_storage, storage_payload
 from .storage import SlotStorage, _Storage  # noqa: F401 - _Storage: old private name
 from .group_index import GroupIndex as _GroupIndex  # noqa: F401 - old private name
 
 __all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+
 
 class DequeBuffer(Buffer):
     """FIFO replay buffer holding at most ``size`` items.
 
-    ``columnar``: mirror the data into numpy columns for :meth:`sample_batch` -- ``None`` (default)
-    starts mirroring at the first ``sample_batch`` call, ``True`` at the first push, ``False``
-    never. ``seed`` seeds this buffer's random generator (default: drawn from ``np.random``, so
-    ``np.random.seed`` makes runs reproducible).
+    ``sampler``: which items ``sample``/``sample_batch`` draw (:mod:`pipeline.data.sampler`): a
+    :class:`~pipeline.data.sampler.UniformSampler` (default) or a
+    :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler` (prioritized replay: new
+    priorities go in through :meth:`update_priority`). ``storage``: where the items live (default: a
+    :class:`SlotStorage`). ``columnar``: mirror the data into numpy columns for :meth:`sample_batch`
+    -- ``None`` (default) starts mirroring at the first ``sample_batch`` call, ``True`` at the first
+    push, ``False`` never. ``seed`` seeds this buffer's random generator (default: drawn from
+    ``np.random``, so ``np.random.seed`` makes runs reproducible).
 
     Example::
 
-        buf = DequeBuffer(20000)
+        buf = DequeBuffer(20000, sampler=PrioritizedSampler(alpha=0.6, beta=0.4, anneal=1e5))
         buf.push({"obs": obs, "action": 1, ...}, meta={"env": 0})
-        batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor
+        batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor, .weight
+        buf.update_priority(batch.index, td_error.abs())
     """
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
-                 storage: Optional[SlotStorage] = None, _storage: Optional[SlotStorage] = None) -> None:
+                 storage: Optional[SlotStorage] = None, sampler: Optional[Sampler] = None,
+                 _storage: Optional[SlotStorage] = None) -> None:
         size = _check_size("buffer size", size, 1)
         if storage is None:
             storage = _storage
         if storage is not None and storage.size != size:
             raise ValueError(f"DequeBuffer(size={size}, storage=...): the storage has {storage.size} slots")
         self._s = storage if storage is not None else SlotStorage(size, columnar, seed)
+        if sampler is None:
+            sampler = UniformSampler()
+        elif not isinstance(sampler, Sampler):
+            raise TypeError(f"DequeBuffer(sampler=...) needs a sampler (UniformSampler, PrioritizedSampler), "
+                            f"got {type(sampler).__name__}")
+        sampler.attach(self._s)
+        self._own_sampler = self._sampler = sampler  # own: given here (views share it)
         super().__init__(size, self._s.lock)
 
     def _copied_lock(self) -> Any:
         return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
 
     def __repr__(self) -> str:
-        return f"DequeBuffer(size={self.size}, count={self._s.count}, middleware={len(self._middleware)})"
+        return (f"DequeBuffer(size={self.size}, count={self._s.count}, sampler={self._sampler!r}, "
+                f"middleware={len(self._middleware)})")
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler this buffer draws with (given to the constructor, or brought by a middleware)."""
+        return self._sampler
+
+    def _use_sampler(self, sampler: Any) -> None:
+        if sampler is self._sampler:
+            return
+        if getattr(sampler, "storage", None) is not self._s:
+            raise ValueError("use(): the middleware's sampler serves another buffer's storage (create the "
+                             "middleware with this buffer: buf.use(PriorityExperienceReplay(buf)))")
+        if type(self._sampler) is not UniformSampler:
+            raise ValueError(f"use(): this buffer already samples with {self._sampler!r}; one sampler per buffer")
+        self._sampler = sampler
+
+    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+        """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
+        list), for a buffer whose sampler keeps priorities. Returns one bool per index: was it stored.
+        Raises ``TypeError`` for a buffer that samples uniformly, ``ValueError`` for a length mismatch or
+        a NaN, infinite or negative priority (then nothing is written)."""
+        with self._lock:
+            return self._sampler.update_priority(indices, priorities)
 
     # ------------------------------------------------------------------ simple queries
     def count(self) -> int:
@@ -105,8 +148,10 @@ class DequeBuffer(Buffer):
             return s.slot_id[s.ordered_slots()].tolist()
 
     def view(self) -> "DequeBuffer":
-        """A buffer sharing this one's storage and lock, with its own (empty) middleware chain."""
-        return DequeBuffer(self.size, storage=self._s)
+        """A buffer sharing this one's storage, lock and constructor-given sampler, with its own (empty)
+        middleware chain (so a sampler brought by a middleware, e.g. ``PriorityExperienceReplay``, is not
+        the view's: a view of such a buffer samples uniformly)."""
+        return DequeBuffer(self.size, storage=self._s, sampler=self._own_sampler)
 
     @property
     def storage(self) -> SlotStorage:
@@ -115,6 +160,8 @@ class DequeBuffer(Buffer):
 
     # ------------------------------------------------------------------ core of the chain
     def _push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+        if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
+            check_priority(meta["priority"])
         return self._s.push(data, meta)
 
     def _sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
@@ -124,27 +171,81 @@ class DequeBuffer(Buffer):
         if unknown:
             raise TypeError(f"sample() got unexpected keyword arguments {sorted(unknown)} (extra arguments "
                             "are only accepted when a middleware that consumes them is in use)")
-        s = self._s
-        if sample_range is not None and not isinstance(sample_range, slice):
-            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+        s, smp = self._s, self._sampler
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            return s.take_ids(indices, ignore_insufficient, not _columns_only, replace)
+            res = s.take_ids(indices, ignore_insufficient, True, replace)
+            w = smp.weights(res.slots) if len(res) else None
+            if w is not None:  # the sampler's weights for exactly these items
+                for it, x in zip(res, w.tolist()):
+                    it.meta["priority_IS"] = x
+                res.columns = {"priority_IS": w}
+            return res
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
             if groupby is None:
                 raise ValueError("sample(unroll_len=...) needs groupby=<meta key> (sequences come from one group)")
         if groupby is not None:
+            if not smp.supports_groupby:
+                raise ValueError(f"{type(smp).__name__} does not support groupby sampling (prioritized replay "
+                                 "draws items, not groups)")
+            if sample_range is not None and not isinstance(sample_range, slice):
+                raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
             if size is not None:
                 size = _check_size("sample size", size)
             return s.sample_groups(size, groupby, unroll_len, replace, sample_range, ignore_insufficient)
         if size is None:
             raise ValueError("sample() needs a size (or indices=[...])")
-        return s.sample_uniform(_check_size("sample size", size), replace, sample_range, ignore_insufficient,
-                                not _columns_only)
+        slots, w = self._draw(size, replace, sample_range, ignore_insufficient)
+        return self._items(slots, w, replace, _columns_only)
+
+    def _draw(self, size: Any, replace: bool, sample_range: Optional[slice],
+              ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """The sampler's slots (and IS weights) for ``size`` items of the buffer or of ``sample_range``."""
+        s = self._s
+        if sample_range is not None and not isinstance(sample_range, slice):
+            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+        k = size if type(size) is int and size >= 0 else _check_size("sample size", size)
+        if sample_range is None:
+            pool, n = None, s.count
+        else:
+            pool = s.ordered_slots()[sample_range].copy()
+            n = len(pool)
+        if k > 0 and (n == 0 or (not replace and k > n)):
+            if not ignore_insufficient:
+                where = "" if sample_range is None else f" in sample_range {sample_range}"
+                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
+                                 f"the buffer holds {n}{where}; push more data first or pass "
+                                 "ignore_insufficient=True")
+            k = 0 if n == 0 else (k if replace else n)
+        if k == 0:
+            return _NO_SLOTS, None
+        return self._sampler.draw(k, replace, pool)
+
+    def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, columns_only: bool) -> _Sampled:
+        """The stored items of the drawn ``slots``, their meta brought up to date; ``meta["priority_IS"]``
+        too unless ``columns_only`` (``sample_batch``: the weights go to ``.weight``)."""
+        s, smp = self._s, self._sampler
+        syncers = s.syncers
+        own = not replace and len(syncers) == 1 and syncers[0] is smp  # the sampler syncs while it annotates
+        res = s.result(slots, not own, replace)
+        if weights is not None:
+            res.columns = {"priority_IS": weights}
+        if own or (weights is not None and not columns_only):
+            smp.annotate(res, slots, None if columns_only else weights)
+        return res
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
+        p = None
+        if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
+            p = check_priority(meta["priority"])  # before anything is written
+        ok = self._update_item(index, data, meta)
+        if ok and p is not None:
+            self._sampler.update_priority([index], [p])
+        return ok
+
+    def _update_item(self, index: int, data: Any, meta: Optional[Mapping]) -> bool:
         s = self._s
         slot = s.id2slot.get(index)
         if slot is None:
@@ -171,6 +272,28 @@ class DequeBuffer(Buffer):
     def _update_many(self, indices: Sequence[int], data: Any = None, meta: Any = None) -> List[bool]:
         if isinstance(indices, (np.ndarray, torch.Tensor)):
             indices = indices.tolist()
+        smp = self._sampler
+        if meta is None or not smp.wants_priorities:
+            return self._update_items(indices, data, meta)
+        # priorities in meta go to the sampler (checked before anything is written); the rest to the items
+        if isinstance(meta, Mapping):
+            if "priority" not in meta:
+                return self._update_items(indices, data, meta)
+            rest = {k: v for k, v in meta.items() if k != "priority"}
+            if data is None and not rest:
+                return smp.update_priority(indices, meta["priority"])
+            pri = priority_array(meta["priority"], len(indices), "update_many")[0]
+            ok = self._update_items(indices, data, rest or None)
+            smp.update_priority(indices, pri)
+            return ok
+        rows = _meta_rows(meta, len(indices))
+        sub = [(i, check_priority(m["priority"])) for i, m in zip(indices, rows) if m and "priority" in m]
+        ok = self._update_items(indices, data, rows)
+        if sub:
+            smp.update_priority([i for i, _ in sub], [p for _, p in sub])
+        return ok
+
+    def _update_items(self, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
         n = len(indices)
         if data is not None and len(data) != n:
             raise ValueError(f"update_many got {len(data)} data values for {n} indices")
@@ -195,7 +318,7 @@ class DequeBuffer(Buffer):
             return out
         rows = _meta_rows(meta, n)
         datas = data if data is not None else [None] * n
-        return [self._update(i, d, m) for i, d, m in zip(indices, datas, rows)]
+        return [self._update_item(i, d, m) for i, d, m in zip(indices, datas, rows)]
 
     def _delete(self, indices: List[int]) -> int:
         s = self._s
@@ -212,34 +335,34 @@ class DequeBuffer(Buffer):
 
     def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
                      ignore_insufficient: bool = False, **kwargs: Any) -> SampledBatch:
-        """Sample ``size`` items through the middleware chain and collate them into tensors.
+        """Sample ``size`` items and collate them into tensors.
 
-        When the items share one structure (dicts of tensors / arrays / numbers) the batch is
-        gathered from preallocated numpy columns (a few microseconds per field); otherwise it falls
-        back to :func:`collate`. Returns a :class:`SampledBatch` (``.data``, ``.index``,
-        ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to sample.
+        The sampler draws slots, the storage's columns gather them (when the items share one structure:
+        dicts of tensors / arrays / numbers; otherwise :func:`collate` stacks the items), and the
+        sampler's importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
+        (``.data``, ``.index``, ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to
+        sample.
 
-        The chain sees ``_columns_only=True``: a hint that per-item meta written only for the
-        caller (PER's ``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
+        With middleware in the call chain the items come through the chain; the chain sees
+        ``_columns_only=True``: a hint that per-item meta written only for the caller
+        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
         """
         with self._lock:
             s = self._s
             cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
-            if (cols is not None and not self._middleware and not kwargs and sample_range is None
-                    and type(size) is int and 0 < size and (replace or size <= s.count)):
-                # fast path: no middleware, so no item objects are needed to build the batch
-                slots = s.dense[s.draw(s.count, size, replace)]
-                if cols.ok[slots].all():
-                    return SampledBatch(cols.gather(slots), s.slot_id[slots].tolist(), None,
+            if not self._chained:
+                if kwargs:
+                    raise TypeError(f"sample_batch() got unexpected keyword arguments {sorted(kwargs)} (extra "
+                                    "arguments are only accepted when a middleware that consumes them is in use)")
+                slots, w = self._draw(size, replace, sample_range, ignore_insufficient)
+                if not len(slots):
+                    raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
+                weight = None if w is None else torch.from_numpy(w)
+                if cols is not None and cols.ok.take(slots).all():
+                    return SampledBatch(cols.gather(slots), s.slot_id.take(slots).tolist(), weight,
                                         _storage=s, _slots=slots)
-                items = s._result(slots, True, replace)
-                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], None, items)
-            fast = self._fast
-            if (fast is not None and cols is not None and not kwargs and sample_range is None and not replace
-                    and type(size) is int and 0 < size <= s.count):
-                out = fast._sample_batch(cols, size)
-                if out is not None:
-                    return out
+                items = self._items(slots, w, replace, True)
+                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], weight, items)
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
                                    unroll_len=None, _columns_only=True, **kwargs)
@@ -273,26 +396,38 @@ class DequeBuffer(Buffer):
     def save_data(self, path: str) -> None:
         """Write all items (data, meta, indices) to ``path`` in a format that loads without
         executing code (``torch.load(weights_only=True)``). Raises ``TypeError`` for data that
-        cannot be stored safely (arbitrary Python objects)."""
+        cannot be stored safely (arbitrary Python objects). The state of the sampler (prioritized:
+        ``max_priority`` and the IS-weight annealing count) and of middleware with ``state_dict`` is
+        saved with the items."""
         with self._lock:
             payload = storage_payload(self._s)
-            payload["middleware"] = {key: mw.state_dict() for key, mw in self._stateful_middleware().items()}
+            payload["middleware"] = {key: obj.state_dict() for key, obj in self._stateful().items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
         """Replace the contents with what :meth:`save_data` wrote (indices are kept; if the file
-        holds more items than ``size``, the newest ones are kept). Middleware state derived from meta
-        (e.g. priorities) is rebuilt, and middleware with ``state_dict``/``load_state_dict`` at the same
-        place in the chain get their saved state (PER: ``max_priority`` and the IS-weight annealing count)."""
+        holds more items than ``size``, the newest ones are kept). Sampler state derived from meta
+        (e.g. priorities) is rebuilt; the sampler gets its saved state when the file has one of its
+        kind (also one saved by a ``PriorityExperienceReplay`` middleware), and middleware with
+        ``state_dict``/``load_state_dict`` at the same place in the chain get theirs."""
         states = load_into_storage(self._s, path, self._lock)
-        for key, mw in self._stateful_middleware().items():
-            if key in states:
+        legacy = [v for k, v in states.items() if k.endswith(":PriorityExperienceReplay")]
+        for key, obj in self._stateful().items():
+            state = states.get(key)
+            if state is None and key.startswith("sampler:") and self._sampler.wants_priorities and legacy:
+                state = legacy[0]  # a file from a buffer that used the middleware
+            if state is not None:
                 try:
-                    mw.load_state_dict(states[key])
+                    obj.load_state_dict(state)
                 except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"load_data({path!r}): the saved state of middleware {key} does not fit "
+                    raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
                                      f"({type(e).__name__}: {e}); the items were loaded") from None
 
-    def _stateful_middleware(self) -> dict:
-        return {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
-                if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
+    def _stateful(self) -> dict:
+        """What ``save_data`` saves the state of: middleware at their place in the chain, and the sampler
+        (``"sampler:<class>"``; a uniform sampler has no state)."""
+        out = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
+               if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
+        if type(self._sampler) is not UniformSampler:
+            out[f"sampler:{type(self._sampler).__name__}"] = self._sampler
+        return out

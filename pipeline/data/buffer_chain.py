@@ -1,4 +1,9 @@
-"""The buffer base class: public API, locking and the middleware chain (``buffer.use(mw)``)."""
+"""The buffer base class: public API, locking and the middleware chain (``buffer.use(mw)``).
+
+A middleware that brings a sampler (a ``sampler`` attribute, e.g. ``PriorityExperienceReplay``)
+hands that sampler to the buffer (see :mod:`.sampler`) and takes no part in the call chain: the
+buffer samples with it, and priorities reach it through ``update``/``update_many``/``update_priority``.
+"""
 from __future__ import annotations
 
 import functools
@@ -46,7 +51,7 @@ class Buffer:
         self._build_chains()
 
     # ------------------------------------------------------------------ copies
-    _NOT_COPIED = ("_lock", "_fast", "_c_push", "_c_sample", "_c_update", "_c_update_many", "_c_delete", "_c_clear")
+    _NOT_COPIED = ("_lock", "_chained", "_c_push", "_c_sample", "_c_update", "_c_update_many", "_c_delete", "_c_clear")
 
     def __getstate__(self) -> dict:
         """``copy.deepcopy`` / ``pickle`` (in-process use): the copy is an independent buffer with
@@ -67,11 +72,15 @@ class Buffer:
 
     # ------------------------------------------------------------------ middleware
     def use(self, middleware: Middleware) -> "Buffer":
-        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""
+        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self.
+        A middleware with a ``sampler`` attribute makes that sampler the buffer's instead."""
         if not callable(middleware):
             raise TypeError(f"use() needs a callable middleware(action, chain, *args, **kwargs), "
                             f"got {type(middleware).__name__}")
         with self._lock:
+            sampler = getattr(middleware, "sampler", None)
+            if sampler is not None:
+                self._use_sampler(sampler)
             self._middleware.append(middleware)
             self._build_chains()
         return self
@@ -81,18 +90,20 @@ class Buffer:
         """The middleware in use, in call order (a copy)."""
         return list(self._middleware)
 
+    def _use_sampler(self, sampler: Any) -> None:
+        raise TypeError(f"{type(self).__name__} takes no sampler from a middleware")
+
     def _build_chains(self) -> None:
+        # middleware that only bring a sampler are not called: the buffer samples with their sampler
+        chained = [mw for mw in self._middleware if getattr(mw, "sampler", None) is None]
+        self._chained = bool(chained)
+
         def build(action: str, core: Callable) -> Callable:
             fn = core
-            for mw in reversed(self._middleware):
+            for mw in reversed(chained):
                 fn = functools.partial(mw, action, fn)
             return fn
 
-        # a lone middleware may offer a direct route for the hot calls (PER: sample_batch and
-        # update_many without the generic chain); it must behave exactly like the chain
-        mws = self._middleware
-        fast = getattr(mws[0], "_fast_owner", None) if len(mws) == 1 else None
-        self._fast = mws[0] if fast is not None and fast is getattr(self, "_s", None) else None
         self._c_push = build("push", self._push)
         self._c_sample = build("sample", self._sample)
         self._c_update = build("update", self._update)
@@ -127,18 +138,6 @@ class Buffer:
         - extra keyword arguments are for middleware (e.g. ``train_iter_sample_data``).
         """
         with self._lock:
-            if (not self._middleware and indices is None and groupby is None and sample_range is None
-                    and unroll_len is None and not kwargs and type(size) is int and size >= 0):
-                return self._s.sample_uniform(size, replace, None, ignore_insufficient)  # fast path
-            fast = self._fast
-            if fast is not None:  # the lone middleware, called without the chain's partials
-                if (indices is None and groupby is None and sample_range is None and unroll_len is None
-                        and not kwargs and not replace and type(size) is int and 0 < size <= self._s.count
-                        and len(self._s.syncers) == 1):
-                    return fast._sample_items(size)
-                return fast._sample(self._sample, size, indices=indices, replace=replace,
-                                    sample_range=sample_range, ignore_insufficient=ignore_insufficient,
-                                    groupby=groupby, unroll_len=unroll_len, **kwargs)
             return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
                                   ignore_insufficient=ignore_insufficient, groupby=groupby,
                                   unroll_len=unroll_len, **kwargs)
@@ -155,13 +154,6 @@ class Buffer:
         """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
         index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
         with self._lock:
-            fast = self._fast
-            if fast is not None and data is None:
-                if fast._ext is not None:  # the compiled kernels' shortcut for the common case
-                    ok = fast._update_direct(indices, meta)
-                    if ok is not None:
-                        return ok
-                return fast._update_many(self._update_many, indices, None, meta)
             return self._c_update_many(indices, data, meta)
 
     def delete(self, indices: Union[int, Iterable[int]]) -> int:

@@ -1,5 +1,5 @@
 """How prioritized replay draws slots and weighs them: the sampling half of
-:class:`~pipeline.data.per.PriorityExperienceReplay` (a mixin; the state it reads is set up there).
+:class:`~pipeline.data.prioritized_sampler.PrioritizedSampler` (a mixin; the state it reads is set up there).
 
 Uses ``self._tree`` (the :class:`~pipeline.data.segment_tree.SumMinTree` of leaves
 ``priority ** alpha``), ``self._s`` (the :mod:`slot storage <pipeline.data.storage>`: ``count``,
@@ -20,14 +20,15 @@ class PrioritySampling:
 
     def _weights(self, slots: np.ndarray) -> np.ndarray:
         """``(leaf / min leaf) ** -beta`` as float32 (``leaf`` = priority ** alpha)."""
-        tree = self._tree
-        mn = tree.min
-        b = self.beta
+        return self._weights_at(slots, self._tree.min, self.beta)
+
+    def _weights_at(self, slots: np.ndarray, mn: float, b: float) -> np.ndarray:
+        """``(leaf / mn) ** -b`` as float32."""
         if self._ext is not None:
             out = np.empty(len(slots), dtype=np.float32)
-            self._ext.is_weights(tree._leaf, slots, mn, b, out)
+            self._ext.is_weights(self._tree._leaf, slots, mn, b, out)
             return out
-        return np.multiply(np.power(tree._leaf.take(slots), -b), mn ** b, dtype=np.float32)
+        return np.multiply(np.power(self._tree._leaf.take(slots), -b), mn ** b, dtype=np.float32)
 
     def _draw(self, k: int, replace: bool) -> np.ndarray:
         tree, rng = self._tree, self._s.rng

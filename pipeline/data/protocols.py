@@ -5,8 +5,9 @@ buffer; these :class:`typing.Protocol` s say what they use, so any object with t
 (``DequeBuffer`` and its views satisfy all of them). Capabilities of buffer middleware are found by
 attribute, never by class name:
 
-* :class:`PriorityFeedback`: a middleware whose sampling follows priorities that the learner writes
-  back (``buffer.update_many(index, meta={"priority": ...})`` after each train step);
+* :class:`PriorityFeedback`: a buffer sampler (``buffer.sampler``, e.g. ``PrioritizedSampler``) or
+  a middleware whose sampling follows priorities that the learner writes back after each train step
+  (``buffer.update_priority(index, priorities)``; a middleware: ``update_many(index, meta={"priority": ...})``);
 * :class:`SampleArguments`: a middleware that needs extra ``sample`` arguments from the pipeline
   (``staleness_check`` needs the current train iteration).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Protocol, Sequence, runtime_checkable
 
 __all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments",
-           "wants_priorities", "sample_arguments"]
+           "wants_priorities", "samples_by_priority", "sample_arguments"]
 
 
 @runtime_checkable
@@ -52,8 +53,8 @@ class BatchSampling(Protocol):
 
 @runtime_checkable
 class PriorityFeedback(Protocol):
-    """Buffer middleware that wants the learner's per-row priorities back after each train step
-    (``PriorityExperienceReplay``). ``wants_priorities`` is True."""
+    """A buffer sampler or middleware that wants the learner's per-row priorities back after each train
+    step (``PrioritizedSampler``, ``PriorityExperienceReplay``). ``wants_priorities`` is True."""
 
     wants_priorities: bool
 
@@ -70,8 +71,14 @@ class SampleArguments(Protocol):
 
 
 def wants_priorities(buffer: Any) -> bool:
-    """True when a middleware of ``buffer`` takes priorities back (:class:`PriorityFeedback`)."""
-    return any(getattr(m, "wants_priorities", False) is True for m in getattr(buffer, "middleware", ()))
+    """True when ``buffer``'s sampler or one of its middleware takes priorities back (:class:`PriorityFeedback`)."""
+    return samples_by_priority(buffer) or any(getattr(m, "wants_priorities", False) is True
+                                              for m in getattr(buffer, "middleware", ()))
+
+
+def samples_by_priority(buffer: Any) -> bool:
+    """True when ``buffer``'s sampler takes priorities: ``buffer.update_priority(indices, priorities)`` works."""
+    return getattr(getattr(buffer, "sampler", None), "wants_priorities", False) is True
 
 
 def sample_arguments(buffer: Any, train_iter: int) -> Dict[str, Any]:

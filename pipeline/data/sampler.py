@@ -1,0 +1,147 @@
+"""Samplers: which stored items a :class:`~pipeline.data.DequeBuffer` draws (one component of a buffer).
+
+A buffer is a composition: the *storage* (:class:`~pipeline.data.storage.SlotStorage`) holds the
+items in fixed slots and evicts the oldest when full; the *sampler* picks slots; the buffer gathers
+the picked slots' items (or their column rows, for ``sample_batch``) and hands out the sampler's
+importance-sampling weights with them. Two samplers exist:
+
+* :class:`UniformSampler` (the default): every stored item equally likely;
+* :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler`: items drawn in proportion to
+  ``priority ** alpha`` (prioritized replay), priorities set by ``buffer.update_priority``.
+
+A sampler is bound to one storage (:meth:`Sampler.attach`) and may listen to it (the storage's
+listener interface, :class:`~pipeline.data.storage.StorageListener`) to keep per-slot state. The
+buffer calls it under the storage's lock.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import numpy as np
+
+from .storage import SlotStorage
+
+__all__ = ["Sampler", "UniformSampler", "check_priority", "priority_array"]
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """What a buffer asks of its sampler (the caller holds the storage's lock).
+
+    ``wants_priorities``: True when :meth:`update_priority` is meaningful (the pipeline writes the
+    learner's per-row priorities back); ``supports_groupby``: False when ``sample(groupby=...)``
+    cannot follow this sampler's law (the buffer then refuses it).
+    """
+
+    wants_priorities: bool
+    supports_groupby: bool
+
+    def attach(self, storage: SlotStorage) -> None:
+        """Bind to ``storage`` (once; attaching again to the same storage does nothing)."""
+
+    def draw(self, k: int, replace: bool, pool: Optional[np.ndarray] = None
+             ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """``k`` slots (``1 <= k``; distinct unless ``replace``, and then ``k <= `` the pool's size) from
+        the occupied slots, or from ``pool`` (an array of occupied slots), with their float32
+        importance-sampling weights (None: all weigh 1). Counts as one sample (annealing)."""
+
+    def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
+        """IS weights of these occupied slots without drawing (``sample(indices=...)``), or None."""
+
+    def annotate(self, items: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
+        """Called with the stored items of the slots :meth:`draw` just returned: write per-item meta
+        (``meta["priority_IS"]`` from ``weights`` unless None; lazily kept meta)."""
+
+    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+        """New priorities for the items ``indices``; one bool per index: was it stored."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The sampler's own state (loadable with ``torch.load(weights_only=True)``)."""
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+
+class UniformSampler:
+    """Every stored item equally likely: the offsets the storage draws (``SlotStorage.draw``) into the
+    occupied slots. Keeps no state of its own; priorities are not supported."""
+
+    wants_priorities = False
+    supports_groupby = True
+
+    def __init__(self) -> None:
+        self.storage: Optional[SlotStorage] = None
+
+    def __repr__(self) -> str:
+        return "UniformSampler()"
+
+    def attach(self, storage: SlotStorage) -> None:
+        """Bind to ``storage``."""
+        _bind(self, storage)
+
+    def draw(self, k: int, replace: bool, pool: Optional[np.ndarray] = None
+             ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """``k`` uniformly drawn slots of ``pool`` (default: every occupied slot); no weights."""
+        s = self.storage
+        if pool is None:
+            return s.dense[s.draw(s.count, k, replace)], None
+        return pool[s.draw(len(pool), k, replace)], None
+
+    def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
+        """None: uniform samples weigh 1."""
+        return None
+
+    def annotate(self, items: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
+        """Nothing to write."""
+
+    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+        """Always raises: a uniform sampler has no priorities."""
+        raise TypeError("update_priority(): this buffer samples uniformly (UniformSampler) and keeps no priorities; "
+                        "build it with DequeBuffer(size, sampler=PrioritizedSampler(...))")
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Empty: nothing to save."""
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Nothing to restore."""
+
+
+def _bind(sampler: Any, storage: SlotStorage) -> bool:
+    """Set ``sampler.storage``; False when it was already bound to ``storage`` (nothing to do)."""
+    if sampler.storage is storage:
+        return False
+    if sampler.storage is not None:
+        raise ValueError(f"{type(sampler).__name__} is already used by another buffer's storage: "
+                         "create one sampler per buffer")
+    sampler.storage = storage
+    return True
+
+
+def check_priority(p: Any) -> float:
+    """``p`` as a float; ``ValueError`` unless it is a finite number ``>= 0``."""
+    try:
+        f = float(p)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not (math.isfinite(f) and f >= 0):
+        raise ValueError(f"priority must be a finite number >= 0, got {p!r}")
+    return f
+
+
+def priority_array(priorities: Any, n: int, where: str = "update_priority") -> Tuple[np.ndarray, float, float]:
+    """``priorities`` (array, tensor, list; possibly on another device or requiring grad) as a flat
+    float64 array of length ``n`` with its min and max; ``ValueError`` for a length mismatch or a
+    NaN, infinite or negative value."""
+    if hasattr(priorities, "detach"):  # a torch tensor
+        priorities = priorities.detach().cpu().numpy()
+    arr = np.asarray(priorities, dtype=np.float64).reshape(-1)
+    if len(arr) != n:
+        raise ValueError(f"{where}: {len(arr)} priorities for {n} indices")
+    if not n:
+        return arr, math.inf, -math.inf
+    lo, hi = float(np.minimum.reduce(arr)), float(np.maximum.reduce(arr))
+    if not (lo >= 0 and hi < math.inf):
+        raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
+    return arr, lo, hi
