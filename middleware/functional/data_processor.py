@@ -34,19 +34,21 @@ torch: Any = None
 collate: Any = None
 BatchSampling: Any = None
 wants_priorities: Any = None
+samples_by_priority: Any = None
 
 
 def _load() -> None:
-    global torch, collate, BatchSampling, wants_priorities
+    global torch, collate, BatchSampling, wants_priorities, samples_by_priority
     if wants_priorities is None:
         import torch
         from pipeline.data.collate import collate
-        from pipeline.data.protocols import BatchSampling, wants_priorities
+        from pipeline.data.protocols import BatchSampling, samples_by_priority, wants_priorities
 
 
 def uses_per(buffer_: Any) -> bool:
-    """True when a middleware of ``buffer_`` takes priorities back (``PriorityExperienceReplay``, or
-    any middleware with ``wants_priorities = True``: :class:`pipeline.data.protocols.PriorityFeedback`)."""
+    """True when ``buffer_`` takes priorities back: its sampler (``PrioritizedSampler``, also the one
+    ``PriorityExperienceReplay`` brings) or a middleware with ``wants_priorities = True``
+    (:class:`pipeline.data.protocols.PriorityFeedback`)."""
     _load()
     return wants_priorities(buffer_)
 
@@ -268,11 +270,10 @@ def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None
     if len(priority) != len(index):
         raise ValueError(f'offpolicy_data_fetcher: train_output has {len(priority)} priorities for a batch '
                          f'of {len(index)} rows; the learner must output one priority per row')
-    if hasattr(buffer_, 'update_many'):
+    if samples_by_priority(buffer_):
+        buffer_.update_priority(index, priority)  # the buffer's sampler takes them
+    else:  # a middleware with `wants_priorities` takes them from the update
         buffer_.update_many(index, meta={'priority': priority})
-    else:
-        for i, p in zip(index, priority.tolist()):
-            buffer_.update(i, meta={'priority': p})
 
 
 def _write_back(sampled: List[Tuple[_Share, Any]], train_output: Optional[TrainOutput]) -> None:
@@ -309,7 +310,7 @@ class ReplaySource:
     dict of batches with the same keys). Every setup is normalised once into the same per-buffer
     shares; :meth:`next` samples them all through one function (in the setup's order), and the
     ``on_trained`` it returns writes the update's ``priority`` back to the buffers that take
-    priorities (``PriorityExperienceReplay``, or any middleware with ``wants_priorities``): for a
+    priorities (a ``PrioritizedSampler``, or any middleware with ``wants_priorities``): for a
     weighted list each buffer gets its rows' slice, for a dict each buffer its module's own
     ``priority`` when the output has one per module.
 
@@ -367,8 +368,8 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     :func:`pipeline.data.to_treetensor` for attribute access), or ``None`` when a buffer holds fewer
     than ``max(batch_size, cfg.policy.learn.learning_starts)`` items.
 
-    Backward part (after the yield): when a buffer uses ``PriorityExperienceReplay`` (any middleware
-    with ``wants_priorities``), reads the last update's ``priority`` from ``ctx.train_output`` (a list of
+    Backward part (after the yield): when a buffer samples by priority (a ``PrioritizedSampler``, or any
+    middleware with ``wants_priorities``), reads the last update's ``priority`` from ``ctx.train_output`` (a list of
     :class:`~pipeline.data.records.TrainOutput`, as ``trainer`` writes it; a bare dict is read too), one
     value per row (e.g. ``|TD error|``), and writes it back as the sampled items' priorities.
     Role: LEARNER.

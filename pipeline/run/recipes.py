@@ -102,17 +102,16 @@ def sac_policy_settings(env_num: int = 1) -> Dict[str, Any]:
 
 
 def dqn_buffer(cfg: Any) -> Any:
-    """DQN's replay buffer: uniform, or prioritized when ``policy.other.replay_buffer.priority``."""
-    from ..data import DequeBuffer, PriorityExperienceReplay  # lazy: the replay buffers load torch
+    """DQN's replay buffer: uniform, or prioritized (a ``PrioritizedSampler``) when
+    ``policy.other.replay_buffer.priority``."""
+    from ..data import DequeBuffer, PrioritizedSampler  # lazy: the replay buffers load torch
 
     rb = cfg.policy.other.replay_buffer
-    buffer_ = DequeBuffer(rb.replay_buffer_size, seed=cfg.seed)
+    sampler = None
     if rb.priority:
-        buffer_.use(PriorityExperienceReplay(buffer_, IS_weight=rb.priority_IS_weight,
-                                             priority_power_factor=rb.priority_power_factor,
-                                             IS_weight_power_factor=rb.IS_weight_power_factor,
-                                             IS_weight_anneal_train_iter=rb.IS_weight_anneal_train_iter))
-    return buffer_
+        sampler = PrioritizedSampler(alpha=rb.priority_power_factor, beta=rb.IS_weight_power_factor,
+                                     anneal=rb.IS_weight_anneal_train_iter, is_weight=rb.priority_IS_weight)
+    return DequeBuffer(rb.replay_buffer_size, seed=cfg.seed, sampler=sampler)
 
 
 def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: Any,

@@ -43,13 +43,14 @@ class TwoModuleLearner:
 
 
 def spy_priorities(buf, log, name):
-    orig = buf.update_many
+    """Log the priorities written back to ``buf`` (``update_priority``: the route to its sampler)."""
+    orig = buf.update_priority
 
-    def update_many(indices, data=None, meta=None):
-        log.append((name, list(indices), np.asarray(meta['priority']).tolist()))
-        return orig(indices, data, meta)
+    def update_priority(indices, priorities):
+        log.append((name, list(indices), np.asarray(priorities).tolist()))
+        return orig(indices, priorities)
 
-    buf.update_many = update_many
+    buf.update_priority = update_priority
 
 
 def test_the_records_are_plain_dicts_with_the_collectors_fields():

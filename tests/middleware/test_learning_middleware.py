@@ -133,13 +133,13 @@ def test_flatten_update_result_multi_module():
 def test_offpolicy_learner_writes_priorities_after_each_round():
     log = []
     b = filled(16, per=True)
-    orig = b.update_many
+    orig = b.update_priority
 
-    def spy(indices, data=None, meta=None):
-        log.append(('priority', float(np.asarray(meta['priority'])[0])))
-        return orig(indices, data, meta)
+    def spy(indices, priorities):
+        log.append(('priority', float(np.asarray(priorities)[0])))
+        return orig(indices, priorities)
 
-    b.update_many = spy
+    b.update_priority = spy
     L = FakeLearner(log)
     cfg = small_cfg(update_per_collect=3)
     with task.start(ctx=OnlineRLContext()):
