@@ -197,12 +197,13 @@ class DequeBuffer(Buffer):
             return s.sample_groups(size, groupby, unroll_len, replace, sample_range, ignore_insufficient)
         if size is None:
             raise ValueError("sample() needs a size (or indices=[...])")
-        slots, w = self._draw(size, replace, sample_range, ignore_insufficient)
+        slots, _, w = self._draw(size, replace, sample_range, ignore_insufficient)
         return self._items(slots, w, replace, _columns_only)
 
     def _draw(self, size: Any, replace: bool, sample_range: Optional[slice],
-              ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """The sampler's slots (and IS weights) for ``size`` items of the buffer or of ``sample_range``."""
+              ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+        """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
+        of ``sample_range``."""
         s = self._s
         if sample_range is not None and not isinstance(sample_range, slice):
             raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
@@ -220,20 +221,15 @@ class DequeBuffer(Buffer):
                                  "ignore_insufficient=True")
             k = 0 if n == 0 else (k if replace else n)
         if k == 0:
-            return _NO_SLOTS, None
+            return _NO_SLOTS, [], None
         return self._sampler.draw(k, replace, pool)
 
     def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, columns_only: bool) -> _Sampled:
-        """The stored items of the drawn ``slots``, their meta brought up to date; ``meta["priority_IS"]``
-        too unless ``columns_only`` (``sample_batch``: the weights go to ``.weight``)."""
-        s, smp = self._s, self._sampler
-        syncers = s.syncers
-        own = not replace and len(syncers) == 1 and syncers[0] is smp  # the sampler syncs while it annotates
-        res = s.result(slots, not own, replace)
+        """The stored items of the drawn ``slots`` (from the sampler: it may write their meta as it takes
+        them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``: ``.weight`` has it)."""
+        res = self._sampler.items(slots, weights, replace, not columns_only)
         if weights is not None:
             res.columns = {"priority_IS": weights}
-        if own or (weights is not None and not columns_only):
-            smp.annotate(res, slots, None if columns_only else weights)
         return res
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
@@ -275,6 +271,8 @@ class DequeBuffer(Buffer):
         smp = self._sampler
         if meta is None or not smp.wants_priorities:
             return self._update_items(indices, data, meta)
+        if type(meta) is dict and data is None and len(meta) == 1 and "priority" in meta:
+            return smp.update_priority(indices, meta["priority"])  # the learner's write-back
         # priorities in meta go to the sampler (checked before anything is written); the rest to the items
         if isinstance(meta, Mapping):
             if "priority" not in meta:
@@ -354,13 +352,13 @@ class DequeBuffer(Buffer):
                 if kwargs:
                     raise TypeError(f"sample_batch() got unexpected keyword arguments {sorted(kwargs)} (extra "
                                     "arguments are only accepted when a middleware that consumes them is in use)")
-                slots, w = self._draw(size, replace, sample_range, ignore_insufficient)
+                slots, ids, w = self._draw(size, replace, sample_range, ignore_insufficient)
                 if not len(slots):
                     raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
                 weight = None if w is None else torch.from_numpy(w)
                 if cols is not None and cols.ok.take(slots).all():
-                    return SampledBatch(cols.gather(slots), s.slot_id.take(slots).tolist(), weight,
-                                        _storage=s, _slots=slots)
+                    return SampledBatch(cols.gather(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
+                                        weight, _storage=s, _slots=slots)
                 items = self._items(slots, w, replace, True)
                 return SampledBatch(collate([it.data for it in items]), [it.index for it in items], weight, items)
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,

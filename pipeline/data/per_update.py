@@ -2,8 +2,8 @@
 :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler` (a mixin; the state it writes is set up there).
 
 Writes ``self._raw`` (raw priority per slot), ``self._stale`` (``meta["priority"]`` not yet
-written), the tree's leaves and ``self.max_priority``; reads ``self._last`` (the last draw: ids or
-None, slots, storage version, distinct?, the stored items or None) to skip the index -> slot
+written), the tree's leaves and ``self.max_priority``; reads ``self._last`` (the last draw: ids,
+slots, storage version, distinct?, the stored items or None) to skip the index -> slot
 lookups when the indices are those of the last draw and nothing was pushed or removed since.
 """
 from __future__ import annotations
@@ -32,8 +32,7 @@ class PriorityUpdates:
         ids = indices if type(indices) is list else (indices.tolist() if hasattr(indices, "tolist") else list(indices))
         n = len(ids)
         ext = self._ext
-        if (ext is not None and type(priorities) is np.ndarray and priorities.dtype is _F64
-                and priorities.ndim == 1 and priorities.flags.c_contiguous):
+        if ext is not None and type(priorities) is np.ndarray and priorities.dtype is _F64 and priorities.ndim == 1:
             if len(priorities) != n:
                 raise ValueError(f"update_priority: {len(priorities)} priorities for {n} indices")
             arr, lo, hi = priorities, None, None  # checked by the kernel before it writes anything
@@ -67,26 +66,22 @@ class PriorityUpdates:
         s = self._s
         if last is None or last[2] != s.version or len(ids) != len(last[1]):
             return None, None, False
-        items = last[4]
-        if items is not None:
-            ext = self._ext
-            if ext is not None and type(ids) is list:
-                same = ext.ids_match(ids, items)
-            else:
-                same = [it.index for it in items] == ids
-        else:
-            same = s.slot_id.take(last[1]).tolist() == ids  # same version: these slots hold the drawn items
+        same = ids == last[0]  # the list handed out with the draw: mostly the very same int objects
         if not same:
             return None, None, False
-        return last[1], items, last[3]
+        return last[1], last[4], last[3]
 
     def _write(self, slots: np.ndarray, arr: np.ndarray, items: Optional[list], distinct: bool,
                lo: Optional[float], hi: Optional[float]) -> None:
         ext = self._ext
         if ext is not None:
-            arr = np.ascontiguousarray(arr, dtype=np.float64)
-            lo, hi, olo, ohi, nlo, nhi = ext.update(slots, arr, self._raw, self._tree._leaf, self.alpha,
-                                                    self._FLOOR, items, self._stale)
+            try:
+                lo, hi, olo, ohi, nlo, nhi = ext.update(slots, arr, self._raw, self._tree._leaf, self.alpha,
+                                                        self._FLOOR, items, self._stale)
+            except TypeError:  # not a contiguous float64 array (nothing was written): a copy that is
+                arr = np.ascontiguousarray(arr, dtype=np.float64)
+                lo, hi, olo, ohi, nlo, nhi = ext.update(slots, arr, self._raw, self._tree._leaf, self.alpha,
+                                                        self._FLOOR, items, self._stale)
             if hi > self.max_priority:
                 self.max_priority = hi
             self._tree.wrote(slots, olo, ohi, nlo, nhi)

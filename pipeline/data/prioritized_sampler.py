@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _accel
-from .item import BufferedData
+from .item import BufferedData, _Sampled
 from .per_sampling import PrioritySampling
 from .per_update import PriorityUpdates
 from .sampler import _bind, check_priority
@@ -123,8 +123,11 @@ class PrioritizedSampler(PrioritySampling, PriorityUpdates):
 
     # ------------------------------------------------------------------ the sampler interface
     def draw(self, k: int, replace: bool, pool: Optional[np.ndarray] = None
-             ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """``k`` slots drawn by priority (see the class docstring) and their IS weights; one sample."""
+             ) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+        """``k`` slots drawn by priority (see the class docstring), their items' indices (remembered:
+        :meth:`update_priority` with exactly these indices skips the index -> slot lookups) and their
+        IS weights; one sample."""
+        s = self._s
         slots = self._draw(k, replace) if pool is None else self._draw_pool(pool, k, replace)
         w = None
         if self.IS_weight:
@@ -132,29 +135,44 @@ class PrioritizedSampler(PrioritySampling, PriorityUpdates):
             self._wargs = (mn, b)
             w = self._weights_at(slots, mn, b)
         self.sample_count += 1
-        self._last = (None, slots, self._s.version, not replace, None)
-        return slots, w
+        ids = s.slot_id.take(slots).tolist()
+        self._last = (list(ids), slots, s.version, not replace, None)  # a copy: the caller may change its list
+        return slots, ids, w
 
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """The IS weights of these slots now (``sample(indices=...)``), or None without ``is_weight``."""
         return self._weights(slots) if self.IS_weight else None
 
-    def annotate(self, items: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
-        """One pass over the items just drawn at ``slots``: ``meta["priority_IS"]`` (unless ``weights``
-        is None) and any ``meta["priority"]`` still to be written."""
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+        """The stored items of the slots just drawn (the storage's sample list), their lazily kept
+        ``meta["priority"]`` written, and ``meta["priority_IS"]`` from ``weights`` when ``meta_weights``.
+        With the compiled kernels one pass takes the items and writes their meta."""
+        s = self._s
+        w = weights if meta_weights else None
+        if replace or len(s.syncers) != 1:  # repeats are copied, other listeners sync their meta: the storage
+            res = s.result(slots, True, replace)
+            if w is not None:
+                for it, x in zip(res, w.tolist()):
+                    it.meta["priority_IS"] = x
+            return res
         ext = self._ext
         if ext is not None:
-            tree = self._tree
-            if weights is not None:  # rewrites the same weights (same leaves, min and beta) into meta
+            res = _Sampled()
+            if w is not None:  # rewrites the same weights (same leaves, min and beta) into meta
                 mn, b = self._wargs
-                ext.take_items(None, slots, items, None, tree._leaf, mn, b, weights, self._stale, self._raw)
+                ext.take_items(s.items, slots, res, None, self._tree._leaf, mn, b, w, self._stale, self._raw)
             else:
-                ext.take_items(None, slots, items, None, tree._leaf, 1.0, 0.0, None, self._stale, self._raw)
+                ext.take_items(s.items, slots, res, None, self._tree._leaf, 1.0, 0.0, None, self._stale, self._raw)
+            # ref (the items sample_batch checks a chain's result against) only when a batch is built
+            res.slots, res.ref, res.pushes, res.version, res.columns = (slots, () if meta_weights else tuple(res),
+                                                                        s.pushes, s.version, None)
         else:
-            self._write_meta(items, slots, weights)
+            res = s.result(slots, False, False)
+            self._write_meta(res, slots, w)
         last = self._last
-        if last is not None and last[1] is slots and last[3]:
-            self._last = (None, slots, last[2], True, items)  # distinct stored items: update writes their meta
+        if last is not None and last[1] is slots:
+            self._last = (last[0], slots, last[2], True, res)  # distinct stored items: an update writes their meta
+        return res
 
     def _write_meta(self, res: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
         stale = self._stale.take(slots)

@@ -41,17 +41,19 @@ class Sampler(Protocol):
         """Bind to ``storage`` (once; attaching again to the same storage does nothing)."""
 
     def draw(self, k: int, replace: bool, pool: Optional[np.ndarray] = None
-             ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """``k`` slots (``1 <= k``; distinct unless ``replace``, and then ``k <= `` the pool's size) from
-        the occupied slots, or from ``pool`` (an array of occupied slots), with their float32
-        importance-sampling weights (None: all weigh 1). Counts as one sample (annealing)."""
+             ) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+        """``(slots, ids, weights)``: ``k`` slots (``1 <= k``; distinct unless ``replace``, and then ``k <=``
+        the pool's size) from the occupied slots, or from ``pool`` (an array of occupied slots); the
+        indices of their items as a list, or None (the buffer reads them from the storage when it
+        needs them); their float32 importance-sampling weights, or None (all weigh 1). One sample."""
 
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """IS weights of these occupied slots without drawing (``sample(indices=...)``), or None."""
 
-    def annotate(self, items: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
-        """Called with the stored items of the slots :meth:`draw` just returned: write per-item meta
-        (``meta["priority_IS"]`` from ``weights`` unless None; lazily kept meta)."""
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> List[Any]:
+        """The stored items of the slots :meth:`draw` just returned, as the storage's sample list
+        (``storage.result(slots, True, replace)``), their meta up to date; ``meta["priority_IS"]`` from
+        ``weights`` too when ``meta_weights``."""
 
     def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
         """New priorities for the items ``indices``; one bool per index: was it stored."""
@@ -81,19 +83,20 @@ class UniformSampler:
         _bind(self, storage)
 
     def draw(self, k: int, replace: bool, pool: Optional[np.ndarray] = None
-             ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """``k`` uniformly drawn slots of ``pool`` (default: every occupied slot); no weights."""
+             ) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+        """``k`` uniformly drawn slots of ``pool`` (default: every occupied slot); no ids, no weights."""
         s = self.storage
         if pool is None:
-            return s.dense[s.draw(s.count, k, replace)], None
-        return pool[s.draw(len(pool), k, replace)], None
+            return s.dense[s.draw(s.count, k, replace)], None, None
+        return pool[s.draw(len(pool), k, replace)], None, None
 
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """None: uniform samples weigh 1."""
         return None
 
-    def annotate(self, items: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
-        """Nothing to write."""
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> List[Any]:
+        """The storage's sample list of ``slots`` (no weights to write)."""
+        return self.storage.result(slots, True, replace)
 
     def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
         """Always raises: a uniform sampler has no priorities."""
