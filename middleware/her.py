@@ -13,10 +13,13 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import numpy as np
 
 from contexts import OnlineRLContext
+from pipeline import task
+from pipeline.policy.common import collate_transitions, to_tree
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.protocols import EpisodeRelabeler
 from pipeline.runtime.roles import Role, for_roles
 
+from .functional.evaluator import evaluate_episodes
 from .learner import TrainRounds
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
@@ -66,7 +69,6 @@ def her_data_enhancer(
     rng = np.random.default_rng(seed)
 
     def _sample(ctx: OnlineRLContext) -> Any:
-        from pipeline.policy.common import collate_transitions, to_tree
 
         if buffer_.count() < n_ep:
             return None
@@ -143,7 +145,6 @@ class HERLearner(TrainRounds):
 def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
-    from .functional.evaluator import evaluate_episodes
 
     return _success_rate(*evaluate_episodes(policy, env, n_episode))
 
@@ -173,9 +174,7 @@ def goal_success_evaluator(
     ``ctx.eval_output`` (``episode_return``, ``episode_length`` arrays and ``success_rate``) and
     sets ``task.finish`` once the rate reaches ``stop_success`` after some training. Role: EVALUATOR.
     """
-    from pipeline import task
 
-    from .functional.evaluator import evaluate_episodes
 
     if n_episode < 1 or eval_freq < 1:
         raise ValueError(f"n_episode and eval_freq must be >= 1, got {n_episode}, {eval_freq}")
