@@ -19,7 +19,7 @@ from pipeline.runtime.contracts import buffered
 from pipeline.runtime.protocols import EpisodeRelabeler
 from pipeline.runtime.roles import Role, for_roles
 
-from .functional.evaluator import evaluate_episodes
+from .functional import evaluator
 from .learner import TrainRounds
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
@@ -145,8 +145,7 @@ class HERLearner(TrainRounds):
 def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
-
-    return _success_rate(*evaluate_episodes(policy, env, n_episode))
+    return _success_rate(*evaluator.evaluate_episodes(policy, env, n_episode))
 
 
 def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
@@ -182,7 +181,7 @@ def goal_success_evaluator(
     def _evaluate(ctx: OnlineRLContext) -> None:
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
-        returns, lengths = evaluate_episodes(policy, env, n_episode)
+        returns, lengths = evaluator.evaluate_episodes(policy, env, n_episode)
         rate = _success_rate(returns, lengths)
         ctx.eval_value = rate
         ctx.last_eval_value = rate

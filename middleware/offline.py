@@ -52,7 +52,6 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     ``task.finish`` once ``ctx.train_epoch`` reaches it (the step still runs to its end).
     Role: LEARNER.
     """
-
     batch_size = int(cfg['policy']['learn']['batch_size'])
     if batch_size < 1:
         raise ValueError(f'offline_data_fetcher: policy.learn.batch_size must be >= 1, got {batch_size}')
@@ -97,7 +96,6 @@ def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, st
     after every evaluation it writes ``eval/episode_return`` and prints the mean return.
     ``fn.close()`` closes the TensorBoard writer.
     """
-
     state: Dict[str, Any] = {'writer': None, 'tb_failed': log_dir is None, 'acc': {}, 'n': 0, 'last_eval': None}
 
     def writer() -> Any:

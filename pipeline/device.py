@@ -178,7 +178,6 @@ def module_device(module: Any) -> 'torch.device':
 def place_module(module: Any, device: 'torch.device') -> Any:
     """``module.to(device)`` when one of its parameters or buffers is elsewhere (nothing is touched when all
     are there already); returns the module."""
-
     if any(t.device != device for t in itertools.chain(module.parameters(), module.buffers())):
         module.to(device)
     return module
@@ -265,7 +264,6 @@ def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None)
 def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor replaced by a detached copy on the CPU (a snapshot that later updates on
     any device do not change)."""
-
     def copy_(t: Any) -> Any:
         return t.detach().clone() if t.device.type == 'cpu' else t.detach().cpu()
 
@@ -275,7 +273,6 @@ def host_copy(obj: Any) -> Any:
 def to_host(obj: Any) -> Any:
     """``obj`` with every tensor that is not on the CPU copied to the CPU (detached); CPU tensors and
     everything else are kept as they are (the same object when nothing had to move)."""
-
     def move(t: Any) -> Any:
         return t if t.device.type == 'cpu' else t.detach().cpu()
 

@@ -199,7 +199,6 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
         a regular batch file inside ``storage``: a message never makes the learner open or delete anything
         else."""
-
         path = self._storage_file(ref)
         data = None
         if path is not None:

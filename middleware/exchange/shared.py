@@ -225,7 +225,6 @@ class Waiter:
 def pack_rows(rows: List[Any]) -> Any:
     """A list of same-keyed dicts -> columns (numpy rows of one shape/dtype stacked): fewer, larger wire
     items. Anything else is sent as is."""
-
     if not rows or not isinstance(rows[0], dict):
         return rows
     keys = list(rows[0].keys())

@@ -156,7 +156,6 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     ``cfg.env.stop_value`` after some training (``ctx.train_iter > 0``). ``fn.env_steps`` counts the
     env steps of all evaluations so far. Role: EVALUATOR.
     """
-
     eval_freq = int(cfg['policy']['eval']['evaluator']['eval_freq'])
     if isinstance(max_episode_return, str):
         if max_episode_return != 'auto':

@@ -16,7 +16,6 @@ __all__ = ['make_gym_env', 'GymEnvFn']
 
 def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
     """The rlpipe extra to install when ``gymnasium.make(env_id)`` failed for want of a package."""
-
     text = f'{env_id} {err}'.lower()
     if isinstance(err, gym.error.DependencyNotInstalled):
         if 'mujoco' in text:
@@ -44,7 +43,6 @@ def _register_ale() -> bool:
 def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
-
     try:
         try:
             env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)

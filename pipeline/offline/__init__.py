@@ -30,7 +30,6 @@ def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished:
     """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
     or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
     directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""
-
     if not isinstance(columns_or_path, (str, os.PathLike)):
         return OfflineDataset(columns_or_path)
     path = os.fspath(columns_or_path)

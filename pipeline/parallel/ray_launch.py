@@ -134,7 +134,6 @@ class NodeActor:
             workdir: Optional[str] = None, control: Any = None) -> Any:
         """Configure the router from the spec and call the entry script's main; returns what it returns.
         ``control``: a :class:`JobControl` actor; when the driver ends the job through it, the node finishes."""
-
         os.environ[NODE_ENV] = spec_json
         os.environ[RESTARTS_ENV] = str(restarts)
         package = os.path.abspath(package)

@@ -139,7 +139,6 @@ def exit_now(code: int) -> None:
     """End the node process with ``code`` right after its main: run the ``atexit`` handlers and flush the
     output, then skip the interpreter's teardown (freeing torch and every module takes seconds when several
     nodes end at once on a busy machine; nothing of it is needed once the handlers have run)."""
-
     try:
         atexit._run_exitfuncs()
     finally:
