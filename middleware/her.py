@@ -14,7 +14,6 @@ import numpy as np
 
 from contexts import OnlineRLContext
 from pipeline import task
-from pipeline.policy.common import collate_transitions, to_tree
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.protocols import EpisodeRelabeler
 from pipeline.runtime.roles import Role, for_roles
@@ -69,6 +68,7 @@ def her_data_enhancer(
     rng = np.random.default_rng(seed)
 
     def _sample(ctx: OnlineRLContext) -> Any:
+        from pipeline.policy.common import collate_transitions, to_tree  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
             return None

@@ -20,7 +20,6 @@ import sys
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TextIO
 
 import numpy as np
-import torch
 
 from contexts import OfflineRLContext
 from middleware.functional.logger import scalar_means
@@ -62,9 +61,10 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     if per_epoch < 1:
         raise ValueError(f'offline_data_fetcher: the dataset has {len(dataset)} rows, fewer than one minibatch of '
                          f'{batch_size} with drop_last=True')
+    import torch  # lazy: `import middleware` loads no torch
+
     rng = np.random.default_rng(int(cfg.get('seed', 0)) if seed is None else seed)
     state: Dict[str, Any] = {'it': None, 'served': 0}
-
 
     def _fetch(ctx: OfflineRLContext) -> None:
         it: Optional[Iterator] = state['it']

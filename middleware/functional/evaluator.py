@@ -5,7 +5,6 @@ import logging
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
-import gymnasium as gym
 import numpy as np
 
 from contexts import RLContext
@@ -53,6 +52,7 @@ def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -
     if per_step == 0.0:
         return 0.0
     if max_episode_steps is None:
+        import gymnasium as gym  # lazy: `import middleware` loads no gymnasium
         max_episode_steps = gym.spec(env_id).max_episode_steps
     return float(max_episode_steps) * per_step if max_episode_steps else None
 
