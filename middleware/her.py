@@ -110,7 +110,7 @@ class HERLearner(TrainRounds):
     """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
 
     Each round runs :func:`her_data_enhancer` (a fresh relabelled batch) then the trainer
-    (``policy.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
+    (``learner.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
     episodes. Reads ``ctx.env_step``, ``ctx.train_iter``. Writes ``ctx.train_data`` (the last
     batch), ``ctx.train_output`` (the list of every round's :class:`~pipeline.data.records.TrainOutput`,
     empty when nothing was trained) and advances ``ctx.train_iter`` by the rounds run. Role: LEARNER (on
@@ -118,7 +118,8 @@ class HERLearner(TrainRounds):
 
     Args:
         cfg: the full config.
-        policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
+        learner: what trains (``policy.learn_mode``, a :class:`~pipeline.learner.Learner`): anything with
+            ``update(batch=..., timesteps=...)``.
         buffer_: a buffer of whole episodes.
         her_reward_model: e.g. :class:`pipeline.reward_model.HerRewardModel`.
         reward_model: optional extra reward model applied after relabelling (``estimate(batch)``,
@@ -130,14 +131,14 @@ class HERLearner(TrainRounds):
     def __init__(
         self,
         cfg: Mapping,
-        policy: Any,
+        learner: Any,
         buffer_: Any,
         her_reward_model: Any,
         reward_model: Optional[Any] = None,
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
-        super().__init__(cfg, policy, her_data_enhancer(cfg, buffer_, her_reward_model).source, reward_model,
+        super().__init__(cfg, learner, her_data_enhancer(cfg, buffer_, her_reward_model).source, reward_model,
                          log_freq, train_reward_model)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
