@@ -13,10 +13,12 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import numpy as np
 
 from contexts import OnlineRLContext
+from pipeline import task
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.protocols import EpisodeRelabeler
 from pipeline.runtime.roles import Role, for_roles
 
+from .functional import evaluator
 from .learner import TrainRounds
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
@@ -66,7 +68,7 @@ def her_data_enhancer(
     rng = np.random.default_rng(seed)
 
     def _sample(ctx: OnlineRLContext) -> Any:
-        from pipeline.policy.common import collate_transitions, to_tree
+        from pipeline.policy.common import collate_transitions, to_tree  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
             return None
@@ -108,7 +110,7 @@ class HERLearner(TrainRounds):
     """``cfg.policy.learn.update_per_collect`` rounds of HER enhance -> train.
 
     Each round runs :func:`her_data_enhancer` (a fresh relabelled batch) then the trainer
-    (``policy.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
+    (``learner.update(batch=ctx.train_data, ...)``); rounds stop early when the buffer holds too few
     episodes. Reads ``ctx.env_step``, ``ctx.train_iter``. Writes ``ctx.train_data`` (the last
     batch), ``ctx.train_output`` (the list of every round's :class:`~pipeline.data.records.TrainOutput`,
     empty when nothing was trained) and advances ``ctx.train_iter`` by the rounds run. Role: LEARNER (on
@@ -116,7 +118,8 @@ class HERLearner(TrainRounds):
 
     Args:
         cfg: the full config.
-        policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
+        learner: what trains (``policy.learn_mode``, a :class:`~pipeline.learner.Learner`): anything with
+            ``update(batch=..., timesteps=...)``.
         buffer_: a buffer of whole episodes.
         her_reward_model: e.g. :class:`pipeline.reward_model.HerRewardModel`.
         reward_model: optional extra reward model applied after relabelling (``estimate(batch)``,
@@ -128,14 +131,14 @@ class HERLearner(TrainRounds):
     def __init__(
         self,
         cfg: Mapping,
-        policy: Any,
+        learner: Any,
         buffer_: Any,
         her_reward_model: Any,
         reward_model: Optional[Any] = None,
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
-        super().__init__(cfg, policy, her_data_enhancer(cfg, buffer_, her_reward_model).source, reward_model,
+        super().__init__(cfg, learner, her_data_enhancer(cfg, buffer_, her_reward_model).source, reward_model,
                          log_freq, train_reward_model)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
@@ -143,9 +146,7 @@ class HERLearner(TrainRounds):
 def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
-    from .functional.evaluator import evaluate_episodes
-
-    return _success_rate(*evaluate_episodes(policy, env, n_episode))
+    return _success_rate(*evaluator.evaluate_episodes(policy, env, n_episode))
 
 
 def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
@@ -173,9 +174,7 @@ def goal_success_evaluator(
     ``ctx.eval_output`` (``episode_return``, ``episode_length`` arrays and ``success_rate``) and
     sets ``task.finish`` once the rate reaches ``stop_success`` after some training. Role: EVALUATOR.
     """
-    from pipeline import task
 
-    from .functional.evaluator import evaluate_episodes
 
     if n_episode < 1 or eval_freq < 1:
         raise ValueError(f"n_episode and eval_freq must be >= 1, got {n_episode}, {eval_freq}")
@@ -183,7 +182,7 @@ def goal_success_evaluator(
     def _evaluate(ctx: OnlineRLContext) -> None:
         if ctx.last_eval_iter >= 0 and ctx.train_iter - ctx.last_eval_iter < eval_freq:
             return
-        returns, lengths = evaluate_episodes(policy, env, n_episode)
+        returns, lengths = evaluator.evaluate_episodes(policy, env, n_episode)
         rate = _success_rate(returns, lengths)
         ctx.eval_value = rate
         ctx.last_eval_value = rate

@@ -34,7 +34,7 @@ class TrainRounds:
     round's output (empty when nothing was trained).
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, source: BatchSource, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: Any, source: BatchSource, reward_model: Optional[Any] = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[TrainBatch], TrainBatch]] = None) -> None:
         if not callable(getattr(source, 'next', None)):
@@ -46,7 +46,7 @@ class TrainRounds:
         self.update_per_collect = int(cfg['policy']['learn']['update_per_collect'])
         if self.update_per_collect < 1:
             raise ValueError(f'policy.learn.update_per_collect must be >= 1, got {self.update_per_collect}')
-        self._trainer = trainer(cfg, policy, log_freq=log_freq)
+        self._trainer = trainer(cfg, learner, log_freq=log_freq)
         self.reward_model = reward_model
         self._reward_step = (reward_step(reward_model, train=train_reward_model)
                              if reward_model is not None else None)
@@ -92,7 +92,8 @@ class OffPolicyLearner(TrainRounds):
 
     Args:
         cfg: the full config.
-        policy: the learner (``policy.learn_mode``), anything with ``update(batch=..., timesteps=...)``.
+        learner: what trains (``policy.learn_mode``, a :class:`~pipeline.learner.Learner`): anything with
+            ``update(batch=..., timesteps=...)``.
         buffer_: a buffer, a list of ``(buffer, weight)`` pairs or a dict of buffers.
         reward_model: optional, with ``estimate(batch)`` and (optionally) ``train(batch)``, e.g.
             :class:`pipeline.reward_model.RndRewardModel`; like ``middleware.reward.reward_estimator``.
@@ -105,9 +106,9 @@ class OffPolicyLearner(TrainRounds):
     Role: LEARNER.
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, buffer_: Any, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: Any, buffer_: Any, reward_model: Optional[Any] = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
-        super().__init__(cfg, policy, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,
+        super().__init__(cfg, learner, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,
                          batch_transform)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)

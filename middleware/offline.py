@@ -19,7 +19,11 @@ import logging
 import sys
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TextIO
 
+import numpy as np
+
 from contexts import OfflineRLContext
+from middleware.functional.logger import scalar_means
+from pipeline import task
 from pipeline.runtime.roles import Role, for_all_roles, for_roles
 
 log = logging.getLogger(__name__)
@@ -47,8 +51,6 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     ``task.finish`` once ``ctx.train_epoch`` reaches it (the step still runs to its end).
     Role: LEARNER.
     """
-    import numpy as np
-
     batch_size = int(cfg['policy']['learn']['batch_size'])
     if batch_size < 1:
         raise ValueError(f'offline_data_fetcher: policy.learn.batch_size must be >= 1, got {batch_size}')
@@ -59,10 +61,10 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     if per_epoch < 1:
         raise ValueError(f'offline_data_fetcher: the dataset has {len(dataset)} rows, fewer than one minibatch of '
                          f'{batch_size} with drop_last=True')
+    import torch  # lazy: `import middleware` loads no torch
+
     rng = np.random.default_rng(int(cfg.get('seed', 0)) if seed is None else seed)
     state: Dict[str, Any] = {'it': None, 'served': 0}
-
-    import torch
 
     def _fetch(ctx: OfflineRLContext) -> None:
         it: Optional[Iterator] = state['it']
@@ -75,7 +77,6 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
         if state['served'] == per_epoch:
             ctx.train_epoch += 1
             if max_epoch is not None and ctx.train_epoch >= max_epoch:
-                from pipeline import task
                 task.finish = True
 
     _fetch.minibatches_per_epoch = per_epoch
@@ -95,14 +96,12 @@ def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, st
     after every evaluation it writes ``eval/episode_return`` and prints the mean return.
     ``fn.close()`` closes the TensorBoard writer.
     """
-    from middleware.functional.logger import scalar_means
-
     state: Dict[str, Any] = {'writer': None, 'tb_failed': log_dir is None, 'acc': {}, 'n': 0, 'last_eval': None}
 
     def writer() -> Any:
         if state['writer'] is None and not state['tb_failed']:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # optional extra: log (tensorboard)
                 state['writer'] = SummaryWriter(log_dir)
             except Exception as e:  # noqa: BLE001 - ImportError without tensorboard
                 state['tb_failed'] = True

@@ -20,6 +20,8 @@ for the config check that runs before torch loads.
 """
 from __future__ import annotations
 
+import copy
+import itertools
 import json
 import os
 import sys
@@ -57,7 +59,7 @@ def device_spec_problem(value: Any) -> Optional[str]:
 def _cuda_problem(spec: str, what: str = 'device') -> Optional[str]:
     """Why ``spec`` (``'cuda'`` or ``'cuda:N'``) cannot be used on this machine, or None (``what`` names the
     setting in the message)."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     if torch.version.cuda is None or not torch.cuda.is_available():
         why = (f'this torch ({torch.__version__}) is built without CUDA' if torch.version.cuda is None
@@ -101,7 +103,7 @@ def resolve_device(spec: DeviceLike = 'auto', what: str = 'device') -> 'torch.de
     name of another torch device type (e.g. ``'meta'`` in tests), is taken as it is. Raises
     :class:`DeviceError` (one line) for a misspelt setting or a CUDA device the machine does not have
     (``what`` names the setting in it)."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     if isinstance(spec, torch.device):
         if spec.type == 'cuda':
@@ -131,7 +133,7 @@ def resolve_device(spec: DeviceLike = 'auto', what: str = 'device') -> 'torch.de
 def _with_index(dev: 'torch.device') -> 'torch.device':
     """``cuda`` as the current CUDA device with its index (``cuda:0``), so that devices compare equal to a
     tensor's ``.device``; other devices unchanged."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     if dev.type == 'cuda' and dev.index is None:
         return torch.device('cuda', torch.cuda.current_device())
@@ -164,7 +166,7 @@ def policy_device(section: Mapping, device: DeviceLike = None) -> 'torch.device'
 
 def module_device(module: Any) -> 'torch.device':
     """The device of a module's first parameter (or buffer); the CPU for a module without tensors."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     for t in module.parameters():
         return t.device
@@ -176,8 +178,6 @@ def module_device(module: Any) -> 'torch.device':
 def place_module(module: Any, device: 'torch.device') -> Any:
     """``module.to(device)`` when one of its parameters or buffers is elsewhere (nothing is touched when all
     are there already); returns the module."""
-    import itertools
-
     if any(t.device != device for t in itertools.chain(module.parameters(), module.buffers())):
         module.to(device)
     return module
@@ -186,7 +186,7 @@ def place_module(module: Any, device: 'torch.device') -> Any:
 def obs_tensor(obs: Any, device: 'torch.device', dtype: Optional['torch.dtype'] = None) -> 'torch.Tensor':
     """Observations (a numpy array from the envs, or a tensor) as one tensor on ``device``: a single
     conversion (and, off the CPU, a single host-to-device copy) per step."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     return torch.as_tensor(obs, dtype=dtype, device=device)
 
@@ -199,7 +199,7 @@ def _is_tree(x: Any) -> bool:
 def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
     """``obj`` with every tensor ``t`` replaced by ``fn(t)`` (``memo``: one call per tensor object); the same
     object when nothing changed (containers are copied only where a leaf changed)."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     if isinstance(obj, torch.Tensor):
         key = id(obj)
@@ -217,7 +217,6 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
         if type(obj) is dict:
             out = dict(obj)
         else:
-            import copy
 
             try:
                 out = copy.copy(obj)  # keeps the type (and an OrderedDict's _metadata)
@@ -234,7 +233,7 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
             return items
         return type(obj)(*items) if hasattr(obj, '_fields') else type(obj)(items)
     if _is_tree(obj):
-        import treevalue
+        import treevalue  # lazy: this module is on the --help path
 
         return treevalue.mapping(obj, lambda v: _map_tensors(v, fn, memo))
     return obj
@@ -245,7 +244,7 @@ def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None)
     ``device``, each moved once (a tensor reached twice is moved once). Towards a CUDA device, CPU tensors
     go through pinned memory with ``non_blocking=True`` (``non_blocking``: force it on or off). Tensors
     already there, and everything that is not a tensor, are kept as they are."""
-    import torch
+    import torch  # lazy: this module is on the --help path
 
     dev = resolve_device(device)
     cuda = dev.type == 'cuda'
@@ -265,7 +264,6 @@ def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None)
 def host_copy(obj: Any) -> Any:
     """``obj`` with every tensor replaced by a detached copy on the CPU (a snapshot that later updates on
     any device do not change)."""
-
     def copy_(t: Any) -> Any:
         return t.detach().clone() if t.device.type == 'cpu' else t.detach().cpu()
 
@@ -275,7 +273,6 @@ def host_copy(obj: Any) -> Any:
 def to_host(obj: Any) -> Any:
     """``obj`` with every tensor that is not on the CPU copied to the CPU (detached); CPU tensors and
     everything else are kept as they are (the same object when nothing had to move)."""
-
     def move(t: Any) -> Any:
         return t if t.device.type == 'cpu' else t.detach().cpu()
 

@@ -31,6 +31,7 @@ are known there), place them first in the chain::
 Every wait is bounded (``wait_timeout``), polls ``task.finish`` and is released by the loss of the peers it
 waits for, with a log line saying what was waited for and why it ended.
 """
+from . import context_collector, context_evaluator, context_learner  # noqa: F401  (each registers its side)
 from .context import ContextExchanger
 from .model import ModelExchanger, PeriodicalModelExchanger
 from .rollout import RolloutExchanger

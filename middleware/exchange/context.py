@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Dict, Generator, List, Optional, Set
+from typing import Any, ClassVar, Dict, Generator, List, Optional, Set
 
 from contexts import OnlineRLContext
 from pipeline.runtime.contracts import Fields
+from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
 
 from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, Newest, POLL, PeerTable, Waiter, current_task, exchanger_roles,
-                     inactive_void, log, restarts_expected)
+                     inactive_void, log)
 
 
 class ContextExchanger:
@@ -90,6 +91,15 @@ class ContextExchanger:
     """
 
     role_name = 'other'
+
+    #: role -> the subclass that plays it; each side registers itself with ``class ...(ContextExchanger,
+    #: side=Role.X)`` when its module is imported (the package ``middleware.exchange`` imports all three)
+    sides: ClassVar[Dict[Role, type]] = {}
+
+    def __init_subclass__(cls, side: Optional[Role] = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if side is not None:
+            ContextExchanger.sides[side] = cls
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         void = inactive_void('ContextExchanger')
@@ -298,14 +308,8 @@ class ContextExchanger:
 
 
 def _side_for(roles: Any) -> type:
-    """The ``ContextExchanger`` subclass for a node with ``roles``."""
-    if Role.LEARNER in roles:
-        from .context_learner import LearnerContextExchanger
-        return LearnerContextExchanger
-    if Role.COLLECTOR in roles:
-        from .context_collector import CollectorContextExchanger
-        return CollectorContextExchanger
-    if Role.EVALUATOR in roles:
-        from .context_evaluator import EvaluatorContextExchanger
-        return EvaluatorContextExchanger
+    """The ``ContextExchanger`` subclass for a node with ``roles`` (learner before collector before evaluator)."""
+    for role in (Role.LEARNER, Role.COLLECTOR, Role.EVALUATOR):
+        if role in roles and role in ContextExchanger.sides:
+            return ContextExchanger.sides[role]
     return ContextExchanger

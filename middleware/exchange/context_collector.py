@@ -8,12 +8,15 @@ from collections import deque
 from typing import Any, Deque, Dict, Generator, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
+from pipeline.parallel import codec
+from pipeline.runtime.node import restarts_expected
+from pipeline.runtime.roles import Role
 
 from .context import ContextExchanger
-from .shared import EV_DATA, current_task, log, pack_rows, restarts_expected
+from .shared import EV_DATA, current_task, log, pack_rows
 
 
-class CollectorContextExchanger(ContextExchanger):
+class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
     """``ContextExchanger`` on a node with the collector role (see ``ContextExchanger`` for what it does)."""
 
     role_name = 'collector'
@@ -146,7 +149,6 @@ class CollectorContextExchanger(ContextExchanger):
                           'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
     def _write_file(self, batch: Dict[str, Any], seq: int) -> str:
-        from pipeline.parallel import codec
 
         name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
         path = os.path.join(self.storage, name)

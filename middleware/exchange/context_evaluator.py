@@ -4,12 +4,14 @@ from __future__ import annotations
 from typing import Any, Generator, Optional, Set
 
 from contexts import OnlineRLContext
+from pipeline.runtime.node import restarts_expected
+from pipeline.runtime.roles import Role
 
 from .context import ContextExchanger
-from .shared import current_task, restarts_expected
+from .shared import current_task
 
 
-class EvaluatorContextExchanger(ContextExchanger):
+class EvaluatorContextExchanger(ContextExchanger, side=Role.EVALUATOR):
     """``ContextExchanger`` on a node with the evaluator role and no learner role (see ``ContextExchanger``)."""
 
     role_name = 'evaluator'

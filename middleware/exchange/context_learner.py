@@ -10,14 +10,17 @@ from collections import deque
 from typing import Any, Deque, Dict, Generator, List, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
+from pipeline.parallel import codec
+from pipeline.runtime.node import restarts_expected
+from pipeline.runtime.roles import Role
 
 from .context import ContextExchanger
-from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, restarts_expected, unpack_rows
+from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
 
 STORAGE_FILE = re.compile(r'ctx-\d+-\d+-\d+\.rlp')  # the names collectors give their batch files
 
 
-class LearnerContextExchanger(ContextExchanger):
+class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
     """``ContextExchanger`` on a node with the learner role (see ``ContextExchanger`` for what it does)."""
 
     role_name = 'learner'
@@ -196,8 +199,6 @@ class LearnerContextExchanger(ContextExchanger):
         """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
         a regular batch file inside ``storage``: a message never makes the learner open or delete anything
         else."""
-        from pipeline.parallel import codec
-
         path = self._storage_file(ref)
         data = None
         if path is not None:

@@ -7,7 +7,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from pipeline.runtime.node import restarts_expected  # noqa: F401  (the exchangers' import)
+import numpy as np
+
+from pipeline import task
 from pipeline.runtime.roles import Role
 
 log = logging.getLogger('middleware.distributor')
@@ -23,7 +25,6 @@ POLL = 0.05
 
 
 def current_task() -> Any:
-    from pipeline import task
     return task
 
 
@@ -224,8 +225,6 @@ class Waiter:
 def pack_rows(rows: List[Any]) -> Any:
     """A list of same-keyed dicts -> columns (numpy rows of one shape/dtype stacked): fewer, larger wire
     items. Anything else is sent as is."""
-    import numpy as np
-
     if not rows or not isinstance(rows[0], dict):
         return rows
     keys = list(rows[0].keys())

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 import numpy as np
 
 from contexts import RLContext
+from pipeline import task
 from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult', 'episode_return_bound',
@@ -51,7 +52,7 @@ def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -
     if per_step == 0.0:
         return 0.0
     if max_episode_steps is None:
-        import gymnasium as gym
+        import gymnasium as gym  # lazy: `import middleware` loads no gymnasium
         max_episode_steps = gym.spec(env_id).max_episode_steps
     return float(max_episode_steps) * per_step if max_episode_steps else None
 
@@ -155,8 +156,6 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     ``cfg.env.stop_value`` after some training (``ctx.train_iter > 0``). ``fn.env_steps`` counts the
     env steps of all evaluations so far. Role: EVALUATOR.
     """
-    from pipeline import task
-
     eval_freq = int(cfg['policy']['eval']['evaluator']['eval_freq'])
     if isinstance(max_episode_return, str):
         if max_episode_return != 'auto':

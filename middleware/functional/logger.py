@@ -9,6 +9,8 @@ import time
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, Optional
 
+from tqdm import tqdm
+
 from contexts import RLContext
 from pipeline.runtime.node import node_is_quiet, node_label
 from pipeline.runtime.roles import for_all_roles
@@ -97,7 +99,6 @@ class ProgressDisplay:
             use_tqdm = tty and not label  # several nodes on one terminal: labelled lines, not bars
         if use_tqdm:
             try:
-                from tqdm import tqdm
                 self._bar = tqdm(total=total, unit=' env steps', unit_scale=True, desc=label or 'train',
                                  file=stream, dynamic_ncols=True, leave=True, mininterval=0.5,
                                  bar_format=_BAR_RUNNING if total else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from contexts import RLContext
+from pipeline import task
 from pipeline.runtime.roles import for_all_roles
 
 __all__ = ['termination_checker']
@@ -20,7 +21,6 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
     for name, v in (('max_env_step', max_env_step), ('max_train_iter', max_train_iter)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
             raise ValueError(f'termination_checker: {name} must be an int >= 0 or None, got {v!r}')
-    from pipeline import task
 
     def _check(ctx: RLContext) -> None:
         if max_env_step is not None and ctx.env_step >= max_env_step:

@@ -21,6 +21,8 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
+from .gym_make import make_gym_env
+
 __all__ = ['make_atari_env', 'AtariEnvFn', 'EpisodicLifeEnv', 'envpool_atari_task', 'envpool_atari_kwargs',
            'ATARI_MISSING']
 
@@ -73,7 +75,6 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
         import ale_py  # noqa: F401
     except ImportError as e:
         raise ImportError(ATARI_MISSING) from e
-    from .gym_make import make_gym_env
 
     if env_id.startswith('ALE/'):
         kwargs.setdefault('frameskip', 1)

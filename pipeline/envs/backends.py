@@ -4,7 +4,11 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from .backend_protocol import EnvBackend
+from .envpool_backend import EnvPoolBackend
 from .gym_make import GymEnvFn, make_gym_env
+from .hybrid_backend import HybridBackend
+from .subprocess_backend import SubprocessBackend, default_workers
+from .sync_backend import SyncBackend
 
 __all__ = ['BACKENDS', 'make_backend', 'env_fns', 'check_backend_args']
 
@@ -45,19 +49,14 @@ def make_backend(env: Any, env_num: int, backend: str, seed: Optional[int], max_
                  env_kwargs: Dict[str, Any], step_timeout: Optional[float], start_method: Optional[str],
                  workers: Optional[int], local_envs: int) -> EnvBackend:
     """The backend ``backend`` over ``env_num`` copies of ``env`` (see :class:`pipeline.envs.EnvManager` for
-    the arguments); backend modules are imported only when chosen."""
+    the arguments)."""
     if backend == 'envpool':
-        from .envpool_backend import EnvPoolBackend
         return EnvPoolBackend(env, env_num, seed, env_kwargs, max_episode_steps)
     fns = env_fns(env, env_num, max_episode_steps, env_kwargs)
     if backend == 'subprocess' and local_envs:
-        from .hybrid_backend import HybridBackend
-        from .subprocess_backend import default_workers
         if workers is None:  # one process per core, this one included
             workers = max(1, default_workers(env_num - local_envs + 1) - 1)
         return HybridBackend(fns, local_envs, step_timeout=step_timeout, start_method=start_method, workers=workers)
     if backend == 'subprocess':
-        from .subprocess_backend import SubprocessBackend
         return SubprocessBackend(fns, step_timeout=step_timeout, start_method=start_method, workers=workers)
-    from .sync_backend import SyncBackend
     return SyncBackend(fns)

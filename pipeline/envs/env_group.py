@@ -17,6 +17,7 @@ parent reads it to name the env (a dead or stuck process cannot say so itself).
 """
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import mmap
 import os
@@ -137,7 +138,6 @@ def die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
     ``forkserver`` parent) and ends the process once it has been re-parented."""
     if pdeathsig and sys.platform.startswith('linux'):
         try:
-            import ctypes
             libc = ctypes.CDLL(None, use_errno=True)
             PR_SET_PDEATHSIG = 1
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

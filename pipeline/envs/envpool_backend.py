@@ -35,6 +35,7 @@ base seed itself; a ``reset(seed=...)`` rebuilds the pool (so the same seed give
 """
 from __future__ import annotations
 
+import difflib
 from collections import deque
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -54,7 +55,7 @@ ENVPOOL_MISSING = ("backend='envpool' needs the envpool package, which is not in
 
 def import_envpool() -> Any:
     try:
-        import envpool
+        import envpool  # optional extra: envpool
     except ImportError as e:
         raise ImportError(ENVPOOL_MISSING) from e
     return envpool
@@ -104,7 +105,6 @@ class EnvPoolBackend:
                             f"{type(task_id).__name__}: EnvPool runs its own C++ envs, not Python env factories")
         known = envpool.list_all_envs()
         if task_id not in known:
-            import difflib
             close = difflib.get_close_matches(task_id, known, n=4, cutoff=0.5)
             hint = f' Did you mean: {", ".join(close)}?' if close else ''
             raise UnknownEnvError(f'{task_id!r} is not an EnvPool task id.{hint} See envpool.list_all_envs().')

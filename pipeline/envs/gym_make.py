@@ -6,15 +6,16 @@ import difflib
 import sys
 from typing import Any, Dict, Optional
 
+import gymnasium as gym
+
 from .errors import UnknownEnvError
+from .mujoco_log import log_mujoco_warnings
 
 __all__ = ['make_gym_env', 'GymEnvFn']
 
 
 def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
     """The rlpipe extra to install when ``gymnasium.make(env_id)`` failed for want of a package."""
-    import gymnasium as gym
-
     text = f'{env_id} {err}'.lower()
     if isinstance(err, gym.error.DependencyNotInstalled):
         if 'mujoco' in text:
@@ -32,10 +33,9 @@ def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
 def _register_ale() -> bool:
     """Register ALE's Atari ids with gymnasium if ``ale-py`` is installed; True if it is."""
     try:
-        import ale_py
+        import ale_py  # optional extra: atari
     except ImportError:
         return False
-    import gymnasium as gym
     gym.register_envs(ale_py)
     return True
 
@@ -43,8 +43,6 @@ def _register_ale() -> bool:
 def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
-    import gymnasium as gym  # lazy: gymnasium is not imported by ``import pipeline``
-
     try:
         try:
             env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
@@ -53,7 +51,6 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs:
                 raise
             env = gym.make(env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs)
         if 'mujoco' in sys.modules:  # a MuJoCo env: its warnings go to logging, not to ./MUJOCO_LOG.TXT
-            from .mujoco_log import log_mujoco_warnings
             log_mujoco_warnings()
         return env
     except (gym.error.Error, ImportError) as e:

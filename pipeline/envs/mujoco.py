@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import gymnasium as gym
 import numpy as np
 
 from .gym_make import make_gym_env
@@ -19,8 +20,6 @@ __all__ = ['MujocoEnvFn', 'make_mujoco_env', 'log_mujoco_warnings']
 
 def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """gymnasium MuJoCo env ``env_id`` with float32 observations and actions in ``[-1, 1]``."""
-    import gymnasium as gym
-
     env = make_gym_env(env_id, max_episode_steps, **kwargs)
     if not isinstance(env.action_space, gym.spaces.Box):
         raise ValueError(f'{env_id!r} has a {type(env.action_space).__name__} action space; expected Box')

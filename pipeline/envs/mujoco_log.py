@@ -15,7 +15,7 @@ def log_mujoco_warnings() -> None:
     """Send MuJoCo's warnings (e.g. an unstable simulation) to the ``mujoco`` logger instead of its default,
     which appends them to ``MUJOCO_LOG.TXT`` in the working directory. Safe to call again;
     :func:`pipeline.envs.gym_make.make_gym_env` calls it whenever it made a MuJoCo env."""
-    import mujoco
+    import mujoco  # optional extra: mujoco
 
     if mujoco.get_mju_user_warning() is None:
         mujoco.set_mju_user_warning(_mujoco_warning)

@@ -23,6 +23,7 @@ answer within ``step_timeout`` with the stack it is stuck in (``faulthandler`` o
 from __future__ import annotations
 
 import os
+import queue
 import select
 import signal
 import tempfile
@@ -334,7 +335,6 @@ class SubprocessBackend:
         return f' (worker {w}, which runs envs {lo}-{hi - 1})'
 
     def _raised_error(self, w: int) -> EnvWorkerError:
-        import queue
         try:
             _, exctype, value, trace = self._vec.error_queue.get(timeout=_CLOSE_TIMEOUT)
         except queue.Empty:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from pipeline.data.collate import stack_transitions  # noqa: F401 - the batch path lives there
@@ -141,10 +142,9 @@ def cat_rows(parts: Sequence[Any]) -> Any:
     if type(first) is list:
         return [x for p in parts for x in p]
     if is_tree(first):
-        import treetensor.torch as ttorch
+        import treetensor.torch as ttorch  # lazy: treetensor loads only for tree batches
 
         return ttorch.cat(list(parts), dim=0)
-    import numpy as np
 
     return np.concatenate(list(parts), axis=0)
 

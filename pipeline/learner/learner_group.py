@@ -6,9 +6,11 @@ import math
 import os
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
-from .batch import split_rows
+from .batch import num_rows, split_rows
 from .learner import Learner
 from .metrics import MetricsLogger
+from .ray_learners import LearnerWorker, new_group_name, require_ray
+from .training_data import INPUT_KINDS
 
 __all__ = ["LearnerGroup", "plan_shards"]
 
@@ -41,7 +43,6 @@ def plan_shards(
     if num_total_minibatches:
         k = num_total_minibatches
     elif minibatch_size is not None:
-        from .batch import num_rows
 
         largest = max(num_rows(b) for shard in shards for b in shard.values())
         k = math.ceil(num_epochs * largest / minibatch_size)
@@ -105,7 +106,6 @@ class LearnerGroup:
     def _start_actors(
         self, factory: Callable, cpus: float, gpus: float, threads: Optional[int], timeout: float
     ) -> None:
-        from .ray_learners import LearnerWorker, new_group_name, require_ray
 
         ray = require_ray(f"LearnerGroup(num_learners={self.num_learners})")
         if not ray.is_initialized():
@@ -136,7 +136,7 @@ class LearnerGroup:
 
     def _get(self, refs: Any) -> Any:
         """``ray.get`` that reports a dead learner at once (its peers may be blocked in an all-reduce)."""
-        import ray
+        import ray  # optional extra: ray
 
         try:
             if isinstance(refs, list):
@@ -189,7 +189,7 @@ class LearnerGroup:
         refs = [a.update.remote(kind, payload, kwargs) for a in self._actors]
         if not async_update:
             return self._merge(self._get(refs))
-        import ray
+        import ray  # optional extra: ray
 
         done: List[Any] = []
         while len(self._in_flight) >= self._max_in_flight:
@@ -210,8 +210,7 @@ class LearnerGroup:
         return out
 
     def _remote_input(self, args: tuple, kwargs: Dict[str, Any]) -> tuple:
-        from .training_data import INPUT_KINDS
-        import ray
+        import ray  # optional extra: ray
 
         if args:
             if len(args) > 1:
@@ -292,7 +291,7 @@ class LearnerGroup:
     def shutdown(self) -> None:
         """Release the learners (kills the Ray actors; nothing to do in-process)."""
         if self._actors:
-            import ray
+            import ray  # optional extra: ray
 
             for a in self._actors:
                 ray.kill(a)

@@ -42,7 +42,7 @@ _group_ids = itertools.count()
 def require_ray(what: str) -> Any:
     """Import and return ``ray``; a clear ImportError naming the extra when it is missing."""
     try:
-        import ray
+        import ray  # optional extra: ray
     except ImportError:
         raise ImportError(
             f"{what} needs Ray, which is not installed. Install the extra with "
@@ -132,7 +132,7 @@ class LearnerWorker:
     def setup_collective(self) -> bool:
         """Join the gloo group (a no-op for a single learner) and install the gradient all-reduce."""
         if self.world_size > 1:
-            from ray.util import collective
+            from ray.util import collective  # optional extra: ray
 
             params = [p for m in self.learner.modules.values() for p in m.parameters()]
             collective.init_collective_group(self.world_size, self.rank, backend=collective_backend(params),
@@ -142,7 +142,7 @@ class LearnerWorker:
 
     def _allreduce_gradients(self, gradients: Dict[str, List[torch.nn.Parameter]], rows: Mapping[str, int]) -> None:
         """Replace each module's gradients by the row-weighted mean over all learners (one all-reduce)."""
-        from ray.util import collective
+        from ray.util import collective  # optional extra: ray
 
         flat_parts, weights = [], []
         for mid, params in gradients.items():

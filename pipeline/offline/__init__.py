@@ -6,6 +6,7 @@ their modules are imported.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .chunked import ChunkedDataset, load_npz, open_directory, save_chunks
@@ -17,10 +18,10 @@ __all__ = ['OfflineDataset', 'ChunkedDataset', 'DatasetError', 'REQUIRED_KEYS', 
 
 def __getattr__(name: str) -> Any:
     if name in ('from_buffer', 'from_buffer_file'):
-        from . import buffer_reader
+        from . import buffer_reader  # lazy: this package loads numpy only (docstring)
         return getattr(buffer_reader, name)
     if name == 'from_minari':
-        from .minari_reader import from_minari
+        from .minari_reader import from_minari  # lazy: this package loads numpy only (docstring)
         return from_minari
     raise AttributeError(f"module 'pipeline.offline' has no attribute {name!r}")
 
@@ -29,8 +30,6 @@ def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished:
     """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
     or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
     directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""
-    import os
-
     if not isinstance(columns_or_path, (str, os.PathLike)):
         return OfflineDataset(columns_or_path)
     path = os.fspath(columns_or_path)
@@ -38,5 +37,5 @@ def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished:
         return open_directory(path, memory_cap_bytes)
     if path.endswith('.npz'):
         return OfflineDataset(load_npz(path), path)
-    from .buffer_reader import from_buffer_file
+    from .buffer_reader import from_buffer_file  # lazy: this package loads numpy only (docstring)
     return from_buffer_file(path, unfinished)

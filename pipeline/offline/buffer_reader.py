@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+import torch
+
+from pipeline.data import DequeBuffer
 
 from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset
 
@@ -86,9 +89,7 @@ def from_buffer(buffer_: Any, unfinished: str = 'error', name: Optional[str] = N
 
 def from_buffer_file(path: str, unfinished: str = 'error') -> OfflineDataset:
     """:func:`from_buffer` of the items a ``DequeBuffer.save_data`` file holds."""
-    import torch
 
-    from pipeline.data import DequeBuffer
 
     try:
         payload = torch.load(path, map_location='cpu', weights_only=True)

@@ -25,7 +25,7 @@ MINARI_EXTRA_HINT = 'Minari datasets need the "offline" extra: pip install "rlpi
 
 def _import_minari() -> Any:
     try:
-        import minari
+        import minari  # optional extra: offline
     except ImportError:
         raise ImportError(MINARI_EXTRA_HINT) from None
     return minari

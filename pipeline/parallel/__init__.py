@@ -11,21 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from .keycheck import KeyMismatchError
+from .keys import MissingKeyError
+from .launch import configure
+
 __all__ = ["ZmqRouter", "Parallel", "BackpressureTimeout", "configure", "MissingKeyError", "KeyMismatchError",
            "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("ZmqRouter", "Parallel", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
-        from . import zmq_router
+        from . import zmq_router  # lazy: zmq (the dist extra) loads when a router is asked for
         return zmq_router.ZmqRouter if name == "Parallel" else getattr(zmq_router, name)
-    if name == "KeyMismatchError":
-        from .keycheck import KeyMismatchError
-        return KeyMismatchError
-    if name == "MissingKeyError":
-        from .keys import MissingKeyError
-        return MissingKeyError
-    if name == "configure":
-        from .launch import configure
-        return configure
     raise AttributeError(f"module 'pipeline.parallel' has no attribute {name!r}")

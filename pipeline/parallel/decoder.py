@@ -142,7 +142,7 @@ class _Decoder:
             re, im = _dd.unpack_from(data, self.need(16))
             return complex(re, im)
         if tag == _T_NPS:
-            import numpy as np
+            import numpy as np  # lazy: the codec loads numpy/torch only for messages that carry them
             name = self.name()
             if name not in _NP_DTYPES:
                 raise DecodeError(f"numpy dtype {name!r} is not allowed")
@@ -190,7 +190,7 @@ class _Decoder:
         return items
 
     def ndarray(self) -> Any:
-        import numpy as np
+        import numpy as np  # lazy: the codec loads numpy/torch only for messages that carry them
         name, shape = self.dtype_shape()
         if name not in _NP_DTYPES:
             raise DecodeError(f"numpy dtype {name!r} is not allowed")
@@ -210,7 +210,7 @@ class _Decoder:
         return np.frombuffer(bytearray(data), dtype=dt).reshape(shape)
 
     def tensor(self) -> Any:
-        import torch
+        import torch  # lazy: the codec loads numpy/torch only for messages that carry them
         name, shape = self.dtype_shape()
         if name not in _TORCH_DTYPES:
             raise DecodeError(f"torch dtype {name!r} is not allowed")

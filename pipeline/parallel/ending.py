@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional
 
-from ..runtime.node import RESTART_PEERLESS_TIMEOUT, restarts_expected
+import zmq
+
 from . import codec
+from ..runtime.node import RESTART_PEERLESS_TIMEOUT, restarts_expected
 from .transport_auth import client
 from .wire import FINISH, K_DATA
 
@@ -63,7 +65,6 @@ class Ending:
     def _send_finish_over_new_connection(self, p: Any, meta: bytes) -> None:
         """A peer we consider dead may only be paused or slow: give it "__finish__" anyway (best effort, queued
         until it accepts the connection, for at most ``linger`` s after this router stops)."""
-        import zmq
         if self._ctx is None or not p.address:
             return
         try:

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, NODE_ENV, QUIET_NODE_ENV, RESTARTS_ENV  # light: no torch
 from ..runtime.roles import Role
+from ..runtime.router import set_default_router_factory
+from .cluster import layout
 from .keys import KEY_ENV, KEY_FILE_ENV, generate_key, resolve_key
 
 log = logging.getLogger("rlpipe.launcher")
@@ -44,8 +47,7 @@ def configure(**router_kwargs: Any) -> None:
         configure(node_id=1, address="tcp://10.0.0.2:50516", attach_to=["tcp://10.0.0.1:50515"],
                   roles=["collector"])
     """
-    from ..runtime.router import set_default_router_factory
-    from .zmq_router import ZmqRouter
+    from .zmq_router import ZmqRouter  # lazy: planning nodes needs no zmq
 
     def factory() -> ZmqRouter:
         return ZmqRouter(**router_kwargs)
@@ -170,7 +172,7 @@ def plan_nodes(n: int, topology: str = "mesh", protocol: str = "tcp", address: s
         raise ValueError(f"--node-ids must be unique, got {ids}")
     advertise = router_options.get("advertise")
     if advertise is not None:
-        from .zmq_router import announced_address
+        from .zmq_router import announced_address  # lazy: planning nodes needs no zmq
         if protocol != "tcp":
             raise ValueError("--advertise names a host for tcp; with --protocol ipc there is nothing to announce")
         full = announced_address(advertise, "tcp://0.0.0.0:1") != announced_address(advertise, "tcp://0.0.0.0:2")
@@ -204,7 +206,6 @@ def plan_cluster_node(platform: str, env: Optional[Dict[str, str]] = None, ports
                       topology: str = "mesh", attach_to: Sequence[str] = (), labels: Optional[str] = None,
                       roles: Optional[str] = None, **router_options: Any) -> List[NodeSpec]:
     """The spec of this cluster task's node (``--platform slurm|k8s``; see ``pipeline.parallel.cluster``)."""
-    from .cluster import layout
     base_port = int(ports.split(",")[0]) if ports else DEFAULT_PORT
     rank, peers, listen = layout(platform, os.environ if env is None else env, base_port)
     n = len(peers)
@@ -218,7 +219,7 @@ def plan_cluster_node(platform: str, env: Optional[Dict[str, str]] = None, ports
 
 
 def _is_multi_machine(specs: Sequence[NodeSpec]) -> bool:
-    from .zmq_router import is_local_address
+    from .zmq_router import is_local_address  # lazy: planning nodes needs no zmq
     return not all(is_local_address(a) for s in specs for a in [s.address, *s.attach_to])
 
 
@@ -380,7 +381,6 @@ class Launcher:
 def remove_ipc_files(specs: Sequence[NodeSpec]) -> None:
     """Remove the ipc socket files of ``specs`` that are still there (only sockets) and the folders the
     launcher made for them once they are empty. A node calls it for itself when it stops."""
-    import stat
     for spec in specs:
         if spec.address.startswith("ipc://"):
             path = spec.address[len("ipc://"):]

@@ -32,6 +32,7 @@ is killed after ``stop_grace`` s if it has not returned. A lost collector among 
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -40,9 +41,13 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, RAY_NODE_ENV, RESTARTS_ENV  # light: no torch, no Ray
+from pipeline import task
+
+from ..learner.ray_learners import require_ray
+from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, RAY_NODE_ENV, RESTARTS_ENV
 from .keys import KEY_ENV, generate_key
-from .launch import NODE_ENV, NodeSpec, plan_nodes
+from .launch import NODE_ENV, NodeSpec, configure_from_env, plan_nodes
+from .worker import load_main
 
 log = logging.getLogger("rlpipe.ray")
 
@@ -50,7 +55,6 @@ ROLE_RESOURCES = ("learner", "collector", "evaluator")
 
 
 def _require_ray() -> Any:
-    from ..learner.ray_learners import require_ray
 
     return require_ray("rlpipe run --backend ray")
 
@@ -63,7 +67,6 @@ class JobControl:
         self._event: Any = None
 
     def _ev(self) -> Any:
-        import asyncio
 
         if self._event is None:
             self._event = asyncio.Event()
@@ -81,13 +84,12 @@ class JobControl:
 def _finish_when_told(control: Any, node_id: int) -> None:
     """Node side of :class:`JobControl` (a daemon thread): when the driver ends the job, finish this node's
     run (``task.finish``, which the bus relays to every peer)."""
-    import ray
+    import ray  # optional extra: ray
 
     try:
         why = ray.get(control.wait.remote())
     except Exception:  # noqa: BLE001 - the driver or the control actor is gone: nothing to do
         return
-    from pipeline import task
 
     for _ in range(600):  # the node's task may not have started yet (then it is told when it has)
         if task.running:
@@ -109,7 +111,7 @@ class NodeActor:
         if self.loopback:
             host = "127.0.0.1"
         else:
-            import ray
+            import ray  # optional extra: ray
 
             host = ray.util.get_node_ip_address()
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
@@ -124,7 +126,7 @@ class NodeActor:
         return take_summary()
 
     def ray_node_id(self) -> str:
-        import ray
+        import ray  # optional extra: ray
 
         return ray.get_runtime_context().get_node_id()
 
@@ -132,9 +134,6 @@ class NodeActor:
             workdir: Optional[str] = None, control: Any = None) -> Any:
         """Configure the router from the spec and call the entry script's main; returns what it returns.
         ``control``: a :class:`JobControl` actor; when the driver ends the job through it, the node finishes."""
-        from .launch import configure_from_env
-        from .worker import load_main
-
         os.environ[NODE_ENV] = spec_json
         os.environ[RESTARTS_ENV] = str(restarts)
         package = os.path.abspath(package)
@@ -259,7 +258,7 @@ def run_on_ray(
         c, g = want[node_id]
         opts: Dict[str, Any] = dict(num_cpus=c, num_gpus=g)
         if ray_node is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # optional extra: ray
 
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=ray_node, soft=False)
         return actor_cls.options(**opts).remote(node_env, loopback)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import zmq
 from zmq.utils import z85
+from zmq.utils.monitor import parse_monitor_message
 
 from .bus_credentials import USER, keypair, plain_password
 from .conn_watch import Conn, counters, watchable
@@ -139,7 +140,6 @@ class TransportGuard:
             self.close()
 
     def _drain_monitor(self) -> None:
-        from zmq.utils.monitor import parse_monitor_message
         if self._monitor is None:
             return
         while self._monitor.poll(0):

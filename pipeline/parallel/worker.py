@@ -7,6 +7,8 @@ from ``RLPIPE_NODE`` and calls the user's main.
 from __future__ import annotations
 
 import argparse
+import atexit
+import ctypes
 import importlib
 import logging
 import os
@@ -29,7 +31,6 @@ def die_with_parent() -> None:
     expected = int(os.environ.get(PARENT_ENV, "0") or 0)
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
             libc = ctypes.CDLL(None, use_errno=True)
             PR_SET_PDEATHSIG = 1
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -138,8 +139,6 @@ def exit_now(code: int) -> None:
     """End the node process with ``code`` right after its main: run the ``atexit`` handlers and flush the
     output, then skip the interpreter's teardown (freeing torch and every module takes seconds when several
     nodes end at once on a busy machine; nothing of it is needed once the handlers have run)."""
-    import atexit
-
     try:
         atexit._run_exitfuncs()
     finally:

@@ -34,22 +34,22 @@ import time
 from collections import deque
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
+import zmq
+
 from ..runtime.node import node_is_quiet
 from ..runtime.router import Router
 from . import codec
 from .ending import Ending
 from .handshake import Handshake, _Probe
-from .keycheck import KeyCheck, KeyMismatchError  # noqa: F401  (_Probe: re-exported)
+from .keycheck import KeyCheck, KeyMismatchError
 from .keys import resolve_key
-from .liveness import Liveness, _Peer  # noqa: F401
+from .liveness import Liveness, _Peer
 from .reader import Reader
 from .sending import BackpressureTimeout, Sending
 from . import transport_auth
 from .transport_auth import TransportGuard, resolve_bus_auth
-# Re-exported: these names were importable from this module before it was split.
-from .wire import (_HEADER, _HEADER_SIZE, _MAC_LEN, _MAGIC, _PREFIX, _VERSION, FINISH, K_ACK,  # noqa: F401
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing,
-                   is_local_address, keyed_hmac, require_payload_mac)
+from .wire import (FINISH, K_BYE, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing, is_local_address, keyed_hmac,
+                   require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -258,7 +258,6 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
 
     # ------------------------------------------------------------------ set-up
     def _new_push(self, address: str) -> Any:
-        import zmq
         s = self._ctx.socket(zmq.PUSH)
         transport_auth.client(s, self._key, self.bus_auth)
         if "[" in address:
@@ -274,7 +273,6 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
     def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
         """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
         ``expected_peers`` peers."""
-        import zmq
         if self._started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
         self._started = True

@@ -12,7 +12,7 @@ from .model import DQNModel, mlp
 
 def __getattr__(name: str):
     if name in ('load_policy', 'build_policy_from_checkpoint'):
-        from . import loading
+        from . import loading  # lazy: loading imports every policy (SAC, PPO, gym)
         return getattr(loading, name)
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 

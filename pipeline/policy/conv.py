@@ -13,6 +13,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .ppo_model import RunningMeanStd
+
 __all__ = ['NatureCNN', 'DataEfficientCNN', 'AtariQNetwork', 'AtariActorCritic']
 
 
@@ -132,7 +134,6 @@ class AtariActorCritic(nn.Module):
 
     def __init__(self, action_dim: int, in_channels: int = 4, feature_dim: int = 512) -> None:
         super().__init__()
-        from .ppo_model import RunningMeanStd
         if not isinstance(action_dim, int) or action_dim < 1:
             raise ValueError(f'action_dim must be a positive int, got {action_dim!r}')
         self.action_dim = action_dim

@@ -11,10 +11,18 @@ the GPU when there is one), whatever device the policy was trained on.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping
+
+from easydict import EasyDict
+
+from pipeline.envs.gym_make import make_gym_env
 
 from ..checkpoint import CheckpointError, read_checkpoint
 from ..device import DeviceLike
+from .dqn import DQNPolicy
+from .ppo import PPOPolicy
+from .sac import SACPolicy
 
 __all__ = ['load_policy', 'build_policy_from_checkpoint', 'config_for_device']
 
@@ -24,9 +32,7 @@ def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
     ``policy.device`` is ``device`` (a ``str``; a ``torch.device`` is passed to the policy instead, and the
     config says ``'auto'``) and the key ``policy.cuda`` of checkpoints written before ``policy.device``
     existed is dropped. The device the checkpoint was trained on does not matter."""
-    import copy
 
-    from easydict import EasyDict
 
     out = EasyDict(copy.deepcopy(dict(cfg)))
     section = out.get('policy')
@@ -52,11 +58,9 @@ def build_policy_from_checkpoint(path: str, device: DeviceLike = 'auto') -> Any:
     sd = state['policy']
     try:
         if kind == 'dqn':
-            from .dqn import DQNPolicy
             policy = DQNPolicy(cfg, device=dev)
             policy.model.load_state_dict(sd['model'])
         elif kind == 'sac':
-            from .sac import SACPolicy
             policy = SACPolicy(cfg, *_sac_shapes(cfg, sd['actor']), device=dev)
             policy.actor.load_state_dict(sd['actor'])
             if 'critic' in sd:
@@ -88,9 +92,7 @@ def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
 def _ppo_from_config(cfg: Any, device: DeviceLike = None) -> Any:
     """A ``PPOPolicy`` for the saved config: its network is sized, and continuous actions bounded, by
     the spaces of the config's env (made once, then closed)."""
-    from pipeline.envs.gym_make import make_gym_env
 
-    from .ppo import PPOPolicy
 
     env_cfg = cfg.get('env', {})
     env = make_gym_env(env_cfg.get('env_id', 'CartPole-v1'), **dict(env_cfg.get('env_kwargs') or {}))

@@ -256,7 +256,7 @@ class DQN(Agent):
 
     def _build_policy(self) -> Any:
         from ..policy import DQNPolicy  # lazy: the policies load torch
-        from ..policy.common import discrete_action_count
+        from ..policy.common import discrete_action_count  # lazy: the policies load torch
 
         self.cfg.policy.model.obs_shape = int(np.prod(self.observation_space.shape))
         try:

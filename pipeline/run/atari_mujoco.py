@@ -128,7 +128,7 @@ def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
     """Collector envs (episodic life, clipped rewards) and evaluation envs (whole games, raw scores)
     for ``cfg.env`` on ``backend``; EnvPool runs its own Atari with the same settings."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
-    from ..envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task
+    from ..envs.atari import AtariEnvFn, envpool_atari_kwargs, envpool_atari_task  # lazy: this module is on the --help path
 
     e = cfg.env
     n, m, seed = e.collector_env_num, e.evaluator_env_num, cfg.seed
@@ -147,7 +147,7 @@ def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
 def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
     """Collector and evaluation envs for ``cfg.env`` (gymnasium MuJoCo, actions in [-1, 1])."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
-    from ..envs.mujoco import MujocoEnvFn
+    from ..envs.mujoco import MujocoEnvFn  # lazy: this module is on the --help path
 
     e = cfg.env
     fn = MujocoEnvFn(e.env_id, max_episode_steps=e.max_episode_steps)

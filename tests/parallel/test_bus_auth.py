@@ -11,7 +11,8 @@ import zmq
 from pipeline.parallel import codec
 from pipeline.parallel.transport_auth import client as keyed_client
 from pipeline.parallel.keys import MissingKeyError
-from pipeline.parallel.zmq_router import _HEADER, _VERSION, K_DATA, K_HEARTBEAT, K_HELLO, ZmqRouter
+from pipeline.parallel.wire import _HEADER, _VERSION, K_DATA, K_HEARTBEAT, K_HELLO
+from pipeline.parallel.zmq_router import ZmqRouter
 from parallel_helpers import wait_until
 
 KEY = b"k" * 32

@@ -14,7 +14,8 @@ import zmq
 
 from pipeline.parallel import codec
 from pipeline.parallel.transport_auth import client as keyed_client
-from pipeline.parallel.zmq_router import K_DATA, ZmqRouter
+from pipeline.parallel.wire import K_DATA
+from pipeline.parallel.zmq_router import ZmqRouter
 from parallel_helpers import HERE, KEY, ROOT, env, tcp_group, wait_until
 
 KEY_BYTES = bytes.fromhex(KEY)
