@@ -26,12 +26,11 @@ import torch
 
 from .batching import SampledBatch
 from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
-from .columns import Columns, Unsupported, collate  # noqa: F401 - old import path
-from .item import BufferedData, _Sampled, _SlotIds  # noqa: F401 - _Sampled: old import path
+from .collate import collate
+from .item import BufferedData, _Sampled, _SlotIds
 from .sampler import Sampler, UniformSampler, check_priority, priority_array
 from .serialization import load_into_storage, storage_payload
-from .storage import SlotStorage, _Storage  # noqa: F401 - _Storage: old private name
-from .group_index import GroupIndex as _GroupIndex  # noqa: F401 - old private name
+from .storage import SlotStorage
 
 __all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 

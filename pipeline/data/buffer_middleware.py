@@ -19,13 +19,11 @@ import numpy as np
 
 from .buffer import Buffer, BufferedData
 from .buffer_chain import _args2, _args3
-from .per import PriorityExperienceReplay  # noqa: F401 - old import path
 
 __all__ = [
     "clone_object",
     "use_time_check",
     "staleness_check",
-    "PriorityExperienceReplay",
     "group_sample",
     "padding",
     "sample_range_view",

@@ -9,9 +9,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from .collate import collate, to_treetensor  # noqa: F401 - old import path
-
-__all__ = ["Columns", "Unsupported", "collate", "to_treetensor"]
+__all__ = ["Columns", "Unsupported"]
 
 
 class Unsupported(Exception):

@@ -178,5 +178,3 @@ def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len:
     return out
 
 
-#: old private names
-_GroupIndex = GroupIndex

@@ -433,5 +433,3 @@ class SlotStorage:
 
 
 
-#: the old private name
-_Storage = SlotStorage
