@@ -20,10 +20,10 @@ def load() -> Optional[ModuleType]:
     if os.environ.get("RLPIPE_NO_EXT", "") not in ("", "0"):
         return None
     try:
-        from . import _per_kernels
+        from . import _per_kernels  # optional: built by setup.py build_ext
     except ImportError:
         return None
-    from .buffer import BufferedData
+    from .buffer import BufferedData  # lazy: pipeline.data.buffer imports this module
 
     _per_kernels.set_item_type(BufferedData)
     return _per_kernels

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+import torch
 
 from .buffer import Buffer, BufferedData
 from .buffer_chain import _args2, _args3
@@ -298,7 +299,6 @@ def padding(policy: str = "random", size: Optional[int] = None) -> Callable:
 
 
 def _zeros_like(x: Any) -> Any:
-    import torch
 
     if isinstance(x, torch.Tensor):
         return torch.zeros_like(x)

@@ -17,6 +17,7 @@ as it is.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any, Dict, List, Sequence
 
@@ -88,7 +89,6 @@ def to_treetensor(batch: Any) -> Any:
     a storage; ``ttorch.as_tensor`` formats every leaf with ``repr`` while building, which costs far
     more, so it only serves batches with other leaves.
     """
-    import warnings
 
     with warnings.catch_warnings():  # treevalue warns about a deprecated torch API at import
         warnings.simplefilter("ignore", FutureWarning)
@@ -98,7 +98,7 @@ def to_treetensor(batch: Any) -> Any:
         return batch
     if isinstance(batch, Mapping) and _all_tensor_leaves(batch):
         try:
-            from treevalue.tree.common.storage import create_storage
+            from treevalue.tree.common.storage import create_storage  # lazy: treetensor is slow to import
         except ImportError:  # another treevalue layout: the slow, public path
             return ttorch.as_tensor(batch)
         return ttorch.Tensor(create_storage(_plain_dicts(batch)))
@@ -157,7 +157,6 @@ def _stack_leaves(values: list, where: str) -> Any:
     first = values[0]
     if isinstance(first, torch.Tensor):
         return torch.stack(values, dim=0)
-    import numpy as np
 
     try:
         arr = np.stack([np.asarray(v) for v in values], axis=0)
@@ -177,7 +176,7 @@ def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> 
         raise ValueError(f"{where} has no transitions")
     first = transitions[0]
     if _is_tree(first):
-        import treetensor.torch as ttorch
+        import treetensor.torch as ttorch  # lazy: treetensor is slow to import
 
         return ttorch.stack(list(transitions), dim=0)
     if not isinstance(first, Mapping):

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from .columnar_io import decode_rows, encode_rows
+from .frame_storage import FramePool, _Packed
+from .frame_storage import _RAW, FrameItem
 
 if TYPE_CHECKING:
     from .frame_storage import FrameStorage
@@ -24,7 +26,6 @@ __all__ = ["frames_node", "frame_rows", "packed_rows"]
 
 def frames_node(s: "FrameStorage", items: Sequence[Any], encode: Callable[[Any, str], Any]) -> Optional[Dict[str, Any]]:
     """The ``"frames"`` data column for the live ``items`` of ``s`` (None: write ordinary columns)."""
-    from .frame_storage import _RAW, FrameItem
 
     if s.pool is None or not items or any(type(it) is not FrameItem for it in items):
         return None
@@ -69,7 +70,6 @@ def packed_rows(new: "FrameStorage", node: Dict[str, Any], n: int, start: int,
                 decode: Callable[[Any], Any]) -> List[Any]:
     """Fill the empty frame storage ``new`` with the file's frames and return the packed records of items
     ``start..n`` (to push with ``new.push_packed``); frames only the dropped items used are freed."""
-    from .frame_storage import FramePool, _Packed
 
     frames, ids, keys, order, m = _checked(node, n)
     if tuple(keys) != new.pixel_keys:

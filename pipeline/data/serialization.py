@@ -10,16 +10,17 @@ tagged so that they come back as the same types.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
+from easydict import EasyDict
 
 from .columnar_io import decode_rows, encode_rows
+from .frame_file import frame_rows, frames_node, packed_rows
+from .frame_storage import _Packed
 from .item import peek_data
-
-if TYPE_CHECKING:
-    from .storage import SlotStorage
+from .storage import SlotStorage
 
 _TAG = "__rlpipe__"
 FORMAT = "rlpipe.DequeBuffer"
@@ -84,11 +85,10 @@ def decode(x: Any) -> Any:
         if tag == "dict":
             return {decode(k): decode(v) for k, v in zip(x["k"], x["v"])}
         if tag == "easydict":
-            from easydict import EasyDict
 
             return EasyDict({k: decode(v) for k, v in x["v"].items()})
         if tag == "treetensor":
-            import treetensor.torch as ttorch
+            import treetensor.torch as ttorch  # lazy: treetensor is slow to import
 
             return ttorch.as_tensor(decode(x["v"]))
         raise ValueError(f"unknown tag {tag!r} in saved buffer data (file from a newer version?)")
@@ -119,7 +119,6 @@ def storage_payload(s: "SlotStorage") -> dict:
 def _data_column(s: "SlotStorage", items: list) -> dict:
     node = None
     if getattr(s, "pixel_keys", None) is not None:  # a FrameStorage: every frame once (frame_file)
-        from .frame_file import frames_node
 
         node = frames_node(s, items, encode)
     return node if node is not None else encode_rows([peek_data(it) for it in items], encode, "data")
@@ -179,7 +178,6 @@ def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
     try:
         metas = decode_rows(payload["meta"], n, decode)[start:]
         if isinstance(node, dict) and node.get("kind") == "frames":
-            from .frame_file import frame_rows, packed_rows
 
             if hasattr(new, "push_packed"):  # into a FrameStorage: its pool straight from the file's frames
                 return ids, list(zip(packed_rows(new, node, n, start, decode), metas))
@@ -201,7 +199,6 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
     not strictly increasing (duplicates), lengths that differ, data that does not decode. Returns the
     saved states of the buffer's middleware (``{}`` when the file has none).
     """
-    from .storage import SlotStorage
 
     where = f"load_data({path!r})"
     payload = _read(path, where)
@@ -219,7 +216,6 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
             raise ValueError(f"{where}: corrupt file (an item's meta is a {type(meta).__name__}, not a dict)")
     push = new.push
     if items and hasattr(new, "push_packed"):
-        from .frame_storage import _Packed
 
         if isinstance(items[0][0], _Packed):
             push = new.push_packed  # records packed by frame_file.packed_rows
