@@ -14,6 +14,7 @@ with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -198,25 +199,35 @@ class DQNCollectMode(ActingMode):
     whose eps draw says greedy (a step where every env explores runs no network); random actions
     come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
     the network outputs). The observations become one tensor on the network's device per step; the
-    actions come back to the host as a numpy array.
+    actions come back to the host as a numpy array. The device is read from one of the network's
+    tensors, found on the first call (``module.to()`` moves a tensor in place, so it follows the network).
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
         self.model = model
         self.action_shape = int(action_shape)
         self.rng = np.random.default_rng(seed)
+        self._probe: Optional[torch.Tensor] = None  # a parameter (or buffer) of the model: its device
+
+    def _device(self) -> torch.device:
+        probe = self._probe
+        if probe is None:
+            probe = self._probe = next(itertools.chain(self.model.parameters(), self.model.buffers()), None)
+            if probe is None:  # a model without tensors
+                return module_device(self.model)
+        return probe.device
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
-        x = obs_tensor(obs, module_device(self.model))
+        x = obs_tensor(obs, self._device())
         if eps > 0.0:
             n = x.shape[0]
             explore = self.rng.random(n) < eps
-            if explore.any():
+            n_explore = int(np.count_nonzero(explore))
+            if n_explore:
                 act = self.rng.integers(0, self.action_shape, n)
-                greedy = ~explore
-                if greedy.any():  # the network runs only for the envs that act greedily
-                    rows = torch.from_numpy(np.flatnonzero(greedy)).to(x.device)  # row indices: no device sync
-                    act[greedy] = self._greedy(x.index_select(0, rows) if not greedy.all() else x)
+                if n_explore < n:  # the network runs only for the envs that act greedily
+                    rows = np.flatnonzero(~explore)
+                    act[rows] = self._greedy(x.index_select(0, torch.from_numpy(rows).to(x.device)))  # no sync
                 return act
         return self._greedy(x)
 
