@@ -14,7 +14,6 @@ with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -199,23 +198,32 @@ class DQNCollectMode(ActingMode):
     whose eps draw says greedy (a step where every env explores runs no network); random actions
     come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
     the network outputs). The observations become one tensor on the network's device per step; the
-    actions come back to the host as a numpy array. The device is read from one of the network's
-    tensors, found on the first call (``module.to()`` moves a tensor in place, so it follows the network).
+    actions come back to the host as a numpy array.
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
         self.model = model
         self.action_shape = int(action_shape)
         self.rng = np.random.default_rng(seed)
-        self._probe: Optional[torch.Tensor] = None  # a parameter (or buffer) of the model: its device
+        # where the model's first tensor is held: (a submodule's _parameters or _buffers dict, its key)
+        self._probe: Optional[tuple] = None
 
     def _device(self) -> torch.device:
+        """The model's device: that of its first parameter (or buffer), looked up where the module holds it
+        (so a tensor that ``module.to()`` replaced is seen) instead of walking the module tree per call."""
         probe = self._probe
-        if probe is None:
-            probe = self._probe = next(itertools.chain(self.model.parameters(), self.model.buffers()), None)
-            if probe is None:  # a model without tensors
-                return module_device(self.model)
-        return probe.device
+        if probe is not None:
+            t = probe[0].get(probe[1])
+            if t is not None:
+                return t.device
+        for kind in ('_parameters', '_buffers'):  # the tensor module_device reads: parameters first
+            for m in self.model.modules():
+                held = getattr(m, kind)
+                for k, t in held.items():
+                    if t is not None:
+                        self._probe = (held, k)
+                        return t.device
+        return module_device(self.model)  # a model without tensors
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
         x = obs_tensor(obs, self._device())
