@@ -1,10 +1,12 @@
 """Collectors: step or episode collection from an ``EnvManager`` with a policy's collect mode."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
+
+from .env_stepper import EnvStepper
 
 if TYPE_CHECKING:
     from pipeline.data.records import Transition
@@ -28,16 +30,6 @@ def _transitions(step: Any) -> List[Transition]:
              'terminated': te[j], 'truncated': tr[j], 'env_id': ids[j]} for j in range(len(ids))]
 
 
-def _log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
-    if finished:
-        info = ctx.info_for_logging
-        info.setdefault('collect_episode_return', []).extend(e.episode_return for e in finished)
-        info.setdefault('collect_episode_length', []).extend(e.length for e in finished)
-        scores = [e.score for e in finished if getattr(e, 'score', None) is not None]
-        if scores:  # raw game scores under training-only wrappers (Atari: clipped rewards, episodic life)
-            info.setdefault('collect_score', []).extend(scores)
-
-
 def _collect_count(cfg: Mapping, key: str) -> int:
     n = int(cfg['policy']['collect'][key])
     if n < 1:
@@ -46,63 +38,14 @@ def _collect_count(cfg: Mapping, key: str) -> int:
 
 
 class _EnvCollector:
-    """What both collectors share: the policy's collect mode on an ``EnvManager``, one env step at a
-    time (all envs in lock step, or two halves overlapped: see :class:`StepCollector`)."""
+    """What both collectors share: an :class:`~middleware.env_stepper.EnvStepper` of the policy's collect
+    mode on an ``EnvManager`` (lock step, or two halves overlapped: see :class:`StepCollector`)."""
 
     def __init__(self, policy: Any, env: Any, overlap: bool = False) -> None:
         self.policy = policy
         self.env = env
-        self._forward = policy.forward if hasattr(policy, 'forward') else policy
-        self.overlap = bool(overlap) and env.env_num >= 2 if overlap else False  # one env: lock step
-        self._halves: Optional[Tuple[Tuple[Any, slice], ...]] = None
-        self._waiting: Optional[int] = None  # overlap: the half whose step is in flight between steps
-
-    def _reset_if_needed(self) -> bool:
-        """Reset the env (and the policy's per-env state) before the first call; True if it did."""
-        if not self.env.needs_reset:
-            return False
-        self.env.reset()
-        if hasattr(self.policy, 'reset'):
-            self.policy.reset()
-        return True
-
-    def _step(self, ctx: OnlineRLContext, kwargs: Mapping) -> Any:
-        """One step of every env (lock step), or of one half of them (overlap); counts env steps and
-        finished episodes on ``ctx``; returns the ``EnvStep``."""
-        env = self.env
-        if self.overlap:
-            step = self._overlapped_step(kwargs)
-        else:
-            step = env.step(self._forward(env.obs, **kwargs))
-        ctx.env_step += len(step.env_ids)
-        if step.finished:
-            ctx.env_episode += len(step.finished)
-            _log_finished(ctx, step.finished)
-            if hasattr(self.policy, 'reset'):
-                self.policy.reset([e.env_id for e in step.finished])
-        return step
-
-    def _overlapped_step(self, kwargs: Mapping) -> Any:
-        """Start the other half's step, then take the waiting half's: while one half steps in the
-        workers, this process computes the other half's actions and handles its transitions. One
-        half's step stays in flight between calls (its actions were chosen in the previous call)."""
-        env = self.env
-        if self._halves is None:
-            # (ids, rows of env.obs: a slice, so the policy gets a view, not a copy)
-            self._halves = tuple((h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves())
-        halves = self._halves
-        if env.in_flight == 0:  # the first step, or the env was reset: start half 0
-            self._waiting = None
-        if self._waiting is None:
-            ids, rows = halves[0]
-            env.step_async(self._forward(env.obs[rows], **kwargs), ids)
-            self._waiting = 0
-        other = 1 - self._waiting
-        ids, rows = halves[other]
-        env.step_async(self._forward(env.obs[rows], **kwargs), ids)
-        step = env.step_wait()
-        self._waiting = other
-        return step
+        self.stepper = EnvStepper(policy, env, overlap)
+        self.overlap = self.stepper.overlap
 
 
 @for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
@@ -137,11 +80,12 @@ class StepCollector(_EnvCollector):
         self.n_sample = _collect_count(cfg, 'n_sample')
 
     def __call__(self, ctx: OnlineRLContext) -> None:
-        self._reset_if_needed()
+        stepper = self.stepper
+        stepper.reset_if_needed()
         kwargs = ctx.collect_kwargs
         out: List[Transition] = []
         while len(out) < self.n_sample:
-            out.extend(_transitions(self._step(ctx, kwargs)))
+            out.extend(_transitions(stepper.step(ctx, kwargs)[0]))
         ctx.trajectories = out
 
 
@@ -164,13 +108,14 @@ class EpisodeCollector(_EnvCollector):
         self._partial: Dict[int, List[Transition]] = {}
 
     def __call__(self, ctx: OnlineRLContext) -> None:
-        if self._reset_if_needed():
+        stepper = self.stepper
+        if stepper.reset_if_needed():
             self._partial.clear()
         kwargs = ctx.collect_kwargs
         done_eps: List[List[Transition]] = []
         partial = self._partial
         while len(done_eps) < self.n_episode:
-            for t in _transitions(self._step(ctx, kwargs)):
+            for t in _transitions(stepper.step(ctx, kwargs)[0]):
                 partial.setdefault(t['env_id'], []).append(t)
                 if t['terminated'] or t['truncated']:
                     done_eps.append(partial.pop(t['env_id']))

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.runtime.roles import Role, for_roles
 
-from .collector import _log_finished
+from .env_stepper import EnvStepper
 
 __all__ = ['RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch']
 
@@ -49,7 +49,10 @@ class RolloutCollector:
 
     ``policy`` is a collect mode with ``forward(obs) -> {'env_action', 'action', 'logp', 'value'}``
     and ``value(obs)`` (e.g. ``PPOPolicy.collect_mode``); ``env`` an ``EnvManager`` (reset on the
-    first call; episodes continue across rollouts).
+    first call; episodes continue across rollouts). The envs are stepped by an
+    :class:`~middleware.env_stepper.EnvStepper` (as in ``StepCollector``), which hands back each step
+    with the forward output that chose its actions (``action``, ``logp``, ``value`` for the rollout) and
+    resets the policy's per-env state (``policy.reset(env_ids)``, when it has one) of finished envs.
 
     Reads ``ctx.env_step``, ``ctx.env_episode``. Writes ``ctx.rollout`` (see the module docstring),
     advances ``ctx.env_step`` by ``n_steps * env_num`` and ``ctx.env_episode`` by the finished
@@ -77,101 +80,43 @@ class RolloutCollector:
         self.env = env
         self.gamma = float(cfg['policy']['discount_factor'])
         self._ret = np.zeros(env.env_num, dtype=np.float64)
-        self.overlap = bool(overlap) and env.env_num >= 2 if overlap else False
+        self.stepper = EnvStepper(policy, env, overlap, action_key='env_action')
+        self.overlap = self.stepper.overlap
 
     def __call__(self, ctx: Any) -> None:
-        env, pol, T, N = self.env, self.policy, self.n_steps, self.env.env_num
-        if env.needs_reset:
-            env.reset()
+        env, pol, stepper, T, N = self.env, self.policy, self.stepper, self.n_steps, self.env.env_num
+        # in flight when a call starts: left by an interrupted call, its results belong to no rollout
+        if stepper.reset_if_needed(drop_in_flight=True):
             self._ret[:] = 0.0
-        if self.overlap:
-            self._overlapped(ctx)
-            return
         obs, logp, value, reward, final_value, disc, terminated, truncated = _rollout_arrays(T, env.obs)
         action = None
-        ret, gamma = self._ret, self.gamma
+        ret, gamma, parts = self._ret, self.gamma, stepper.parts
         for t in range(T):
-            o = env.obs
-            out = pol.forward(o)
-            a = out['action']
-            if action is None:
-                action = np.empty((T,) + a.shape, dtype=a.dtype)
-            step = env.step(out['env_action'])
-            obs[t] = o
-            action[t] = a
-            logp[t] = out['logp']
-            value[t] = out['value']
-            reward[t] = step.reward
-            terminated[t] = step.terminated
-            truncated[t] = step.truncated
-            ret *= gamma
-            ret += step.reward
-            disc[t] = ret
-            if step.finished:
-                done = step.terminated | step.truncated
-                ret[done] = 0.0
-                cut = np.flatnonzero(step.truncated & ~step.terminated)
-                if len(cut):
-                    final_value[t, cut] = pol.value(step.next_obs[cut])
-                ctx.env_episode += len(step.finished)
-                _log_finished(ctx, step.finished)
-        ctx.env_step += T * N
+            for p in range(parts):  # lock step: all envs; overlapped: one half, then the other
+                # the last step starts no next one: the rollout is complete when the call returns
+                step, out = stepper.step(ctx, start_next=t + 1 < T or p + 1 < parts)
+                ids = step.env_ids
+                sl = slice(int(ids[0]), int(ids[-1]) + 1)  # all envs, or a half (consecutive ids)
+                a = out['action']
+                if action is None:
+                    action = np.empty((T, N) + a.shape[1:], dtype=a.dtype)
+                obs[t, sl] = step.obs
+                action[t, sl] = a
+                logp[t, sl] = out['logp']
+                value[t, sl] = out['value']
+                reward[t, sl] = step.reward
+                terminated[t, sl] = step.terminated
+                truncated[t, sl] = step.truncated
+                r = ret[sl]  # a view: updated in place
+                r *= gamma
+                r += step.reward
+                disc[t, sl] = r
+                if step.finished:
+                    r[step.terminated | step.truncated] = 0.0
+                    cut = np.flatnonzero(step.truncated & ~step.terminated)
+                    if len(cut):
+                        final_value[t, sl.start + cut] = pol.value(step.next_obs[cut])
         ctx.rollout = {'obs': obs, 'action': action, 'logp': logp, 'value': value, 'reward': reward,
-                       'terminated': terminated, 'truncated': truncated, 'final_value': final_value,
-                       'disc_return': disc, 'last_value': pol.value(env.obs)}
-
-    def _overlapped(self, ctx: Any) -> None:
-        """The rollout with the envs stepped in two halves: half 0's step ``t`` is in flight while the
-        policy acts for half 1 at ``t``, and half 1's while it acts for half 0 at ``t + 1``."""
-        env, pol, T, N = self.env, self.policy, self.n_steps, self.env.env_num
-        halves = [(h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves()]
-        obs, logp, value, reward, final_value, disc, terminated, truncated = _rollout_arrays(T, env.obs)
-        ret, gamma = self._ret, self.gamma
-        acts: Dict[str, np.ndarray] = {}
-
-        def act(h: int, t: int) -> None:
-            ids, sl = halves[h]
-            o = env.obs[sl]
-            out = pol.forward(o)
-            a = out['action']
-            if 'a' not in acts:
-                acts['a'] = np.empty((T, N) + a.shape[1:], dtype=a.dtype)
-            env.step_async(out['env_action'], ids)
-            obs[t, sl] = o
-            acts['a'][t, sl] = a
-            logp[t, sl] = out['logp']
-            value[t, sl] = out['value']
-
-        def take(h: int, t: int) -> None:
-            sl = halves[h][1]
-            step = env.step_wait()
-            reward[t, sl] = step.reward
-            terminated[t, sl] = step.terminated
-            truncated[t, sl] = step.truncated
-            r = ret[sl]  # a view: updated in place
-            r *= gamma
-            r += step.reward
-            disc[t, sl] = r
-            if step.finished:
-                r[step.terminated | step.truncated] = 0.0
-                cut = np.flatnonzero(step.truncated & ~step.terminated)
-                if len(cut):
-                    final_value[t, sl.start + cut] = pol.value(step.next_obs[cut])
-                ctx.env_episode += len(step.finished)
-                _log_finished(ctx, step.finished)
-
-        if env.in_flight:  # e.g. left by an interrupted call: its results belong to no rollout
-            env.reset()
-            self._ret[:] = 0.0
-        act(0, 0)
-        for t in range(T):
-            act(1, t)
-            take(0, t)
-            if t + 1 < T:
-                act(0, t + 1)
-            take(1, t)
-        ctx.env_step += T * N
-        ctx.rollout = {'obs': obs, 'action': acts['a'], 'logp': logp, 'value': value, 'reward': reward,
                        'terminated': terminated, 'truncated': truncated, 'final_value': final_value,
                        'disc_return': disc, 'last_value': pol.value(env.obs)}
 

@@ -53,15 +53,18 @@ class NStepAccumulator:
         self.nstep = int(nstep)
         self.gamma = float(gamma)
         self._pending: Dict[Any, Deque[Transition]] = {}
+        # gamma**j for j < nstep, each the previous times gamma (the products a running factor would give)
+        self._discount = [1.0]
+        for _ in range(1, self.nstep):
+            self._discount.append(self._discount[-1] * self.gamma)
 
     def _emit(self, q: Deque[Transition], k: int) -> Transition:
         first = q[0]
         last = q[k - 1]
         ret = 0.0
-        g = 1.0
+        discount = self._discount
         for j in range(k):
-            ret += g * float(q[j]['reward'])
-            g *= self.gamma
+            ret += discount[j] * float(q[j]['reward'])
         out: Transition = dict(first)  # type: ignore[assignment]
         out['reward'] = ret
         out['next_obs'] = last['next_obs']

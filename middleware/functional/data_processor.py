@@ -100,7 +100,8 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
             push = buffer_.push
             if group_by_env:
                 for t in ctx.trajectories:
-                    push(t, {'env': t.get('env_id', 0) if isinstance(t, MappingABC) else 0,
+                    # a collector's transitions are plain dicts: no ABC check for them
+                    push(t, {'env': t.get('env_id', 0) if type(t) is dict or isinstance(t, MappingABC) else 0,
                              'train_iter_data_collected': it})
             else:
                 meta = {'train_iter_data_collected': it}

@@ -205,18 +205,37 @@ class DQNCollectMode(ActingMode):
         self.model = model
         self.action_shape = int(action_shape)
         self.rng = np.random.default_rng(seed)
+        # where the model's first tensor is held: (a submodule's _parameters or _buffers dict, its key)
+        self._probe: Optional[tuple] = None
+
+    def _device(self) -> torch.device:
+        """The model's device: that of its first parameter (or buffer), looked up where the module holds it
+        (so a tensor that ``module.to()`` replaced is seen) instead of walking the module tree per call."""
+        probe = self._probe
+        if probe is not None:
+            t = probe[0].get(probe[1])
+            if t is not None:
+                return t.device
+        for kind in ('_parameters', '_buffers'):  # the tensor module_device reads: parameters first
+            for m in self.model.modules():
+                held = getattr(m, kind)
+                for k, t in held.items():
+                    if t is not None:
+                        self._probe = (held, k)
+                        return t.device
+        return module_device(self.model)  # a model without tensors
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
-        x = obs_tensor(obs, module_device(self.model))
+        x = obs_tensor(obs, self._device())
         if eps > 0.0:
             n = x.shape[0]
             explore = self.rng.random(n) < eps
-            if explore.any():
+            n_explore = int(np.count_nonzero(explore))
+            if n_explore:
                 act = self.rng.integers(0, self.action_shape, n)
-                greedy = ~explore
-                if greedy.any():  # the network runs only for the envs that act greedily
-                    rows = torch.from_numpy(np.flatnonzero(greedy)).to(x.device)  # row indices: no device sync
-                    act[greedy] = self._greedy(x.index_select(0, rows) if not greedy.all() else x)
+                if n_explore < n:  # the network runs only for the envs that act greedily
+                    rows = np.flatnonzero(~explore)
+                    act[rows] = self._greedy(x.index_select(0, torch.from_numpy(rows).to(x.device)))  # no sync
                 return act
         return self._greedy(x)
 
