@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, Mapping
 import numpy as np
 
 from pipeline.runtime.roles import Role, for_roles
-
 from .env_stepper import EnvStepper
+from .functional.trainer import flatten_update_result
 
 __all__ = ['RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch']
 
@@ -134,7 +134,7 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
     Reads ``ctx.rollout`` (nothing happens when it is None). Writes ``ctx.rollout['advantage']``
     and ``ctx.rollout['return']`` (``[T, N]`` float32). Role: LEARNER.
     """
-    from pipeline.policy.config_defaults import config_value
+    from pipeline.policy.config_defaults import config_value  # lazy: `import middleware` loads no torch
     from pipeline.policy.gae import gae_advantages  # here: importing pipeline.policy loads the learner
 
     gamma = float(config_value(cfg, 'policy.discount_factor', 'ppo'))
@@ -160,7 +160,7 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
 
 def rollout_to_batch(rollout: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     """The flat training batch ``[T * N]`` of torch tensors: obs, action, logp, value, advantage, return."""
-    import torch
+    import torch  # lazy: `import middleware` loads no torch
 
     out = {}
     for k in ('obs', 'action', 'logp', 'value', 'advantage', 'return'):
@@ -199,7 +199,6 @@ class OnPolicyTrainer:
         self.obs_norm = getattr(getattr(learner, 'model', None), 'obs_norm', None)
 
     def __call__(self, ctx: Any) -> None:
-        from .functional.trainer import flatten_update_result
 
         r = getattr(ctx, 'rollout', None)
         if r is None:

@@ -14,7 +14,7 @@ __all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
 
 
 def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
-    from pipeline.policy.common import eps_schedule
+    from pipeline.policy.common import eps_schedule  # lazy: `import middleware` loads no torch
 
     e = cfg['policy']['other']['eps']
     return eps_schedule(e['type'], float(e['start']), float(e['end']), int(e['decay']))

@@ -40,9 +40,10 @@ samples_by_priority: Any = None
 def _load() -> None:
     global torch, collate, BatchSampling, wants_priorities, samples_by_priority
     if wants_priorities is None:
-        import torch
-        from pipeline.data.collate import collate
-        from pipeline.data.protocols import BatchSampling, samples_by_priority, wants_priorities
+        # lazy: `import middleware` loads no torch and no buffers
+        import torch  # lazy: see above
+        from pipeline.data.collate import collate  # lazy: see above
+        from pipeline.data.protocols import BatchSampling, samples_by_priority, wants_priorities  # lazy
 
 
 def uses_per(buffer_: Any) -> bool:
