@@ -88,7 +88,7 @@ class OnlineRLContext(Context):
     Kept across renews: ``env_step``, ``env_episode``, ``train_iter``, ``last_eval_iter``,
     ``last_eval_value`` (plus ``total_step``).
 
-    The data path (:mod:`pipeline.data.records`): collectors write ``trajectories`` (a list of
+    The data path (:mod:`pipeline.data.records`): collectors write ``transitions`` (a list of
     :class:`~pipeline.data.records.Transition`) or ``episodes`` (lists of them), the fetcher writes
     ``train_data`` (a :class:`~pipeline.data.records.TrainBatch`; a dict of them for a dict of buffers;
     None when the buffer holds too little), trainers write ``train_output`` (a list of
@@ -104,9 +104,8 @@ class OnlineRLContext(Context):
     obs: Any = None
     action: Any = None
     inference_output: Any = None
-    trajectories: Optional[List[Transition]] = None
+    transitions: Optional[List[Transition]] = None
     episodes: Optional[List[List[Transition]]] = None
-    trajectory_end_idx: List[int] = field(default_factory=list)
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")

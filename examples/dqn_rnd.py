@@ -115,7 +115,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
 
     def treasure_watch(ctx: Any) -> None:
         """Stop at the first transition that pays the treasure (extrinsic reward > 0.5)."""
-        for t in ctx.trajectories or ():
+        for t in ctx.transitions or ():
             if t["reward"] > 0.5 and found["episode"] is None:
                 found["episode"] = ctx.env_episode
                 task.finish = True

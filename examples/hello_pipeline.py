@@ -9,18 +9,18 @@ from contexts import OnlineRLContext
 from pipeline import Role, for_all_roles, for_roles, task
 
 
-@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["trajectories", "env_step"])
+@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["transitions", "env_step"])
 def collector(ctx: OnlineRLContext) -> None:
-    """Writes ``ctx.trajectories`` (8 fake transitions) and advances ``ctx.env_step``."""
-    ctx.trajectories = [{"obs": random.random(), "reward": 1.0} for _ in range(8)]
-    ctx.env_step += len(ctx.trajectories)
+    """Writes ``ctx.transitions`` (8 fake transitions) and advances ``ctx.env_step``."""
+    ctx.transitions = [{"obs": random.random(), "reward": 1.0} for _ in range(8)]
+    ctx.env_step += len(ctx.transitions)
 
 
-@for_all_roles(reads=["trajectories"])  # checked when task.run starts: a collector must come first
+@for_all_roles(reads=["transitions"])  # checked when task.run starts: a collector must come first
 def pusher(buffer: list):
     def _pusher(ctx: OnlineRLContext) -> None:
-        """Reads ``ctx.trajectories``; appends them to ``buffer``."""
-        buffer.extend(ctx.trajectories)
+        """Reads ``ctx.transitions``; appends them to ``buffer``."""
+        buffer.extend(ctx.transitions)
     return _pusher
 
 

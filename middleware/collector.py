@@ -49,12 +49,12 @@ class _EnvCollector:
 
 
 @for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],
-           writes=["trajectories", "env_step", "env_episode", "info_for_logging"])
+           writes=["transitions", "env_step", "env_episode", "info_for_logging"])
 class StepCollector(_EnvCollector):
     """Collect at least ``cfg.policy.collect.n_sample`` transitions (whole rounds over all envs).
 
     Reads ``ctx.collect_kwargs`` (passed to ``policy.forward(obs, **collect_kwargs)``, e.g.
-    ``eps``), ``ctx.env_step``, ``ctx.env_episode``. Writes ``ctx.trajectories`` (a list of
+    ``eps``), ``ctx.env_step``, ``ctx.env_episode``. Writes ``ctx.transitions`` (a list of
     :class:`~pipeline.data.records.Transition`: ``obs, action, reward, next_obs, terminated,
     truncated, env_id``, in time order), advances ``ctx.env_step`` (by the transitions collected)
     and ``ctx.env_episode`` (by the episodes finished), and appends finished episodes' returns/lengths to
@@ -86,7 +86,7 @@ class StepCollector(_EnvCollector):
         out: List[Transition] = []
         while len(out) < self.n_sample:
             out.extend(_transitions(stepper.step(ctx, kwargs)[0]))
-        ctx.trajectories = out
+        ctx.transitions = out
 
 
 @for_roles(Role.COLLECTOR, reads=["collect_kwargs?", "env_step", "env_episode"],

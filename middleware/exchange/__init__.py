@@ -2,7 +2,7 @@
 
 ``ContextExchanger`` (``context``; each role's side in ``context_learner``, ``context_collector``,
 ``context_evaluator``)
-    Collectors send what they collected (``ctx.trajectories`` or ``ctx.episodes``) with their env-step
+    Collectors send what they collected (``ctx.transitions`` or ``ctx.episodes``) with their env-step
     and episode increments to the learner; the learner merges what arrived into its context, so that its
     ``data_pusher`` pushes it, and sends ``train_iter``/``env_step`` back to every node. Evaluators send
     their results to everybody, so every node knows ``last_eval_value`` at the end.

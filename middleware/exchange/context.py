@@ -27,12 +27,12 @@ class ContextExchanger:
         and ``ctx.env_episode`` become at least the learner's global counts, so exploration schedules
         follow the whole run), then waits until at most ``skip_n_iter`` of its batches are not yet
         consumed by the learner (backpressure: collectors never run more than ``skip_n_iter + 1`` batches
-        ahead). Backward: sends ``ctx.trajectories`` (or ``ctx.episodes``), the env steps and episodes it
+        ahead). Backward: sends ``ctx.transitions`` (or ``ctx.episodes``), the env steps and episodes it
         added to ``ctx.env_step``/``ctx.env_episode`` in this step and the finished episodes' returns
         (``ctx.info_for_logging['collect_episode_return']``) to the learner.
     Learner (role LEARNER)
         Forward: waits (at most ``wait_timeout`` s) until some collector data arrived, then merges the
-        queued batches (all, or at most ``max_merge``) into the context: writes ``ctx.trajectories`` and/or
+        queued batches (all, or at most ``max_merge``) into the context: writes ``ctx.transitions`` and/or
         ``ctx.episodes`` (what the learner's ``data_pusher`` pushes), adds the increments to
         ``ctx.env_step``/``ctx.env_episode`` (each batch is counted once: batches carry a per-collector
         sequence number) and extends ``ctx.info_for_logging['collect_episode_return']``. Backward (after
@@ -230,9 +230,9 @@ class ContextExchanger:
         """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
         counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
         if self.is_learner:
-            received = ["trajectories", "episodes", "info_for_logging", "eval_value"] + counters
+            received = ["transitions", "episodes", "info_for_logging", "eval_value"] + counters
             return Fields.of(reads=["train_iter"], writes=received, owner="ContextExchanger")
-        return Fields.of(reads=["trajectories?", "episodes?"], writes=["train_iter"] + counters,
+        return Fields.of(reads=["transitions?", "episodes?"], writes=["train_iter"] + counters,
                          owner="ContextExchanger")
 
     def __call__(self, ctx: OnlineRLContext) -> Generator:

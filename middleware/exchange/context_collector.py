@@ -76,12 +76,12 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
         n_ret0 = len(info.get('collect_episode_return', ()))
         yield
         d_step, d_episode = ctx.env_step - step0, ctx.env_episode - episode0
-        traj, eps = ctx.trajectories, ctx.episodes
+        traj, eps = ctx.transitions, ctx.episodes
         if d_step or d_episode or traj or eps:
             info = ctx.info_for_logging
             batch: Dict[str, Any] = {
                 'env_step': int(d_step), 'env_episode': int(d_episode),
-                'trajectories': pack_rows(list(traj)) if traj else None,
+                'transitions': pack_rows(list(traj)) if traj else None,
                 'episodes': [pack_rows(list(e)) for e in eps] if eps else None,
                 'episode_return': [float(x) for x in info.get('collect_episode_return', ())[n_ret0:]],
                 'episode_length': [int(x) for x in info.get('collect_episode_length', ())[n_ret0:]],

@@ -150,7 +150,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             self.stats['wait_timeouts'] += 1
 
     def _merge(self, ctx: Any, batches: List[Tuple[int, Dict[str, Any]]]) -> None:
-        trajectories: List[Any] = []
+        transitions: List[Any] = []
         episodes: List[Any] = []
         returns: List[float] = []
         lengths: List[int] = []
@@ -162,16 +162,16 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
                 b = self._read_file(sender, b['file'])
                 if b is None:
                     continue
-            if b.get('trajectories') is not None:
-                trajectories.extend(unpack_rows(b['trajectories']))
+            if b.get('transitions') is not None:
+                transitions.extend(unpack_rows(b['transitions']))
             if b.get('episodes') is not None:
                 episodes.extend(unpack_rows(e) for e in b['episodes'])
             returns.extend(b.get('episode_return') or ())
             lengths.extend(b.get('episode_length') or ())
             d_step += int(b['env_step'])
             d_episode += int(b['env_episode'])
-        if trajectories:
-            ctx.trajectories = (list(ctx.trajectories) + trajectories) if ctx.trajectories else trajectories
+        if transitions:
+            ctx.transitions = (list(ctx.transitions) + transitions) if ctx.transitions else transitions
         if episodes:
             ctx.episodes = (list(ctx.episodes) + episodes) if ctx.episodes else episodes
         ctx.env_step += d_step

@@ -98,13 +98,13 @@ class NStepAccumulator:
         self._pending.clear()
 
 
-@for_roles(Role.COLLECTOR, reads=["trajectories"], writes=["trajectories"])
+@for_roles(Role.COLLECTOR, reads=["transitions"], writes=["transitions"])
 def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
-    """Replace ``ctx.trajectories`` by n-step transitions (``cfg.policy.nstep``, discount
+    """Replace ``ctx.transitions`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).
 
-    Reads ``ctx.trajectories`` (1-step :class:`~pipeline.data.records.Transition` in time order,
-    each with ``env_id``; partial episodes continue across calls). Writes ``ctx.trajectories`` (the
+    Reads ``ctx.transitions`` (1-step :class:`~pipeline.data.records.Transition` in time order,
+    each with ``env_id``; partial episodes continue across calls). Writes ``ctx.transitions`` (the
     n-step transitions, with ``nstep``, that became complete: see :class:`NStepAccumulator`;
     transitions whose n future rewards are not yet known are held back until a later call).
     Role: COLLECTOR (it must see every transition of an env in order).
@@ -112,12 +112,12 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
     acc = NStepAccumulator(int(cfg['policy']['nstep']), float(cfg['policy']['discount_factor']))
 
     def _nstep(ctx: OnlineRLContext) -> None:
-        if not ctx.trajectories:
+        if not ctx.transitions:
             return
         out: List[Transition] = []
-        for t in ctx.trajectories:
+        for t in ctx.transitions:
             out.extend(acc.add(t))
-        ctx.trajectories = out
+        ctx.transitions = out
 
     _nstep.accumulator = acc  # type: ignore[attr-defined]
     return _nstep

@@ -65,12 +65,12 @@ def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
     return out
 
 
-@for_roles(Role.LEARNER, reads=["trajectories|episodes", "train_iter"], writes=["@buffer"])
+@for_roles(Role.LEARNER, reads=["transitions|episodes", "train_iter"], writes=["@buffer"])
 def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
                 warn_after: int = 10) -> Callable[[Any], None]:
     """Push collected data into ``buffer_``.
 
-    Reads ``ctx.trajectories`` (a list of :class:`~pipeline.data.records.Transition`: each is pushed as
+    Reads ``ctx.transitions`` (a list of :class:`~pipeline.data.records.Transition`: each is pushed as
     one item) or, when that is empty, ``ctx.episodes`` (a list of episodes, lists of transitions: each
     whole episode is pushed as one item), and
     ``ctx.train_iter``. Writes nothing to the context (the data is left in place for later
@@ -80,14 +80,14 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
     ``group_by_env`` (so ``buffer_.sample(groupby='env')`` and ``staleness_check`` work), else
     only the train iteration.
 
-    A step with neither trajectories nor episodes pushes nothing. When that is so for each of the first
+    A step with neither transitions nor episodes pushes nothing. When that is so for each of the first
     ``warn_after`` steps (nothing was ever pushed), it logs one warning: usually no collector runs before
     it on this node, or (on a distributed learner) no collector has delivered yet. Steps without data once
     something was pushed are normal (a distributed learner's step whose wait for collectors timed out) and
     are not reported. ``warn_after=0``: never warn.
 
     Role: LEARNER -- the replay buffer lives with the learner; in a distributed run the
-    collector's trajectories reach the learner node with its context and are pushed there.
+    collector's transitions reach the learner node with its context and are pushed there.
     """
     if not isinstance(warn_after, int) or isinstance(warn_after, bool) or warn_after < 0:
         raise ValueError(f'data_pusher: warn_after must be an int >= 0, got {warn_after!r}')
@@ -97,16 +97,16 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
 
     def _push(ctx: RLContext) -> None:
         it = ctx.train_iter
-        if ctx.trajectories:
+        if ctx.transitions:
             push = buffer_.push
             if group_by_env:
-                for t in ctx.trajectories:
+                for t in ctx.transitions:
                     # a collector's transitions are plain dicts: no ABC check for them
                     push(t, {'env': t.get('env_id', 0) if type(t) is dict or isinstance(t, MappingABC) else 0,
                              'train_iter_data_collected': it})
             else:
                 meta = {'train_iter_data_collected': it}
-                for t in ctx.trajectories:
+                for t in ctx.transitions:
                     push(t, meta)
         elif ctx.episodes:
             for ep in ctx.episodes:
@@ -116,7 +116,7 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
                 empty[0] += 1
                 if empty[0] >= warn_after:
                     empty[0] = -1
-                    log.warning('data_pusher: nothing to push in its first %d steps (ctx.trajectories and '
+                    log.warning('data_pusher: nothing to push in its first %d steps (ctx.transitions and '
                                 'ctx.episodes are empty): does a collector run before it on this node? (on a '
                                 'distributed learner: has any collector delivered?)', warn_after)
             return

@@ -35,7 +35,7 @@ class _TransitionExtras(TypedDict, total=False):
 
 
 class Transition(_TransitionExtras):
-    """One env's step, as collectors write it to ``ctx.trajectories`` (one row of an ``EnvStep``).
+    """One env's step, as collectors write it to ``ctx.transitions`` (one row of an ``EnvStep``).
 
     ``ctx.episodes`` holds lists of them; ``data_pusher`` pushes each as one buffer item (meta
     ``{'env': env_id, 'train_iter_data_collected': ...}``). After ``nstep_reward_enhancer``,

@@ -126,7 +126,7 @@ def toy_main() -> int:
         # the model must be the learner's: its weights hold the version it was sent with
         if not task.finish:  # (a finishing step does not wait for a fresh model)
             seen_versions.append(float(model.weight[0, 0].detach()))
-        ctx.trajectories = [{'obs': np.full(3, ctx.env_step + j, np.float32), 'action': j, 'reward': 1.0}
+        ctx.transitions = [{'obs': np.full(3, ctx.env_step + j, np.float32), 'action': j, 'reward': 1.0}
                             for j in range(3)]
         ctx.env_step += 3
         time.sleep(args.step_sleep)
@@ -143,8 +143,8 @@ def toy_main() -> int:
 
     @for_roles(Role.LEARNER)
     def learn(ctx):
-        if ctx.trajectories:
-            received.extend(int(t['obs'][0]) for t in ctx.trajectories)
+        if ctx.transitions:
+            received.extend(int(t['obs'][0]) for t in ctx.transitions)
             ctx.train_iter += 1
             with torch.no_grad():
                 model.weight.fill_(ctx.train_iter)
@@ -204,7 +204,7 @@ def fault_main() -> int:
                     time.sleep(0.01)
                 open(marker, 'w').close()
                 os.kill(pid, signal.SIGKILL)
-        ctx.trajectories = [{'obs': np.zeros(3, np.float32), 'src': [me, pid, next(counter)]} for _ in range(3)]
+        ctx.transitions = [{'obs': np.zeros(3, np.float32), 'src': [me, pid, next(counter)]} for _ in range(3)]
         ctx.env_step += 3
         time.sleep(0.02)
 
@@ -215,16 +215,16 @@ def fault_main() -> int:
         n0 = handed(cx)
         yield
         if sent_log is not None and handed(cx) > n0:
-            sent_log.write(' '.join('%d:%d:%d' % tuple(t['src']) for t in ctx.trajectories) + '\n')
+            sent_log.write(' '.join('%d:%d:%d' % tuple(t['src']) for t in ctx.transitions) + '\n')
             sent_log.flush()
 
     received = []
 
     @for_roles(Role.LEARNER)
     def learn(ctx):
-        for t in ctx.trajectories or ():
+        for t in ctx.transitions or ():
             received.append('%d:%d:%d' % tuple(int(x) for x in t['src']))
-        if ctx.trajectories:
+        if ctx.transitions:
             ctx.train_iter += 1
         if os.path.exists(os.path.join(args.out, 'finish-now')):
             task.finish = True

@@ -56,7 +56,7 @@ def trio_main() -> int:
     def collect(ctx):
         if 0 <= args.kill_collector_after <= ctx.total_step:
             os.kill(os.getpid(), signal.SIGKILL)
-        ctx.trajectories = [{'obs': np.zeros(3, np.float32), 'action': j, 'reward': 1.0} for j in range(3)]
+        ctx.transitions = [{'obs': np.zeros(3, np.float32), 'action': j, 'reward': 1.0} for j in range(3)]
         ctx.env_step += 3
         time.sleep(args.step_sleep)
         if os.path.exists(path('collector-finish')):
@@ -64,8 +64,8 @@ def trio_main() -> int:
 
     @for_roles(Role.LEARNER)
     def learn(ctx):
-        if ctx.trajectories:
-            state['received'] += len(ctx.trajectories)
+        if ctx.transitions:
+            state['received'] += len(ctx.transitions)
             state['since_data'] = 0
         else:
             state['since_data'] += 1

@@ -51,7 +51,7 @@ def collect(backend, kw, overlap, calls=25, n_sample=12, collector=StepCollector
         out = []
         for _ in range(calls):
             col(ctx)
-            out.append(copy.deepcopy(ctx.trajectories if key == 'n_sample' else ctx.episodes))
+            out.append(copy.deepcopy(ctx.transitions if key == 'n_sample' else ctx.episodes))
         return out, ctx.env_step, ctx.env_episode, dict(ctx.info_for_logging)
 
 
@@ -109,10 +109,10 @@ def test_handed_out_transitions_never_change_and_do_not_alias_shared_memory(kw):
         shm = getattr(m._backend, '_remote', m._backend)._obs
         for _ in range(30):
             col(ctx)
-            for t in ctx.trajectories:
+            for t in ctx.transitions:
                 assert not np.shares_memory(t['obs'], shm) and not np.shares_memory(t['next_obs'], shm)
-            kept.append(ctx.trajectories)
-            copies.append(copy.deepcopy(ctx.trajectories))
+            kept.append(ctx.transitions)
+            copies.append(copy.deepcopy(ctx.transitions))
         assert not np.shares_memory(m.obs, shm)
         assert_same(kept, copies)   # 30 calls later, every transition handed out is as it was
 
@@ -250,7 +250,7 @@ def test_overlap_collector_survives_an_env_reset_between_calls_and_one_env():
         m.reset()                                         # e.g. an evaluation on the same manager
         col(ctx)
         col(ctx)
-        assert ctx.env_step == 24 and len(ctx.trajectories) == 8
+        assert ctx.env_step == 24 and len(ctx.transitions) == 8
     with EnvManager('CartPole-v1', 1, seed=0) as m:
         col = StepCollector({'policy': {'collect': {'n_sample': 3}}}, policy, m, overlap=True)
         assert not col.overlap                            # one env: lock step
@@ -320,7 +320,7 @@ def test_overlap_transitions_share_obs_with_the_previous_next_obs_as_in_lock_ste
             last, shared, pairs = {}, 0, 0
             for _ in range(40):
                 col(ctx)
-                for t in ctx.trajectories:
+                for t in ctx.transitions:
                     prev = last.get(t['env_id'])
                     if prev is not None and not (prev['terminated'] or prev['truncated']):
                         pairs += 1

@@ -126,7 +126,7 @@ def test_collectors_store_continuous_actions_as_arrays_that_collate(collector):
             ctx = task.ctx
             if collector == "step":
                 StepCollector(cfg, policy, env)(ctx)
-                rows = ctx.trajectories
+                rows = ctx.transitions
             else:
                 EpisodeCollector(cfg, policy, env)(ctx)
                 rows = [t for ep in ctx.episodes for t in ep]
@@ -147,7 +147,7 @@ def test_discrete_actions_stay_python_ints():
     try:
         with task.start(ctx=OnlineRLContext()):
             StepCollector(cfg, lambda obs, **kw: torch.ones(obs.shape[0], dtype=torch.long), env)(task.ctx)
-            rows = task.ctx.trajectories
+            rows = task.ctx.transitions
     finally:
         env.close()
     assert all(type(t["action"]) is int and t["action"] == 1 for t in rows)

@@ -13,14 +13,14 @@ def test_step_collector_counts_and_transitions(cfg, fixed_env, zero_policy):
     ctx = OnlineRLContext()
     ctx.collect_kwargs['eps'] = 0.5
     col(ctx)
-    assert ctx.env_step == 8 and ctx.env_episode == 0 and len(ctx.trajectories) == 8
+    assert ctx.env_step == 8 and ctx.env_episode == 0 and len(ctx.transitions) == 8
     assert zero_policy.calls == [{'eps': 0.5}, {'eps': 0.5}]
-    t = ctx.trajectories[4]
+    t = ctx.transitions[4]
     assert set(t) == {'obs', 'action', 'reward', 'next_obs', 'terminated', 'truncated', 'env_id'}
     assert t['env_id'] == 0 and t['obs'][0] == 1 and t['next_obs'][0] == 2 and t['action'] == 0
     col(ctx)  # third step ends every episode; episodes continue across calls
     assert ctx.env_step == 16 and ctx.env_episode == 4
-    ends = [t for t in ctx.trajectories if t['terminated']]
+    ends = [t for t in ctx.transitions if t['terminated']]
     assert len(ends) == 4 and all(t['next_obs'][0] == 3 for t in ends)
     assert ctx.info_for_logging['collect_episode_return'] == [3.0] * 4
 
@@ -29,7 +29,7 @@ def test_step_collector_n_sample_not_multiple_of_env_num(fixed_env, zero_policy)
     cfg = compile_config({'policy': {'collect': {'n_sample': 5}}})
     ctx = OnlineRLContext()
     StepCollector(cfg, zero_policy, fixed_env(n=2, length=10))(ctx)
-    assert len(ctx.trajectories) == 6 and ctx.env_step == 6  # whole rounds, at least n_sample
+    assert len(ctx.transitions) == 6 and ctx.env_step == 6  # whole rounds, at least n_sample
 
 
 def test_episode_collector_returns_whole_episodes_and_keeps_partials(fixed_env, zero_policy):
@@ -103,11 +103,11 @@ def test_nstep_reward_enhancer_on_context():
     cfg = compile_config({'policy': {'nstep': 2, 'discount_factor': 0.9}})
     enh = nstep_reward_enhancer(cfg)
     ctx = OnlineRLContext()
-    ctx.trajectories = [tr(0, 0, 1.0), tr(1, 0, 1.0)]
+    ctx.transitions = [tr(0, 0, 1.0), tr(1, 0, 1.0)]
     enh(ctx)
-    assert ctx.trajectories == []
-    ctx.trajectories = [tr(0, 1, 1.0), tr(1, 1, 1.0, term=True)]
+    assert ctx.transitions == []
+    ctx.transitions = [tr(0, 1, 1.0), tr(1, 1, 1.0, term=True)]
     enh(ctx)
-    assert [(t['env_id'], t['obs'], t['nstep']) for t in ctx.trajectories] == [(0, 0, 2), (1, 0, 2), (1, 1, 1)]
-    assert ctx.trajectories[0]['reward'] == pytest.approx(1.9)
+    assert [(t['env_id'], t['obs'], t['nstep']) for t in ctx.transitions] == [(0, 0, 2), (1, 0, 2), (1, 1, 1)]
+    assert ctx.transitions[0]['reward'] == pytest.approx(1.9)
     assert enh.__roles__ == frozenset({Role.COLLECTOR})

@@ -64,9 +64,9 @@ def test_the_records_are_plain_dicts_with_the_collectors_fields():
     assert all(type(t) is dict and set(t) == Transition.__required_keys__ for t in ts)
     enh = nstep_reward_enhancer(compile_config({'policy': {'nstep': 3, 'discount_factor': 0.9}}))
     ctx = OnlineRLContext()
-    ctx.trajectories = ts
+    ctx.transitions = ts
     enh(ctx)  # env 1's episode ended: its transition comes out with nstep = 1
-    assert [set(t) - Transition.__required_keys__ for t in ctx.trajectories] == [{'nstep'}]
+    assert [set(t) - Transition.__required_keys__ for t in ctx.transitions] == [{'nstep'}]
     assert {'nstep'} == Transition.__optional_keys__
     declared = TrainBatch.__required_keys__ | TrainBatch.__optional_keys__
     buf = filled(8, per=True)

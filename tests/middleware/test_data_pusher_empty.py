@@ -1,5 +1,5 @@
 """data_pusher with nothing to push (issue 28, item 10): a pipeline where nothing before it fills
-ctx.trajectories or ctx.episodes gets one warning after ``warn_after`` steps instead of silence; steps without
+ctx.transitions or ctx.episodes gets one warning after ``warn_after`` steps instead of silence; steps without
 data after data came (a distributed learner whose wait for collectors timed out) are not reported."""
 import logging
 
@@ -31,7 +31,7 @@ def test_no_collector_before_it_is_warned_once(caplog):
 def test_empty_steps_after_data_came_are_not_reported(caplog):
     def sometimes(ctx):  # a distributed learner: data in the first step, then steps whose wait timed out
         if ctx.total_step in (0, 25):
-            ctx.trajectories = [{'obs': 1}, {'obs': 2}]
+            ctx.transitions = [{'obs': 1}, {'obs': 2}]
 
     buf, said = _run(40, sometimes, caplog)
     assert buf.count() == 4 and said == []

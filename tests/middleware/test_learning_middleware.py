@@ -41,9 +41,9 @@ def test_data_pusher_pushes_transitions_with_meta_and_leaves_ctx():
     push = data_pusher(small_cfg(), b)
     ctx = OnlineRLContext()
     ctx.train_iter = 7
-    ctx.trajectories = [transition(0, env=3), transition(1, env=5)]
+    ctx.transitions = [transition(0, env=3), transition(1, env=5)]
     push(ctx)
-    assert b.count() == 2 and len(ctx.trajectories) == 2
+    assert b.count() == 2 and len(ctx.transitions) == 2
     assert b.get(0).meta['env'] == 3 and b.get(1).meta == {'env': 5, 'train_iter_data_collected': 7}
     ctx = OnlineRLContext()
     ctx.episodes = [[transition(0), transition(1)]]

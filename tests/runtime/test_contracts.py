@@ -29,7 +29,7 @@ def test_every_library_middleware_declares_its_fields():
     fetch = fields_of(offpolicy_data_fetcher(CFG, buf))
     assert "@buffer" in fetch.reads and fetch.writes == ("train_data",)
     assert fields_of(trainer(CFG, _Learner())).required() == [("train_data",)]
-    assert "trajectories" in fields_of(StepCollector).writes
+    assert "transitions" in fields_of(StepCollector).writes
 
 
 def test_fetcher_with_no_pusher_before_it_is_reported_before_the_first_step():
@@ -72,7 +72,7 @@ def test_learner_node_whose_roles_leave_its_inputs_unwritten():
         with pytest.raises(WiringError) as info:
             task.run(1)
     text = str(info.value)
-    assert "data_pusher reads ctx.trajectories or ctx.episodes" in text
+    assert "data_pusher reads ctx.transitions or ctx.episodes" in text
     assert "roles learner" in text and "skips StepCollector (roles collector)" in text
 
     with task.start(ctx=OnlineRLContext(), roles=[Role.LEARNER], fields_check="error"):
@@ -90,9 +90,9 @@ def test_a_well_wired_chain_is_silent_and_checked_once_per_registration(monkeypa
     real = sys.modules["pipeline.runtime.task"].check_chain
     monkeypatch.setattr(sys.modules["pipeline.runtime.task"], "check_chain", lambda *a, **k: calls.append(1) or real(*a, **k))
 
-    @for_roles(Role.COLLECTOR, writes=["trajectories"])
+    @for_roles(Role.COLLECTOR, writes=["transitions"])
     def collect(ctx):
-        ctx.trajectories = [{"obs": 0}]
+        ctx.transitions = [{"obs": 0}]
 
     buf = DequeBuffer(8)
     with warnings.catch_warnings():

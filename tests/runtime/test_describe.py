@@ -27,7 +27,7 @@ def test_describe_dqn_cartpole_single_and_multi_node(tmp_path, capsys):
     assert "| reads" in text and "every read is written before it or kept" in text
     assert (tmp_path / "pipe.mmd").read_text().startswith("flowchart LR")
     d = describe_main("examples.dqn_cartpole.main", [], ROOT, nodes=LAYOUT, stream=io.StringIO())
-    assert "trajectories" in d.bus[(1, 0)] and d.bus[(0, 2)] == ["train_iter"]
+    assert "transitions" in d.bus[(1, 0)] and d.bus[(0, 2)] == ["train_iter"]
     assert all(p == [] for p in d.problems.values())
     assert [r.nodes for r in d.rows if r.name == "OffPolicyLearner"] == [[0]]
     assert 'subgraph node1["node 1: collector"]' in d.mermaid() and "cluster_2" in d.dot()
@@ -70,7 +70,7 @@ def test_rlpipe_describe_command(tmp_path):
                           "examples.hello_pipeline.main", "--roles", "learner:collector", "--out", str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "bus: node 1 -> node 0: trajectories" in out.stdout
+    assert "bus: node 1 -> node 0: transitions" in out.stdout
     assert (tmp_path / "d.mmd").exists()
     assert "transitions stored" not in out.stdout  # no step ran
 
@@ -91,14 +91,14 @@ def test_rlpipe_describe_leaves_no_run_folder_behind(tmp_path):
 def test_describe_shows_a_miswired_pipeline():
     from pipeline import for_all_roles
 
-    @for_all_roles(reads=["trajectories"])
+    @for_all_roles(reads=["transitions"])
     def needs_data(ctx):
         pass
 
     with task.start():
         task.use(needs_data)
         d = task.describe(stream=io.StringIO())
-    assert len(d.problems[0]) == 1 and "needs_data reads ctx.trajectories" in d.problems[0][0]
+    assert len(d.problems[0]) == 1 and "needs_data reads ctx.transitions" in d.problems[0][0]
     assert "problem: " in d.table()
 
 

@@ -242,11 +242,11 @@ def test_async_mode_keeps_step_order_and_waits_for_executor():
     order = []
 
     def producer(ctx):
-        ctx.trajectories = [1, 2, 3]
+        ctx.transitions = [1, 2, 3]
         task.async_executor(lambda: (time.sleep(0.05), order.append("bg")))
 
     def pusher(ctx):
-        order.append(("push", ctx.trajectories))
+        order.append(("push", ctx.transitions))
 
     def end(ctx):
         yield
