@@ -230,7 +230,7 @@ def main() -> None:
     print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._acc:.3f} < {skew._ACC_MIN}): "
           f"{r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: acceptance {per._acc:.2f}")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
-          "fallback: see PriorityExperienceReplay._draw_rejection and pipeline/data/segment_tree.py)")
+          "fallback: see pipeline/data/per_sampling.py and pipeline/data/segment_tree.py)")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,40 @@
-"""Paired A/B of prioritized replay: an old checkout's pipeline.data against this one's, loaded side by side
-in one process under different package names; chunks of calls alternate old/new (the machine is shared).
+"""Paired A/B of prioritized replay: a checkout from before the sampler component (its buffers use the
+``PriorityExperienceReplay`` middleware) against this one's ``PrioritizedSampler`` and adapter.
 
-Run: ``python benchmarks/bench_sampler_ab.py [OLD_ROOT]`` (OLD_ROOT: a checkout with its extension built,
-default /work/main). Prints new/old speed ratios (median over chunks, and of the summed times)."""
-import importlib.util, sys, time, os
-import numpy as np, torch
+Both ``pipeline.data`` packages load side by side in one process under different names, and chunks of
+calls alternate old/new, so a shared machine's load hits both alike.
+
+    git worktree add --detach ../old f85f945 && (cd ../old && python setup.py build_ext --inplace)
+    python benchmarks/bench_sampler_ab.py ../old
+
+Prints new/old speed ratios (median over chunks, and of the summed times) of ``sample_batch`` +
+priority update and of DI-engine-style ``sample`` + ``update_many``, for batches of 32 and 256 from a
+100k buffer. ``CHUNKS`` and ``CALLS`` (environment variables) set the number of chunks and calls per chunk.
+"""
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+
 
 def load(name, root):
     spec = importlib.util.spec_from_file_location(name, os.path.join(root, "pipeline/data/__init__.py"),
                                                   submodule_search_locations=[os.path.join(root, "pipeline/data")])
-    mod = importlib.util.module_from_spec(spec); sys.modules[name] = mod; spec.loader.exec_module(mod); return mod
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("old_root", help="a checkout from before the sampler component, its C extension built")
+args = ap.parse_args()
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-old = load("old_data", sys.argv[1] if len(sys.argv) > 1 else "/work/main"); new = load("new_data", HERE)
+old = load("old_data", os.path.abspath(args.old_root))
+new = load("new_data", HERE)
 print("kernels:", old._accel.EXT is not None, new._accel.EXT is not None, old._accel.EXT is not new._accel.EXT)
 SIZE = 100_000
 
