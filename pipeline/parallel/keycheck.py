@@ -107,6 +107,8 @@ class KeyCheck:
                 self._probes_checked = True
                 silent = self._unanswered_probes()
             bad = [a for a, t in (self._bad_key_from or {}).items() if now - t >= self.startup_timeout]
+            # a refusal whose address was not seen adds nothing when a known address is named
+            bad = [a for a in bad if a != "an unknown address"] or bad
             if silent or bad:
                 self._key_error = (f"node {self.node_id}: no peer could be authenticated within "
                                    f"{self.startup_timeout:.0f} s: peer at {silent or ', '.join(bad)} signs with a "
