@@ -383,26 +383,6 @@ class SlotStorage:
 
     result = _result  # the public name (see the storage interface)
 
-    def sample_uniform(self, size: int, replace: bool, sample_range: Optional[slice],
-                       ignore_insufficient: bool, sync: bool = True) -> _Sampled:
-        if sample_range is None:
-            pool = self.dense
-            n = self.count
-        else:
-            pool = self.ordered_slots()[sample_range]
-            n = len(pool)
-        k = size
-        if k > 0 and (n == 0 or (not replace and k > n)):
-            if not ignore_insufficient:
-                where = "" if sample_range is None else f" in sample_range {sample_range}"
-                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
-                                 f"the buffer holds {n}{where}; push more data first or pass "
-                                 "ignore_insufficient=True")
-            k = 0 if n == 0 else (k if replace else n)
-        if k == 0:
-            return self._result(np.zeros(0, dtype=np.int64))
-        return self._result(pool[self.draw(n, k, replace)], sync, replace)
-
     def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True,
                  replace: bool = True) -> _Sampled:
         """The items of ``indices``. ``replace=False`` is a middleware's promise that its
