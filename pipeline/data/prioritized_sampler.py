@@ -89,8 +89,14 @@ class PrioritizedSampler(PrioritySampling, PriorityUpdates):
         return (f"PrioritizedSampler(alpha={self.alpha}, beta={self.beta0}, anneal={self.anneal:g}, "
                 f"is_weight={self.IS_weight})")
 
-    def __getstate__(self) -> dict:  # copy.deepcopy / pickle (with the buffer): not the kernels module
-        return _accel.state_without_ext(self)
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` / pickle (with the buffer): not the kernels module, and not the random
+        blocks drawn ahead from the original's stream (a copy draws from its storage's own stream)."""
+        state = _accel.state_without_ext(self)
+        state["_ri"] = state["_ru"] = np.zeros(0)
+        state["_rpos"] = 0
+        state["_rn"] = -1
+        return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(_accel.ext_from_state(state))

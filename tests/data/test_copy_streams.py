@@ -5,6 +5,7 @@ import copy
 import pickle
 
 import numpy as np
+import pytest
 
 from pipeline.data import DequeBuffer, PriorityExperienceReplay
 
@@ -22,6 +23,7 @@ def _draws(buf: DequeBuffer, n: int = 5) -> list:
     return [sorted(buf.sample_batch(16).index) for _ in range(n)]
 
 
+@pytest.mark.usefixtures("kernel")  # both kernels: the numpy path once copied its drawn-ahead blocks
 def test_copies_sample_apart_from_the_original_and_each_other_and_reproducibly():
     for per in (False, True):
         plain = _draws(_buffer(per))                 # the original's stream, never copied
