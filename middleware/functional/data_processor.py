@@ -32,18 +32,17 @@ log = logging.getLogger(__name__)
 # pipeline.data (every buffer module) would make `import middleware` ten times slower.
 torch: Any = None
 collate: Any = None
-BatchSampling: Any = None
 wants_priorities: Any = None
 samples_by_priority: Any = None
 
 
 def _load() -> None:
-    global torch, collate, BatchSampling, wants_priorities, samples_by_priority
+    global torch, collate, wants_priorities, samples_by_priority
     if wants_priorities is None:
         # lazy: `import middleware` loads no torch and no buffers
         import torch  # lazy: see above
         from pipeline.data.collate import collate  # lazy: see above
-        from pipeline.data.protocols import BatchSampling, samples_by_priority, wants_priorities  # lazy
+        from pipeline.data.protocols import samples_by_priority, wants_priorities  # lazy
 
 
 def uses_per(buffer_: Any) -> bool:
@@ -182,7 +181,9 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
     the importance-sampling weights (None without prioritized replay)."""
     kw = _sample_kwargs(buffer_, ctx)
-    if isinstance(buffer_, BatchSampling):
+    # a BatchSampling buffer (pipeline.data.protocols); checked by attribute: isinstance against a
+    # runtime Protocol walks its members on every call
+    if callable(getattr(buffer_, 'sample_batch', None)):
         sb = buffer_.sample_batch(size, **kw)
         data = sb.data
         if type(data) is not dict:
