@@ -81,6 +81,7 @@ def main(argv: List[str] = None) -> int:
     from pipeline.data.augment import RandomShift
     from pipeline.data.frame_storage import FrameStorage
     from pipeline.policy import DQNPolicy
+    from pipeline.learner.optim import kernel_kwargs
     from pipeline.policy.conv import AtariQNetwork
 
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
@@ -95,9 +96,9 @@ def main(argv: List[str] = None) -> int:
     batch = _batch(g, n_actions)
     bare_batch = to_device(batch, dev)  # the bare loops' batch is on the device already
     net = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
+    opt = torch.optim.Adam(list(net.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net.parameters())))
     net2 = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
-    opt2 = torch.optim.Adam(net2.parameters(), lr=1e-4, eps=1.5e-4, foreach=True)
+    opt2 = torch.optim.Adam(list(net2.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net2.parameters())))
     bare = bare_step(net, opt, False, g)
     bare_shift = bare_step(net2, opt2, True, g)
 

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from pipeline.learner import Learner  # noqa: E402
+from pipeline.learner.optim import kernel_kwargs  # noqa: E402
 
 OBS, HID, OUT = 64, 256, 16
 
@@ -166,7 +167,7 @@ def case_mlp(args) -> None:
     obs = torch.randn(n, OBS, generator=g)
     target = torch.randn(n, OUT, generator=g)
     raw_model = make_mlp(0)
-    raw_opt = torch.optim.Adam(raw_model.parameters(), lr=1e-3, foreach=True)  # as the Learner's default
+    raw_opt = torch.optim.Adam(list(raw_model.parameters()), lr=1e-3, **kernel_kwargs(list(raw_model.parameters())))  # as the Learner's default
     learner = MLPLearner(make_mlp(0), lr=1e-3)
     batch = {"obs": obs, "target": target}
     import treetensor.torch as ttorch
@@ -202,7 +203,7 @@ def case_dqn(args) -> None:
     b = dqn_batch()
     q_raw = DuelingQ()
     tgt_raw = copy.deepcopy(q_raw).requires_grad_(False)
-    opt_raw = torch.optim.Adam(q_raw.parameters(), lr=1e-3, foreach=True)
+    opt_raw = torch.optim.Adam(list(q_raw.parameters()), lr=1e-3, **kernel_kwargs(list(q_raw.parameters())))
     dqn = DQNLearner(DuelingQ(), lr=1e-3)
     tb = ttorch.Tensor(b)
 
@@ -239,7 +240,7 @@ def case_tiny(args) -> None:
     """Pure per-call overhead on a tiny linear model."""
     tiny_b = {"x": torch.randn(64, 4), "y": torch.randn(64, 1)}
     tiny_raw = nn.Linear(4, 1)
-    tiny_opt = torch.optim.Adam(tiny_raw.parameters(), lr=1e-3, foreach=True)
+    tiny_opt = torch.optim.Adam(list(tiny_raw.parameters()), lr=1e-3, **kernel_kwargs(list(tiny_raw.parameters())))
 
     class Tiny(Learner):
         def forward_train(self, module_id, batch):

@@ -40,6 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from pipeline.learner.optim import kernel_kwargs  # noqa: E402
 from pipeline.policy.ppo import linear_schedule, ppo_loss  # noqa: E402
 from pipeline.policy.ppo_model import ActorCritic, sample  # noqa: E402
 
@@ -61,7 +62,7 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     model = ActorCritic(obs.shape[1], int(envs[0].action_space.n))
     params = list(model.parameters())
-    opt = torch.optim.Adam(params, lr=lr, eps=1e-5, foreach=True)
+    opt = torch.optim.Adam(params, lr=lr, eps=1e-5, **kernel_kwargs(params))  # as rlpipe's PPO
     gen = torch.Generator().manual_seed(seed)
     lr_at, clip_at = linear_schedule(lr, env_steps), linear_schedule(clip, env_steps)
     T, N = n_steps, n_envs

@@ -7,6 +7,7 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from ..device import DeviceLike, place_module, policy_device, resolve_device
+from ..learner.optim import kernel_kwargs
 from .config_defaults import policy_config
 
 __all__ = ['Policy', 'ActingMode', 'policy_section', 'OPTIMIZERS', 'optimizer_factory', 'optimizer_problems']
@@ -29,15 +31,25 @@ def policy_section(cfg: Mapping) -> Mapping:
 
 
 def optimizer_factory(name: str, kwargs: Optional[Mapping] = None) -> Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]:
-    """``factory(params, lr)`` for an optimizer named in :data:`OPTIMIZERS` (multi-tensor kernels
-    by default, faster for small nets on CPU)."""
+    """``factory(params, lr)`` for an optimizer named in :data:`OPTIMIZERS`. Unless ``kwargs`` names
+    ``fused`` or ``foreach``, it takes torch's fastest kernels for the parameters
+    (:func:`~pipeline.learner.optim.kernel_kwargs`: fused where the optimizer has them, else
+    multi-tensor)."""
     key = str(name).lower()
     if key not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
     cls = OPTIMIZERS[key]
     opt_kwargs = dict(kwargs or {})
-    opt_kwargs.setdefault('foreach', True)
-    return lambda params, lr: cls(params, lr=lr, **opt_kwargs)
+    if 'fused' in opt_kwargs or 'foreach' in opt_kwargs:
+        return lambda params, lr: cls(params, lr=lr, **opt_kwargs)
+    has_fused = 'fused' in inspect.signature(cls).parameters
+
+    def factory(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        params = list(params)
+        kernels = kernel_kwargs(params) if has_fused else {'foreach': True}
+        return cls(params, lr=lr, **kernels, **opt_kwargs)
+
+    return factory
 
 
 def optimizer_problems(name: Any, lr: Any, kwargs: Any, where: str) -> List[str]:
