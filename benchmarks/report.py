@@ -26,22 +26,22 @@ SECTION = '## Atari-100k and MuJoCo'
 GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
 
 #: Published per-game mean scores. random, human, DER: as in /work/shared/anchors.md (Kaiser et al. 2019's
-#: random/human; DER = data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) (Agarwal et al. 2021) and
-#: SPR (Schwarzer et al. 2021): None until copied from the papers' per-game tables (see ANCHOR_NOTES).
+#: random/human; DER = data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) and SPR: the means of the
+#: 100 runs per game in rliable's released scores (Agarwal et al. 2021; where read: ANCHOR_NOTES).
 ANCHORS: Dict[str, Dict[str, Optional[float]]] = {
-    'Boxing': {'random': 0.1, 'human': 12.1, 'DER': 0.2, 'DrQ(eps)': None, 'SPR': None},
-    'Breakout': {'random': 1.7, 'human': 30.5, 'DER': 1.9, 'DrQ(eps)': None, 'SPR': None},
-    'Freeway': {'random': 0.0, 'human': 29.6, 'DER': 27.9, 'DrQ(eps)': None, 'SPR': None},
-    'Pong': {'random': -20.7, 'human': 14.6, 'DER': -19.3, 'DrQ(eps)': None, 'SPR': None},
-    'RoadRunner': {'random': 11.5, 'human': 7845.0, 'DER': 9600.0, 'DrQ(eps)': None, 'SPR': None},
+    'Boxing': {'random': 0.1, 'human': 12.1, 'DER': 0.2, 'DrQ(eps)': 9.04, 'SPR': 35.7},
+    'Breakout': {'random': 1.7, 'human': 30.5, 'DER': 1.9, 'DrQ(eps)': 19.76, 'SPR': 19.58},
+    'Freeway': {'random': 0.0, 'human': 29.6, 'DER': 27.9, 'DrQ(eps)': 20.26, 'SPR': 19.28},
+    'Pong': {'random': -20.7, 'human': 14.6, 'DER': -19.3, 'DrQ(eps)': -9.06, 'SPR': -5.41},
+    'RoadRunner': {'random': 11.5, 'human': 7845.0, 'DER': 9600.0, 'DrQ(eps)': 11211.43, 'SPR': 12213.13},
 }
 ANCHOR_NOTES = (
     'Random, human and DER: the project\'s anchors (Kaiser et al. 2019 for random and human; DER as '
-    'reported for data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) (Agarwal et al. 2021, '
-    '"Deep RL at the edge of the statistical precipice", per-game means over 100 runs) and SPR '
-    '(Schwarzer et al. 2021): not filled in yet -- the per-game tables could not be read from '
-    'a primary source on this machine; "-" marks them. Fill `ANCHORS` in benchmarks/report.py from the '
-    'papers, not from secondary summaries.')
+    'reported for data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) and SPR: the mean of the 100 '
+    'runs per game of the Atari-100k scores released with rliable (Agarwal et al. 2021, "Deep RL at the '
+    'edge of the statistical precipice"), read from the copy in the IRIS repository '
+    '(github.com/eloialonso/iris, results/data/DrQ(eps).json and SPR.json, commit 75e5ab5); these SPR '
+    'means come from those 100 runs, not from the SPR paper\'s table (Schwarzer et al. 2021, 10 runs).')
 
 
 def human_normalised(score: float, game: str) -> float:
@@ -94,7 +94,8 @@ def atari_table(results: List[Dict[str, Any]]) -> List[str]:
         by_game.setdefault(r['game'], []).append(r)
     lines = ['| game | rlpipe mean +- std (seeds) | HNS | random | human | DER | DrQ(eps) | SPR | wall per run |',
              '|---|---|---|---|---|---|---|---|---|']
-    hns_ours, hns_der = [], []
+    hns_ours: List[float] = []
+    hns_pub: Dict[str, List[float]] = {'DER': [], 'DrQ(eps)': [], 'SPR': []}
     for game in sorted(by_game, key=lambda g: (g not in GAMES, g)):
         runs = sorted(by_game[game], key=lambda r: r['seed'])
         m, sd = _mean_std([float(r['eval']['mean']) for r in runs])
@@ -103,14 +104,18 @@ def atari_table(results: List[Dict[str, Any]]) -> List[str]:
         hns = human_normalised(m, game) if a else None
         if a:
             hns_ours.append(hns)
-            hns_der.append(human_normalised(a['DER'], game))
+            for agent, scores in hns_pub.items():
+                if a[agent] is not None:
+                    scores.append(human_normalised(a[agent], game))
         anchor = [_fmt(a[k]) if a else '-' for k in ('random', 'human', 'DER', 'DrQ(eps)', 'SPR')]
         lines.append(f'| {game} | {_fmt(m)} +- {_fmt(sd)} ({len(runs)}) | {"-" if hns is None else f"{hns:.2f}"} | '
                      f'{" | ".join(anchor)} | {min(walls):.0f}-{max(walls):.0f} min |')
     if hns_ours:
         lines.append('')
+        published = ', '.join(f'{agent} {sum(v) / len(v):.2f}' for agent, v in hns_pub.items()
+                              if len(v) == len(hns_ours))  # only agents with a score for every game
         lines.append(f'Mean human-normalised score over the {len(hns_ours)} game(s) above: rlpipe '
-                     f'{sum(hns_ours) / len(hns_ours):.2f}, DER {sum(hns_der) / len(hns_der):.2f}.')
+                     f'{sum(hns_ours) / len(hns_ours):.2f}, {published}.')
     return lines
 
 
