@@ -25,9 +25,8 @@ from pipeline.config.schema import defaults
 from pipeline.device import DeviceLike, module_device, to_host
 from pipeline.config.policy_schemas import PPO_CONFIG
 from pipeline.learner import Learner
-from pipeline.learner.optim import kernel_kwargs
 
-from .base import ActingMode, Policy
+from .base import ActingMode, Policy, optimizer_factory
 from .config_defaults import policy_config
 from .ppo_model import ACTIVATIONS, ActorCritic, logp_entropy, sample
 
@@ -106,7 +105,7 @@ class PPOLearner(Learner):
         super().__init__(
             {Learner.DEFAULT_MODULE_ID: model}, lr=lr, grad_clip=lc['max_grad_norm'], seed=seed,
             lr_schedule=linear_schedule(lr, total) if lc['lr_schedule'] == 'linear' else None,
-            optimizer=lambda params, lr_: torch.optim.Adam(params, lr=lr_, eps=eps, **kernel_kwargs(params)))
+            optimizer=optimizer_factory('adam', {'eps': eps}))
         self.model = model
         self.clip_start = float(lc['clip_range'])
         self.clip_schedule = (linear_schedule(self.clip_start, total)
