@@ -3,6 +3,7 @@
     python benchmarks/atari100k.py --game Pong --seed 0                 # 100k agent steps = 400k frames
     python benchmarks/atari100k.py --game Breakout --seed 1 --steps 20000
     python benchmarks/atari100k.py --game Pong --seed 0 --smoke --out /tmp/res   # a few hundred steps (CI)
+    python benchmarks/atari100k.py --game Freeway --seed 0 --agent drq_eps_noisy  # a candidate agent
 
 Result: ``benchmarks/results/atari100k/<game>_seed<k>.json`` (``--out`` for another directory): the
 config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
@@ -27,6 +28,11 @@ obs of every batch (``pipeline.data.augment.RandomShift``), a replay buffer hold
 transitions (each frame once: ``FrameStorage``). A step where the eps draw says "random" runs no
 network; with the target copied after every update, the double-DQN target needs one forward pass
 of the next observations, not two.
+
+Candidate agents (``--agent``; results in ``benchmarks/results/atari100k-<agent>/``, not in the table):
+``drq_eps_noisy`` is the agent above with a noisy-net dueling head (``NoisyLinear``, sigma0 0.1 as in
+data-efficient Rainbow): fresh noise on every forward pass while collecting and learning, the mean
+weights in the final evaluation.
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -59,6 +65,18 @@ AGENT: Dict[str, Any] = {
     'encoder': 'der', 'dueling': True, 'double_dqn': True, 'shift_pad': 4, 'replay_size': 100_000,
 }
 
+#: Agents ``--agent`` picks: the table's (``drq_eps``, :data:`AGENT`) and candidates whose results go to
+#: a directory of their own (``benchmarks/results/atari100k-<agent>/``), outside the table, until one
+#: of them replaces the table's agent with all its runs done again.
+AGENTS: Dict[str, Dict[str, Any]] = {
+    'drq_eps': AGENT,
+    # the same agent with data-efficient Rainbow's noisy-net exploration: every layer of the dueling
+    # head a NoisyLinear with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
+    'drq_eps_noisy': dict(AGENT, noisy_std=0.1),
+}
+AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head'}
+
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
@@ -69,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--eval-episodes', type=int, default=10, help='evaluation games after training')
     p.add_argument('--smoke', action='store_true',
                    help='a few hundred steps, learning from step 100, one short evaluation game (CI)')
-    p.add_argument('--out', default=RESULTS_DIR, help='directory of the JSON result and the checkpoint')
+    p.add_argument('--agent', choices=sorted(AGENTS), default='drq_eps',
+                   help="the agent's settings: drq_eps (the table's) or a candidate (default --out: "
+                        "benchmarks/results/atari100k-<agent>)")
+    p.add_argument('--out', default=None, help='directory of the JSON result and the checkpoint '
+                                               '(default benchmarks/results/atari100k[-<agent>])')
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
@@ -80,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def agent_settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """The agent settings of this run (``AGENT``, shrunk for ``--smoke``)."""
-    a = dict(AGENT)
+    """The agent settings of this run (``AGENTS[args.agent]``, shrunk for ``--smoke``)."""
+    a = dict(AGENTS[getattr(args, 'agent', 'drq_eps')])
     if args.smoke:
         a.update(learning_starts=100, eps_decay_steps=200)
     return a
@@ -194,20 +216,22 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from pipeline.policy import DQNPolicy
     from pipeline.policy.conv import AtariQNetwork
     from pipeline.policy.dqn import DQNCollectMode
+    from pipeline.policy.noisy import noise_off
 
     versions, load_at_start = run_facts.versions(('torch', 'numpy', 'gymnasium', 'ale_py', 'cv2')), run_facts.load_average()
     torch.set_num_threads(args.threads)
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
     cfg = dqn_config(a, args.seed)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f'{args.game}_seed{args.seed}')
+    out = args.out or (RESULTS_DIR if args.agent == 'drq_eps' else f'{RESULTS_DIR}-{args.agent}')
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, f'{args.game}_seed{args.seed}')
     ckpt_path, buffer_path = stem + '.ckpt', stem + '.buffer'
 
     train_env, eval_env = make_envs(args.game, args.seed, args.smoke)
     n_actions = int(train_env.action_space.n)
     torch.manual_seed(args.seed)
-    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'])
+    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'))
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     policy = DQNPolicy(cfg, model=model, seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))
@@ -268,7 +292,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     eval_actor = DQNCollectMode(model, n_actions, seed=args.seed + 20_000)
     eval_episodes = 1 if args.smoke else args.eval_episodes
     t_eval = time.perf_counter()
-    ev = run_eval_episodes(lambda obs: eval_actor.forward(obs, a['eval_eps']), eval_env, eval_episodes)
+    with noise_off(model):  # a noisy head evaluates on its mean weights (no-op without one)
+        ev = run_eval_episodes(lambda obs: eval_actor.forward(obs, a['eval_eps']), eval_env, eval_episodes)
     eval_wall = time.perf_counter() - t_eval
     train_env.close()
     eval_env.close()
@@ -282,7 +307,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         fingerprint.append([name, float(step.sum()), float(np.abs(step).sum())])
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
-        'agent': 'DrQ(eps)', 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
+        'agent': AGENT_NAMES[args.agent], 'agent_preset': args.agent, 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
         'device': str(policy.device),
         'weights_sha256': digest.hexdigest(), 'weights_fingerprint': fingerprint,

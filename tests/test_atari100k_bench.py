@@ -20,6 +20,22 @@ def _load(name):
 
 @needs_atari
 @pytest.mark.timeout(180)
+def test_a_candidate_agent_writes_outside_the_table_and_learns_its_noise(tmp_path, monkeypatch):
+    bench = _load('atari100k')
+    monkeypatch.setattr(bench, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
+    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
+    assert bench.main(argv) == 0
+    assert not (tmp_path / 'atari100k').exists()               # the table's directory is untouched
+    with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
+        r = json.load(f)
+    assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
+    moved = {name: abs_change for name, _, abs_change in r['weights_fingerprint']}
+    sigmas = [n for n in moved if n.endswith('weight_sigma')]
+    assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
+
+
+@needs_atari
+@pytest.mark.timeout(180)
 def test_smoke_run_writes_a_result(tmp_path):
     bench = _load('atari100k')
     assert bench.main(['--game', 'Pong', '--seed', '0', '--smoke', '--out', str(tmp_path), '--no-progress']) == 0
@@ -194,7 +210,6 @@ def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):
     """A run started in the background (SIGINT ignored, as a shell's `&` leaves it) still saves on SIGTERM."""
     import signal
     import subprocess
-    import sys
     import time
 
     cmd = [sys.executable, os.path.join(ROOT, 'benchmarks', 'atari100k.py'), '--game', 'Pong', '--seed', '2', '--smoke',

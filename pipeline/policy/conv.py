@@ -13,6 +13,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .noisy import NoisyLinear
 from .ppo_model import RunningMeanStd
 
 __all__ = ['NatureCNN', 'DataEfficientCNN', 'AtariQNetwork', 'AtariActorCritic']
@@ -88,10 +89,14 @@ class AtariQNetwork(nn.Module):
     ``encoder='nature'``: :class:`NatureCNN` with ``feature_dim`` features (hidden default 512).
     ``encoder='der'``: :class:`DataEfficientCNN`; the linear head then has one hidden layer of
     ``hidden`` units too (default 256), as in data-efficient Rainbow; ``feature_dim`` is unused.
+    ``noisy_std``: the head's linear layers become :class:`~pipeline.policy.noisy.NoisyLinear` with
+    this ``sigma0`` (0.5 in Rainbow, 0.1 in data-efficient Rainbow): noisy-net exploration, fresh noise
+    on every forward pass; None (default): plain linear layers.
     """
 
     def __init__(self, action_shape: int, in_channels: int = 4, dueling: bool = False,
-                 feature_dim: int = 512, encoder: str = 'nature', hidden: Optional[int] = None) -> None:
+                 feature_dim: int = 512, encoder: str = 'nature', hidden: Optional[int] = None,
+                 noisy_std: Optional[float] = None) -> None:
         super().__init__()
         if not isinstance(action_shape, int) or action_shape < 1:
             raise ValueError(f'action_shape must be a positive int, got {action_shape!r}')
@@ -105,14 +110,21 @@ class AtariQNetwork(nn.Module):
         else:
             self.encoder = DataEfficientCNN(in_channels)
             hidden = 256 if hidden is None else hidden
+        if noisy_std is not None and not noisy_std > 0:
+            raise ValueError(f'noisy_std must be > 0 (or None for plain linear layers), got {noisy_std!r}')
+        self.noisy_std = noisy_std
+
+        def linear(n_in: int, n_out: int) -> nn.Module:
+            return nn.Linear(n_in, n_out) if noisy_std is None else NoisyLinear(n_in, n_out, sigma0=noisy_std)
+
         n = self.encoder.output_dim
         if dueling:
-            self.adv = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, action_shape))
-            self.value = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+            self.adv = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, action_shape))
+            self.value = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, 1))
         elif encoder == 'nature':
-            self.head = nn.Linear(n, action_shape)
+            self.head = linear(n, action_shape)
         else:
-            self.head = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, action_shape))
+            self.head = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, action_shape))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.encoder(obs)

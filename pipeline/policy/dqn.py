@@ -6,7 +6,8 @@
   trains on a batch (a treetensor tree or a dict of tensors with ``obs``, ``action``, ``reward``,
   ``next_obs``, ``terminated`` and optionally ``truncated``, ``nstep``, ``weight``).
 - ``collect_mode``: ``forward(obs, eps) -> actions`` (eps-greedy, vectorised over envs).
-- ``eval_mode``: ``forward(obs) -> actions`` (greedy).
+- ``eval_mode``: ``forward(obs) -> actions`` (greedy; a network with noisy layers acts on its mean
+  weights, see :mod:`pipeline.policy.noisy`).
 
 ``state_dict()`` / ``load_state_dict()`` hold only tensors and plain numbers, so checkpoints load
 with ``torch.load(..., weights_only=True)``.
@@ -30,6 +31,7 @@ from ..config.policy_schemas import DQN_CONFIG, OPTIMIZER_NAMES
 from .base import ActingMode, Policy, optimizer_factory, optimizer_problems
 from .config_defaults import policy_config
 from .model import DQNModel
+from .noisy import has_noise, noise_off
 
 __all__ = ['DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'dqn_targets', 'DQN_CONFIG', 'CONFIG_SCHEMA',
            'dqn_default_config', 'check_config']
@@ -198,7 +200,7 @@ class DQNCollectMode(ActingMode):
     whose eps draw says greedy (a step where every env explores runs no network); random actions
     come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
     the network outputs). The observations become one tensor on the network's device per step; the
-    actions come back to the host as a numpy array.
+    actions come back to the host as a numpy array. Noisy layers act with fresh noise on each call.
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
@@ -249,16 +251,22 @@ class DQNCollectMode(ActingMode):
 
 
 class DQNEvalMode(ActingMode):
-    """Greedy acting: ``forward(obs [N, ...]) -> actions [N] int64``."""
+    """Greedy acting: ``forward(obs [N, ...]) -> actions [N] int64``. Noisy layers
+    (:class:`~pipeline.policy.noisy.NoisyLinear`) act on their mean weights here, as in Rainbow's
+    evaluation; the collect mode keeps their noise (it is the exploration)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
+        self._noisy = has_noise(model)
 
     def forward(self, obs: Any) -> np.ndarray:
         x = obs_tensor(obs, module_device(self.model))
         if x.dtype != torch.float32:
             x = x.float()
         with torch.no_grad():
+            if self._noisy:
+                with noise_off(self.model):
+                    return self.model(x).argmax(dim=-1).cpu().numpy()
             return self.model(x).argmax(dim=-1).cpu().numpy()
 
     __call__ = forward
