@@ -43,6 +43,12 @@ ANCHOR_NOTES = (
     '(github.com/eloialonso/iris, results/data/DrQ(eps).json and SPR.json, commit 75e5ab5); these SPR '
     'means come from those 100 runs, not from the SPR paper\'s table (Schwarzer et al. 2021, 10 runs).')
 
+MUJOCO_NOTES = (
+    'For scale, RL-Zoo\'s published agents (rl-baselines3-zoo benchmark.md, one run each, 1M env steps, '
+    'gymnasium v3 envs): PPO Hopper-v3 2,410.4, SAC Hopper-v3 2,325.5, SAC HalfCheetah-v3 9,535.5. A '
+    'Hopper return near 1,000 is a hopper that stays upright for the 1,000 steps of an episode (1 per '
+    'step for being healthy) without moving forward.')
+
 
 def human_normalised(score: float, game: str) -> float:
     """(score - random) / (human - random) with the anchors' random and human scores."""
@@ -269,6 +275,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
               '']
     if mujoco:
         lines += mujoco_table(mujoco)
+        lines += ['', MUJOCO_NOTES]
         plots = plot_mujoco_curves(mujoco, img_dir)
         if plots:
             lines += ['', 'Learning curves (mean return of 5 deterministic episodes):', '']
