@@ -32,7 +32,9 @@ of the next observations, not two.
 Candidate agents (``--agent``; results in ``benchmarks/results/atari100k-<agent>/``, not in the table):
 ``drq_eps_noisy`` is the agent above with a noisy-net dueling head (``NoisyLinear``, sigma0 0.1 as in
 data-efficient Rainbow): fresh noise on every forward pass while collecting and learning, the mean
-weights in the final evaluation.
+weights in the final evaluation. ``drq_eps_nature`` is the agent above on the Nature-DQN encoder
+(convs 8/4/3, strides 4/2/1, 512 hidden units), the network of Dopamine's DrQ(eps) config, whose
+published scores the table compares against; an update costs about three times the CPU.
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -73,8 +75,12 @@ AGENTS: Dict[str, Dict[str, Any]] = {
     # the same agent with data-efficient Rainbow's noisy-net exploration: every layer of the dueling
     # head a NoisyLinear with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
     'drq_eps_noisy': dict(AGENT, noisy_std=0.1),
+    # the same agent on the Nature-DQN encoder (512 hidden units per dueling branch), the network of
+    # Dopamine's DrQ(eps) config, at about three times the CPU per update
+    'drq_eps_nature': dict(AGENT, encoder='nature'),
 }
-AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head'}
+AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
+               'drq_eps_nature': 'DrQ(eps) on the Nature encoder'}
 
 
 

@@ -251,7 +251,11 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'Deviations from the published protocol and agent: after a life is lost (training only) the '
              'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
              'that step is not counted as an agent step (at most 4 per Breakout game and 2 per RoadRunner '
-             'game; Boxing, Freeway and Pong have no lives). Gradients are clipped at norm 10. The '
+             'game; Boxing, Freeway and Pong have no lives). The encoder is data-efficient Rainbow\'s (two '
+             '5x5 stride-5 convs, 256 hidden units per dueling branch), chosen for CPU time: Dopamine\'s '
+             'DrQ(eps) config keeps its default network, the Nature-DQN encoder (convs 8/4/3 with strides '
+             '4/2/1, 512 hidden units), which costs about three times the CPU per update here. Gradients '
+             'are clipped at norm 10. The '
              'augmentation is random shifts only (Dopamine\'s DrQ code also scales intensities). Evaluation '
              'uses 10 games per run, not 100.',
              '']
