@@ -27,6 +27,7 @@ _GREETING = 64  # a ZMTP 3 greeting
 _BEFORE_ZAP = {"plain": _GREETING, "curve": _GREETING + 170}  # bytes a server sent when it awaits the ZAP reply
 _LINK_WAIT = 1.0  # s the guard waits for the connection it answered to move on (see ``_link``)
 _TICK = 0.02  # s between two looks at the connections' byte counts
+_PAIR_WAIT = 0.5  # s a close seen before its refusal event waits for that event (then it was a close alone)
 MAX_PENDING = 64  # connections still in their handshake, at most (the newest beyond are cut)
 
 
@@ -78,6 +79,7 @@ class TransportGuard:
         self._by_fd: Dict[int, int] = {}  # ZeroMQ's descriptor -> socket inode
         self._uids = itertools.count(1)
         self._failures = 0  # refusals counted from an event whose connection has not closed yet
+        self._early_closes: Deque[float] = deque()  # when closes counted before any refusal event came
         self._forget: Deque[Tuple[float, str]] = deque()  # user ids of closed connections, dropped later
         self._next_tick = 0.0
         self._port: Optional[int] = None  # the PULL socket's TCP port (``listening``)
@@ -222,9 +224,17 @@ class TransportGuard:
                           f"{self.handshake_timeout:g} s, or it went away)", False)
 
     def _refused(self, address: str, why: str, wrong_key: bool) -> None:
-        """A refusal with a reason: counted now; the close of its connection then is not counted again."""
-        self.stats["refused_connections"] += 1
-        self._failures += 1
+        """A refusal with a reason: counted now, and the close of its connection then is not counted again;
+        unless that close was seen first (the monitor event can arrive after the guard saw the descriptor
+        go): a close counted less than ``_PAIR_WAIT`` s ago takes this refusal as its own."""
+        now = time.monotonic()
+        while self._early_closes and now - self._early_closes[0] > _PAIR_WAIT:
+            self._early_closes.popleft()
+        if self._early_closes:
+            self._early_closes.popleft()
+        else:
+            self.stats["refused_connections"] += 1
+            self._failures += 1
         self._on_refused(address, why, wrong_key)
 
     def _track(self, zfd: int) -> None:
@@ -290,6 +300,7 @@ class TransportGuard:
             self._failures -= 1
             return
         self.stats["refused_connections"] += 1
+        self._early_closes.append(time.monotonic())
         self._on_refused(address, "cut: too many connections in their handshake" if cut else
                          f"it closed before passing the handshake (e.g. it declared a frame of more than "
                          f"{WIRE_MAX} bytes, which is not read)", False)

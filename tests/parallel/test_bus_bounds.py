@@ -294,3 +294,36 @@ def test_chunks_are_authenticated_one_by_one():
         push.close(0)
         ctx.term()
         node.stop()
+
+
+@pytest.mark.parametrize("order", ["refusal first", "close first", "close alone, then a refusal"])
+def test_a_refused_connection_is_counted_once_whichever_the_guard_sees_first(order, monkeypatch):
+    """The monitor's refusal event and the guard's look at the descriptor race; a refusal and the close of
+    its connection count once in either order, and a close that no refusal follows (within _PAIR_WAIT) stays
+    a refusal of its own."""
+    from pipeline.parallel import transport_guard
+
+    ctx = zmq.Context()
+    guard = transport_guard.TransportGuard(ctx, KEY.encode(), "plain", lambda *a: None)
+    try:
+        if order == "refusal first":
+            guard._refused("127.0.0.1", "its handshake did not finish", False)
+            guard._closed_unseen("127.0.0.1")
+            expected = 1
+        elif order == "close first":
+            guard._closed_unseen("127.0.0.1")
+            guard._refused("127.0.0.1", "its handshake did not finish", False)
+            expected = 1
+        else:
+            monkeypatch.setattr(transport_guard, "_PAIR_WAIT", 0.05)
+            guard._closed_unseen("127.0.0.1")      # e.g. it declared an oversized frame: no refusal event
+            time.sleep(0.1)
+            guard._refused("127.0.0.1", "its handshake did not finish", False)   # another connection's
+            guard._closed_unseen("127.0.0.1")      # ... and that connection's close
+            expected = 2
+        assert guard.stats["refused_connections"] == expected
+        guard._closed_unseen("127.0.0.1")          # one more connection closing alone counts
+        assert guard.stats["refused_connections"] == expected + 1
+    finally:
+        guard._zap.close()
+        ctx.term()
