@@ -14,6 +14,7 @@ with ``torch.load(..., weights_only=True)``.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -263,10 +264,7 @@ class DQNEvalMode(ActingMode):
         x = obs_tensor(obs, module_device(self.model))
         if x.dtype != torch.float32:
             x = x.float()
-        with torch.no_grad():
-            if self._noisy:
-                with noise_off(self.model):
-                    return self.model(x).argmax(dim=-1).cpu().numpy()
+        with torch.no_grad(), (noise_off(self.model) if self._noisy else contextlib.nullcontext()):
             return self.model(x).argmax(dim=-1).cpu().numpy()
 
     __call__ = forward
