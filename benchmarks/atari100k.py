@@ -32,9 +32,11 @@ of the next observations, not two.
 Candidate agents (``--agent``; results in ``benchmarks/results/atari100k-<agent>/``, not in the table):
 ``drq_eps_noisy`` is the agent above with a noisy-net dueling head (``NoisyLinear``, sigma0 0.1 as in
 data-efficient Rainbow): fresh noise on every forward pass while collecting and learning, the mean
-weights in the final evaluation. ``drq_eps_nature`` is the agent above on the Nature-DQN encoder
-(convs 8/4/3, strides 4/2/1, 512 hidden units), the network of Dopamine's DrQ(eps) config, whose
-published scores the table compares against; an update costs about three times the CPU.
+weights in the final evaluation. ``drq_eps_nature`` is the agent above on the network of Dopamine's
+DrQ(eps) config, whose published scores the table compares against: the Nature-DQN convs (8/4/3,
+strides 4/2/1) -> 512 features -> linear value and advantage branches; an update costs about two and
+a half times the CPU. ``drq_eps_narrow`` is that network at half width (convs 16/32/32, 256 features),
+at about the DER encoder's CPU per update.
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -75,12 +77,16 @@ AGENTS: Dict[str, Dict[str, Any]] = {
     # the same agent with data-efficient Rainbow's noisy-net exploration: every layer of the dueling
     # head a NoisyLinear with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
     'drq_eps_noisy': dict(AGENT, noisy_std=0.1),
-    # the same agent on the Nature-DQN encoder (512 hidden units per dueling branch), the network of
-    # Dopamine's DrQ(eps) config, at about three times the CPU per update
-    'drq_eps_nature': dict(AGENT, encoder='nature'),
+    # the same agent on the network of Dopamine's DrQ(eps) config: Nature-DQN convs -> 512 features ->
+    # linear value and advantage branches, at about two and a half times the CPU per update
+    'drq_eps_nature': dict(AGENT, encoder='nature', feature_dim=512, hidden=0),
+    # that network at half width (convs 16/32/32, 256 features): about the DER encoder's CPU per update,
+    # with the Nature convs' overlapping windows and 7x7 final grid (the DER encoder ends at 3x3)
+    'drq_eps_narrow': dict(AGENT, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
 }
 AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
-               'drq_eps_nature': 'DrQ(eps) on the Nature encoder'}
+               'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
+               'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder'}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +242,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     train_env, eval_env = make_envs(args.game, args.seed, args.smoke)
     n_actions = int(train_env.action_space.n)
     torch.manual_seed(args.seed)
-    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'))
+    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'),
+                          **{k: a[k] for k in ('feature_dim', 'hidden', 'encoder_channels') if k in a})
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     policy = DQNPolicy(cfg, model=model, seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))

@@ -26,18 +26,25 @@ class NatureCNN(nn.Module):
         in_channels: stacked frames (4).
         feature_dim: size of the output features (512).
         input_hw: frame height and width (84, 84); the flattened conv size follows from it.
+        channels: output channels of the three convs ((32, 64, 64); (16, 32, 32) is the same
+            network at half width, about a third of the CPU per update).
     """
 
-    def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84)) -> None:
+    def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84),
+                 channels: Sequence[int] = (32, 64, 64)) -> None:
         super().__init__()
         if in_channels < 1 or feature_dim < 1:
             raise ValueError(f'NatureCNN needs in_channels >= 1 and feature_dim >= 1, got {in_channels}, {feature_dim}')
+        channels = tuple(channels)
+        if len(channels) != 3 or not all(isinstance(c, int) and c >= 1 for c in channels):
+            raise ValueError(f'NatureCNN needs channels = three positive ints (one per conv), got {channels!r}')
+        c1, c2, c3 = channels
         self.in_channels = in_channels
         self.output_dim = feature_dim
         self.conv = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(in_channels, c1, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(c1, c2, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(c2, c3, 3, stride=1), nn.ReLU(),
             nn.Flatten(),
         )
         with torch.no_grad():
@@ -86,9 +93,13 @@ class AtariQNetwork(nn.Module):
     """Q-values ``[B, action_shape]`` from a conv encoder: a linear head (the Nature DQN), or a
     dueling head (``Q = V + A - mean(A)``, one hidden layer of ``hidden`` units per branch).
 
-    ``encoder='nature'``: :class:`NatureCNN` with ``feature_dim`` features (hidden default 512).
+    ``encoder='nature'``: :class:`NatureCNN` with ``feature_dim`` features and ``encoder_channels``
+    conv channels (default (32, 64, 64)); dueling branches' hidden default 512.
     ``encoder='der'``: :class:`DataEfficientCNN`; the linear head then has one hidden layer of
-    ``hidden`` units too (default 256), as in data-efficient Rainbow; ``feature_dim`` is unused.
+    ``hidden`` units too (default 256), as in data-efficient Rainbow; ``feature_dim`` and
+    ``encoder_channels`` are unused.
+    ``hidden=0``: the dueling branches are single linear layers on the encoder's features (Dopamine's
+    network: Nature convs -> ``feature_dim`` -> value and advantage).
     ``noisy_std``: the head's linear layers become :class:`~pipeline.policy.noisy.NoisyLinear` with
     this ``sigma0`` (0.5 in Rainbow, 0.1 in data-efficient Rainbow): noisy-net exploration, fresh noise
     on every forward pass; None (default): plain linear layers.
@@ -96,7 +107,7 @@ class AtariQNetwork(nn.Module):
 
     def __init__(self, action_shape: int, in_channels: int = 4, dueling: bool = False,
                  feature_dim: int = 512, encoder: str = 'nature', hidden: Optional[int] = None,
-                 noisy_std: Optional[float] = None) -> None:
+                 noisy_std: Optional[float] = None, encoder_channels: Sequence[int] = (32, 64, 64)) -> None:
         super().__init__()
         if not isinstance(action_shape, int) or action_shape < 1:
             raise ValueError(f'action_shape must be a positive int, got {action_shape!r}')
@@ -105,11 +116,13 @@ class AtariQNetwork(nn.Module):
         self.action_shape = action_shape
         self.dueling = dueling
         if encoder == 'nature':
-            self.encoder: nn.Module = NatureCNN(in_channels, feature_dim)
+            self.encoder: nn.Module = NatureCNN(in_channels, feature_dim, channels=encoder_channels)
             hidden = 512 if hidden is None else hidden
         else:
             self.encoder = DataEfficientCNN(in_channels)
             hidden = 256 if hidden is None else hidden
+        if not isinstance(hidden, int) or hidden < 0:
+            raise ValueError(f'hidden must be an int >= 0 (0: linear dueling branches), got {hidden!r}')
         if noisy_std is not None and not noisy_std > 0:
             raise ValueError(f'noisy_std must be > 0 (or None for plain linear layers), got {noisy_std!r}')
         self.noisy_std = noisy_std
@@ -118,10 +131,13 @@ class AtariQNetwork(nn.Module):
             return nn.Linear(n_in, n_out) if noisy_std is None else NoisyLinear(n_in, n_out, sigma0=noisy_std)
 
         n = self.encoder.output_dim
-        if dueling:
+        if dueling and hidden == 0:
+            self.adv = linear(n, action_shape)
+            self.value = linear(n, 1)
+        elif dueling:
             self.adv = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, action_shape))
             self.value = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, 1))
-        elif encoder == 'nature':
+        elif encoder == 'nature' or hidden == 0:
             self.head = linear(n, action_shape)
         else:
             self.head = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, action_shape))

@@ -61,3 +61,19 @@ def test_atari_actor_critic_plugs_into_ppo():
     pi, v = model(torch.from_numpy(obs))
     assert pi.shape == (3, 6) and v.shape == (3,)
     assert policy.eval_mode.forward(obs).shape == (3,)
+
+
+def test_nature_cnn_at_half_width_and_linear_dueling_branches():
+    enc = NatureCNN(4, 256, channels=(16, 32, 32))
+    assert enc(torch.zeros(2, 4, 84, 84)).shape == (2, 256) and enc.fc[0].in_features == 32 * 7 * 7
+    with pytest.raises(ValueError, match='three positive ints'):
+        NatureCNN(4, 256, channels=(16, 32))
+    net = AtariQNetwork(6, dueling=True, feature_dim=256, hidden=0, encoder_channels=(16, 32, 32))
+    assert isinstance(net.adv, torch.nn.Linear) and net.adv.in_features == 256 and net.value.out_features == 1
+    q = net(torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8))
+    a = net.adv(net.encoder(torch.zeros(1, 4, 84, 84)))
+    assert q.shape == (3, 6) and a.shape == (1, 6)
+    full = sum(p.numel() for p in AtariQNetwork(6, dueling=True, hidden=0).parameters())
+    assert sum(p.numel() for p in net.parameters()) < full / 3
+    with pytest.raises(ValueError, match='hidden must be an int >= 0'):
+        AtariQNetwork(6, dueling=True, hidden=-1)
