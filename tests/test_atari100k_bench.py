@@ -164,13 +164,17 @@ def test_the_committed_page_is_what_report_renders_from_the_committed_results(tm
 
 @needs_atari
 @pytest.mark.timeout(120)
-def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path):
-    """A short fixed-seed run gives the numbers recorded with the code that produced the stored results:
-    a refactor of the data path or the learner that changes a transition or an update fails here."""
+@pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3.json'),
+                                                ('drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json')])
+def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, golden_file):
+    """A short fixed-seed run gives the numbers recorded with the code that produced the stored results
+    (the table's and a candidate's): a refactor of the data path, the network or the learner that
+    changes a transition or an update fails here."""
     bench = _load('atari100k')
-    with open(os.path.join(ROOT, 'tests', 'golden', 'atari100k_smoke_pong_seed3.json')) as f:
+    with open(os.path.join(ROOT, 'tests', 'golden', golden_file)) as f:
         golden = json.load(f)
-    argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path), '--no-progress']
+    argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path), '--no-progress',
+            '--agent', agent]
     assert bench.main(argv) == 0
     with open(tmp_path / 'Pong_seed3.json') as f:
         r = json.load(f)
