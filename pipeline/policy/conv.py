@@ -27,7 +27,7 @@ class NatureCNN(nn.Module):
         feature_dim: size of the output features (512).
         input_hw: frame height and width (84, 84); the flattened conv size follows from it.
         channels: output channels of the three convs ((32, 64, 64); (16, 32, 32) is the same
-            network at half width, about a third of the CPU per update).
+            network at half width).
     """
 
     def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84),
