@@ -4,7 +4,7 @@
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
 Reads ``<results>/atari100k/*.json`` (written by ``benchmarks/atari100k.py``; ``--smoke`` results are
-skipped) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
+skipped), ``<results>/atari100k-<agent>/*.json`` (other agents, ``--agent <agent>``: a table of their own) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
 ``env``, ``seed``, ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``; ``--smoke`` results are
 skipped). Writes one table per benchmark (mean +- std over seeds, the published anchors beside it,
 human-normalised scores for Atari; rlpipe and SB3 side by side for MuJoCo) and one learning-curve PNG per
@@ -69,17 +69,24 @@ def _fmt(x: Optional[float]) -> str:
     return f'{x:,.1f}' if abs(x) < 1000 else f'{x:,.0f}'
 
 
-def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
-    """(Atari-100k results, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results skipped)."""
-    atari, mujoco, smoke = [], [], {'atari100k': 0, 'mujoco': 0}
-    for path in sorted(glob.glob(os.path.join(results_dir, 'atari100k', '*.json'))):
-        with open(path) as f:
+def _load_atari_dir(path: str) -> Tuple[List[Dict[str, Any]], int]:
+    """(the Atari-100k results in directory ``path``, how many smoke results were skipped)."""
+    results, smoke = [], 0
+    for file in sorted(glob.glob(os.path.join(path, '*.json'))):
+        with open(file) as f:
             r = json.load(f)
         if r.get('smoke'):
-            smoke['atari100k'] += 1
+            smoke += 1
             continue
-        r['_path'] = path
-        atari.append(r)
+        r['_path'] = file
+        results.append(r)
+    return results, smoke
+
+
+def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
+    """(Atari-100k results, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results skipped)."""
+    atari, n_smoke = _load_atari_dir(os.path.join(results_dir, 'atari100k'))
+    mujoco, smoke = [], {'atari100k': n_smoke, 'mujoco': 0}
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
             r = json.load(f)
@@ -91,6 +98,42 @@ def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str,
             raise ValueError(f'{path}: a MuJoCo result needs the fields {missing}')
         mujoco.append(r)
     return atari, mujoco, smoke
+
+
+def load_other_agents(results_dir: str) -> Dict[str, List[Dict[str, Any]]]:
+    """``{agent: results}`` from ``<results_dir>/atari100k-<agent>/`` (``benchmarks/atari100k.py --agent
+    <agent>``), smoke results skipped; agents with no other result are left out."""
+    prefix = os.path.join(results_dir, 'atari100k-')
+    out = {}
+    for path in sorted(glob.glob(prefix + '*')):
+        if os.path.isdir(path):
+            results, _ = _load_atari_dir(path)
+            if results:
+                out[path[len(prefix):]] = results
+    return out
+
+
+def _game_cell(runs: List[Dict[str, Any]]) -> str:
+    m, sd = _mean_std([float(r['eval']['mean']) for r in runs])
+    return f'{_fmt(m)} +- {_fmt(sd)} ({len(runs)})' if len(runs) > 1 else f'{_fmt(m)} (1)'
+
+
+def other_agents_table(table: List[Dict[str, Any]], others: Dict[str, List[Dict[str, Any]]]) -> List[str]:
+    """Markdown lines: one row per agent (the table's first, then ``others``), one column per game:
+    evaluation mean +- std (seeds), and the mean human-normalised score of agents with every game."""
+    rows = [('the table\'s (`drq_eps`)', table)] + [(f'`{name}`', runs) for name, runs in sorted(others.items())]
+    games = sorted({r['game'] for _, runs in rows for r in runs}, key=lambda g: (g not in GAMES, g))
+    lines = ['| agent | ' + ' | '.join(games) + ' | mean HNS |', '|---|' + '---|' * (len(games) + 1)]
+    for label, runs in rows:
+        cells, hns = [], []
+        for game in games:
+            mine = sorted((r for r in runs if r['game'] == game), key=lambda r: r['seed'])
+            cells.append(_game_cell(mine) if mine else '-')
+            if mine and game in ANCHORS:
+                hns.append(human_normalised(_mean_std([float(r['eval']['mean']) for r in mine])[0], game))
+        mean_hns = f'{sum(hns) / len(hns):.2f}' if len(hns) == len(games) else '-'  # only over every game
+        lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {mean_hns} |')
+    return lines
 
 
 def atari_table(results: List[Dict[str, Any]]) -> List[str]:
@@ -259,8 +302,14 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'augmentation is random shifts only (Dopamine\'s DrQ code also scales intensities). Evaluation '
              'uses 10 games per run, not 100.',
              '']
+    others = load_other_agents(results_dir)
     if atari:
         lines += atari_table(atari)
+        if others:
+            lines += ['', 'Other agents, same protocol (`python benchmarks/atari100k.py --game <Game> --seed <k> '
+                      '--agent <name>`; results in `benchmarks/results/atari100k-<name>/`; what each one is: the '
+                      'docstring of `benchmarks/atari100k.py`): evaluation mean +- std (seeds).', '']
+            lines += other_agents_table(atari, others)
         plots = plot_curves(atari, img_dir)
         lines += ['', 'Learning curves (raw scores of training games, so life-loss episodes are joined into whole '
                   'games):', '']

@@ -140,6 +140,32 @@ def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
     assert page.read_text() == text
 
 
+@pytest.mark.timeout(120)
+def test_report_puts_other_agents_beside_the_table_agent(tmp_path):
+    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
+    report = _load('report')
+    res = tmp_path / 'results'
+    runs = {'atari100k': [_result('Pong', 0, -20.0, []), _result('Boxing', 0, 4.0, [])],
+            'atari100k-wide': [_result('Pong', 0, -10.0, []), _result('Pong', 1, -14.0, []),
+                               _result('Boxing', 2, 12.1, []), _result('Boxing', 3, 50.0, [], smoke=True)],
+            'atari100k-only_smoke': [_result('Pong', 0, 5.0, [], smoke=True)]}
+    for d, rs in runs.items():
+        (res / d).mkdir(parents=True)
+        for r in rs:
+            with open(res / d / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
+                json.dump(r, f)
+    page = tmp_path / 'benchmarks.md'
+    page.write_text(PAGE)
+    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
+    text = page.read_text()
+    assert '| agent | Boxing | Pong | mean HNS |' in text
+    table_hns = ((4.0 - 0.1) / 12.0 + (-20.0 + 20.7) / 35.3) / 2
+    wide_hns = ((12.1 - 0.1) / 12.0 + (-12.0 + 20.7) / 35.3) / 2
+    assert f"| the table's (`drq_eps`) | 4.0 (1) | -20.0 (1) | {table_hns:.2f} |" in text
+    assert f'| `wide` | 12.1 (1) | -12.0 +- 2.8 (2) | {wide_hns:.2f} |' in text   # its smoke run is left out
+    assert 'only_smoke' not in text
+
+
 def test_report_without_results_says_so(tmp_path):
     report = _load('report')
     page = tmp_path / 'benchmarks.md'
