@@ -188,6 +188,26 @@ def test_the_committed_page_is_what_report_renders_from_the_committed_results(tm
     assert page.read_text() == committed, 'docs/benchmarks.md is stale: run python benchmarks/report.py'
 
 
+def test_every_stored_result_ran_the_settings_of_its_agent():
+    """benchmarks/results/atari100k/ holds runs of the table's agent (``AGENT``), atari100k-<name>/ runs
+    of ``AGENTS[name]``: a settings change without new runs, or a result in the wrong place, fails here."""
+    import glob
+
+    bench = _load('atari100k')
+    results = os.path.join(ROOT, 'benchmarks', 'results')
+    checked = 0
+    for d in sorted(glob.glob(os.path.join(results, 'atari100k*'))):
+        name = os.path.basename(d)
+        agent = 'drq_eps' if name == 'atari100k' else name[len('atari100k-'):]
+        assert agent in bench.AGENTS, f'{d}: no agent {agent!r} in benchmarks/atari100k.py AGENTS'
+        for path in sorted(glob.glob(os.path.join(d, '*.json'))):
+            with open(path) as f:
+                r = json.load(f)
+            assert r['settings'] == bench.AGENTS[agent], path
+            checked += 1
+    assert checked >= 15
+
+
 @needs_atari
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3.json'),
