@@ -141,6 +141,14 @@ def dqn_config(a: Dict[str, Any], seed: int) -> Any:
     return compile_config(user, policy='dqn')
 
 
+def q_network(a: Dict[str, Any], n_actions: int) -> Any:
+    """The agent's Q-network (``pipeline.policy.conv.AtariQNetwork``) for the settings ``a``."""
+    from pipeline.policy.conv import AtariQNetwork
+
+    return AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'),
+                         **{k: a[k] for k in ('feature_dim', 'hidden', 'encoder_channels') if k in a})
+
+
 def make_envs(game: str, seed: int, smoke: bool) -> Any:
     """(training env, evaluation env): ``EnvManager``s of one ``ALE/<game>-v5`` env each."""
     from pipeline.envs import EnvManager
@@ -225,7 +233,6 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from pipeline.data.augment import RandomShift
     from pipeline.data.frame_storage import FrameStorage
     from pipeline.policy import DQNPolicy
-    from pipeline.policy.conv import AtariQNetwork
     from pipeline.policy.dqn import DQNCollectMode
     from pipeline.policy.noisy import noise_off
 
@@ -242,8 +249,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     train_env, eval_env = make_envs(args.game, args.seed, args.smoke)
     n_actions = int(train_env.action_space.n)
     torch.manual_seed(args.seed)
-    model = AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'),
-                          **{k: a[k] for k in ('feature_dim', 'hidden', 'encoder_channels') if k in a})
+    model = q_network(a, n_actions)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     policy = DQNPolicy(cfg, model=model, seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))

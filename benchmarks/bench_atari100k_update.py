@@ -2,9 +2,11 @@
 
     python benchmarks/bench_atari100k_update.py                 # 5 interleaved rounds of 200 updates each
     python benchmarks/bench_atari100k_update.py --rounds 3 --updates 100
+    python benchmarks/bench_atari100k_update.py --agent drq_eps_der   # another agent's network
 
-Rows (one torch thread, batch 32, the DER encoder with a dueling head, Adam, Huber loss, grad clip 10,
-double-DQN target with the target net equal to the online net, as in DrQ(eps)):
+Rows (one torch thread, batch 32, the network of ``--agent`` (default: the table's agent, ``drq_eps`` in
+``benchmarks/atari100k.py``), Adam, Huber loss, grad clip 10, double-DQN target with the target net
+equal to the online net, as in DrQ(eps)):
 
 - ``bare``: a hand-written loop on a batch already in memory: forward, one no-grad forward of the
   next observations, loss, backward, clip, Adam step;
@@ -66,6 +68,7 @@ def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
+    p.add_argument('--agent', default='drq_eps', help="whose network: an agent of benchmarks/atari100k.py's AGENTS")
     from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)  # every row runs there (default auto)
@@ -82,10 +85,9 @@ def main(argv: List[str] = None) -> int:
     from pipeline.data.frame_storage import FrameStorage
     from pipeline.policy import DQNPolicy
     from pipeline.learner.optim import kernel_kwargs
-    from pipeline.policy.conv import AtariQNetwork
 
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-    from atari100k import AGENT, dqn_config
+    from atari100k import AGENTS, dqn_config, q_network
     from pipeline.device import resolve_device, to_device
 
     dev = resolve_device(args.device or 'auto')
@@ -95,15 +97,18 @@ def main(argv: List[str] = None) -> int:
     g = torch.Generator().manual_seed(0)
     batch = _batch(g, n_actions)
     bare_batch = to_device(batch, dev)  # the bare loops' batch is on the device already
-    net = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
+    if args.agent not in AGENTS:
+        p.error(f'--agent {args.agent}: not an agent of benchmarks/atari100k.py (one of {", ".join(sorted(AGENTS))})')
+    agent = AGENTS[args.agent]
+    net = q_network(agent, n_actions).to(dev)
     opt = torch.optim.Adam(list(net.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net.parameters())))
-    net2 = AtariQNetwork(n_actions, dueling=True, encoder='der').to(dev)
+    net2 = q_network(agent, n_actions).to(dev)
     opt2 = torch.optim.Adam(list(net2.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net2.parameters())))
     bare = bare_step(net, opt, False, g)
     bare_shift = bare_step(net2, opt2, True, g)
 
-    cfg = dqn_config(dict(AGENT, learning_starts=32), seed=0)
-    policy = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0, device=dev)
+    cfg = dqn_config(dict(agent, learning_starts=32), seed=0)
+    policy = DQNPolicy(cfg, model=q_network(agent, n_actions), seed=0, device=dev)
     buf = DequeBuffer(5000, seed=0, storage=FrameStorage(5000, seed=0))
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (2100, 84, 84), dtype=np.uint8)
@@ -111,7 +116,7 @@ def main(argv: List[str] = None) -> int:
         buf.push({'obs': frames[i:i + 4], 'action': int(rng.integers(n_actions)), 'reward': float(rng.standard_normal()),
                   'next_obs': frames[i + 10:i + 14], 'terminated': False, 'truncated': False, 'nstep': 10},
                  {'env': 0})
-    policy2 = DQNPolicy(cfg, model=AtariQNetwork(n_actions, dueling=True, encoder='der'), seed=0, device=dev)
+    policy2 = DQNPolicy(cfg, model=q_network(agent, n_actions), seed=0, device=dev)
     policy2.learn_mode._target_is_online = False
     rows: Dict[str, List[float]] = {'bare': [], 'bare+shift': [], 'rlpipe': [], 'rlpipe, 2 next-obs forwards': []}
     with task.start(ctx=OnlineRLContext()):
@@ -138,7 +143,7 @@ def main(argv: List[str] = None) -> int:
                     torch.cuda.synchronize(dev)
                 rows[name].append((time.process_time() - c0) / args.updates * 1000)
     load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
-    print(f'# CPU per batch-32 update, DER encoder + dueling head, 1 torch thread; {args.rounds} rounds x '
+    print(f'# CPU per batch-32 update, the network of --agent {args.agent}, 1 torch thread; {args.rounds} rounds x '
           f'{args.updates} updates; load average {load:.1f}')
     print('| row | CPU ms per update (median) | ratio to bare (median over rounds) |')
     print('|---|---|---|')

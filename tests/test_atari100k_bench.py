@@ -234,6 +234,20 @@ def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, go
 
 
 @pytest.mark.timeout(120)
+def test_the_update_benchmark_times_the_network_of_the_agent_it_is_given(capsys):
+    bench = _load('bench_atari100k_update')
+    assert bench.main(['--rounds', '1', '--updates', '1', '--agent', 'drq_eps_narrow', '--device', 'cpu']) == 0
+    out = capsys.readouterr().out
+    assert 'the network of --agent drq_eps_narrow' in out
+    rows = [line for line in out.splitlines() if line.startswith('| ') and not line.startswith('| row')]
+    assert [r.split(' | ')[0] for r in rows] == ['| bare', '| bare+shift', '| rlpipe', '| rlpipe, 2 next-obs forwards']
+    assert all(float(r.split(' | ')[1]) > 0 for r in rows)
+    with pytest.raises(SystemExit):
+        bench.main(['--agent', 'no_such_agent'])
+    assert 'not an agent of benchmarks/atari100k.py' in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
 def test_report_puts_mujoco_frameworks_side_by_side_with_curves_and_skips_smoke_runs(tmp_path):
     pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
     report = _load('report')
