@@ -4,7 +4,8 @@
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
 Reads ``<results>/atari100k/*.json`` (written by ``benchmarks/atari100k.py``; ``--smoke`` results are
-skipped), ``<results>/atari100k-<agent>/*.json`` (other agents, ``--agent <agent>``: a table of their own) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
+skipped), ``<results>/atari100k-<agent>/*.json`` (other agents, ``--agent <agent>``: a table of their
+own) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
 ``env``, ``seed``, ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``; ``--smoke`` results are
 skipped). Writes one table per benchmark (mean +- std over seeds, the published anchors beside it,
 human-normalised scores for Atari; rlpipe and SB3 side by side for MuJoCo) and one learning-curve PNG per
@@ -113,11 +114,6 @@ def load_other_agents(results_dir: str) -> Dict[str, List[Dict[str, Any]]]:
     return out
 
 
-def _game_cell(runs: List[Dict[str, Any]]) -> str:
-    m, sd = _mean_std([float(r['eval']['mean']) for r in runs])
-    return f'{_fmt(m)} +- {_fmt(sd)} ({len(runs)})' if len(runs) > 1 else f'{_fmt(m)} (1)'
-
-
 def other_agents_table(table: List[Dict[str, Any]], others: Dict[str, List[Dict[str, Any]]]) -> List[str]:
     """Markdown lines: one row per agent (the table's first, then ``others``), one column per game:
     evaluation mean +- std (seeds), and the mean human-normalised score of agents with every game."""
@@ -127,10 +123,14 @@ def other_agents_table(table: List[Dict[str, Any]], others: Dict[str, List[Dict[
     for label, runs in rows:
         cells, hns = [], []
         for game in games:
-            mine = sorted((r for r in runs if r['game'] == game), key=lambda r: r['seed'])
-            cells.append(_game_cell(mine) if mine else '-')
-            if mine and game in ANCHORS:
-                hns.append(human_normalised(_mean_std([float(r['eval']['mean']) for r in mine])[0], game))
+            scores = [float(r['eval']['mean']) for r in runs if r['game'] == game]
+            if not scores:
+                cells.append('-')
+                continue
+            m, sd = _mean_std(scores)
+            cells.append(f'{_fmt(m)} +- {_fmt(sd)} ({len(scores)})' if len(scores) > 1 else f'{_fmt(m)} (1)')
+            if game in ANCHORS:
+                hns.append(human_normalised(m, game))
         mean_hns = f'{sum(hns) / len(hns):.2f}' if len(hns) == len(games) else '-'  # only over every game
         lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {mean_hns} |')
     return lines
