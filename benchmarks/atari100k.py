@@ -3,9 +3,9 @@
     python benchmarks/atari100k.py --game Pong --seed 0                 # 100k agent steps = 400k frames
     python benchmarks/atari100k.py --game Breakout --seed 1 --steps 20000
     python benchmarks/atari100k.py --game Pong --seed 0 --smoke --out /tmp/res   # a few hundred steps (CI)
-    python benchmarks/atari100k.py --game Freeway --seed 0 --agent drq_eps_noisy  # a candidate agent
+    python benchmarks/atari100k.py --game Freeway --seed 0 --agent drq_eps_noisy  # another agent
 
-Result: ``benchmarks/results/atari100k/<game>_seed<k>.json`` (``--out`` for another directory): the
+Result: ``benchmarks/results/atari100k-<agent>/<game>_seed<k>.json`` (``--out`` for another directory): the
 config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
 scores), the learning curve (raw score of every finished training game vs agent steps) and a SHA-256
 of the final weights (two runs of the same command and code on one machine give the same digest) with
@@ -19,24 +19,25 @@ to 30 no-op actions at reset, games capped at 108k frames (ALE's own limit); lif
 episode and rewards are clipped to their sign for training only. Evaluation after training: whole
 games with raw scores, eps-greedy with eps 0.001, ``--eval-episodes`` games (10).
 
-Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces): one env; one batch-32
-update per agent step from step 1,600; 10-step double-DQN returns, discount 0.99, dueling head on
-the data-efficient Rainbow encoder (two 5x5 stride-5 convs, 256 hidden units), Huber loss, Adam
-lr 1e-4 eps 1.5e-4, gradient norm clipped at 10, target net copied after every update, eps 1.0
-until the first update, then linear to 0.01 over 5k steps, random shifts of +-4 px on obs and next
-obs of every batch (``pipeline.data.augment.RandomShift``), a replay buffer holding all 100k
-transitions (each frame once: ``FrameStorage``). A step where the eps draw says "random" runs no
-network; with the target copied after every update, the double-DQN target needs one forward pass
-of the next observations, not two.
+Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces; ``--agent drq_eps_narrow``, the
+default, :data:`TABLE_AGENT`): one env; one batch-32 update per agent step from step 1,600; 10-step
+double-DQN returns, discount 0.99, Huber loss, Adam lr 1e-4 eps 1.5e-4, gradient norm clipped at 10,
+target net copied after every update, eps 1.0 until the first update, then linear to 0.01 over 5k
+steps, random shifts of +-4 px on obs and next obs of every batch (``pipeline.data.augment.RandomShift``),
+a replay buffer holding all 100k transitions (each frame once: ``FrameStorage``). The network is the
+Nature-DQN convs (8/4/3, strides 4/2/1) at half width (16/32/32 channels) -> 256 features -> linear
+dueling value and advantage branches. A step where the eps draw says "random" runs no network; with
+the target copied after every update, the double-DQN target needs one forward pass of the next
+observations, not two.
 
-Candidate agents (``--agent``; results in ``benchmarks/results/atari100k-<agent>/``, not in the table):
-``drq_eps_noisy`` is the agent above with a noisy-net dueling head (``NoisyLinear``, sigma0 0.1 as in
-data-efficient Rainbow): fresh noise on every forward pass while collecting and learning, the mean
-weights in the final evaluation. ``drq_eps_nature`` is the agent above on the network of Dopamine's
-DrQ(eps) config, whose published scores the table compares against: the Nature-DQN convs (8/4/3,
-strides 4/2/1) -> 512 features -> linear value and advantage branches; an update costs about two and
-a half times the CPU. ``drq_eps_narrow`` is that network at half width (convs 16/32/32, 256 features),
-at about the DER encoder's CPU per update.
+Other agents (``--agent``; each agent's results in ``benchmarks/results/atari100k-<agent>/``; the
+report puts the table agent's in the results table and the others beside it): ``drq_eps`` is the
+agent above on data-efficient Rainbow's encoder (two 5x5 stride-5 convs, 256 hidden units per dueling
+branch; the table's agent until 2026-12-03). ``drq_eps_noisy`` is ``drq_eps`` with a noisy-net dueling
+head (``NoisyLinear``, sigma0 0.1 as in data-efficient Rainbow): fresh noise on every forward pass while
+collecting and learning, the mean weights in the final evaluation. ``drq_eps_nature`` is the network
+of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features), whose published scores
+the table compares against; an update costs about two and a half times the CPU of ``drq_eps_narrow``.
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -59,31 +60,34 @@ if ROOT not in sys.path:
 from benchmarks import run_facts  # noqa: E402  (after ROOT is on sys.path)
 
 GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
+#: Results of ``--agent <agent>`` go to ``RESULTS_DIR + '-<agent>'``.
 RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'results', 'atari100k')
 
-#: The agent's settings (DrQ(eps); see the module docstring). ``--smoke`` shrinks the step counts.
-AGENT: Dict[str, Any] = {
+#: DrQ(eps)'s settings on the DER encoder (``--agent drq_eps``); the other agents change a few of them.
+DRQ_EPS: Dict[str, Any] = {
     'nstep': 10, 'discount': 0.99, 'batch_size': 32, 'learning_rate': 1e-4, 'adam_eps': 1.5e-4,
     'learning_starts': 1600, 'updates_per_step': 1, 'target_update_freq': 1, 'loss': 'huber',
     'grad_clip': 10.0, 'eps_start': 1.0, 'eps_end': 0.01, 'eps_decay_steps': 5000, 'eval_eps': 0.001,
     'encoder': 'der', 'dueling': True, 'double_dqn': True, 'shift_pad': 4, 'replay_size': 100_000,
 }
 
-#: Agents ``--agent`` picks: the table's (``drq_eps``, :data:`AGENT`) and candidates whose results go to
-#: a directory of their own (``benchmarks/results/atari100k-<agent>/``), outside the table, until one
-#: of them replaces the table's agent with all its runs done again.
+#: The agents ``--agent`` picks; each one's results go to ``benchmarks/results/atari100k-<agent>/``.
 AGENTS: Dict[str, Dict[str, Any]] = {
-    'drq_eps': AGENT,
-    # the same agent with data-efficient Rainbow's noisy-net exploration: every layer of the dueling
-    # head a NoisyLinear with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
-    'drq_eps_noisy': dict(AGENT, noisy_std=0.1),
-    # the same agent on the network of Dopamine's DrQ(eps) config: Nature-DQN convs -> 512 features ->
-    # linear value and advantage branches, at about two and a half times the CPU per update
-    'drq_eps_nature': dict(AGENT, encoder='nature', feature_dim=512, hidden=0),
+    'drq_eps': DRQ_EPS,
+    # data-efficient Rainbow's noisy-net exploration: every layer of the dueling head a NoisyLinear
+    # with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
+    'drq_eps_noisy': dict(DRQ_EPS, noisy_std=0.1),
+    # the network of Dopamine's DrQ(eps) config: Nature-DQN convs -> 512 features -> linear value and
+    # advantage branches, at about two and a half times the CPU per update of the DER encoder
+    'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
     # that network at half width (convs 16/32/32, 256 features): about the DER encoder's CPU per update,
     # with the Nature convs' overlapping windows and 7x7 final grid (the DER encoder ends at 3x3)
-    'drq_eps_narrow': dict(AGENT, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
+    'drq_eps_narrow': dict(DRQ_EPS, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
 }
+#: The agent of the results table on docs/benchmarks.md, and the default ``--agent``.
+TABLE_AGENT = 'drq_eps_narrow'
+#: The table agent's settings.
+AGENT: Dict[str, Any] = AGENTS[TABLE_AGENT]
 AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
                'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
                'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder'}
@@ -98,11 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--eval-episodes', type=int, default=10, help='evaluation games after training')
     p.add_argument('--smoke', action='store_true',
                    help='a few hundred steps, learning from step 100, one short evaluation game (CI)')
-    p.add_argument('--agent', choices=sorted(AGENTS), default='drq_eps',
-                   help="the agent's settings: drq_eps (the table's) or a candidate (default --out: "
-                        "benchmarks/results/atari100k-<agent>)")
+    p.add_argument('--agent', choices=sorted(AGENTS), default=TABLE_AGENT,
+                   help=f"the agent's settings: {TABLE_AGENT} (the table's) or another one")
     p.add_argument('--out', default=None, help='directory of the JSON result and the checkpoint '
-                                               '(default benchmarks/results/atari100k[-<agent>])')
+                                               '(default benchmarks/results/atari100k-<agent>)')
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
@@ -114,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def agent_settings(args: argparse.Namespace) -> Dict[str, Any]:
     """The agent settings of this run (``AGENTS[args.agent]``, shrunk for ``--smoke``)."""
-    a = dict(AGENTS[getattr(args, 'agent', 'drq_eps')])
+    a = dict(AGENTS[getattr(args, 'agent', TABLE_AGENT)])
     if args.smoke:
         a.update(learning_starts=100, eps_decay_steps=200)
     return a
@@ -241,7 +244,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
     cfg = dqn_config(a, args.seed)
-    out = args.out or (RESULTS_DIR if args.agent == 'drq_eps' else f'{RESULTS_DIR}-{args.agent}')
+    out = args.out or f'{RESULTS_DIR}-{args.agent}'
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, f'{args.game}_seed{args.seed}')
     ckpt_path, buffer_path = stem + '.ckpt', stem + '.buffer'

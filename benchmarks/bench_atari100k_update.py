@@ -2,9 +2,9 @@
 
     python benchmarks/bench_atari100k_update.py                 # 5 interleaved rounds of 200 updates each
     python benchmarks/bench_atari100k_update.py --rounds 3 --updates 100
-    python benchmarks/bench_atari100k_update.py --agent drq_eps_der   # another agent's network
+    python benchmarks/bench_atari100k_update.py --agent drq_eps   # another agent's network (the DER encoder)
 
-Rows (one torch thread, batch 32, the network of ``--agent`` (default: the table's agent, ``drq_eps`` in
+Rows (one torch thread, batch 32, the network of ``--agent`` (default: the table's agent, ``TABLE_AGENT`` in
 ``benchmarks/atari100k.py``), Adam, Huber loss, grad clip 10, double-DQN target with the target net
 equal to the online net, as in DrQ(eps)):
 
@@ -68,7 +68,8 @@ def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
-    p.add_argument('--agent', default='drq_eps', help="whose network: an agent of benchmarks/atari100k.py's AGENTS")
+    p.add_argument('--agent', default=None, help="whose network: an agent of benchmarks/atari100k.py's AGENTS "
+                                                 "(default: its TABLE_AGENT)")
     from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)  # every row runs there (default auto)
@@ -87,7 +88,7 @@ def main(argv: List[str] = None) -> int:
     from pipeline.learner.optim import kernel_kwargs
 
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-    from atari100k import AGENTS, dqn_config, q_network
+    from atari100k import AGENTS, TABLE_AGENT, dqn_config, q_network
     from pipeline.device import resolve_device, to_device
 
     dev = resolve_device(args.device or 'auto')
@@ -97,6 +98,7 @@ def main(argv: List[str] = None) -> int:
     g = torch.Generator().manual_seed(0)
     batch = _batch(g, n_actions)
     bare_batch = to_device(batch, dev)  # the bare loops' batch is on the device already
+    args.agent = args.agent or TABLE_AGENT
     if args.agent not in AGENTS:
         p.error(f'--agent {args.agent}: not an agent of benchmarks/atari100k.py (one of {", ".join(sorted(AGENTS))})')
     agent = AGENTS[args.agent]

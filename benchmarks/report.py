@@ -3,9 +3,9 @@
     python benchmarks/report.py                      # benchmarks/results/ -> docs/benchmarks.md, docs/img/
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
-Reads ``<results>/atari100k/*.json`` (written by ``benchmarks/atari100k.py``; ``--smoke`` results are
-skipped), ``<results>/atari100k-<agent>/*.json`` (other agents, ``--agent <agent>``: a table of their
-own) and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
+Reads ``<results>/atari100k-<agent>/*.json`` (written by ``benchmarks/atari100k.py --agent <agent>``;
+``--smoke`` results are skipped): the table agent's (``TABLE_AGENT`` in ``benchmarks/atari100k.py``) make
+the results table and the curves, every other agent's a row in a table beside it; and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
 ``env``, ``seed``, ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``; ``--smoke`` results are
 skipped). Writes one table per benchmark (mean +- std over seeds, the published anchors beside it,
 human-normalised scores for Atari; rlpipe and SB3 side by side for MuJoCo) and one learning-curve PNG per
@@ -84,9 +84,20 @@ def _load_atari_dir(path: str) -> Tuple[List[Dict[str, Any]], int]:
     return results, smoke
 
 
-def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
-    """(Atari-100k results, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results skipped)."""
-    atari, n_smoke = _load_atari_dir(os.path.join(results_dir, 'atari100k'))
+def table_agent() -> str:
+    """The agent of the results table: ``TABLE_AGENT`` in ``benchmarks/atari100k.py``."""
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+    try:
+        from atari100k import TABLE_AGENT
+    finally:
+        sys.path.pop(0)
+    return TABLE_AGENT
+
+
+def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
+    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results
+    skipped)."""
+    atari, n_smoke = _load_atari_dir(os.path.join(results_dir, f'atari100k-{agent}'))
     mujoco, smoke = [], {'atari100k': n_smoke, 'mujoco': 0}
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
@@ -101,23 +112,24 @@ def load_results(results_dir: str) -> Tuple[List[Dict[str, Any]], List[Dict[str,
     return atari, mujoco, smoke
 
 
-def load_other_agents(results_dir: str) -> Dict[str, List[Dict[str, Any]]]:
+def load_other_agents(results_dir: str, table: str) -> Dict[str, List[Dict[str, Any]]]:
     """``{agent: results}`` from ``<results_dir>/atari100k-<agent>/`` (``benchmarks/atari100k.py --agent
-    <agent>``), smoke results skipped; agents with no other result are left out."""
+    <agent>``) for every agent but ``table``, smoke results skipped; agents with no other result are left
+    out."""
     prefix = os.path.join(results_dir, 'atari100k-')
     out = {}
     for path in sorted(glob.glob(prefix + '*')):
-        if os.path.isdir(path):
+        if os.path.isdir(path) and path[len(prefix):] != table:
             results, _ = _load_atari_dir(path)
             if results:
                 out[path[len(prefix):]] = results
     return out
 
 
-def other_agents_table(table: List[Dict[str, Any]], others: Dict[str, List[Dict[str, Any]]]) -> List[str]:
-    """Markdown lines: one row per agent (the table's first, then ``others``), one column per game:
-    evaluation mean +- std (seeds), and the mean human-normalised score of agents with every game."""
-    rows = [('the table\'s (`drq_eps`)', table)] + [(f'`{name}`', runs) for name, runs in sorted(others.items())]
+def other_agents_table(agent: str, table: List[Dict[str, Any]], others: Dict[str, List[Dict[str, Any]]]) -> List[str]:
+    """Markdown lines: one row per agent (the table's, ``agent``, first, then ``others``), one column per
+    game: evaluation mean +- std (seeds), and the mean human-normalised score of agents with every game."""
+    rows = [(f'the table\'s (`{agent}`)', table)] + [(f'`{name}`', runs) for name, runs in sorted(others.items())]
     games = sorted({r['game'] for _, runs in rows for r in runs}, key=lambda g: (g not in GAMES, g))
     lines = ['| agent | ' + ' | '.join(games) + ' | mean HNS |', '|---|' + '---|' * (len(games) + 1)]
     for label, runs in rows:
@@ -268,10 +280,12 @@ def plot_curves(results: List[Dict[str, Any]], img_dir: str) -> Dict[str, str]:
     return out
 
 
-def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
-    """The section body (markdown, without the heading) for the results under ``results_dir``;
-    writes the PNGs into ``img_dir``, linked as ``<img_rel>/<file>``."""
-    atari, mujoco, smoke = load_results(results_dir)
+def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional[str] = None) -> str:
+    """The section body (markdown, without the heading) for the results under ``results_dir``, with
+    ``agent`` (default :func:`table_agent`) in the results table; writes the PNGs into ``img_dir``,
+    linked as ``<img_rel>/<file>``."""
+    agent = agent or table_agent()
+    atari, mujoco, smoke = load_results(results_dir, agent)
     lines = ['Rendered by `python benchmarks/report.py` from the JSON results in `benchmarks/results/`; '
              'do not edit by hand.', '', '### Atari-100k', '',
              'One command per game and seed: `python benchmarks/atari100k.py --game <Game> --seed <k>` '
@@ -279,10 +293,11 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'Protocol: sticky actions off, frame skip 4 with max-pool, 84x84 gray, 4 stacked frames, up to 30 '
              'no-op actions at reset, games capped at 108k frames; life loss ends the episode and rewards are '
              'sign-clipped for training only. Score: the raw game score of evaluation games after training '
-             '(10 games, eps-greedy with eps 0.001; the papers average 100 episodes). Agent: DrQ(eps) built '
+             '(10 games, eps-greedy with eps 0.001; the papers average 100 episodes). Agent (`--agent '
+             f'{agent}`, the default): DrQ(eps) built '
              'from rlpipe\'s DQN (see the docstring of `benchmarks/atari100k.py`): one batch-32 update per '
-             'agent step from step 1,600, 10-step double DQN with a dueling head on the DER encoder, Adam '
-             '1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
+             'agent step from step 1,600, 10-step double DQN with a dueling head on the Nature-DQN encoder '
+             'at half width, Adam 1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
              'update. Its target net is copied after every update, as in DrQ(eps), not every 2,000 updates '
              'as in DER: DrQ(eps) is the published agent this one follows, and with the copy the '
              'double-DQN target needs one forward pass of the next observations instead of two. These are '
@@ -294,28 +309,28 @@ def render_section(results_dir: str, img_dir: str, img_rel: str) -> str:
              'Deviations from the published protocol and agent: after a life is lost (training only) the '
              'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
              'that step is not counted as an agent step (at most 4 per Breakout game and 2 per RoadRunner '
-             'game; Boxing, Freeway and Pong have no lives). The encoder is data-efficient Rainbow\'s (two '
-             '5x5 stride-5 convs, 256 hidden units per dueling branch), chosen for CPU time: Dopamine\'s '
-             'DrQ(eps) config keeps its default network, the Nature-DQN encoder (convs 8/4/3 with strides '
-             '4/2/1, 512 hidden units), which costs about three times the CPU per update here. Gradients '
+             'game; Boxing, Freeway and Pong have no lives). The network is that of Dopamine\'s DrQ(eps) '
+             'config (Nature-DQN convs 8/4/3 with strides 4/2/1 -> 512 features -> linear value and '
+             'advantage branches) at half width (16/32/32 channels, 256 features), chosen for CPU time: at '
+             'full width an update costs about two and a half times the CPU here. Gradients '
              'are clipped at norm 10. The '
              'augmentation is random shifts only (Dopamine\'s DrQ code also scales intensities). Evaluation '
              'uses 10 games per run, not 100.',
              '']
-    others = load_other_agents(results_dir)
+    others = load_other_agents(results_dir, agent)
     if atari:
         lines += atari_table(atari)
         if others:
             lines += ['', 'Other agents, same protocol (`python benchmarks/atari100k.py --game <Game> --seed <k> '
                       '--agent <name>`; results in `benchmarks/results/atari100k-<name>/`; what each one is: the '
                       'docstring of `benchmarks/atari100k.py`): evaluation mean +- std (seeds).', '']
-            lines += other_agents_table(atari, others)
+            lines += other_agents_table(agent, atari, others)
         plots = plot_curves(atari, img_dir)
         lines += ['', 'Learning curves (raw scores of training games, so life-loss episodes are joined into whole '
                   'games):', '']
         lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
     else:
-        lines.append('No Atari-100k result is stored yet (`benchmarks/results/atari100k/` holds none'
+        lines.append(f'No Atari-100k result is stored yet (`benchmarks/results/atari100k-{agent}/` holds none'
                      + (f'; {smoke["atari100k"]} smoke result(s) skipped' if smoke['atari100k'] else '') + ').')
     lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '',
               'One command per row and seed: `python benchmarks/mujoco_vs_sb3.py --algo <sac|ppo> --env <id> --seed <k> '

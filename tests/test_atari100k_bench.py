@@ -25,7 +25,7 @@ def test_a_candidate_agent_writes_outside_the_table_and_learns_its_noise(tmp_pat
     monkeypatch.setattr(bench, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
     argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
     assert bench.main(argv) == 0
-    assert not (tmp_path / 'atari100k').exists()               # the table's directory is untouched
+    assert not (tmp_path / f'atari100k-{bench.TABLE_AGENT}').exists()   # the table's directory is untouched
     with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
         r = json.load(f)
     assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
@@ -109,12 +109,13 @@ def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
     pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
     report = _load('report')
     res = tmp_path / 'results'
-    (res / 'atari100k').mkdir(parents=True)
+    table = res / f'atari100k-{report.table_agent()}'
+    table.mkdir(parents=True)
     (res / 'mujoco').mkdir()
     rows = [_result('Pong', 0, -10.0, [[1000, -21], [5000, -15]]), _result('Pong', 1, -14.0, [[900, -20]]),
             _result('Breakout', 0, 10.5, [[800, 2], [2000, 8]]), _result('Freeway', 0, 99.0, [], smoke=True)]
     for r in rows:
-        with open(res / 'atari100k' / f'{r["game"]}_seed{r["seed"]}.json', 'w') as f:
+        with open(table / f'{r["game"]}_seed{r["seed"]}.json', 'w') as f:
             json.dump(r, f)
     for i, (fw, ret) in enumerate([('rlpipe', 3000.0), ('rlpipe', 3400.0), ('sb3', 2900.0)]):
         with open(res / 'mujoco' / f'sac_{i}.json', 'w') as f:
@@ -145,7 +146,7 @@ def test_report_puts_other_agents_beside_the_table_agent(tmp_path):
     pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
     report = _load('report')
     res = tmp_path / 'results'
-    runs = {'atari100k': [_result('Pong', 0, -20.0, []), _result('Boxing', 0, 4.0, [])],
+    runs = {'atari100k-best': [_result('Pong', 0, -20.0, []), _result('Boxing', 0, 4.0, [])],
             'atari100k-wide': [_result('Pong', 0, -10.0, []), _result('Pong', 1, -14.0, []),
                                _result('Boxing', 2, 12.1, []), _result('Boxing', 3, 50.0, [], smoke=True)],
             'atari100k-only_smoke': [_result('Pong', 0, 5.0, [], smoke=True)]}
@@ -154,14 +155,13 @@ def test_report_puts_other_agents_beside_the_table_agent(tmp_path):
         for r in rs:
             with open(res / d / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
                 json.dump(r, f)
-    page = tmp_path / 'benchmarks.md'
-    page.write_text(PAGE)
-    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
-    text = page.read_text()
+    text = report.render_section(str(res), str(tmp_path / 'img'), 'img', agent='best')
+    assert "Agent (`--agent best`, the default)" in text
     assert '| agent | Boxing | Pong | mean HNS |' in text
     table_hns = ((4.0 - 0.1) / 12.0 + (-20.0 + 20.7) / 35.3) / 2
     wide_hns = ((12.1 - 0.1) / 12.0 + (-12.0 + 20.7) / 35.3) / 2
-    assert f"| the table's (`drq_eps`) | 4.0 (1) | -20.0 (1) | {table_hns:.2f} |" in text
+    assert f"| the table's (`best`) | 4.0 (1) | -20.0 (1) | {table_hns:.2f} |" in text
+    assert '| `best` |' not in text                                        # not again among the others
     assert f'| `wide` | 12.1 (1) | -12.0 +- 2.8 (2) | {wide_hns:.2f} |' in text   # its smoke run is left out
     assert 'only_smoke' not in text
 
@@ -189,28 +189,30 @@ def test_the_committed_page_is_what_report_renders_from_the_committed_results(tm
 
 
 def test_every_stored_result_ran_the_settings_of_its_agent():
-    """benchmarks/results/atari100k/ holds runs of the table's agent (``AGENT``), atari100k-<name>/ runs
-    of ``AGENTS[name]``: a settings change without new runs, or a result in the wrong place, fails here."""
+    """benchmarks/results/atari100k-<name>/ holds runs of ``AGENTS[name]``: a settings change without new
+    runs, or a result in the wrong place, fails here; the table agent has runs of every game."""
     import glob
 
     bench = _load('atari100k')
     results = os.path.join(ROOT, 'benchmarks', 'results')
-    checked = 0
+    checked, games = 0, {}
     for d in sorted(glob.glob(os.path.join(results, 'atari100k*'))):
         name = os.path.basename(d)
-        agent = 'drq_eps' if name == 'atari100k' else name[len('atari100k-'):]
+        assert name.startswith('atari100k-'), f'{d}: results go to atari100k-<agent>/'
+        agent = name[len('atari100k-'):]
         assert agent in bench.AGENTS, f'{d}: no agent {agent!r} in benchmarks/atari100k.py AGENTS'
         for path in sorted(glob.glob(os.path.join(d, '*.json'))):
             with open(path) as f:
                 r = json.load(f)
             assert r['settings'] == bench.AGENTS[agent], path
             checked += 1
-    assert checked >= 15
+            games.setdefault(agent, set()).add(r['game'])
+    assert checked >= 15 and games[bench.TABLE_AGENT] == set(bench.GAMES)
 
 
 @needs_atari
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3.json'),
+@pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3_drq_eps.json'),
                                                 ('drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json')])
 def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, golden_file):
     """A short fixed-seed run gives the numbers recorded with the code that produced the stored results
@@ -236,9 +238,9 @@ def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, go
 @pytest.mark.timeout(120)
 def test_the_update_benchmark_times_the_network_of_the_agent_it_is_given(capsys):
     bench = _load('bench_atari100k_update')
-    assert bench.main(['--rounds', '1', '--updates', '1', '--agent', 'drq_eps_narrow', '--device', 'cpu']) == 0
+    assert bench.main(['--rounds', '1', '--updates', '1', '--agent', 'drq_eps', '--device', 'cpu']) == 0
     out = capsys.readouterr().out
-    assert 'the network of --agent drq_eps_narrow' in out
+    assert 'the network of --agent drq_eps' in out
     rows = [line for line in out.splitlines() if line.startswith('| ') and not line.startswith('| row')]
     assert [r.split(' | ')[0] for r in rows] == ['| bare', '| bare+shift', '| rlpipe', '| rlpipe, 2 next-obs forwards']
     assert all(float(r.split(' | ')[1]) > 0 for r in rows)
