@@ -103,12 +103,18 @@ class AtariQNetwork(nn.Module):
     ``noisy_std``: the head's linear layers become :class:`~pipeline.policy.noisy.NoisyLinear` with
     this ``sigma0`` (0.5 in Rainbow, 0.1 in data-efficient Rainbow): noisy-net exploration, fresh noise
     on every forward pass; None (default): plain linear layers.
+    ``init``: ``'torch'`` (default) keeps PyTorch's default initialisation; ``'xavier'`` sets every conv
+    and plain linear layer to Xavier-uniform weights and zero biases (the initialisation of Dopamine's
+    JAX networks); noisy layers keep their own.
     """
 
     def __init__(self, action_shape: int, in_channels: int = 4, dueling: bool = False,
                  feature_dim: int = 512, encoder: str = 'nature', hidden: Optional[int] = None,
-                 noisy_std: Optional[float] = None, encoder_channels: Sequence[int] = (32, 64, 64)) -> None:
+                 noisy_std: Optional[float] = None, encoder_channels: Sequence[int] = (32, 64, 64),
+                 init: str = 'torch') -> None:
         super().__init__()
+        if init not in ('torch', 'xavier'):
+            raise ValueError(f"init must be 'torch' or 'xavier', got {init!r}")
         if not isinstance(action_shape, int) or action_shape < 1:
             raise ValueError(f'action_shape must be a positive int, got {action_shape!r}')
         if encoder not in ('nature', 'der'):
@@ -141,6 +147,11 @@ class AtariQNetwork(nn.Module):
             self.head = linear(n, action_shape)
         else:
             self.head = nn.Sequential(linear(n, hidden), nn.ReLU(), linear(hidden, action_shape))
+        if init == 'xavier':
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    nn.init.xavier_uniform_(m.weight)
+                    nn.init.zeros_(m.bias)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.encoder(obs)

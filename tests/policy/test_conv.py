@@ -77,3 +77,23 @@ def test_nature_cnn_at_half_width_and_linear_dueling_branches():
     assert sum(p.numel() for p in net.parameters()) < full / 3
     with pytest.raises(ValueError, match='hidden must be an int >= 0'):
         AtariQNetwork(6, dueling=True, hidden=-1)
+
+
+def test_xavier_init_sets_every_plain_layer_and_keeps_noisy_ones():
+    torch.manual_seed(0)
+    net = AtariQNetwork(3, dueling=True, encoder='nature', encoder_channels=(16, 32, 32), feature_dim=256,
+                        hidden=0, init='xavier')
+    layers = [m for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(layers) == 6                                    # 3 convs, the feature layer, value, advantage
+    for m in layers:
+        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(m.weight)
+        bound = (6.0 / (fan_in + fan_out)) ** 0.5
+        assert torch.all(m.bias == 0)
+        assert m.weight.abs().max() <= bound and m.weight.abs().max() > 0.9 * bound
+    default = AtariQNetwork(3, dueling=True, encoder='nature', encoder_channels=(16, 32, 32), feature_dim=256,
+                            hidden=0)
+    assert not torch.all(default.adv.bias == 0)                # PyTorch's default draws biases
+    noisy = AtariQNetwork(3, dueling=True, encoder='der', noisy_std=0.1, init='xavier')
+    assert noisy.adv[0].bias_mu.abs().sum() > 0                # noisy layers keep their own init
+    with pytest.raises(ValueError, match="init must be 'torch' or 'xavier'"):
+        AtariQNetwork(3, init='he')
