@@ -11,7 +11,8 @@ scores), the learning curve (raw score of every finished training game vs agent 
 of the final weights (two runs of the same command and code on one machine give the same digest) with
 a per-tensor fingerprint of what training changed (sum and sum of absolute values of final minus initial
 weights: comparable across machines within rounding).
-``python benchmarks/report.py`` renders all stored results into docs/benchmarks.md.
+``python benchmarks/report.py`` renders all stored results into docs/benchmarks.md (runs of fewer than
+100k agent steps, from ``--steps``, are left out).
 
 Protocol (Kaiser et al. 2019; Dopamine's atari_100k), via ``pipeline.envs.atari.make_atari_env``:
 ALE v5 ids with sticky actions off, frame skip 4 with max-pool, 84x84 gray, 4 stacked frames, up

@@ -70,13 +70,18 @@ def _fmt(x: Optional[float]) -> str:
     return f'{x:,.1f}' if abs(x) < 1000 else f'{x:,.0f}'
 
 
+#: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
+ATARI_STEPS = 100_000
+
+
 def _load_atari_dir(path: str) -> Tuple[List[Dict[str, Any]], int]:
-    """(the Atari-100k results in directory ``path``, how many smoke results were skipped)."""
+    """(the Atari-100k results in directory ``path``, how many were skipped: smoke results and runs
+    shorter than :data:`ATARI_STEPS` agent steps)."""
     results, smoke = [], 0
     for file in sorted(glob.glob(os.path.join(path, '*.json'))):
         with open(file) as f:
             r = json.load(f)
-        if r.get('smoke'):
+        if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
             smoke += 1
             continue
         r['_path'] = file
@@ -331,7 +336,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional
         lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
     else:
         lines.append(f'No Atari-100k result is stored yet (`benchmarks/results/atari100k-{agent}/` holds none'
-                     + (f'; {smoke["atari100k"]} smoke result(s) skipped' if smoke['atari100k'] else '') + ').')
+                     + (f'; {smoke["atari100k"]} smoke or short result(s) skipped' if smoke['atari100k'] else '') + ').')
     lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '',
               'One command per row and seed: `python benchmarks/mujoco_vs_sb3.py --algo <sac|ppo> --env <id> --seed <k> '
               '--with-sb3` (rlpipe, then Stable-Baselines3 with the same settings, each in a process of its own '

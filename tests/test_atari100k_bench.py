@@ -96,9 +96,9 @@ def test_a_fixed_seed_run_is_repeatable(tmp_path):
     assert a['eval']['returns'] == b['eval']['returns'] and a['curve'] == b['curve']
 
 
-def _result(game, seed, mean, points, smoke=False):
+def _result(game, seed, mean, points, smoke=False, steps=100_000):
     return {'benchmark': 'atari100k', 'game': game, 'seed': seed, 'smoke': smoke, 'eval': {'mean': mean},
-            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed}
+            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed, 'agent_steps': steps}
 
 
 PAGE = '# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n\nold text\n\n## Replay buffers\n\nkept\n'
@@ -113,7 +113,8 @@ def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
     table.mkdir(parents=True)
     (res / 'mujoco').mkdir()
     rows = [_result('Pong', 0, -10.0, [[1000, -21], [5000, -15]]), _result('Pong', 1, -14.0, [[900, -20]]),
-            _result('Breakout', 0, 10.5, [[800, 2], [2000, 8]]), _result('Freeway', 0, 99.0, [], smoke=True)]
+            _result('Breakout', 0, 10.5, [[800, 2], [2000, 8]]), _result('Freeway', 0, 99.0, [], smoke=True),
+            _result('Boxing', 0, 50.0, [[500, 1]], steps=10_240)]
     for r in rows:
         with open(table / f'{r["game"]}_seed{r["seed"]}.json', 'w') as f:
             json.dump(r, f)
@@ -131,6 +132,7 @@ def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
     hns = (-12.0 + 20.7) / (14.6 + 20.7)
     assert '-12.0 +- 2.8 (2)' in pong and f'{hns:.2f}' in pong and '| -19.3 |' in pong
     assert '| Breakout | 10.5 +- 0.0 (1)' in text and 'Freeway |' not in text   # the smoke result is skipped
+    assert '| Boxing |' not in text                                               # and the short run
     assert '| sac | Hopper-v5 | 3,200 +- 282.8 (2) | 2,900 +- 0.0 (1) | 25 min | 25 min | 1.00x |' in text
     for game in ('Pong', 'Breakout'):
         png = tmp_path / 'img' / f'atari100k_{game}.png'
