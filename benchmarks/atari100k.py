@@ -39,6 +39,8 @@ head (``NoisyLinear``, sigma0 0.1 as in data-efficient Rainbow): fresh noise on 
 collecting and learning, the mean weights in the final evaluation. ``drq_eps_nature`` is the network
 of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features), whose published scores
 the table compares against; an update costs about two and a half times the CPU of ``drq_eps_narrow``.
+``drq_eps_narrow_xavier`` is ``drq_eps_narrow`` initialised as Dopamine's networks are (Xavier-uniform
+weights, zero biases).
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
@@ -85,13 +87,16 @@ AGENTS: Dict[str, Dict[str, Any]] = {
     # with the Nature convs' overlapping windows and 7x7 final grid (the DER encoder ends at 3x3)
     'drq_eps_narrow': dict(DRQ_EPS, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
 }
+# drq_eps_narrow with the initialisation of Dopamine's networks (Xavier-uniform weights, zero biases)
+AGENTS['drq_eps_narrow_xavier'] = dict(AGENTS['drq_eps_narrow'], init='xavier')
 #: The agent of the results table on docs/benchmarks.md, and the default ``--agent``.
 TABLE_AGENT = 'drq_eps_narrow'
 #: The table agent's settings.
 AGENT: Dict[str, Any] = AGENTS[TABLE_AGENT]
 AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
                'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
-               'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder'}
+               'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder',
+               'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init'}
 
 
 def build_parser() -> argparse.ArgumentParser:

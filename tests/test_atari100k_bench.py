@@ -293,3 +293,13 @@ def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):
             p.kill()
     assert p.returncode == 130, out[-2000:]
     assert 'interrupted at agent step' in out and (tmp_path / 'Pong_seed2.ckpt').exists(), out[-2000:]
+
+
+def test_an_agent_setting_init_gets_that_initialisation():
+    torch = pytest.importorskip('torch')
+    bench = _load('atari100k')
+    torch.manual_seed(0)
+    xavier = bench.q_network(bench.AGENTS['drq_eps_narrow_xavier'], 3)
+    plain = bench.q_network(bench.AGENTS['drq_eps_narrow'], 3)
+    assert all(torch.all(m.bias == 0) for m in xavier.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    assert not torch.all(plain.adv.bias == 0)
