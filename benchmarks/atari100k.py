@@ -38,7 +38,7 @@ branch; the table's agent until 2026-12-03). ``drq_eps_noisy`` is ``drq_eps`` wi
 head (``NoisyLinear``, sigma0 0.1 as in data-efficient Rainbow): fresh noise on every forward pass while
 collecting and learning, the mean weights in the final evaluation. ``drq_eps_nature`` is the network
 of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features), whose published scores
-the table compares against; an update costs about two and a half times the CPU of ``drq_eps_narrow``.
+the table compares against (its CPU per update: docs/benchmarks.md).
 ``drq_eps_narrow_xavier`` is ``drq_eps_narrow`` initialised as Dopamine's networks are (Xavier-uniform
 weights, zero biases).
 
@@ -81,10 +81,11 @@ AGENTS: Dict[str, Dict[str, Any]] = {
     # with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
     'drq_eps_noisy': dict(DRQ_EPS, noisy_std=0.1),
     # the network of Dopamine's DrQ(eps) config: Nature-DQN convs -> 512 features -> linear value and
-    # advantage branches, at about two and a half times the CPU per update of the DER encoder
+    # advantage branches
     'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
-    # that network at half width (convs 16/32/32, 256 features): about the DER encoder's CPU per update,
-    # with the Nature convs' overlapping windows and 7x7 final grid (the DER encoder ends at 3x3)
+    # that network at half width (convs 16/32/32, 256 features): more CPU per update than the DER encoder,
+    # less than full width (docs/benchmarks.md), with the Nature convs' overlapping windows and 7x7 final
+    # grid (the DER encoder ends at 3x3)
     'drq_eps_narrow': dict(DRQ_EPS, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
 }
 # drq_eps_narrow with the initialisation of Dopamine's networks (Xavier-uniform weights, zero biases)
