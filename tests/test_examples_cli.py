@@ -90,8 +90,10 @@ def test_ctrl_c_saves_once_prints_the_resume_command_and_resume_continues(tmp_pa
     import threading
 
     cmd = [sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), '--max-env-step', '200000', *SMALL]
+    # SIGINT as Ctrl-C in a terminal delivers it, even when pytest itself runs in the background (a
+    # shell's `&` starts it with SIGINT ignored, and Python then raises no KeyboardInterrupt)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_with_root(),
-                            cwd=str(tmp_path))
+                            cwd=str(tmp_path), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     err_lines = []
     trained = threading.Event()
 
