@@ -92,8 +92,6 @@ AGENTS: Dict[str, Dict[str, Any]] = {
 AGENTS['drq_eps_narrow_xavier'] = dict(AGENTS['drq_eps_narrow'], init='xavier')
 #: The agent of the results table on docs/benchmarks.md, and the default ``--agent``.
 TABLE_AGENT = 'drq_eps_narrow'
-#: The table agent's settings.
-AGENT: Dict[str, Any] = AGENTS[TABLE_AGENT]
 AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
                'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
                'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder',

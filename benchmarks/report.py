@@ -77,16 +77,16 @@ ATARI_STEPS = 100_000
 def _load_atari_dir(path: str) -> Tuple[List[Dict[str, Any]], int]:
     """(the Atari-100k results in directory ``path``, how many were skipped: smoke results and runs
     shorter than :data:`ATARI_STEPS` agent steps)."""
-    results, smoke = [], 0
+    results, skipped = [], 0
     for file in sorted(glob.glob(os.path.join(path, '*.json'))):
         with open(file) as f:
             r = json.load(f)
         if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
-            smoke += 1
+            skipped += 1
             continue
         r['_path'] = file
         results.append(r)
-    return results, smoke
+    return results, skipped
 
 
 def table_agent() -> str:
@@ -100,8 +100,8 @@ def table_agent() -> str:
 
 
 def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
-    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` smoke results
-    skipped)."""
+    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results
+    skipped: smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
     atari, n_smoke = _load_atari_dir(os.path.join(results_dir, f'atari100k-{agent}'))
     mujoco, smoke = [], {'atari100k': n_smoke, 'mujoco': 0}
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
