@@ -102,25 +102,25 @@ def table_agent() -> str:
 def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
     """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results
     skipped: smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
-    atari, n_smoke = _load_atari_dir(os.path.join(results_dir, f'atari100k-{agent}'))
-    mujoco, smoke = [], {'atari100k': n_smoke, 'mujoco': 0}
+    atari, n_atari_skipped = _load_atari_dir(os.path.join(results_dir, f'atari100k-{agent}'))
+    mujoco, skipped = [], {'atari100k': n_atari_skipped, 'mujoco': 0}
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
             r = json.load(f)
         if r.get('smoke'):
-            smoke['mujoco'] += 1
+            skipped['mujoco'] += 1
             continue
         missing = [k for k in ('algo', 'env', 'seed', 'framework', 'final_return', 'wall') if k not in r]
         if missing:
             raise ValueError(f'{path}: a MuJoCo result needs the fields {missing}')
         mujoco.append(r)
-    return atari, mujoco, smoke
+    return atari, mujoco, skipped
 
 
 def load_other_agents(results_dir: str, table: str) -> Dict[str, List[Dict[str, Any]]]:
     """``{agent: results}`` from ``<results_dir>/atari100k-<agent>/`` (``benchmarks/atari100k.py --agent
-    <agent>``) for every agent but ``table``, smoke results skipped; agents with no other result are left
-    out."""
+    <agent>``) for every agent but ``table``, smoke and short results skipped; agents with no other result
+    are left out."""
     prefix = os.path.join(results_dir, 'atari100k-')
     out = {}
     for path in sorted(glob.glob(prefix + '*')):
@@ -290,7 +290,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional
     ``agent`` (default :func:`table_agent`) in the results table; writes the PNGs into ``img_dir``,
     linked as ``<img_rel>/<file>``."""
     agent = agent or table_agent()
-    atari, mujoco, smoke = load_results(results_dir, agent)
+    atari, mujoco, skipped = load_results(results_dir, agent)
     lines = ['Rendered by `python benchmarks/report.py` from the JSON results in `benchmarks/results/`; '
              'do not edit by hand.', '', '### Atari-100k', '',
              'One command per game and seed: `python benchmarks/atari100k.py --game <Game> --seed <k>` '
@@ -337,7 +337,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional
         lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
     else:
         lines.append(f'No Atari-100k result is stored yet (`benchmarks/results/atari100k-{agent}/` holds none'
-                     + (f'; {smoke["atari100k"]} smoke or short result(s) skipped' if smoke['atari100k'] else '') + ').')
+                     + (f'; {skipped["atari100k"]} smoke or short result(s) skipped' if skipped['atari100k'] else '') + ').')
     lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '',
               'One command per row and seed: `python benchmarks/mujoco_vs_sb3.py --algo <sac|ppo> --env <id> --seed <k> '
               '--with-sb3` (rlpipe, then Stable-Baselines3 with the same settings, each in a process of its own '
@@ -356,7 +356,7 @@ def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional
             lines += [f'![{k}]({img_rel}/{name})' for k, name in plots.items()]
     else:
         lines.append('No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none'
-                     + (f'; {smoke["mujoco"]} smoke result(s) skipped' if smoke['mujoco'] else '') + ').')
+                     + (f'; {skipped["mujoco"]} smoke result(s) skipped' if skipped['mujoco'] else '') + ').')
     return '\n'.join(lines) + '\n'
 
 
