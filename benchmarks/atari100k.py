@@ -43,8 +43,13 @@ the table compares against (its CPU per update: docs/benchmarks.md).
 weights, zero biases).
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
-optimizer, replay buffer, counters, random generators, learning curve) next to the result; the same command resumes from it (the interrupted game is not
-continued: a fresh game starts). ``--fresh`` ignores a checkpoint.
+optimizer, replay buffer, counters, random generators, learning curve) next to the result, ``<game>_seed<k>.ckpt``
+and ``<game>_seed<k>.buffer``; the same command resumes from it (the interrupted game is not continued: a fresh
+game starts). ``--fresh`` ignores a checkpoint. The pair is written as one (``benchmarks/checkpoint_pair.py``: new
+files fsynced, then renamed into place, the previous pair kept until then), so a kill during the save leaves the
+previous checkpoint; on resume the newest complete pair is used (one line says so when that is not the pair under
+the final names), and a damaged or missing file with no complete pair to fall back to stops the run with one line
+naming the file and ``--fresh``.
 """
 from __future__ import annotations
 
@@ -60,7 +65,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import run_facts  # noqa: E402  (after ROOT is on sys.path)
+from benchmarks import checkpoint_pair, run_facts  # noqa: E402  (after ROOT is on sys.path)
 
 GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
 #: Results of ``--agent <agent>`` go to ``RESULTS_DIR + '-<agent>'``.
@@ -252,7 +257,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     out = args.out or f'{RESULTS_DIR}-{args.agent}'
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, f'{args.game}_seed{args.seed}')
-    ckpt_path, buffer_path = stem + '.ckpt', stem + '.buffer'
+    ckpt_path, _ = checkpoint_pair.paths(stem)
+    # the newest complete checkpoint, before anything is built: a damaged one stops the run with one line
+    pair = None if args.fresh else checkpoint_pair.find_pair(stem)
+    if pair is not None:
+        if pair.note:
+            print(pair.note, file=sys.stderr, flush=True)
+        if pair.state.get('agent') != a or pair.state.get('steps') != steps:
+            raise SystemExit(f'{pair.ckpt} is a checkpoint of other settings; pass --fresh to start over')
 
     train_env, eval_env = make_envs(args.game, args.seed, args.smoke)
     n_actions = int(train_env.action_space.n)
@@ -267,17 +279,24 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     ctx = OnlineRLContext()
     curve: List[List[float]] = []
     wall0, cpu0 = 0.0, 0.0
-    if os.path.exists(ckpt_path) and not args.fresh:
-        state = torch.load(ckpt_path, map_location='cpu', weights_only=True)
-        if state['agent'] != a or state['steps'] != steps:
-            raise SystemExit(f'{ckpt_path} is a checkpoint of other settings; pass --fresh to start over')
-        policy.load_state_dict(state['policy'])
-        buffer_.load_data(buffer_path)
-        ctx.env_step, ctx.train_iter, ctx.env_episode = state['env_step'], state['train_iter'], state['env_episode']
-        collect.rng.bit_generator.state = state['collect_rng']
-        shift.load_state_dict(state['shift'])
-        torch.set_rng_state(state['torch_rng'])
-        curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
+    if pair is not None:
+        state = pair.state
+        try:
+            policy.load_state_dict(state['policy'])
+            ctx.env_step, ctx.train_iter, ctx.env_episode = state['env_step'], state['train_iter'], state['env_episode']
+            collect.rng.bit_generator.state = state['collect_rng']
+            shift.load_state_dict(state['shift'])
+            torch.set_rng_state(state['torch_rng'])
+            curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
+        except Exception as e:  # noqa: BLE001  (one line naming the file, not a traceback)
+            raise SystemExit(f'error: {pair.ckpt} does not fit this run ({type(e).__name__}: '
+                             f'{str(e).splitlines()[0][:200] if str(e) else ""}); rerun with --fresh to start over')
+        try:
+            buffer_.load_data(pair.buffer)
+        except Exception as e:  # noqa: BLE001
+            raise SystemExit(f'error: {pair.buffer} is damaged (it does not load: {type(e).__name__}); '
+                             'rerun with --fresh to start over')
+        checkpoint_pair.settle(stem, pair)  # the resumed pair under the final names, leftovers removed
         train_env.seed(args.seed + 1 + ctx.env_step)  # a fresh game, not a replay of the first one
         print(f'resumed from {ckpt_path} at agent step {ctx.env_step}', flush=True)
 
@@ -304,16 +323,22 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     wall = wall0 + t_end - t_wall
     cpu = cpu0 + c_end - t_cpu
     if interrupted:
-        buffer_.save_data(buffer_path)
-        torch.save({'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
-                    'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
-                    'collect_rng': collect.rng.bit_generator.state, 'shift': shift.state_dict(),
-                    'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}, ckpt_path)
-        print(f'\ninterrupted at agent step {ctx.env_step}: saved {ckpt_path}\n'
-              f'resume with: python benchmarks/atari100k.py {" ".join(sys.argv[1:])}', flush=True)
+        state = {'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
+                 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
+                 'collect_rng': collect.rng.bit_generator.state, 'shift': shift.state_dict(),
+                 'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}
+        saved: Optional[str] = None
+        try:
+            saved = checkpoint_pair.save_pair(stem, state, buffer_.save_data)
+            print(f'\ninterrupted at agent step {ctx.env_step}: saved {ckpt_path}\n'
+                  f'resume with: python benchmarks/atari100k.py {" ".join(sys.argv[1:])}', flush=True)
+        except (KeyboardInterrupt, OSError) as e:  # a second signal, a full disk: the previous save is kept
+            why = 'interrupted again' if isinstance(e, KeyboardInterrupt) else (e.strerror or type(e).__name__)
+            print(f'\ninterrupted at agent step {ctx.env_step}; saving the checkpoint failed ({why}): the same '
+                  'command resumes from the newest complete checkpoint, if there is one', file=sys.stderr, flush=True)
         train_env.close()
         eval_env.close()
-        return {'interrupted': True, 'checkpoint': ckpt_path}
+        return {'interrupted': True, 'checkpoint': saved}
 
     eval_actor = DQNCollectMode(model, n_actions, seed=args.seed + 20_000)
     eval_episodes = 1 if args.smoke else args.eval_episodes
@@ -347,9 +372,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     }
     with open(stem + '.json', 'w') as f:
         json.dump(result, f, indent=1)
-    for p in (ckpt_path, buffer_path):
-        if os.path.exists(p):
-            os.remove(p)
+    checkpoint_pair.remove_pair(stem)
     print(f'{args.game} seed {args.seed}: {ctx.env_step} agent steps, {ctx.train_iter} updates in {wall:.0f} s '
           f'(CPU {cpu:.0f} s); evaluation over {len(returns)} games: mean score {result["eval"]["mean"]:.1f}; '
           f'wrote {stem}.json', flush=True)
