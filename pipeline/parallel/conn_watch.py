@@ -14,7 +14,9 @@ try:  # the bound on what a connection can make ZeroMQ hold reads kernel counter
 except ImportError:  # not POSIX: connections are not watched (``TransportGuard.delivered`` is None)
     fcntl = termios = None  # type: ignore[assignment]
 
-__all__ = ['Conn', 'counters', 'watchable']
+__all__ = ['Conn', 'counters', 'peer_still_there', 'watchable']
+
+_TCP_ESTABLISHED = 1  # tcpi_state (the first byte of struct tcp_info)
 
 
 def watchable() -> bool:
@@ -45,3 +47,17 @@ def counters(sock: Any) -> Optional[Tuple[int, int]]:
     if len(info) < 208:  # tcpi_bytes_sent: Linux >= 4.19
         return None
     return struct.unpack_from("<Q", info, 200)[0], struct.unpack_from("<Q", info, 128)[0] - unread
+
+
+def peer_still_there(sock: Any) -> Optional[bool]:
+    """Whether the peer of a TCP connection that ZeroMQ closed had not ended it: the connection is still
+    established (no FIN or reset came), or it holds bytes nobody read (ZeroMQ reads a connection its peer
+    closes to its end). ZeroMQ's ``close`` leaves the connection open while the guard's duplicate of the
+    descriptor is; so True means ZeroMQ dropped it (a frame over ``ZMQ_MAXMSGSIZE``, a protocol error).
+    None if not readable."""
+    try:
+        state = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, 8)[0]
+        unread = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+    return state == _TCP_ESTABLISHED or unread > 0

@@ -80,6 +80,14 @@ class KeyCheck:
             log.warning("node %d: closed a connection from %s: %s [%d closed so far]", self.node_id, address, why,
                         n)
 
+    def _closed_connection(self, address: str, why: str) -> None:
+        """ZeroMQ closed a connection that passed the handshake while its peer had not (``transport_guard``,
+        which counts it in ``stats["closed_connections"]``). Logged for the first 5, then every 100th."""
+        n = self.stats["closed_connections"]
+        if n <= 5 or n % 100 == 0:
+            log.warning("node %d: a connection from %s was closed: %s [%d closed so far]", self.node_id, address,
+                        why, n)
+
     def _unanswered_probes(self) -> str:
         """The addresses we sent HELLOs to that accept connections but never answered (checked once)."""
         with self._state_lock:

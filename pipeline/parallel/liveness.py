@@ -48,7 +48,8 @@ class _Peer:
 class Liveness:
     """Peer entries and the heartbeat thread; a mixin of ``ZmqRouter`` (uses its ``_peers``, ``_state_lock``,
     ``_peer_change``, ``_notices``, ``_stopping``, the reader's ``_in_handler``/``_deliveries``/``_rx_owner`` and
-    ``_send_wake``, and ``_send_to``)."""
+    ``_send_wake``, ``_send_to``, and ``wire``'s ``_assembling`` and ``_expire_assemblies``, which the heartbeat
+    thread calls on each beat)."""
 
     def wait_for_peers(self, n: int, timeout: float) -> bool:
         """Block until at least ``n`` peers are connected, at most ``timeout`` s (also released by stop).
@@ -118,7 +119,7 @@ class Liveness:
 
     def _close_peer(self, p: _Peer) -> None:
         p.alive = False
-        self._assembling.pop((p.node_id, p.session), None)  # its unfinished chunked message, if any
+        self._assembling.discard((p.node_id, p.session))  # its unfinished chunked message, if any
         if p.lock.acquire(timeout=1.0):  # a sender polls p.alive every 50 ms and lets go
             try:
                 if p.sock is not None:
@@ -242,6 +243,7 @@ class Liveness:
                                   self.node_id, p.node_id, silent, self.heartbeat_timeout)
                         self._lose(p, PEER_DEAD)
                 self._check_peerless(now)
+                self._expire_assemblies(now)  # chunked messages whose chunks stopped coming (``wire``)
                 if self._notices and self._rx_owner is not None:
                     self._send_wake()
             stopping.wait(0.05)

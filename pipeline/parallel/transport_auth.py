@@ -26,14 +26,16 @@ What a connection can make a node hold (issue 28):
   their handshake at once (the newest beyond are shut down). Every connection that closes without passing
   the handshake is counted once in ``stats["refused_connections"]`` and logged once per address and reason.
 * after it (a node, a password holder under ``"plain"``, a key holder under ``"curve"``): no frame over
-  ``WIRE_MAX`` either, and at most ``max_peer_bytes`` (64 MiB) read from the connection and not yet handed
+  ``WIRE_MAX`` either (ZeroMQ closes the connection at its header; counted in ``stats["closed_connections"]``
+  and logged, when the guard finds the peer had not closed it first: ``transport_guard``), and at most ``max_peer_bytes`` (64 MiB) read from the connection and not yet handed
   over (queued messages, an unfinished multipart message) plus what arrives before the guard's next look
   (every 20 ms): a connection past it is shut down, ZeroMQ drops what it held, and it is counted in
   ``stats["cut_connections"]`` and logged. This bound reads the kernel's byte counters of TCP connections
   (Linux); on ipc (local processes only) and other systems connections are not watched.
 
-Not bounded: how many connections a password or key holder opens (each is bounded as above), and the
-chunked messages of key holders (one unfinished one per sender incarnation, at most ``max_message_size``).
+Not bounded: how many connections a password or key holder opens (each is bounded as above). The chunked
+messages a key holder can make a node keep are bounded by the node (``wire``): only from incarnations that
+joined it, at most ``max_assembly_bytes`` all together, none kept past ``assembly_timeout`` without a chunk.
 
 ``client(sock, key, bus_auth)`` configures any pyzmq socket to connect to a node (e.g. a hand-written tool
 or test that talks to the bus directly).

@@ -17,7 +17,7 @@ from zmq.utils import z85
 from zmq.utils.monitor import parse_monitor_message
 
 from .bus_credentials import USER, keypair, plain_password
-from .conn_watch import Conn, counters, watchable
+from .conn_watch import Conn, counters, peer_still_there, watchable
 from .wire import WIRE_MAX
 
 __all__ = ['TransportGuard', 'MAX_PENDING', 'ZAP_ENDPOINT']
@@ -37,9 +37,10 @@ class TransportGuard:
 
     Runs on its own thread (``run``), which owns the ZAP and monitor sockets. ``on_refused(address, why,
     wrong_key)`` is called on that thread when a connection is refused, ``on_cut(address, why)`` when one
-    that passed the handshake is closed for holding too much; both only log: the guard counts in ``stats``
-    (``refused_connections``: every connection that closed without passing the handshake, once;
-    ``cut_connections``).
+    that passed the handshake is closed for holding too much, ``on_closed(address, why)`` when ZeroMQ closed
+    one that passed the handshake while its peer had not (see below); all only log: the guard counts in
+    ``stats`` (``refused_connections``: every connection that closed without passing the handshake, once;
+    ``cut_connections``; ``closed_connections``).
 
     The bound (``max_peer_bytes``, Linux TCP): every connection is watched through a duplicate of its
     descriptor (the ``ACCEPTED`` monitor event carries it); the kernel counts the bytes it received and
@@ -53,15 +54,26 @@ class TransportGuard:
     request at a time, and the connection that was waiting for it (the server had sent exactly its greeting,
     plus WELCOME under CURVE) is the one that then sends more. A connection that cannot be tied so is shut
     down ``_LINK_WAIT`` s after its handshake, and one still in its handshake after ``handshake_timeout`` + 1 s
-    (or beyond ``MAX_PENDING`` such connections) too."""
+    (or beyond ``MAX_PENDING`` such connections) too.
+
+    A frame over ``WIRE_MAX`` makes ZeroMQ close its connection at the frame's header (``ZMQ_MAXMSGSIZE``)
+    with no event but ``DISCONNECTED``, as when the peer closes it. The guard tells them apart through its
+    duplicate of the descriptor, which keeps the connection open after ZeroMQ closed its own: if it is still
+    established, or holds bytes nobody read, its peer did not end it (``conn_watch.peer_still_there``), so
+    ZeroMQ dropped it for a protocol error, of which a frame over the limit is the only one a ZeroMQ library
+    can send. A peer that sent such a frame and closed its side before the guard looked (within ``_TICK``),
+    leaving nothing unread, is not told apart. Linux TCP only, like the bound."""
 
     def __init__(self, ctx: Any, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
                  stats: Optional[Dict[str, int]] = None, max_peer_bytes: int = 64 << 20,
-                 handshake_timeout: float = 5.0, on_cut: Optional[Callable[[str, str], None]] = None) -> None:
+                 handshake_timeout: float = 5.0, on_cut: Optional[Callable[[str, str], None]] = None,
+                 on_closed: Optional[Callable[[str, str], None]] = None) -> None:
         self.bus_auth = bus_auth
         self._on_refused = on_refused
         self._on_cut = on_cut or (lambda address, why: None)
-        self.stats = stats if stats is not None else {"refused_connections": 0, "cut_connections": 0}
+        self._on_closed = on_closed or (lambda address, why: None)
+        self.stats = stats if stats is not None else {"refused_connections": 0, "cut_connections": 0,
+                                                      "closed_connections": 0}
         self.max_peer_bytes = int(max_peer_bytes)
         self.handshake_timeout = float(handshake_timeout)
         if bus_auth == "curve":
@@ -290,9 +302,17 @@ class TransportGuard:
             self._forget.append((time.monotonic() + 10.0, c.uid))
 
     def _closed(self, c: Conn) -> None:
+        """ZeroMQ closed ``c``'s descriptor (its peer ended it, or ZeroMQ dropped it: see the class docstring)."""
+        passed = bool(c.authed_at or c.uid)
+        dropped = passed and not c.cut and peer_still_there(c.sock)  # looked at before _untrack ends it
         self._untrack(c)
-        if not c.authed_at and not c.uid:
+        if not passed:
             self._closed_unseen(c.address, c.cut)
+        elif dropped:
+            self.stats["closed_connections"] += 1
+            self._on_closed(c.address, f"it passed the handshake, then sent a frame over {WIRE_MAX} bytes "
+                            "(ZMQ_MAXMSGSIZE: not read, a node never sends one) or broke the ZMTP protocol; "
+                            "ZeroMQ closed it while it was still sending")
 
     def _closed_unseen(self, address: str = "an unknown address", cut: bool = False) -> None:
         """A connection closed without passing the handshake: counted unless its refusal was."""

@@ -19,15 +19,26 @@ Size of what ZeroMQ holds (issue 28). ZeroMQ reads a frame whole before anyone c
 message whole before handing over its first frame; a connection may even declare a frame before its
 handshake is over. So every ZeroMQ message of the bus is small: at most ``WIRE_MAX`` bytes, all its frames
 together (1 MiB of payload plus room for the header), and a node's socket refuses any longer frame at its
-header (``ZMQ_MAXMSGSIZE``, which closes the connection). A message that would be larger (a big tensor,
-weights) is *chunked*: a head (kind ``K_LARGE``: header, a 16-byte nonce and the sizes of its parts, the
-codec's ``meta`` and each buffer; HMAC-SHA256 like any message, with a sequence number) followed by chunks
-of at most ``CHUNK`` bytes of one part each (kind ``K_CHUNK``, two frames: MAC + header, then the data
-without a copy). A chunk's MAC is the HMAC of its header (sender, receiver, the head's sequence number and the
-chunk's index) and of the AES-GMAC tag of its data under the one-time key derived from the head's nonce,
-GCM nonce = the chunk's index. The receiver keeps at most one unfinished chunked message per sender
-incarnation, sized by its authenticated head (``max_frame_size`` per part, ``max_message_size`` in all), and
-copies a chunk into it only after that chunk's MAC check; a part that fits in one chunk is used in place.
+header (``ZMQ_MAXMSGSIZE``, which closes the connection; past its handshake, such a close is counted,
+``stats["closed_connections"]``, and logged on Linux TCP: ``transport_guard``). A message that would be
+larger (a big tensor, weights) is *chunked*: a head (kind ``K_LARGE``: header, a 16-byte nonce and the sizes
+of its parts, the codec's ``meta`` and each buffer; HMAC-SHA256 like any message, with a sequence number)
+followed by chunks of at most ``CHUNK`` bytes of one part each (kind ``K_CHUNK``, two frames: MAC + header,
+then the data without a copy). A chunk's MAC is the HMAC of its header (sender, receiver, the head's sequence
+number and the chunk's index) and of the AES-GMAC tag of its data under the one-time key derived from the
+head's nonce, GCM nonce = the chunk's index.
+
+What a holder of the key can make a receiver keep of chunked messages (issue 45). A head is kept only from
+a sender incarnation that joined the receiver (a peer entry of that session that did not leave: a genuine
+node joins before it sends, ``handshake``); others are dropped (``stats["unjoined"]``). It keeps at most
+one unfinished chunked message per such incarnation, and refuses a head that declares a part (the ``meta``
+included) over ``max_frame_size`` or more than ``max_message_size`` in all (``oversize``). Nothing is
+allocated at the head: a chunk is copied in only after its MAC check, a part grows as its chunks arrive (a
+part that fits in one chunk is used in place), so a message holds the bytes received, not those declared.
+All unfinished messages together hold at most ``max_assembly_bytes``: the one whose chunk would pass it is
+dropped (``assembly_full``); one that gets no chunk for ``assembly_timeout`` s while the receiver reads is
+dropped (``stalled``), and one whose sender starts another (``unfinished``) or leaves too. Each drop is
+counted and logged (``_drop``).
 """
 from __future__ import annotations
 
@@ -35,8 +46,10 @@ import hashlib
 import hmac
 import logging
 import struct
+import threading
+import time
 from os import urandom as _urandom
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .replay import ReplayWindow
 
@@ -145,7 +158,8 @@ def require_payload_mac() -> None:
 
 class Framing:
     """Signing and checking messages; a mixin of ``ZmqRouter`` (uses its ``node_id``, ``session``, ``_mac``,
-    ``_mac2``, ``_otk_mac``, ``_rx_seq``, ``_rx_known`` and ``stats``)."""
+    ``_mac2``, ``_otk_mac``, ``_rx_seq``, ``_rx_known``, ``_peers``, ``_assembling`` (``_Assemblies``), the
+    size caps, ``assembly_timeout``, the reader's ``_in_handler``, ``_grace_from`` and ``stats``)."""
 
     def _frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
                 buffers: Sequence[Any], digest: bytes) -> List[Any]:
@@ -244,24 +258,36 @@ class Framing:
                                 self.node_id, lost, sender)
         return magic, version, kind, sender, session, dest, dest_session, seq, nbufs
 
+    @property
+    def assembly_bytes(self) -> int:
+        """Bytes held now by this node's unfinished chunked messages, all together (at most
+        ``max_assembly_bytes``): the chunks received so far, whatever their heads declared."""
+        return self._assembling.held
+
     def _on_large_head(self, first: bytes, sender: int, session: int, seq: int, nbufs: int) -> None:
         """An authenticated head of a chunked message: start collecting its chunks (dropping an unfinished
-        earlier one of the same sender incarnation: its chunks stopped coming)."""
+        earlier one of the same sender incarnation: its chunks stopped coming). Only a joined peer's
+        incarnation gets one (see the module docstring)."""
         body = first[_BODY_AT:]
         if len(body) != _NONCE + 8 * (nbufs + 1):
             self._drop("malformed", f"head of a chunked message from node {sender} has {len(body)} bytes")
             return
+        peer = self._peers.get(sender)
+        if peer is None or peer.session != session or peer.left:
+            self._drop("unjoined", f"head of a chunked message (#{seq}) from node {sender}, session {session:x}: "
+                       "that incarnation has not joined this node (or left); its chunks are not kept")
+            return
         key = (sender, session)
-        if self._assembling.pop(key, None) is not None:
+        if self._assembling.discard(key) is not None:
             self._drop("unfinished", f"a chunked message from node {sender} stopped before its end")
         sizes = struct.unpack_from(f"<{nbufs + 1}Q", body, _NONCE)
         total = sum(sizes)
-        if max(sizes[1:], default=0) > self.max_frame_size or total > self.max_message_size:
+        if max(sizes) > self.max_frame_size or total > self.max_message_size:
             self._drop("oversize", f"a message of {total} bytes from node {sender}, the largest part "
                        f"{max(sizes)} bytes (max_frame_size {self.max_frame_size}, max_message_size "
                        f"{self.max_message_size}): its chunks are not kept (raise both on every node if genuine)")
             return
-        self._assembling[key] = _Assembly(seq, _AESGCM(self._otk_mac(body[:_NONCE])).encrypt, sizes)
+        self._assembling.start(key, _Assembly(seq, _AESGCM(self._otk_mac(body[:_NONCE])).encrypt, sizes))
 
     def _on_chunk(self, first: bytes, data: Any) -> None:
         """One chunk: found by its (unauthenticated) header among the unfinished messages, then MAC-checked
@@ -270,7 +296,8 @@ class Framing:
             self._drop("malformed", f"chunk header of {len(first)} bytes")
             return
         magic, version, kind, sender, session, dest, dest_session, seq, index = _unpack_header(first, _MAC_LEN)
-        asm = self._assembling.get((sender, session))
+        key = (sender, session)
+        asm = self._assembling.get(key)
         if asm is None or asm.seq != seq or magic != _MAGIC or version != _VERSION:
             self._drop("malformed", f"a chunk (#{index} of message #{seq} from node {sender}) of no message "
                        "in progress (forged, replayed, or its head was dropped)")
@@ -290,14 +317,32 @@ class Framing:
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
             peer.rx_count += 1  # a long transfer keeps the sender alive
-        done = asm.add(data)
-        if done is None:
-            del self._assembling[(sender, session)]
-            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender} overruns its part")
-        elif done:
-            del self._assembling[(sender, session)]
+        outcome = self._assembling.add(key, asm, data)
+        if outcome == _DONE:
             meta = asm.parts[0]
             self._on_data(meta if isinstance(meta, bytes) else bytes(meta), asm.parts[1:], sender, session, 0)
+        elif outcome == _FULL:
+            self._drop("assembly_full", f"chunk #{index} of message #{seq} from node {sender} would make the "
+                       f"unfinished chunked messages of this node hold more than max_assembly_bytes "
+                       f"({self._assembling.limit}) together: the message is dropped ({asm.held} of its "
+                       f"{sum(asm.sizes)} bytes had arrived)")
+        elif outcome == _OVERRUN:
+            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender} overruns its part")
+        elif outcome == _GONE:
+            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender}: the message was "
+                       "dropped meanwhile (stalled, or its sender left)")
+
+    def _expire_assemblies(self, now: float) -> None:
+        """Drop the unfinished chunked messages that got no chunk for ``assembly_timeout`` s while this node
+        was reading (the heartbeat thread calls it; as for heartbeats, time this node spent in a listener or
+        paused is not held against the sender)."""
+        timeout = self.assembly_timeout
+        if not len(self._assembling) or self._in_handler or now - self._grace_from <= timeout:
+            return
+        for (sender, _), asm in self._assembling.expire(now - timeout):
+            self._drop("stalled", f"a chunked message (#{asm.seq}) from node {sender} got no chunk for "
+                       f"{now - asm.last:.1f} s (assembly_timeout {timeout:g} s): dropped, its {asm.held} bytes "
+                       f"freed ({sum(asm.sizes)} declared)")
 
     def _drop(self, counter: str, why: str) -> None:
         self.stats[counter] += 1
@@ -316,13 +361,16 @@ class _Large:
 
 
 class _Assembly:
-    """An unfinished chunked message: the parts' sizes from its head, what arrived so far."""
-    __slots__ = ("seq", "gmac", "sizes", "parts", "part", "offset", "next_index")
+    """An unfinished chunked message: the parts' sizes from its head and what arrived so far. A part grows as
+    its chunks arrive (``held``: the bytes received), whatever size its head declared."""
+    __slots__ = ("seq", "gmac", "sizes", "parts", "part", "offset", "next_index", "held", "last")
 
     def __init__(self, seq: int, gmac: Callable[..., bytes], sizes: Sequence[int]) -> None:
         self.seq, self.gmac, self.sizes = seq, gmac, sizes
         self.parts: List[Any] = [b"" if n == 0 else None for n in sizes]
         self.part, self.offset, self.next_index = 0, 0, 0
+        self.held = 0
+        self.last = time.monotonic()  # when its head or its latest chunk came
         self._skip_empty()
 
     def _skip_empty(self) -> None:
@@ -337,10 +385,12 @@ class _Assembly:
         size = self.sizes[self.part]
         if n == size:
             self.parts[self.part] = data  # the whole part in one chunk: its frame's memory, no copy
+        elif self.offset == 0:
+            self.parts[self.part] = bytearray(data)
         else:
-            if self.parts[self.part] is None:
-                self.parts[self.part] = bytearray(size)
-            self.parts[self.part][self.offset:self.offset + n] = data
+            self.parts[self.part] += data  # grows with what arrived (amortised, no second copy kept)
+        self.held += n
+        self.last = time.monotonic()
         self.offset += n
         self.next_index += 1
         if self.offset == size:
@@ -348,3 +398,73 @@ class _Assembly:
             self.offset = 0
             self._skip_empty()
         return self.part >= len(self.sizes)
+
+
+# What ``_Assemblies.add`` did with a chunk.
+_MORE, _DONE, _FULL, _OVERRUN, _GONE = "more", "done", "full", "overrun", "gone"
+
+
+class _Assemblies:
+    """A node's unfinished chunked messages, one per sender incarnation, and the bytes they hold together
+    (``held``, kept at most ``limit``). The reader starts and fills them; the heartbeat thread expires
+    stalled ones and a peer's departure discards its own: every change is made under one lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._by_sender: Dict[Tuple[int, int], _Assembly] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_sender)
+
+    def get(self, key: Tuple[int, int]) -> Optional[_Assembly]:
+        return self._by_sender.get(key)
+
+    def start(self, key: Tuple[int, int], asm: _Assembly) -> None:
+        """``asm`` (nothing received yet) is the unfinished message of ``key`` now (``discard`` the old one
+        first)."""
+        with self._lock:
+            self._remove(key)
+            self._by_sender[key] = asm
+
+    def discard(self, key: Tuple[int, int]) -> Optional[_Assembly]:
+        """Forget the unfinished message of ``key``; return it (None if there was none)."""
+        with self._lock:
+            return self._remove(key)
+
+    def add(self, key: Tuple[int, int], asm: _Assembly, data: Any) -> str:
+        """Keep an authenticated chunk of ``asm``, the message of ``key``: ``_MORE``; ``_DONE`` (complete, and
+        forgotten); or it is not kept: ``_FULL`` (it would make all the messages hold more than ``limit``:
+        ``asm`` is forgotten), ``_OVERRUN`` (it does not fit its part: forgotten too) or ``_GONE`` (``asm``
+        was forgotten meanwhile, e.g. expired while the chunk's MAC was checked)."""
+        with self._lock:
+            if self._by_sender.get(key) is not asm:
+                return _GONE
+            if self.held + len(data) > self.limit:
+                self._remove(key)
+                return _FULL
+            before = asm.held
+            done = asm.add(data)
+            self.held += asm.held - before
+            if done is None:
+                self._remove(key)
+                return _OVERRUN
+            if done:
+                self._remove(key)
+                return _DONE
+            return _MORE
+
+    def expire(self, before: float) -> List[Tuple[Tuple[int, int], _Assembly]]:
+        """Forget and return the messages whose latest chunk (or head) came before ``before`` (monotonic)."""
+        with self._lock:
+            old = [(k, a) for k, a in self._by_sender.items() if a.last < before]
+            for k, _ in old:
+                self._remove(k)
+            return old
+
+    def _remove(self, key: Tuple[int, int]) -> Optional[_Assembly]:
+        asm = self._by_sender.pop(key, None)
+        if asm is not None:
+            self.held -= asm.held
+        return asm

@@ -48,8 +48,8 @@ from .reader import Reader
 from .sending import BackpressureTimeout, Sending
 from . import transport_auth
 from .transport_auth import TransportGuard, resolve_bus_auth
-from .wire import (FINISH, K_BYE, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing, is_local_address, keyed_hmac,
-                   require_payload_mac)
+from .wire import (FINISH, K_BYE, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing, _Assemblies, is_local_address,
+                   keyed_hmac, require_payload_mac)
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -121,9 +121,10 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         stop_on_peer_failure: also finish the run (every node's) when a peer is declared dead.
         peerless_timeout: a node whose every peer is gone (dead or left) for this long finishes its run; also
             a node that expects peers and has none this long after ``startup_timeout`` (``ending``).
-        max_frame_size, max_message_size: caps (bytes) on one payload (a tensor, an array, bytes) and on a
-            whole event, which bound what a keyed sender makes this node keep of a chunked message (``wire``):
-            the chunks of a larger one are not kept (its head is dropped and counted, ``stats["oversize"]``).
+        max_frame_size, max_message_size: caps (bytes) on one payload (a tensor, an array, bytes, or the
+            encoded event itself) and on a whole event, which bound what a keyed sender makes this node keep
+            of one chunked message (``wire``): the chunks of a larger one are not kept (its head is dropped
+            and counted, ``stats["oversize"]``).
             ``emit`` refuses to send more (``ValueError``). Defaults: 256 MiB per payload, 512 MiB per event;
             set the same values on every node. Whatever these are, no ZeroMQ frame or message over
             ``wire.WIRE_MAX`` (1 MiB + 64 KiB) is read: ZeroMQ closes the connection at such a frame's header.
@@ -131,6 +132,16 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             over: queued messages and an unfinished one), 64 MiB by default; a connection past it is shut down
             and counted (``stats["cut_connections"]``; ``transport_auth``). Each receive queue holds at most
             ``max_peer_bytes // WIRE_MAX - 3`` messages (and at most ``hwm``), so genuine peers stay below it.
+            A connection past the handshake that ZeroMQ closes for a frame over ``WIRE_MAX`` (or another ZMTP
+            protocol error) while its peer still sends is counted too (``stats["closed_connections"]``).
+        max_assembly_bytes: the most that all unfinished chunked messages (``wire``) hold together, whoever
+            sent them: a message whose next chunk would pass it is dropped and counted
+            (``stats["assembly_full"]``). Default (None): twice ``max_message_size`` (1 GiB); at least
+            ``max_message_size``. Raise it if several peers send this node messages of hundreds of MiB at once.
+            Only peers that joined this node can start one (heads of other sender incarnations are dropped,
+            ``stats["unjoined"]``), one at a time each, and it holds the bytes received, not those declared.
+        assembly_timeout: an unfinished chunked message that gets no chunk for this long (s) while this node
+            reads is dropped and counted (``stats["stalled"]``); 30 s by default.
         handshake_timeout: seconds a connection has to pass the handshake (``ZMQ_HANDSHAKE_IVL``); before that
             it can make this node hold at most one frame of ``WIRE_MAX`` bytes.
         hello_max_skew: a HELLO stamped further than this (s) from this node's clock is refused as a replay
@@ -153,7 +164,8 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                  max_message_size: int = 512 << 20,
                  hello_max_skew: float = 120.0, slow_listener_warning: float = 10.0,
                  peerless_timeout: float = 15.0, bus_auth: Optional[str] = None,
-                 handshake_timeout: float = 5.0, max_peer_bytes: int = 64 << 20) -> None:
+                 handshake_timeout: float = 5.0, max_peer_bytes: int = 64 << 20,
+                 max_assembly_bytes: Optional[int] = None, assembly_timeout: float = 30.0) -> None:
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
@@ -187,6 +199,14 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             raise ValueError(f"max_peer_bytes must be at least {8 * WIRE_MAX} (8 messages of WIRE_MAX bytes), "
                              f"got {max_peer_bytes!r}")
         self.max_peer_bytes = int(max_peer_bytes)
+        self.max_assembly_bytes = (2 * self.max_message_size if max_assembly_bytes is None
+                                   else int(max_assembly_bytes))
+        if not self.max_assembly_bytes >= self.max_message_size:
+            raise ValueError(f"max_assembly_bytes ({max_assembly_bytes}) must be at least max_message_size "
+                             f"({max_message_size}), or no message of that size could be received")
+        if not assembly_timeout > 0:
+            raise ValueError(f"assembly_timeout must be a number of seconds > 0, got {assembly_timeout!r}")
+        self.assembly_timeout = float(assembly_timeout)
         self.hello_max_skew = float(hello_max_skew)
         self.slow_listener_warning = float(slow_listener_warning)
         if not peerless_timeout >= 0:
@@ -213,14 +233,16 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self.stats: Dict[str, int] = dict.fromkeys(
             ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
              "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost",
-             "refused_connections", "cut_connections", "unfinished"), 0)
+             "refused_connections", "cut_connections", "closed_connections", "unfinished", "unjoined",
+             "assembly_full", "stalled"), 0)
         self._peers: Dict[int, _Peer] = {}
         self._probes: Dict[int, _Probe] = {}
         self._state_lock = threading.RLock()
         self._keycheck_lock = threading.Lock()  # one check of the keys at a time (``keycheck``)
         self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
         self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
-        self._assembling: Dict[tuple, Any] = {}  # (sender, session) -> its unfinished chunked message (``wire``)
+        # Per (sender, session): its unfinished chunked message; all of them hold at most max_assembly_bytes.
+        self._assembling = _Assemblies(self.max_assembly_bytes)
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._hello_last: Dict[tuple, float] = {}  # per (node id, session): the newest HELLO time accepted
         self._notices: deque = deque()
@@ -281,7 +303,7 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         self._ctx = zmq.Context()
         self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused, stats=self.stats,
                                      max_peer_bytes=self.max_peer_bytes, handshake_timeout=self.handshake_timeout,
-                                     on_cut=self._cut_connection)
+                                     on_cut=self._cut_connection, on_closed=self._closed_connection)
         self._delivered = self._guard.delivered
         self._wire_size = self._guard.wire_size()
         pull = self._ctx.socket(zmq.PULL)

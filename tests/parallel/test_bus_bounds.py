@@ -1,11 +1,15 @@
-"""Issue 28, items 1 and 2: what a connection can make a node hold is small and bounded.
+"""Issue 28, items 1 and 2: what a connection can make a node hold is small and bounded; issue 45, items 3
+and 4: so is what a holder of the key can make it keep of chunked messages.
 
 Real sockets on loopback; hostile peers are raw ZMTP programs in their own processes (``zmtp_raw_peer.py``)
-that do what pyzmq never does (declare a huge frame, send a multipart message that never ends). The
-properties checked are bytes (the node's resident memory, what the peer managed to send before the node
-closed its connection) and counters, not timings."""
+that do what pyzmq never does (declare a huge frame, send a multipart message that never ends), or key
+holders that craft signed messages (``_KeyHolder``). The properties checked are bytes (the node's resident
+memory, what the peer managed to send before the node closed its connection, the bytes its unfinished chunked
+messages hold by its own count), counters and logs, not timings."""
 import ctypes
+import itertools
 import os
+import secrets
 import socket
 import struct
 import subprocess
@@ -19,7 +23,7 @@ import zmq
 from pipeline.parallel import codec
 from pipeline.parallel.transport_auth import client as keyed_client
 from pipeline.parallel.transport_auth import MAX_PENDING
-from pipeline.parallel.wire import CHUNK, K_DATA, WIRE_MAX, _Large
+from pipeline.parallel.wire import _AESGCM, CHUNK, K_DATA, WIRE_MAX, _gcm_nonce, _Large
 from pipeline.parallel.zmq_router import ZmqRouter
 from parallel_helpers import HERE, KEY, ROOT, env, wait_until
 
@@ -74,6 +78,64 @@ def _sent(p: subprocess.Popen) -> tuple:
     words = p.stdout.readline().split()
     assert words and words[0] == "queued", words
     return int(words[1]), len(words) > 2 and words[2] == "closed"
+
+
+class _KeyHolder:
+    """A holder of the key that crafts signed messages and sends them to ``node`` over a keyed connection of
+    its own. ``joined``: under the identity of a router that joined ``node`` (started, attached to it), with
+    sequence numbers reserved from that router's own; else as an invented incarnation (a router never
+    started, with a random session) that ``node`` never heard of."""
+
+    def __init__(self, node: ZmqRouter, node_id: int, joined: bool = True) -> None:
+        self.node = node
+        if joined:
+            self.router = ZmqRouter(node_id, "tcp://127.0.0.1:*", key=KEY, attach_to=[node.address],
+                                    heartbeat_interval=0.1)
+            self.router.start(lambda *m: None)
+            assert wait_until(lambda: node_id in node.peers and node.node_id in self.router.peers, 20)
+            p = self.router._peers[node.node_id]
+            with p.lock:  # the router's own messages (heartbeats) take numbers after these
+                self._seq = itertools.count(p.next_seq)
+                p.next_seq += 1000  # well within the node's anti-replay window (no gaps counted)
+        else:
+            self.router = ZmqRouter(node_id, key=KEY)
+            self.router.session = secrets.randbits(63) | 1
+            self._seq = itertools.count(1)
+        self.ctx = zmq.Context()
+        self.push = keyed_client(self.ctx.socket(zmq.PUSH), bytes.fromhex(KEY))
+        self.push.setsockopt(zmq.LINGER, 0)
+        self.push.connect(node.address)
+
+    def seq(self) -> int:
+        return next(self._seq)
+
+    def chunked(self, meta: bytes, bufs, seq: int) -> list:
+        """The ZeroMQ messages (head, then chunks) of a genuine chunked message of ``meta`` and ``bufs``."""
+        r = self.router
+        return r._large_messages(r._seal_large(meta, bufs), self.node.node_id, self.node.session, seq)
+
+    def declared(self, sizes, chunks, seq: int) -> list:
+        """A head declaring parts of ``sizes`` bytes followed by the signed ``chunks`` given (any number)."""
+        nonce = os.urandom(16)
+        gmac = _AESGCM(self.router._otk_mac(nonce)).encrypt
+        large = _Large(nonce + struct.pack(f"<{len(sizes)}Q", *sizes), len(sizes) - 1,
+                       [(d, gmac(_gcm_nonce(i), b"", d)) for i, d in enumerate(chunks)])
+        return self.router._large_messages(large, self.node.node_id, self.node.session, seq)
+
+    def send(self, *messages) -> None:
+        for m in messages:
+            self.push.send_multipart([bytes(x) for x in m])
+
+    def event(self, name: str) -> None:
+        """A small data message (delivered in order after everything sent before it on this connection)."""
+        self.send(self.router._frames(K_DATA, self.node.node_id, self.node.session, self.seq(),
+                                      codec.encode_event(name, (), {})[0], (), b""))
+
+    def close(self) -> None:
+        self.push.close(0)
+        self.ctx.term()
+        if self.router._started:
+            self.router.stop()
 
 
 @pytest.mark.parametrize("bus_auth", ["plain", "curve"])
@@ -156,7 +218,7 @@ def test_connections_in_their_handshake_are_bounded_in_time_and_number():
 def test_a_password_holder_cannot_make_a_node_hold_more_than_max_peer_bytes(mode, mib):
     """Item 2 (a, c): a peer that knows the (sniffable) PLAIN password but not the key passes the handshake,
     then sends what ZeroMQ holds before any message check can run. A frame over WIRE_MAX closes its
-    connection at its header; a multipart message is shut down once the connection holds more than
+    connection at its header (counted in ``closed_connections``); a multipart message is shut down once the connection holds more than
     max_peer_bytes (16 MiB here), counted in ``cut_connections``. The node's memory comes back."""
     node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, max_peer_bytes=16 * MIB)
     node.start(lambda *m: None)
@@ -168,6 +230,8 @@ def test_a_password_holder_cannot_make_a_node_hold_more_than_max_peer_bytes(mode
         assert closed, f"the node never closed the connection: the peer sent all {sent} MiB"
         if mode != "keyed-frame":
             assert wait_until(lambda: node.stats["cut_connections"] == 1, 10), node.stats
+        else:  # closed by ZeroMQ at the frame's header: counted too (issue 45, item 4)
+            assert wait_until(lambda: node.stats["closed_connections"] == 1, 10), node.stats
         time.sleep(1.0)
         grown = peak.stop()
         held = _rss_live() - peak.before
@@ -176,6 +240,7 @@ def test_a_password_holder_cannot_make_a_node_hold_more_than_max_peer_bytes(mode
         assert grown < 320 * MIB, f"the node grew by {grown / MIB:.0f} MiB"
         assert held < 48 * MIB, f"the node still holds {held / MIB:.0f} MiB after the connection was closed"
         assert node.stats["received"] == 0
+        assert node.stats["closed_connections"] == (mode == "keyed-frame"), node.stats  # a cut is not both
     finally:
         if peer is not None:
             peer.kill()
@@ -243,22 +308,14 @@ def test_chunks_are_authenticated_one_by_one():
     got = []
     node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1)
     node.start(lambda e, a, k: got.append((e, a)))
-    sender = ZmqRouter(9, key=KEY)  # only its framing is used (never started)
-    sender.session = 12345
-    ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    keyed_client(push, bytes.fromhex(KEY))
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(node.address)
+    holder = None
     try:
+        holder = _KeyHolder(node, 9)
+        send = holder.send
         payload = os.urandom(2 * CHUNK + 5)
         meta, bufs = codec.encode_event("big", (payload,), {})
-        msgs = sender._large_messages(sender._seal_large(meta, bufs), node.node_id, node.session, 1)
+        msgs = holder.chunked(meta, bufs, holder.seq())
         assert len(msgs) == 1 + 1 + 3  # head, the meta, three chunks of the payload
-
-        def send(m):
-            push.send_multipart([bytes(x) for x in m])
-
         send(msgs[0])
         send(msgs[1])
         bad = list(msgs[2])
@@ -268,20 +325,15 @@ def test_chunks_are_authenticated_one_by_one():
         send(msgs[2])        # replayed: refused
         send(msgs[3])
         send(msgs[4])        # the message is complete
-        for m in msgs:       # the whole message again: the head is a replay, its chunks belong to nothing
-            send(m)
-        send(sender._frames(K_DATA, node.node_id, node.session, 2, codec.encode_event("after", (), {})[0],
-                            (), b""))
+        send(*msgs)          # the whole message again: the head is a replay, its chunks belong to nothing
+        holder.event("after")
         assert wait_until(lambda: [e for e, a in got if not e.startswith("__")] == ["big", "after"], 20), got
         # a message whose chunks stop coming is dropped when the sender's next one starts
-        unfinished = sender._large_messages(sender._seal_large(meta, bufs), node.node_id, node.session, 3)
-        send(unfinished[0])
-        send(unfinished[1])
+        unfinished = holder.chunked(meta, bufs, holder.seq())
+        send(unfinished[0], unfinished[1])
         # a head that declares more than max_message_size: none of its chunks is kept
-        huge = _Large(os.urandom(16) + struct.pack("<2Q", len(meta), 600 * MIB), 1, [])
-        send(sender._large_messages(huge, node.node_id, node.session, 4)[0])
-        send(sender._frames(K_DATA, node.node_id, node.session, 5, codec.encode_event("last", (), {})[0],
-                            (), b""))
+        send(holder.declared([len(meta), 600 * MIB], [], holder.seq())[0])
+        holder.event("last")
         assert wait_until(lambda: [e for e, a in got if not e.startswith("__")] == ["big", "after", "last"], 20)
         time.sleep(0.3)
         assert [a for e, a in got if e == "big"] == [(payload,)]
@@ -289,10 +341,10 @@ def test_chunks_are_authenticated_one_by_one():
         assert node.stats["duplicates"] == 2  # the replayed chunk and the replayed head
         assert node.stats["malformed"] == 4  # the replayed message's chunks
         assert node.stats["unfinished"] == 1 and node.stats["oversize"] == 1, node.stats
-        assert node._assembling == {}
+        assert node.assembly_bytes == 0 and len(node._assembling) == 0
     finally:
-        push.close(0)
-        ctx.term()
+        if holder is not None:
+            holder.close()
         node.stop()
 
 
@@ -327,3 +379,159 @@ def test_a_refused_connection_is_counted_once_whichever_the_guard_sees_first(ord
     finally:
         guard._zap.close()
         ctx.term()
+
+
+def _upto(holder: _KeyHolder, name: str, got: list, timeout: float = 20) -> bool:
+    """Send event ``name`` after what ``holder`` sent so far and wait (bounded) until the node delivered it:
+    everything before it on that connection was handled by then."""
+    holder.event(name)
+    return wait_until(lambda: name in [e for e, a in got], timeout)
+
+
+def test_heads_of_incarnations_that_have_not_joined_are_dropped(caplog):
+    """Issue 45, item 3: a key holder sends, for 4 invented sender incarnations, a head declaring a 200 MiB part
+    and a 1 MiB chunk each (before: the node kept 4 x 200 MiB, forever). The heads are dropped, counted and
+    logged; the chunks belong to no message; the node's unfinished chunked messages hold nothing."""
+    got = []
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1)
+    node.start(lambda e, a, k: got.append((e, a)))
+    holders = []
+    try:
+        with caplog.at_level("WARNING", logger="rlpipe.parallel"):
+            holders = [_KeyHolder(node, 20 + i, joined=False) for i in range(4)]
+            for h in holders:
+                h.send(*h.declared([64, 200 * MIB], [b"m" * 64, os.urandom(MIB)], h.seq()))
+            for i, h in enumerate(holders):
+                assert _upto(h, f"mark{i}", got), (got, node.stats)
+        assert node.stats["unjoined"] == 4, node.stats
+        assert node.stats["malformed"] == 8, node.stats  # their chunks: of no message in progress
+        assert node.assembly_bytes == 0 and len(node._assembling) == 0
+        assert "has not joined" in caplog.text, caplog.text
+    finally:
+        for h in holders:
+            h.close()
+        node.stop()
+
+
+def test_a_chunked_message_holds_what_arrived_and_all_of_them_are_bounded_together(caplog):
+    """Issue 45, item 3: memory follows the chunks received, not the sizes a head declares (a head declaring
+    a 200 MiB part and one chunk hold 1 MiB), and the unfinished chunked messages of a node hold at most
+    ``max_assembly_bytes`` together: the message whose chunk would pass it is dropped, counted and logged;
+    the other one completes, intact."""
+    got = []
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, max_frame_size=256 * MIB,
+                     max_message_size=256 * MIB, max_assembly_bytes=256 * MIB + 3 * MIB)
+    node.start(lambda e, a, k: got.append((e, a)))
+    a = b = None
+    try:
+        with caplog.at_level("WARNING", logger="rlpipe.parallel"):
+            a, b = _KeyHolder(node, 1), _KeyHolder(node, 2)
+            a_msgs = a.declared([64, 200 * MIB], [b"m" * 64] + [os.urandom(MIB) for _ in range(5)], a.seq())
+            a.send(*a_msgs[:3])  # the head, the meta, one chunk of the 200 MiB part
+            assert _upto(a, "a1", got), (got, node.stats)
+            assert node.assembly_bytes == 64 + MIB, node.assembly_bytes
+            # b: a genuine message of 255 MiB (meta + payload); a: 4 MiB more of its declared 200 MiB
+            payload = os.urandom(255 * MIB)
+            meta, bufs = codec.encode_event("big", (payload,), {})
+            big = b.chunked(meta, bufs, b.seq())
+            b.send(*big[:-1])  # all but the last chunk
+            assert _upto(b, "b1", got), (got, node.stats)
+            assert node.assembly_bytes == 64 + MIB + len(meta) + 254 * MIB, node.assembly_bytes
+            a.send(*a_msgs[3:])  # 4 MiB more of a's message: the bound is passed at the 4th
+            assert _upto(a, "a2", got), (got, node.stats)
+            assert node.stats["assembly_full"] == 1, node.stats
+            assert node.assembly_bytes == len(meta) + 254 * MIB, node.assembly_bytes
+            b.send(big[-1])  # b's message completes
+            assert wait_until(lambda: any(e == "big" for e, _ in got), 20), node.stats
+        assert [x for e, x in got if e == "big"] == [(payload,)]
+        assert node.assembly_bytes == 0 and len(node._assembling) == 0
+        assert "max_assembly_bytes" in caplog.text, caplog.text
+    finally:
+        for h in (a, b):
+            if h is not None:
+                h.close()
+        node.stop()
+
+
+def test_a_stalled_chunked_message_expires(caplog):
+    """Issue 45, item 3: a chunked message whose chunks stop coming (its sender keeps quiet) is dropped after
+    ``assembly_timeout`` s, counted and logged, its bytes freed; the sender's next message is delivered."""
+    got = []
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1, assembly_timeout=0.5)
+    node.start(lambda e, a, k: got.append((e, a)))
+    holder = None
+    try:
+        with caplog.at_level("WARNING", logger="rlpipe.parallel"):
+            holder = _KeyHolder(node, 1)
+            stalled = holder.declared([64, 200 * MIB], [b"m" * 64, os.urandom(MIB), os.urandom(MIB)], holder.seq())
+            holder.send(*stalled[:3])
+            assert _upto(holder, "a1", got), (got, node.stats)
+            assert wait_until(lambda: node.stats["stalled"] == 1, 20), node.stats
+            assert node.assembly_bytes == 0 and len(node._assembling) == 0
+            holder.send(stalled[3])  # a chunk after the expiry belongs to no message
+            payload = os.urandom(3 * MIB)
+            meta, bufs = codec.encode_event("big", (payload,), {})
+            holder.send(*holder.chunked(meta, bufs, holder.seq()))
+            assert wait_until(lambda: any(e == "big" for e, _ in got), 20), node.stats
+        assert [x for e, x in got if e == "big"] == [(payload,)]
+        assert node.stats["stalled"] == 1 and node.stats["malformed"] == 1, node.stats
+        assert "assembly_timeout" in caplog.text, caplog.text
+    finally:
+        if holder is not None:
+            holder.close()
+        node.stop()
+
+
+def test_the_meta_part_of_a_chunked_message_is_capped_at_max_frame_size():
+    """Issue 45, item 4: a head declaring a meta part over ``max_frame_size`` (within ``max_message_size``) is
+    dropped as oversize: none of its chunks is kept (before: a 500 MiB meta part from one chunk held 500 MB)."""
+    got = []
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1)
+    node.start(lambda e, a, k: got.append((e, a)))
+    holder = None
+    try:
+        holder = _KeyHolder(node, 1)
+        holder.send(*holder.declared([500 * MIB], [os.urandom(MIB)], holder.seq()))
+        assert _upto(holder, "a1", got), (got, node.stats)
+        assert node.stats["oversize"] == 1 and node.stats["malformed"] == 1, node.stats
+        assert node.assembly_bytes == 0 and len(node._assembling) == 0
+    finally:
+        if holder is not None:
+            holder.close()
+        node.stop()
+
+
+def test_a_keyed_connection_closed_for_a_frame_over_the_wire_limit_is_counted_and_logged(caplog):
+    """Issue 45, item 4: a connection past the handshake that sends a frame over WIRE_MAX is closed by ZeroMQ
+    at its header (ZMQ_MAXMSGSIZE); that is counted (``closed_connections``) and logged, while a connection
+    its peer closes is not; the node still talks with a keyed node."""
+    got = []
+    node = ZmqRouter(0, "tcp://127.0.0.1:*", key=KEY, heartbeat_interval=0.1)
+    node.start(lambda e, a, k: got.append((e, a)))
+    ctx = zmq.Context()
+    socks = []
+    try:
+        with caplog.at_level("WARNING", logger="rlpipe.parallel"):
+            polite = keyed_client(ctx.socket(zmq.PUSH), bytes.fromhex(KEY))
+            socks.append(polite)
+            polite.connect(node.address)
+            polite.send(os.urandom(100))  # fails the HMAC (read, counted); then its peer closes it
+            assert wait_until(lambda: node.stats["auth_failed"] == 1, 20), node.stats
+            polite.close(0)
+            assert wait_until(lambda: not node._guard._conns, 20)  # the guard saw it close
+            rude = keyed_client(ctx.socket(zmq.PUSH), bytes.fromhex(KEY))
+            socks.append(rude)
+            rude.connect(node.address)
+            rude.send(os.urandom(2 * WIRE_MAX), copy=False)
+            assert wait_until(lambda: node.stats["closed_connections"] == 1, 20), node.stats
+            assert "passed the handshake" in caplog.text, caplog.text
+        holder = _KeyHolder(node, 1)
+        socks.append(holder)
+        holder.router.emit("hello", ("x",), {}, to=0)
+        assert wait_until(lambda: ("hello", ("x",)) in got, 20), node.stats
+        assert node.stats["closed_connections"] == 1 and node.stats["cut_connections"] == 0, node.stats
+    finally:
+        for s in socks:
+            s.close(0) if not isinstance(s, _KeyHolder) else s.close()
+        ctx.term()
+        node.stop()
