@@ -92,7 +92,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     collector_env, evaluator_env = atari_envs(cfg, args.backend)
     policy = build_policy(cfg, collector_env.observation_space, collector_env.action_space)
     buffer_ = make_buffer(cfg)
-    ckpt = checkpointer(run, policy, cfg, 'dqn', train_freq=50_000, buffer=buffer_ if args.save_buffer else None)
+    ckpt = checkpointer(run, policy, cfg, 'dqn', train_freq=50_000, buffer=buffer_ if args.save_buffer else None,
+                        spaces=(collector_env.observation_space, collector_env.action_space))
     logger = run_logger(run, args, train_show_freq=1000)
     run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()

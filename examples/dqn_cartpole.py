@@ -66,7 +66,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     if run.play:
-        return play(run.play, args)
+        return play(run.play, args, run.user_config.get('env', {}).get('env_id'))
     from pipeline.envs import EnvManager
     from pipeline.run.precheck import compile_or_exit, usage_error
 
@@ -86,7 +86,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
         ckpt = CkptSaver(policy, run.dir, train_freq=1000, resume_from=run.resume,
-                         buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn')
+                         buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn',
+                         spaces=(collector_env.observation_space, collector_env.action_space))
     except CheckpointError as e:
         run.abandon()
         from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
@@ -132,11 +133,13 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, buffer_: Any, ckpt: Any, c
     return 0 if solved else 1
 
 
-def play(path: str, args: Any) -> int:
+def play(path: str, args: Any, named_env_id: Optional[str] = None) -> int:
+    """Run the policy saved in ``path`` on the env it was trained on (a ``module:Name`` id only when
+    ``named_env_id``, the run's ``--set env.env_id``, names it too)."""
     from pipeline.run import play_policy
-    from pipeline.policy import build_policy_from_checkpoint
+    from pipeline.run.play import saved_play_policy
 
-    pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained
+    pol = saved_play_policy(path, args, named_env_id)  # checked; on --device, wherever it trained
     env_id = pol.saved_config.get('env', {}).get('env_id', 'CartPole-v1')
 
     def make_env(render_mode: Optional[str]) -> Any:

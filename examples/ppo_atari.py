@@ -70,7 +70,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     cfg = compile_run_config(run, 'ppo')
     collector_env, evaluator_env = atari_envs(cfg, args.backend)
     policy = build_policy(cfg, collector_env.observation_space, collector_env.action_space)
-    ckpt = checkpointer(run, policy, cfg, 'ppo', train_freq=500)
+    ckpt = checkpointer(run, policy, cfg, 'ppo', train_freq=500,
+                        spaces=(collector_env.observation_space, collector_env.action_space))
     logger = run_logger(run, args, train_show_freq=50)
     run.begin(cfg, quiet=args.quiet)
     t0 = time.perf_counter()

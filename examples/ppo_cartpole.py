@@ -76,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
         from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
         usage_error(f'error: {e}')
     if run.play:
-        return play(run.play, args, make_env)
+        return play(run.play, args, make_env, run.user_config.get('env', {}).get('env_id'))
     from middleware import CkptSaver
     from pipeline.envs import EnvManager
     from pipeline.policy.ppo import PPOPolicy
@@ -93,7 +93,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, seed=cfg.seed)
     run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
-        ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo')
+        ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo',
+                         spaces=(collector_env.observation_space, collector_env.action_space))
     except CheckpointError as e:
         run.abandon()
         from pipeline.run.precheck import usage_error  # exit status 2, as for any bad input
@@ -142,12 +143,14 @@ def train(cfg: Any, args: Any, run: Any, policy: Any, ckpt: Any, collector_env: 
     return 0 if (solved or stop is None) else 1
 
 
-def play(path: str, args: Any, make_env: Optional[Callable[[str, Optional[str]], Any]] = None) -> int:
-    """Run the policy saved in ``path`` for ``--episodes`` episodes (``--render`` / ``--video``)."""
+def play(path: str, args: Any, make_env: Optional[Callable[[str, Optional[str]], Any]] = None,
+         named_env_id: Optional[str] = None) -> int:
+    """Run the policy saved in ``path`` for ``--episodes`` episodes (``--render`` / ``--video``) on the env it
+    was trained on (a ``module:Name`` id only when ``named_env_id``, the run's env id, names it too)."""
     from pipeline.run import play_policy
-    from pipeline.policy import build_policy_from_checkpoint
+    from pipeline.run.play import saved_play_policy
 
-    pol = build_policy_from_checkpoint(path, args.device or 'auto')  # on --device, wherever it trained
+    pol = saved_play_policy(path, args, named_env_id)  # checked; on --device, wherever it trained
     env_cfg = pol.saved_config.get('env', {})
     env_id = env_cfg.get('env_id', 'CartPole-v1')
 

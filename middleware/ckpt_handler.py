@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Dict, Generator, Mapping, Optional
+from typing import Any, Dict, Generator, Mapping, Optional, Tuple
 
 from contexts import RLContext
 from pipeline import task
@@ -46,7 +46,9 @@ class CkptSaver:
 
     Each checkpoint holds the policy state (model; on the learner also target net and optimizer),
     the context counters (``train_iter``, ``env_step``, ``env_episode``, ``last_eval_*``) and
-    ``extra['config']`` (``config=``) so that :func:`pipeline.policy.load_policy` rebuilds the policy.
+    ``extra['config']`` (``config=``) and ``extra['spaces']`` (``spaces=(observation_space, action_space)``,
+    ``Box`` or ``Discrete``) so that :func:`pipeline.policy.load_policy` rebuilds the policy without making
+    the env.
     ``modules={'rnd': rnd_model, ...}``: more trained state that is not part of the policy (anything with
     ``state_dict()`` / ``load_state_dict()``, e.g. an RND reward model), saved in every checkpoint and
     restored on resume.
@@ -63,7 +65,7 @@ class CkptSaver:
     def __init__(self, policy: Any, save_dir: str, train_freq: Optional[int] = None,
                  save_finish: bool = True, resume_from: Optional[str] = None, buffer: Any = None,
                  config: Optional[Mapping[str, Any]] = None, policy_type: Optional[str] = None,
-                 modules: Optional[Mapping[str, Any]] = None) -> None:
+                 modules: Optional[Mapping[str, Any]] = None, spaces: Optional[Tuple[Any, Any]] = None) -> None:
         if train_freq is not None and (not isinstance(train_freq, int) or train_freq < 1):
             raise ValueError(f'train_freq must be a positive int or None, got {train_freq!r}')
         self.policy = policy
@@ -82,6 +84,10 @@ class CkptSaver:
             self.extra_static['config'] = to_plain(config)
         if policy_type is not None:
             self.extra_static['policy_type'] = policy_type
+        if spaces is not None:
+            from pipeline.envs.saved_spaces import spaces_to_plain  # lazy: loads gymnasium and torch
+
+            self.extra_static['spaces'] = spaces_to_plain(*spaces)
         self.best_eval = -math.inf
         self.last_save_iter: Optional[int] = None
         self.last_path: Optional[str] = None

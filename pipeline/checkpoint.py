@@ -26,13 +26,19 @@ from contexts import RLContext
 from .device import to_host
 
 __all__ = ['save_checkpoint', 'load_checkpoint', 'read_checkpoint', 'restore_counters', 'check_counters',
-           'COUNTER_KEYS', 'CheckpointError', 'to_plain', 'buffer_path', 'checkpoint_problem', 'latest_checkpoint']
+           'COUNTER_KEYS', 'MAX_LOADED_PARAMS', 'CheckpointError', 'to_plain', 'buffer_path', 'checkpoint_problem',
+           'latest_checkpoint']
 
 log = logging.getLogger(__name__)
 
 #: Context counters saved with every checkpoint (those the context has) and restored on resume.
 COUNTER_KEYS = ('train_iter', 'env_step', 'env_episode', 'last_eval_iter', 'last_eval_value',
                 'trained_env_step', 'train_epoch')
+
+#: The most parameters the networks rebuilt from a checkpoint's saved config may have unless the caller says
+#: more (``max_params=`` of ``agents.*.load`` and ``load_policy``, ``--max-params`` of ``--play``); the
+#: examples' largest network, the Atari Nature CNN, has about 1.7 million.
+MAX_LOADED_PARAMS = 50_000_000
 
 #: Lowest allowed value of an integer counter (others: 0).
 _INT_MIN = {'last_eval_iter': -1}

@@ -11,7 +11,16 @@ import gymnasium as gym
 from .errors import UnknownEnvError
 from .mujoco_log import log_mujoco_warnings
 
-__all__ = ['make_gym_env', 'GymEnvFn']
+__all__ = ['make_gym_env', 'GymEnvFn', 'env_id_module']
+
+
+def env_id_module(env_id: Any) -> Optional[str]:
+    """The module that ``gymnasium.make(env_id)`` would import first, or ``None``: an id of the form
+    ``module:Name`` makes gymnasium import ``module`` (running its code) before it looks the name up. Loaders
+    of files from elsewhere refuse such an id unless the user names it (see ``pipeline.policy.loading``)."""
+    if not isinstance(env_id, str) or ':' not in env_id:
+        return None
+    return env_id.split(':', 1)[0]
 
 
 def _missing_extra(env_id: str, err: Exception) -> Optional[str]:

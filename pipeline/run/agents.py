@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, ClassVar, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from contexts import OnlineRLContext
 from middleware import online_logger, termination_checker
 
-from ..checkpoint import COUNTER_KEYS, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint, to_plain
+from ..checkpoint import COUNTER_KEYS, MAX_LOADED_PARAMS, CheckpointError, load_checkpoint, save_checkpoint, to_plain
 from ..config import ConfigError, compile_config
 from ..device import DeviceError, DeviceLike
+from ..envs.errors import UnknownEnvError
 from ..runtime import task
 from .play import play_policy
 from .precheck import config_problems, format_problems
@@ -87,7 +88,8 @@ class Agent:
         """The example's user config (a fresh copy) that ``config`` overrides."""
         raise NotImplementedError
 
-    def _build_policy(self) -> Any:
+    def _build_policy(self, cfg: Any, device: Any) -> Any:
+        """The policy for ``cfg`` on ``device`` (``None``: the config's), sized by the env's spaces."""
         raise NotImplementedError
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
@@ -101,26 +103,42 @@ class Agent:
         return self.env_id
 
     # ------------------------------------------------------------------ shared
-    def _setup(self, cfg: Any) -> None:
+    def _setup(self, cfg: Any, spaces: Optional[Tuple[Any, Any]] = None) -> None:
+        """Take ``cfg`` and the env's spaces (``spaces``, else those of ``cfg.env.env_id``, made once), check
+        that the agents can act on them, and build the policy."""
+        self._set_spaces(cfg, spaces)
+        self._build()
+
+    def _set_spaces(self, cfg: Any, spaces: Optional[Tuple[Any, Any]]) -> None:
         from ..envs.env_manager import UnknownEnvError, make_gym_env  # lazy: the envs load gymnasium
 
         self.cfg = cfg
         self.env_id: str = cfg.env.env_id
-        try:
-            probe = make_gym_env(self.env_id, cfg.env.get('max_episode_steps'))
-        except (UnknownEnvError, ImportError) as e:
-            raise AgentError(str(e).splitlines()[0]) from None
-        self.observation_space, self.action_space = probe.observation_space, probe.action_space
-        probe.close()
+        self._env_refusal: Optional[str] = None  # set by load: why this agent's env must not be made
+        if spaces is None:
+            try:
+                probe = make_gym_env(self.env_id, cfg.env.get('max_episode_steps'))
+            except (UnknownEnvError, ImportError) as e:
+                raise AgentError(str(e).splitlines()[0]) from None
+            spaces = probe.observation_space, probe.action_space
+            probe.close()
+        self.observation_space, self.action_space = spaces
         if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
             raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
                              f'observations (a vector per step); build a pipeline for others (README)')
+
+    def _build(self) -> None:
         try:
-            self.policy = self._build_policy()
+            self.policy = self._build_policy(self.cfg, self._device)
         except DeviceError as e:  # e.g. 'cuda' on a machine without a GPU
             raise AgentError(str(e)) from None
         self._ctx = OnlineRLContext()
         self._buffer: Any = None
+
+    def _check_env(self) -> None:
+        """``AgentError`` when this agent's env must not be made (a loaded file's ``module:Name`` id)."""
+        if self._env_refusal is not None:
+            raise AgentError(self._env_refusal)
 
     @property
     def env_step(self) -> int:
@@ -138,6 +156,7 @@ class Agent:
         ``interrupted`` (Ctrl-C: the agent keeps what it learned)."""
         if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
             raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
+        self._check_env()
         from ..envs import EnvManager  # lazy: the envs load gymnasium
 
         cfg = copy.deepcopy(self.cfg)
@@ -199,6 +218,7 @@ class Agent:
 
         if not isinstance(episodes, int) or episodes < 1:
             raise AgentError(f'episodes must be a positive int, got {episodes!r}')
+        self._check_env()
         limit = self.cfg.env.get('max_episode_steps')
         try:
             return play_policy(lambda b: self.predict(b), lambda mode: make_gym_env(
@@ -211,33 +231,50 @@ class Agent:
         """Write the policy (weights, optimizer state), the config and the counters to ``path`` in the
         examples' checkpoint format (not the replay buffer: a loaded DQN or SAC agent refills it before it
         updates again); returns the absolute path."""
+        from ..envs.saved_spaces import spaces_to_plain  # lazy: loads torch and gymnasium
+
         full = os.path.abspath(os.path.expanduser(path))
-        save_checkpoint(full, self.policy, self._ctx, extra={'config': to_plain(self.cfg), 'policy_type': self.algo})
+        save_checkpoint(full, self.policy, self._ctx, extra={
+            'config': to_plain(self.cfg), 'policy_type': self.algo,
+            'spaces': spaces_to_plain(self.observation_space, self.action_space)})
         return full
 
     @classmethod
-    def load(cls, path: str, device: DeviceLike = 'auto') -> 'Agent':
+    def load(cls, path: str, device: DeviceLike = 'auto', env_id: Optional[str] = None,
+             max_params: Optional[int] = MAX_LOADED_PARAMS) -> 'Agent':
         """The agent saved in ``path`` by :meth:`save` or by an example (``<exp>/<n>/ckpt/*.pth.tar``), on
-        ``device`` (default ``'auto'``: the GPU when there is one) whatever device it was trained on."""
-        from ..policy.loading import config_for_device  # lazy: the policies load torch
+        ``device`` (default ``'auto'``: the GPU when there is one) whatever device it was trained on.
+
+        The file is data: its config is checked against the schema (every bad key named), its networks are
+        sized from the spaces it stores, not from an env, and refused above ``max_params`` parameters
+        (``None``: no limit). ``env_id``: the env that :meth:`train` and :meth:`evaluate` make (default the
+        saved one); a saved id of the form ``module:Name`` would import ``module``, so such an agent acts
+        (``predict``) but makes no env until you name it here."""
+        from ..policy.loading import (check_network_size, config_for_device,  # lazy: the policies load torch
+                                      env_id_refusal, saved_or_env_spaces, saved_policy)
 
         if not os.path.isfile(path):
             raise AgentError(f'no checkpoint file at {path!r}')
+        how = f'name it yourself: {cls.__name__}.load(path, env_id=...)'
         try:
-            extra = read_checkpoint(path).get('extra', {})
-        except CheckpointError as e:
-            raise AgentError(str(e).splitlines()[0]) from None
-        cfg, kind = extra.get('config'), extra.get('policy_type')
-        if not isinstance(cfg, Mapping) or not kind:
-            raise AgentError(f'{path!r} holds no policy config (not saved by an agent or an example)')
-        if kind != cls.algo:
-            raise AgentError(f'{path!r} holds a {kind.upper()} policy: load it with agents.{kind.upper()}.load')
-        agent = cls.__new__(cls)
-        agent._device = None if isinstance(device, str) else device
-        agent._setup(config_for_device(cfg, device))
-        try:
+            saved = saved_policy(path)
+            if saved.kind != cls.algo:
+                raise AgentError(f'{path!r} holds a {saved.kind.upper()} policy: load it with '
+                                 f'agents.{saved.kind.upper()}.load')
+            spaces = saved_or_env_spaces(saved, env_id, how)
+            cfg = config_for_device(saved.config, device)
+            if env_id is not None:
+                cfg.env.env_id = env_id
+            agent = cls.__new__(cls)
+            agent._device = None if isinstance(device, str) else device
+            agent._set_spaces(cfg, spaces)
+            if env_id is None:
+                agent._env_refusal = env_id_refusal(repr(path), saved.env_id, how)
+            check_network_size(path, lambda c: agent._build_policy(c, None), cfg, max_params,
+                               f'raise it: {cls.__name__}.load(path, max_params=N)')
+            agent._build()
             load_checkpoint(path, agent.policy, agent._ctx)
-        except CheckpointError as e:
+        except (CheckpointError, UnknownEnvError, ImportError) as e:
             raise AgentError(str(e).splitlines()[0]) from None
         return agent
 
@@ -254,16 +291,16 @@ class DQN(Agent):
     def settings(cls) -> Dict[str, Any]:
         return copy.deepcopy(DQN_CARTPOLE)
 
-    def _build_policy(self) -> Any:
+    def _build_policy(self, cfg: Any, device: Any) -> Any:
         from ..policy import DQNPolicy  # lazy: the policies load torch
         from ..policy.common import discrete_action_count  # lazy: the policies load torch
 
-        self.cfg.policy.model.obs_shape = int(np.prod(self.observation_space.shape))
+        cfg.policy.model.obs_shape = int(np.prod(self.observation_space.shape))
         try:
-            self.cfg.policy.model.action_shape = discrete_action_count(self.action_space, 'DQN')
+            cfg.policy.model.action_shape = discrete_action_count(self.action_space, 'DQN')
         except ValueError as e:
             raise AgentError(str(e).splitlines()[0]) from None
-        return DQNPolicy(self.cfg, seed=self.cfg.seed, device=self._device)
+        return DQNPolicy(cfg, seed=cfg.seed, device=device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         if self._buffer is None:
@@ -287,10 +324,10 @@ class PPO(Agent):
     def settings(cls) -> Dict[str, Any]:
         return copy.deepcopy(PPO_CARTPOLE)
 
-    def _build_policy(self) -> Any:
+    def _build_policy(self, cfg: Any, device: Any) -> Any:
         from ..policy.ppo import PPOPolicy  # lazy: the policies load torch
 
-        return PPOPolicy(self.cfg, self.observation_space, self.action_space, seed=self.cfg.seed, device=self._device)
+        return PPOPolicy(cfg, self.observation_space, self.action_space, seed=cfg.seed, device=device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
@@ -320,7 +357,7 @@ class SAC(Agent):
 
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'))
 
-    def _build_policy(self) -> Any:
+    def _build_policy(self, cfg: Any, device: Any) -> Any:
         import gymnasium as gym  # lazy: importing the agents does not load gymnasium
 
         from ..policy.sac import SACPolicy  # lazy: the policies load torch
@@ -330,8 +367,8 @@ class SAC(Agent):
                              f'{type(self.action_space).__name__}: use agents.DQN or agents.PPO')
         self._low = self.action_space.low.astype(np.float32)
         self._high = self.action_space.high.astype(np.float32)
-        return SACPolicy(self.cfg, obs_shape=int(np.prod(self.observation_space.shape)),
-                         action_shape=int(np.prod(self.action_space.shape)), seed=self.cfg.seed, device=self._device)
+        return SACPolicy(cfg, obs_shape=int(np.prod(self.observation_space.shape)),
+                         action_shape=int(np.prod(self.action_space.shape)), seed=cfg.seed, device=device)
 
     def _use(self, collector_env: Any, evaluator_env: Any) -> None:
         from ..data import DequeBuffer  # lazy: the replay buffers load torch

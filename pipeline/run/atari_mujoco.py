@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from .console import node_print, setup_logging
-from .play import play_policy
+from .play import PARAMS_FLAG_HINT, play_env_refusal, play_policy
 from .precheck import compile_or_exit, usage_error
 from .prepare import RunInfo, prepare_run
 
@@ -100,14 +100,15 @@ def compile_run_config(run: RunInfo, policy: str) -> Any:
 
 
 def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
-                 buffer: Any = None) -> Any:
-    """A ``CkptSaver`` under the run folder (made now) that saves the config with the weights and
-    resumes from ``--resume`` (a checkpoint that does not fit the policy ends the run with its reason)."""
+                 buffer: Any = None, spaces: Optional[Tuple[Any, Any]] = None) -> Any:
+    """A ``CkptSaver`` under the run folder (made now) that saves the config (and the env's ``spaces``,
+    ``(observation_space, action_space)``) with the weights and resumes from ``--resume`` (a checkpoint
+    that does not fit the policy ends the run with its reason)."""
     from middleware import CkptSaver  # lazy: middleware loads numpy; --help stays fast
 
     try:
         return CkptSaver(policy, run.create_dir(), train_freq=train_freq, resume_from=run.resume, buffer=buffer,
-                         config=cfg, policy_type=policy_type)
+                         config=cfg, policy_type=policy_type, spaces=spaces)
     except CheckpointError as e:
         run.abandon()
         usage_error(f'error: {e}')  # exit status 2, as for any bad input
@@ -174,24 +175,34 @@ def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_
 def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callable[[Any, Any, Any], Any],
                     make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, Any]:
     """``--play``: rebuild the policy with ``build_policy(cfg, observation_space, action_space)`` from the
-    config saved in the checkpoint, load its weights and run ``--episodes`` episodes of the env it was
+    config saved in the checkpoint (checked against the schema; its networks refused above ``--max-params``)
+    and the spaces saved with it, load its weights and run ``--episodes`` episodes of the env it was
     trained on (``make_env(env_id, render_mode, max_episode_steps)`` with the saved time limit;
-    ``--render`` / ``--video DIR``), on ``--device`` (default auto) whatever device it was trained on.
+    ``--render`` / ``--video DIR``), on ``--device`` (default auto) whatever device it was trained on. A
+    saved ``module:Name`` env id is refused unless the run names it (``--env`` or ``--set env.env_id``).
     Returns ``{'play_returns': [...]}``."""
-    from ..policy.loading import config_for_device  # lazy: the policies load torch
+    from ..policy.loading import check_network_size, config_for_device, saved_policy  # lazy: loads torch
 
     assert run.play is not None
-    saved = read_checkpoint(run.play).get('extra', {}).get('config')
-    if not isinstance(saved, Mapping) or not saved.get('env', {}).get('env_id'):
-        raise SystemExit(f'error: {run.play!r} holds no training config (it was not saved by this example)')
-    cfg = config_for_device(saved, getattr(args, 'device', None) or 'auto')
-    env_id, limit = cfg.env.env_id, cfg.env.get('max_episode_steps')
-    probe = make_env(env_id, None, limit)
     try:
-        policy = build_policy(cfg, probe.observation_space, probe.action_space)
-    finally:
+        saved = saved_policy(run.play)
+        refusal = play_env_refusal(run.play, saved.env_id, run.user_config.get('env', {}).get('env_id'))
+        if refusal is not None:
+            raise CheckpointError(refusal)
+    except CheckpointError as e:
+        usage_error(f'error: {e}')  # exit status 2, as for any bad input
+    if not saved.env_id:
+        usage_error(f'error: {run.play!r} holds no training config (it was not saved by this example)')
+    cfg = config_for_device(saved.config, getattr(args, 'device', None) or 'auto')
+    env_id, limit = cfg.env.env_id, cfg.env.get('max_episode_steps')
+    spaces = saved.spaces
+    if spaces is None:  # a file written before the spaces were saved: the env (a registered id) tells them
+        probe = make_env(env_id, None, limit)
+        spaces = probe.observation_space, probe.action_space
         probe.close()
     try:
+        check_network_size(run.play, lambda c: build_policy(c, *spaces), cfg, args.max_params, PARAMS_FLAG_HINT)
+        policy = build_policy(cfg, *spaces)
         load_checkpoint(run.play, policy)
     except CheckpointError as e:
         usage_error(f'error: {e}')  # exit status 2, as for any bad input

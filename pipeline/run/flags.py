@@ -12,7 +12,7 @@ Importing this module loads neither torch nor gymnasium, so ``--help`` answers a
 Flags (all training examples): ``--exp-name NAME`` (runs go to ``./NAME/<n>/``, ``n`` = 1, 2, ...),
 ``--seed``, ``--set key=value`` (repeatable config overrides), ``--resume CKPT`` (continue a run from
 a checkpoint), ``--play CKPT`` (run the saved policy, with ``--render`` or ``--video DIR``,
-``--episodes N``), ``--max-env-step``, ``--threads`` (torch threads), ``--middleware module:factory``
+``--episodes N``, ``--max-params N``: the most parameters the file's config may build), ``--max-env-step``, ``--threads`` (torch threads), ``--middleware module:factory``
 (repeatable: ``factory(cfg)`` returns a middleware appended to the pipeline), ``--no-progress``,
 ``--device`` (where the policy trains: ``auto``, ``cpu``, ``cuda``, ``cuda:N``; the config's
 ``policy.device``) and ``--acting-device`` (where a collector or evaluator node of a multi-node run acts;
@@ -26,6 +26,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ..checkpoint import MAX_LOADED_PARAMS
 from ..config import parse_override
 from ..device import DEVICE_CHOICES, device_problem
 from .precheck import usage_error
@@ -137,6 +138,17 @@ def _caller_file(depth: int) -> Optional[str]:
     return os.path.abspath(path) if isinstance(path, str) and path.endswith('.py') else None
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'expected a positive int, got {text!r}')
+    return value
+
+
 def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int] = None,
                    seed: int = 0) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the flags every training example shares (see the module doc).
@@ -166,6 +178,9 @@ def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int
     g.add_argument('--episodes', type=int, default=5, help='episodes for --play (default 5)')
     g.add_argument('--render', action='store_true', help='with --play: show the env in a window')
     g.add_argument('--video', default=None, metavar='DIR', help='with --play: record videos into DIR')
+    g.add_argument('--max-params', type=_positive_int, default=MAX_LOADED_PARAMS, metavar='N',
+                   help=f'with --play: the most parameters the networks of the file\'s saved config may have '
+                        f'(default {MAX_LOADED_PARAMS:,}; a file is data: raise it only for a file you trust)')
     g.add_argument('--max-env-step', type=int, default=max_env_step,
                    help=f'stop after this many env steps (default {max_env_step})')
     g.add_argument('--threads', type=int, default=1, help='torch threads (1 is fastest for small nets)')

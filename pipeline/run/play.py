@@ -1,4 +1,5 @@
-"""Running a saved policy: ``play_policy`` (any env, with ``--render`` / ``--video``) and
+"""Running a saved policy: ``play_policy`` (any env, with ``--render`` / ``--video``), ``saved_play_policy``
+(``--play CKPT``: the policy rebuilt from the file's checked config, and the env it was trained on) and
 ``play_without_rendering`` (``--play`` for envs without rendering). Importing this module loads neither torch
 nor gymnasium."""
 from __future__ import annotations
@@ -8,9 +9,44 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import CheckpointError, load_checkpoint
+from .precheck import usage_error
 
-__all__ = ['play_policy', 'play_without_rendering', 'render_problem']
+__all__ = ['play_policy', 'play_without_rendering', 'render_problem', 'saved_play_policy', 'play_env_refusal',
+           'ENV_FLAG_HINT', 'PARAMS_FLAG_HINT']
+
+#: how a user of ``--play`` names the env of a file whose env id would import a module
+ENV_FLAG_HINT = 'name it yourself: --set env.env_id=<that id>'
+#: how a user of ``--play`` lifts the parameter limit on the networks a file's config builds
+PARAMS_FLAG_HINT = 'raise the limit: --max-params N'
+
+
+def play_env_refusal(path: str, saved_env_id: Any, named_env_id: Any) -> Optional[str]:
+    """``--play``'s one-line refusal of a file whose env id has the form ``module:Name`` (making it would
+    import ``module``), unless the run names that very id (``--set env.env_id=...`` or ``--env``)."""
+    from ..policy.loading import env_id_refusal  # lazy: the policies load torch
+
+    if named_env_id == saved_env_id:
+        return None
+    return env_id_refusal(repr(path), saved_env_id, ENV_FLAG_HINT)
+
+
+def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: Any) -> Any:
+    """``--play CKPT``: the policy rebuilt from the file (its config checked, sized from its stored spaces,
+    refused above ``--max-params``) on ``--device``; its ``saved_config`` names the env. Bad input (a
+    damaged or edited file, a ``module:Name`` env id the run does not name) ends the run with one line."""
+    from ..policy.loading import policy_from_saved, saved_policy  # lazy: the policies load torch
+
+    try:
+        saved = saved_policy(path)
+        refusal = play_env_refusal(path, saved.env_id, named_env_id)
+        if refusal is not None:
+            raise CheckpointError(refusal)
+        return policy_from_saved(saved, getattr(args, 'device', None) or 'auto',
+                                 env_id=saved.env_id if named_env_id == saved.env_id else None,
+                                 max_params=args.max_params, how_env=ENV_FLAG_HINT, how_params=PARAMS_FLAG_HINT)
+    except CheckpointError as e:
+        usage_error(f'error: {e}')
 
 
 def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
