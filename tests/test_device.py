@@ -224,18 +224,19 @@ def test_metrics_kept_on_a_device_come_back_once_and_sum_as_on_the_host():
     from pipeline.learner.call_metrics import _pend
 
     learner = Learner(nn.Linear(2, 1))
-    learner._reset_call_scratch()
+    call = learner.call_metrics
+    call.reset()
     vals = [torch.tensor(0.1), torch.tensor(0.2), torch.tensor(0.7)]
     acc = None
     for v in vals:
         acc = _pend(acc, v)
     acc = _pend(acc, 3)  # a number after tensors
-    learner._call_extras = {'default_policy': {'q': acc}}
-    learner._call_last_loss = {'default_policy': torch.tensor(1.25, requires_grad=True) * 1}
-    losses = learner._host_metrics()
+    call.extras = {'default_policy': {'q': acc}}
+    call.last_loss = {'default_policy': torch.tensor(1.25, requires_grad=True) * 1}
+    losses = call.host_losses()
     expected = float(vals[0]) + float(vals[1]) + float(vals[2]) + 3.0  # the order and precision of the CPU path
     assert losses == {'default_policy': 1.25}
-    assert learner._call_extras['default_policy']['q'] == (expected, 4)
+    assert call.extras['default_policy']['q'] == (expected, 4)
 
 
 def test_acting_converts_the_observations_once_onto_the_networks_device():

@@ -1,18 +1,26 @@
-"""`Learner`: owns torch modules and their optimizers and runs exact epoch/minibatch updates."""
+"""`Learner`: owns torch modules and their optimizers and runs exact epoch/minibatch updates.
+
+The learner holds two collaborators: :class:`~pipeline.learner.inputs.LearnerInputs`, the door that turns
+each input kind of :meth:`Learner.update` into ``module id -> batch`` (the core sees nothing else), and
+:class:`~pipeline.learner.call_metrics.CallMetrics`, what one call accumulates and returns. Its weights,
+state and counters are its own (below); the directory format of ``save_to_path`` is in
+:mod:`pipeline.learner.checkpoint`."""
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import torch
 from torch import nn
 
-from ..device import DeviceLike, module_device, place_module, resolve_device, to_device, to_host
-from .call_metrics import CallMetricsMixin
-from .checkpoint import LearnerStateMixin
-from .inputs import TS_KEY, LearnerInputsMixin
+from ..device import DeviceLike, host_copy, module_device, place_module, resolve_device, to_device, to_host
+from .call_metrics import CallMetrics
+from .checkpoint import load_state_dir, save_state_dir
+from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, select_input, stack_episodes
 from .metrics import MetricsLogger
 from .minibatch_plan import check_loop_args, plan_batch, plan_iterators
 from .optim import LRSchedule, OptimizerFactory, default_optimizer, make_schedule, total_norm
@@ -23,7 +31,7 @@ __all__ = ["Learner", "OptimizerFactory", "LRSchedule"]
 _Tensor = torch.Tensor
 
 
-class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
+class Learner:
     """Owns torch modules (keyed by module id) and their optimizers; trains them in ``update``.
 
     Subclass it and implement :meth:`compute_loss_for_module` (or :meth:`compute_losses`);
@@ -123,7 +131,6 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         self._generator = torch.Generator().manual_seed(seed) if seed is not None else None
         # batches move to the device (and outputs come back) only off the CPU: the CPU path is untouched
         self._batch_device: Optional[torch.device] = None if self.device.type == "cpu" else self.device
-        self._single_id: Optional[str] = next(iter(self.modules)) if len(self.modules) == 1 else None
 
         # counters (saved in get_state)
         self.weights_seq_no = 0
@@ -138,7 +145,10 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         # compute_gradients, it replaces the gradients by their mean over all learners
         self.gradient_sync: Optional[Callable[[Dict[str, List[nn.Parameter]], Dict[str, int]], None]] = None
         self._stop_call = False  # set by stop_update() during an update call
-        self._reset_call_scratch()
+        #: the door: every input kind of ``update`` -> ``module id -> batch``
+        self.inputs = LearnerInputs(list(self.modules), self.episodes_to_batch)
+        #: what the running (or last) ``update`` call accumulated
+        self.call_metrics = CallMetrics()
 
     # ================================================================== hooks to override
     def forward_train(self, module_id: str, batch: Any) -> Any:
@@ -160,7 +170,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         out = {}
         for mid, f in fwd_out.items():
             loss = self.compute_loss_for_module(mid, batch[mid], f)
-            out[mid] = loss if type(loss) is _Tensor else self._split_loss(mid, loss)
+            out[mid] = loss if type(loss) is _Tensor else self.call_metrics.split_loss(mid, loss, self.last_outputs)
         return out
 
     def compute_gradients(self, losses: Dict[str, _Tensor]) -> Dict[str, List[nn.Parameter]]:
@@ -191,7 +201,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         optimizer step of a module whose norm is not finite.
         """
         clip = self.grad_clip
-        norms = self._step_grad_norms
+        norms = self.call_metrics.step_norms
         for mid, params in gradients.items():
             grads = [p.grad for p in params if p.grad is not None]
             if not grads:
@@ -210,7 +220,8 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
 
     def apply_gradients(self, gradients: Dict[str, List[nn.Parameter]]) -> None:
         """Step each module's optimizer; skip (and count) modules whose gradients are not finite."""
-        norms = self._step_grad_norms
+        call = self.call_metrics
+        norms = call.step_norms
         for mid, params in gradients.items():
             norm = norms.pop(mid, None)
             if norm is None:  # postprocess_gradients was overridden without super()
@@ -218,10 +229,9 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
                 norm = total_norm(grads) if grads else 0.0
             if math.isfinite(norm):
                 self.optimizers[mid].step()
-                self._call_norm_sum[mid] = self._call_norm_sum.get(mid, 0.0) + norm
-                self._call_norm_cnt[mid] = self._call_norm_cnt.get(mid, 0) + 1
+                call.step_taken(mid, norm)
             else:
-                self._call_skipped[mid] = self._call_skipped.get(mid, 0) + 1
+                call.step_skipped(mid)
 
     def before_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
         """Runs once per ``update`` call before the first minibatch (after the lr schedule)."""
@@ -251,6 +261,15 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         """Restore what :meth:`get_extra_state` returned."""
+
+    def episodes_to_batch(self, episodes: List[Any]) -> Any:
+        """Hook: turn a list of episodes into a batch (override for returns, advantages, ...).
+
+        An episode is a sequence of transitions (dicts or trees) for a single-module learner,
+        or a mapping module id -> sequence of transitions. All transitions of a module are
+        stacked along a new batch axis, episodes one after another.
+        """
+        return stack_episodes(episodes, list(self.modules))
 
     # ================================================================== update
     def update(
@@ -307,7 +326,7 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         """
         if kwargs:
             raise TypeError(f"Learner.update got unexpected keyword arguments: {sorted(kwargs)}")
-        kind, data = self._select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
+        kind, data = select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
         check_loop_args(
             kind,
             num_total_minibatches=num_total_minibatches,
@@ -316,15 +335,17 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             shuffle_batch_per_epoch=shuffle_batch_per_epoch,
             num_iters=num_iters,
         )
+        inputs = self.inputs
         if kind == "data_iterators":
-            plan = plan_iterators(data.iterators(), num_iters, self._pulled_to_module_batches, self._rows)
+            assert data is not None
+            plan = plan_iterators(data.iterators(), num_iters, self._pulled_to_module_batches, inputs.rows)
         else:
-            module_batches = self._module_batches(kind, batch, data)
+            module_batches = inputs.module_batches(kind, batch, data)
             if self._batch_device is not None:  # the whole input, once per call (not per minibatch or field)
                 module_batches = to_device(module_batches, self._batch_device)
             plan = plan_batch(
                 module_batches,
-                self._rows(module_batches),
+                inputs.rows(module_batches),
                 num_total_minibatches=num_total_minibatches,
                 num_epochs=num_epochs,
                 minibatch_size=minibatch_size,
@@ -332,11 +353,12 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
                 generator=self._generator,
             )
 
-        ts = self._normalize_timesteps(timesteps)
+        ts = normalize_timesteps(timesteps)
         if self._schedules:
             t = ts.get(TS_KEY)
             self._apply_lr_schedules(self.num_env_steps_trained_lifetime if t is None else int(t))
-        self._reset_call_scratch()
+        call = self.call_metrics
+        call.reset()
         self._stop_call = False
         self.last_outputs = {}
         self.before_gradient_based_update(ts)
@@ -351,16 +373,16 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
         # counters first, so the after-hook sees this call's updates (e.g. target-network sync)
         self.weights_seq_no += 1
         self.num_minibatch_updates_lifetime += n_updates
-        self.num_env_steps_trained_lifetime += self._call_env_rows
-        for mid, rows_trained in self._call_rows.items():
+        self.num_env_steps_trained_lifetime += call.env_rows
+        for mid, rows_trained in call.rows.items():
             self.num_module_steps_trained_lifetime[mid] += rows_trained
-        for mid, skipped in self._call_skipped.items():
+        for mid, skipped in call.skipped.items():
             self.num_skipped_steps_lifetime[mid] += skipped
         self.after_gradient_based_update(ts)
         if self._batch_device is not None and self.last_outputs:  # per-row outputs to the host, once
             self.last_outputs = to_host(self.last_outputs)
 
-        results = self._build_results(n_updates)
+        results = call.results(n_updates, self)
         if _no_metrics_reduce:
             self.metrics.aggregate([results])
             return None
@@ -369,9 +391,103 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
             return self.metrics.reduce()
         return results
 
+    # ================================================================== weights and state
+    def _check_ids(self, ids: Iterable[str], what: str) -> None:
+        unknown = [m for m in ids if m not in self.modules]
+        if unknown:
+            raise ValueError(f"{what} names unknown module ids {unknown}; this learner has {list(self.modules)}")
+
+    def get_weights(self, module_ids: Optional[Iterable[str]] = None, *, copy_tensors: bool = True) -> Dict[str, dict]:
+        """module id -> state_dict: copies on the host (CPU) whatever the learner's device, ready to send to
+        another process or node, which loads them onto its own device; with ``copy_tensors=False`` the
+        modules' own tensors (on the learner's device)."""
+        ids = list(self.modules) if module_ids is None else list(module_ids)
+        self._check_ids(ids, "get_weights")
+        out = {}
+        for mid in ids:
+            sd = self.modules[mid].state_dict()
+            out[mid] = ({k: v.detach().clone() if v.device.type == "cpu" else v.detach().cpu() for k, v in sd.items()}
+                        if copy_tensors else dict(sd))
+        return out
+
+    def set_weights(self, weights: Mapping, *, weights_seq_no: Optional[int] = None) -> bool:
+        """Load module weights (module id -> state_dict; tensors on any device are copied onto the learner's).
+
+        With ``weights_seq_no`` older than this learner's, nothing happens and False is
+        returned; otherwise the weights are loaded, the learner takes that sequence number and
+        True is returned.
+        """
+        if not isinstance(weights, Mapping):
+            raise TypeError(f"weights must be a mapping module_id -> state_dict, got {type(weights).__name__}")
+        self._check_ids(weights, "set_weights")
+        if weights_seq_no is not None and weights_seq_no < self.weights_seq_no:
+            return False
+        for mid, sd in weights.items():
+            self.modules[mid].load_state_dict(sd)
+        if weights_seq_no is not None:
+            self.weights_seq_no = int(weights_seq_no)
+        return True
+
+    def get_state(self) -> Dict[str, Any]:
+        """A snapshot: weights, optimizer states, counters and :meth:`get_extra_state`, every tensor a copy on
+        the host (CPU) whatever the learner's device (:meth:`set_state` loads it onto any device)."""
+        on_cpu = self.device.type == "cpu"
+        return {
+            "modules": self.get_weights(),
+            "optimizers": {mid: copy.deepcopy(opt.state_dict()) if on_cpu else host_copy(opt.state_dict())
+                           for mid, opt in self.optimizers.items()},
+            "counters": {
+                "weights_seq_no": self.weights_seq_no,
+                "num_minibatch_updates_lifetime": self.num_minibatch_updates_lifetime,
+                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
+                "num_module_steps_trained_lifetime": dict(self.num_module_steps_trained_lifetime),
+                "num_skipped_steps_lifetime": dict(self.num_skipped_steps_lifetime),
+            },
+            "extra": self.get_extra_state() if on_cpu else host_copy(self.get_extra_state()),
+        }
+
+    def set_state(self, state: Mapping) -> None:
+        """Restore a :meth:`get_state` snapshot (modules missing from it are left as they are); its tensors
+        may be on any device (e.g. a checkpoint written on a GPU machine, loaded with ``map_location='cpu'``):
+        they are loaded onto the learner's device."""
+        if not isinstance(state, Mapping) or "modules" not in state:
+            raise ValueError("set_state needs a dict from Learner.get_state() (with 'modules')")
+        self._check_ids(state["modules"], "state['modules']")
+        self._check_ids(state.get("optimizers", {}), "state['optimizers']")
+        for mid, sd in state["modules"].items():
+            self.modules[mid].load_state_dict(sd)
+        for mid, osd in state.get("optimizers", {}).items():
+            self.optimizers[mid].load_state_dict(osd)
+        c = state.get("counters", {})
+        self.weights_seq_no = int(c.get("weights_seq_no", self.weights_seq_no))
+        self.num_minibatch_updates_lifetime = int(c.get("num_minibatch_updates_lifetime",
+                                                        self.num_minibatch_updates_lifetime))
+        self.num_env_steps_trained_lifetime = int(c.get("num_env_steps_trained_lifetime",
+                                                        self.num_env_steps_trained_lifetime))
+        for mid, v in c.get("num_module_steps_trained_lifetime", {}).items():
+            if mid in self.modules:
+                self.num_module_steps_trained_lifetime[mid] = int(v)
+        for mid, v in c.get("num_skipped_steps_lifetime", {}).items():
+            if mid in self.modules:
+                self.num_skipped_steps_lifetime[mid] = int(v)
+        self.set_extra_state(state.get("extra") or {})
+
+    def save_to_path(self, path: Union[str, os.PathLike]) -> str:
+        """Write :meth:`get_state` into directory ``path`` (created); returns the path.
+
+        The state file loads with ``torch.load(weights_only=True)``: only tensors and plain
+        containers/numbers/strings are stored (subclass extra state must follow that too).
+        """
+        return save_state_dir(path, self.get_state(), {"class": type(self).__qualname__,
+                                                        "module_ids": list(self.modules)})
+
+    def restore_from_path(self, path: Union[str, os.PathLike]) -> None:
+        """Load a checkpoint written by :meth:`save_to_path` (safe: no arbitrary unpickling)."""
+        self.set_state(load_state_dir(path))
+
     # ================================================================== internals
     def _pulled_to_module_batches(self, pulled: List[Any]) -> Dict[str, Any]:
-        out = self._combine([self._as_module_batches(b) for b in pulled])
+        out = self.inputs.pulled(pulled)
         return out if self._batch_device is None else to_device(out, self._batch_device)
 
     # ================================================================== device
@@ -410,12 +526,13 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
 
     def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train
+        call = self.call_metrics
         fwd_out = {mid: forward(mid, b) for mid, b in mb.items()}
         losses = self.compute_losses(mb, fwd_out)
         for mid, loss in losses.items():
             if type(loss) is not _Tensor:
                 if isinstance(loss, Mapping):
-                    losses[mid] = self._split_loss(mid, loss)
+                    losses[mid] = call.split_loss(mid, loss, self.last_outputs)
                 elif not isinstance(loss, _Tensor):
                     raise TypeError(
                         f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor "
@@ -423,19 +540,15 @@ class Learner(LearnerInputsMixin, CallMetricsMixin, LearnerStateMixin):
                     )
         if self._stop_call:  # stop_update() during the losses: this minibatch takes no step
             for mid, loss in losses.items():
-                self._call_last_loss.setdefault(mid, loss.detach())
+                call.last_loss.setdefault(mid, loss.detach())
             return False
         grads = self.compute_gradients(losses)
         if self.gradient_sync is not None:
             self.gradient_sync(grads, rows)
         grads = self.postprocess_gradients(grads)
         self.apply_gradients(grads)
-        last = self._call_last_loss
-        cr = self._call_rows
-        for mid, loss in losses.items():
-            last[mid] = loss
-            cr[mid] = cr.get(mid, 0) + rows[mid]
-        self._call_env_rows += env_rows
+        call.minibatch_done(losses, rows, env_rows)
+        return None
 
     def _apply_lr_schedules(self, t: int) -> None:
         for mid, sched in self._schedules.items():

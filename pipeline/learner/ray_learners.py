@@ -176,7 +176,7 @@ class LearnerWorker:
             data = TrainingData(**{kind: list(payload)}).solve_refs()
         else:
             data = TrainingData(**{kind: payload})
-        module_batches = learner._resolve(data)
+        module_batches = learner.inputs.resolve(data)
         rows = {mid: num_rows(b, where=f"module {mid!r} batch") for mid, b in module_batches.items()}
         shard = shard_for_rank(module_batches, self.rank, self.world_size)
         kwargs = dict(kwargs)
