@@ -68,7 +68,7 @@ def her_data_enhancer(
     rng = np.random.default_rng(seed)
 
     def _sample(ctx: OnlineRLContext) -> Any:
-        from pipeline.policy.common import collate_transitions, to_tree  # lazy: `import middleware` loads no torch
+        from pipeline.data.collate import collate_transitions, to_treetensor  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
             return None
@@ -85,7 +85,7 @@ def her_data_enhancer(
         if batch_size and len(data) > batch_size:
             pick = rng.choice(len(data), int(batch_size), replace=False)
             data = [data[i] for i in pick]
-        return to_tree(collate_transitions(data))
+        return to_treetensor(collate_transitions(data))
 
     def _enhance(ctx: OnlineRLContext) -> None:
         ctx.train_data = _sample(ctx)

@@ -2,7 +2,7 @@
 
 ``import pipeline.parallel`` is light: zmq is imported when a router starts. Main names:
 
-* ``ZmqRouter`` (alias ``Parallel``): the ``pipeline.runtime.router.Router`` that carries events between nodes.
+* ``ZmqRouter``: the ``pipeline.runtime.router.Router`` that carries events between nodes.
 * ``configure(**router_kwargs)``: make ``task.start()`` in this process use a ``ZmqRouter``.
 * ``codec.encode/decode``: the pickle-free wire format.
 * ``rlpipe run ...`` (``pipeline.parallel.cli``): start nodes as local processes.
@@ -15,12 +15,12 @@ from .keycheck import KeyMismatchError
 from .keys import MissingKeyError
 from .launch import configure
 
-__all__ = ["ZmqRouter", "Parallel", "BackpressureTimeout", "configure", "MissingKeyError", "KeyMismatchError",
+__all__ = ["ZmqRouter", "BackpressureTimeout", "configure", "MissingKeyError", "KeyMismatchError",
            "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("ZmqRouter", "Parallel", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
+    if name in ("ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
         from . import zmq_router  # lazy: zmq (the dist extra) loads when a router is asked for
-        return zmq_router.ZmqRouter if name == "Parallel" else getattr(zmq_router, name)
+        return getattr(zmq_router, name)
     raise AttributeError(f"module 'pipeline.parallel' has no attribute {name!r}")

@@ -4,8 +4,8 @@ Each policy's config schema lives in its module (``DQN_CONFIG`` in :mod:`pipelin
 ``SAC_CONFIG`` in :mod:`pipeline.policy.sac`); ``pipeline.config.compile_config`` checks against it.
 """
 from .base import ActingMode, Policy
-from .common import collate_transitions, eps_schedule, to_tree
-from .dqn import DQNCollectMode, DQNEvalMode, DQNLearner, DQNPolicy, dqn_targets, get_learner_class
+from .common import collate_transitions, eps_schedule
+from .dqn import DQNCollectMode, DQNEvalMode, DQNLearner, DQNPolicy, dqn_targets
 from .model import DQNModel, mlp
 
 
@@ -18,4 +18,4 @@ def __getattr__(name: str):
 
 
 __all__ = ['Policy', 'ActingMode', 'DQNPolicy', 'DQNLearner', 'DQNCollectMode', 'DQNEvalMode', 'DQNModel', 'mlp',
-           'dqn_targets', 'collate_transitions', 'eps_schedule', 'to_tree', 'get_learner_class', 'load_policy']
+           'dqn_targets', 'collate_transitions', 'eps_schedule', 'load_policy']

@@ -1,18 +1,13 @@
-"""Small helpers shared by policies and middleware: eps schedules, and the batch helpers
-(``collate_transitions``, ``to_tree``) re-exported from :mod:`pipeline.data.collate`."""
+"""Small helpers shared by policies and middleware: eps schedules, the action count of a discrete space,
+and ``collate_transitions`` re-exported from :mod:`pipeline.data.collate`."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from pipeline.data.collate import collate_transitions, to_treetensor
+from pipeline.data.collate import collate_transitions
 
-__all__ = ['to_tree', 'collate_transitions', 'eps_schedule']
-
-
-#: a ``treetensor.torch.Tensor`` over a (possibly nested) dict of tensors, cheaply (shares leaves);
-#: see :func:`pipeline.data.collate.to_treetensor`
-to_tree = to_treetensor
+__all__ = ['collate_transitions', 'eps_schedule', 'discrete_action_count']
 
 
 def eps_schedule(kind: str, start: float, end: float, decay: int) -> Callable[[int], float]:

@@ -189,11 +189,6 @@ class DQNLearner(Learner):
             self.train_iter = int(state['train_iter'])
 
 
-def get_learner_class() -> type:
-    """``DQNLearner`` (kept for callers of the old lazy factory)."""
-    return DQNLearner
-
-
 class DQNCollectMode(ActingMode):
     """Eps-greedy acting for a batch of envs: ``forward(obs [N, ...], eps) -> actions [N] int64``.
 

@@ -34,8 +34,7 @@ from .base import ActingMode, Policy
 from .config_defaults import policy_config
 from .model import mlp
 
-__all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "CONFIG_SCHEMA", "sac_default_config",
-           "get_sac_learner_class"]
+__all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "CONFIG_SCHEMA", "sac_default_config"]
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -205,11 +204,6 @@ class SACLearner(Learner):
         if "log_alpha" in state:
             with torch.no_grad():
                 self.alpha_mod.log_alpha.copy_(torch.as_tensor(state["log_alpha"]))
-
-
-def get_sac_learner_class() -> type:
-    """``SACLearner`` (kept for callers of the old lazy factory)."""
-    return SACLearner
 
 
 class SACCollectMode(ActingMode):

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from pipeline.config import compile_config
-from pipeline.policy import DQNModel, DQNPolicy, dqn_targets, to_tree
+from pipeline.data.collate import to_treetensor as to_tree
+from pipeline.policy import DQNModel, DQNPolicy, dqn_targets
 
 
 class ConstQ(nn.Module):
