@@ -11,12 +11,14 @@ policies' schemas (:mod:`.policy_schemas`: ``DQN_CONFIG``, ``PPO_CONFIG``, ``SAC
 check and the overrides (:mod:`.compile`, whose names are importable from here). Importing this package loads
 neither torch nor gymnasium: a policy's module is imported when its config is compiled.
 """
-from .compile import (FREE_FORM_KEYS, RENAMED_KEYS, ConfigError, apply_overrides, check_user_config, compile_config,
-                      dqn_default_config, flatten_keys, get_default_config, get_schema, merge_config, parse_override,
-                      register_default_config, register_policy_config)
+from .compile import (FREE_FORM_KEYS, RENAMED_KEYS, SB3_NAMES, ConfigError, apply_overrides, check_user_config,
+                      compile_config, config_table, dqn_default_config, find_keys, flatten_keys, format_config_table,
+                      get_default_config, get_schema, merge_config, parse_override, register_default_config,
+                      register_policy_config)
 
 __all__ = [
     'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
     'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
-    'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config',
+    'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config', 'config_table', 'format_config_table', 'find_keys',
+    'SB3_NAMES',
 ]

@@ -31,7 +31,8 @@ from .policy_schemas import SCHEMAS
 __all__ = [
     'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
     'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
-    'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config',
+    'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config', 'config_table', 'format_config_table', 'find_keys',
+    'SB3_NAMES',
 ]
 
 
@@ -131,8 +132,76 @@ def _type_ok(default: Any, value: Any, path: str) -> Optional[str]:
     return None if ok else f'{path}: expected {want}, got {type(value).__name__} {value!r}'
 
 
+#: Stable-Baselines3 hyperparameter names whose setting has another name here: SB3 name -> (the key's last
+#: dotted parts here, candidates in order, and what differs, or ''). Keys that SB3 and rlpipe spell alike
+#: (``learning_rate``, ``batch_size``, ``n_epochs``, ``ent_coef``, ...) need no entry.
+SB3_NAMES: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    'gamma': (('discount_factor',), ''),
+    'buffer_size': (('replay_buffer_size',), ''),
+    'tau': (('target_theta',), ''),
+    'exploration_initial_eps': (('eps.start',), ''),
+    'exploration_final_eps': (('eps.end',), ''),
+    'exploration_fraction': (('eps.decay',), 'in env steps, not a fraction of the budget'),
+    'target_update_interval': (('target_update_freq',), 'in train iterations, not env steps'),
+    'gradient_steps': (('update_per_collect',), ''),
+    'max_grad_norm': (('grad_clip',), ''),
+    'ent_coef': (('init_alpha', 'auto_alpha'), ''),
+    'learning_rate': (('learning_rate_actor', 'learning_rate_critic', 'learning_rate_alpha'), ''),
+    'n_envs': (('collector_env_num',), ''),
+}
+
+
+def _key_paths(tree: Mapping, prefix: str = '') -> Iterable[str]:
+    """Dotted paths of every key of ``tree`` (sections and leaves)."""
+    for k, v in tree.items():
+        yield f'{prefix}{k}'
+        if isinstance(v, Mapping) and f'{prefix}{k}' not in FREE_FORM_KEYS:
+            yield from _key_paths(v, f'{prefix}{k}.')
+
+
+def find_keys(tree: Mapping, name: str, near: str = '') -> Tuple[List[str], str]:
+    """The full dotted keys of ``tree`` (a default config) that a bare or misplaced ``name`` most likely means,
+    best first, and a note: the keys whose last part is ``name`` (those under ``near`` first), else the keys
+    Stable-Baselines3's ``name`` is here (:data:`SB3_NAMES`; the note says so, and what differs: "Stable-Baselines3's
+    'gamma'"), else keys
+    whose last part is close to ``name``. ``([], '')`` when nothing fits. E.g. ``find_keys(dqn_defaults,
+    'learning_rate')`` -> ``(['policy.learn.learning_rate'], '')``."""
+    paths = list(_key_paths(tree))
+
+    def ordered(found: List[str]) -> List[str]:
+        return sorted(found, key=lambda p: (not p.startswith(near), p.count('.'), p))[:3]
+
+    name = str(name)
+    exact = [p for p in paths if p.rsplit('.', 1)[-1] == name and p != f'{near}{name}']
+    if exact:
+        return ordered(exact), ''
+    if name in SB3_NAMES:
+        tails, differs = SB3_NAMES[name]
+        found = [p for p in paths if any(p == t or p.endswith('.' + t) for t in tails)]
+        if found:
+            return ordered(found), f"Stable-Baselines3's {name!r}" + (f', {differs}' if differs else '')
+    leaves = {p.rsplit('.', 1)[-1] for p in paths}
+    close = difflib.get_close_matches(name, sorted(leaves), n=3, cutoff=0.75)
+    return ordered([p for p in paths if p.rsplit('.', 1)[-1] in close]), ''
+
+
+def _unknown_key(path: str, key: Any, here: Mapping, root: Mapping, prefix: str) -> str:
+    """The message for a key the config does not have: close keys at the same level, else the full keys
+    deeper or elsewhere in the tree it likely means (``learning_rate`` -> ``policy.learn.learning_rate``)."""
+    close = difflib.get_close_matches(str(key), [str(k) for k in here], n=3, cutoff=0.6)
+    known = ', '.join(sorted(str(k) for k in here))
+    if close:
+        return f'{path}: unknown key (did you mean {", ".join(repr(c) for c in close)}?); known keys here: {known}'
+    found, note = find_keys(root, str(key), prefix)
+    if not found:
+        return f'{path}: unknown key; known keys here: {known}'
+    full = ' or '.join(repr(f) for f in found) + '?' + (f' that is {note}' if note else '')
+    return f'{path}: unknown key (did you mean {full}); known keys here: {known}'
+
+
 def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out: dict,
-           free: set, schema: Optional[Mapping]) -> None:
+           free: set, schema: Optional[Mapping], root: Optional[Mapping] = None) -> None:
+    root = default if root is None else root
     for key, value in user.items():
         path = f'{prefix}{key}'
         if key not in default:
@@ -142,10 +211,7 @@ def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out:
             if path in RENAMED_KEYS:
                 errors.append(RENAMED_KEYS[path])
                 continue
-            close = difflib.get_close_matches(str(key), [str(k) for k in default], n=3, cutoff=0.6)
-            hint = f' (did you mean {", ".join(repr(c) for c in close)}?)' if close else ''
-            known = ', '.join(sorted(str(k) for k in default))
-            errors.append(f'{path}: unknown key{hint}; known keys here: {known}')
+            errors.append(_unknown_key(path, key, default, root, prefix))
             continue
         dv = default[key]
         spec = schema.get(key) if isinstance(schema, Mapping) else None
@@ -160,7 +226,7 @@ def _merge(default: Mapping, user: Mapping, prefix: str, errors: List[str], out:
             continue
         if isinstance(dv, Mapping) and isinstance(value, Mapping) and path not in free:
             sub = dict(out[key]) if isinstance(out.get(key), Mapping) else {}
-            _merge(dv, value, path + '.', errors, sub, free, spec if isinstance(spec, Mapping) else None)
+            _merge(dv, value, path + '.', errors, sub, free, spec if isinstance(spec, Mapping) else None, root)
             out[key] = sub
         elif isinstance(dv, Mapping) and isinstance(value, Mapping):
             merged = dict(dv)
@@ -299,3 +365,36 @@ def flatten_keys(cfg: Mapping, prefix: str = '') -> Iterable[str]:
             yield from flatten_keys(v, f'{prefix}{k}.')
         else:
             yield f'{prefix}{k}'
+
+
+def _torch_free_schema(policy: str) -> Mapping:
+    if policy in _REGISTERED:
+        return _REGISTERED[policy][0]
+    if policy in SCHEMAS:
+        return SCHEMAS[policy]
+    return get_schema(policy)  # imports the policy's module
+
+
+def config_table(policy: str, user: Optional[Mapping] = None) -> List[Tuple[str, Any, str]]:
+    """``(dotted key, value, what is allowed)`` for every key of ``policy``'s schema, the value being ``user``
+    merged over the schema's defaults (an example's or an agent's settings: what a run uses unless a key is
+    set). Values the schema refuses are left at the default (:func:`check_user_config` names them). Loads
+    no torch for the built-in DQN, PPO and SAC."""
+    schema = _torch_free_schema(policy)
+    merged, _ = _merge_collect(S.defaults(schema), user, schema)
+    rows = []
+    for path, spec in S.iter_specs(schema):
+        node: Any = merged
+        for part in path.split('.'):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        rows.append((path, node, spec.allowed()))
+    return rows
+
+
+def format_config_table(rows: Iterable[Tuple[str, Any, str]], header: str = '') -> str:
+    """The rows of :func:`config_table` as aligned text: ``key  default  allowed`` (``header``: a first line)."""
+    table = [('key', 'default', 'allowed')] + [(k, repr(v), a) for k, v, a in rows]
+    wk, wv = max(len(r[0]) for r in table), min(max(len(r[1]) for r in table), 28)
+    lines = [header] if header else []
+    lines += [f'{k:<{wk}}  {v:<{wv}}  {a}'.rstrip() for k, v, a in table]
+    return '\n'.join(lines)

@@ -15,14 +15,19 @@ import numpy as np
 from .gym_make import make_gym_env
 from .mujoco_log import log_mujoco_warnings
 
-__all__ = ['MujocoEnvFn', 'make_mujoco_env', 'log_mujoco_warnings']
+__all__ = ['MujocoEnvFn', 'RescaledEnvFn', 'make_mujoco_env', 'rescaled_float32', 'log_mujoco_warnings']
 
 
 def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
     """gymnasium MuJoCo env ``env_id`` with float32 observations and actions in ``[-1, 1]``."""
-    env = make_gym_env(env_id, max_episode_steps, **kwargs)
+    return rescaled_float32(make_gym_env(env_id, max_episode_steps, **kwargs), repr(env_id))
+
+
+def rescaled_float32(env: Any, name: str = 'the env') -> Any:
+    """``env`` with actions rescaled to ``[-1, 1]`` and float32 observations (what :func:`make_mujoco_env` makes
+    of a gymnasium id); ``name`` names it in the ValueError for an env whose actions are not a Box."""
     if not isinstance(env.action_space, gym.spaces.Box):
-        raise ValueError(f'{env_id!r} has a {type(env.action_space).__name__} action space; expected Box')
+        raise ValueError(f'{name} has a {type(env.action_space).__name__} action space; expected Box')
     shape, dtype = env.action_space.shape, env.action_space.dtype
     env = gym.wrappers.RescaleAction(env, np.full(shape, -1.0, dtype), np.full(shape, 1.0, dtype))
     space = env.observation_space
@@ -45,3 +50,13 @@ class MujocoEnvFn:
 
     def __repr__(self) -> str:
         return f'MujocoEnvFn({self.env_id!r})'
+
+
+class RescaledEnvFn:
+    """A callable returning an env (a user's), its envs made as :func:`rescaled_float32` makes them."""
+
+    def __init__(self, maker: Any) -> None:
+        self.maker = maker
+
+    def __call__(self) -> Any:
+        return rescaled_float32(self.maker(), getattr(self.maker, '__name__', 'the env'))

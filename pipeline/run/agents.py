@@ -8,6 +8,11 @@
     agent = agents.DQN.load('cartpole.pth.tar')          # also a checkpoint the example scripts wrote
     action = agent.predict(obs, deterministic=True)      # one observation -> one action; a batch -> a batch
 
+The env is a gymnasium id, an env made by ``gymnasium.make`` (or a vectorised one: its ``spec`` is used), or a
+callable returning an env. Stable-Baselines3's forms work where they mean the same thing:
+``agents.DQN('MlpPolicy', env)`` and ``agent.learn(total_timesteps=...)`` (docs/from_sb3.md);
+``agents.DQN.describe_config()`` lists every config key with its default and what is allowed.
+
 Each agent trains with the same settings and the same middleware as its example script
 (:mod:`pipeline.run.recipes`: ``examples/dqn_cartpole.py``, ``ppo_cartpole.py``, ``sac_mujoco.py``); ``config``
 overrides entries of those settings (checked like ``--set``). Checkpoints are the examples' format: an agent
@@ -18,8 +23,9 @@ env id or config key, an observation of the wrong shape, another algorithm's che
 from __future__ import annotations
 
 import copy
+import numbers
 import os
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -27,10 +33,12 @@ from contexts import OnlineRLContext
 from middleware import online_logger, termination_checker
 
 from ..checkpoint import COUNTER_KEYS, MAX_LOADED_PARAMS, CheckpointError, load_checkpoint, save_checkpoint, to_plain
-from ..config import ConfigError, compile_config
+from ..config import ConfigError, compile_config, config_table, format_config_table
 from ..device import DeviceError, DeviceLike
 from ..envs.errors import UnknownEnvError
 from ..runtime import task
+from .agent_env import (EnvRefusal, env_source, maker_name, sb3_keyword_refusal, sb3_policy_name,
+                        sb3_policy_refusal)
 from .play import play_policy
 from .precheck import config_problems, format_problems
 from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, dqn_buffer, sac_policy_settings, use_dqn, use_ppo, use_sac
@@ -58,14 +66,58 @@ class Agent:
 
     algo: ClassVar[str] = ''
     default_env: ClassVar[str] = 'CartPole-v1'
+    #: the config keys that size the network (what Stable-Baselines3's ``policy_kwargs=dict(net_arch=...)`` sets)
+    net_keys: ClassVar[str] = ''
+    _maker: Optional[Callable[..., Any]] = None  # the user's env callable (None: the envs are made from the id)
+    _verbose: int = 0
+    _log_dir: Optional[str] = None
 
-    def __init__(self, env_id: Optional[str] = None, seed: int = 0, config: Optional[Mapping[str, Any]] = None,
-                 device: DeviceLike = None) -> None:
-        """``env_id``: a registered gymnasium id (default :attr:`default_env`); ``config``: overrides of the
-        example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``; ``device``: where the policy
-        trains and acts (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; default the
-        config's ``policy.device``, ``'auto'``: the GPU when there is one)."""
-        user = _merge(self.settings(), {'env': {'env_id': env_id or self.default_env}, 'seed': int(seed)})
+    def __init__(self, policy_or_env: Any = None, env: Any = None, seed: int = 0,
+                 config: Optional[Mapping[str, Any]] = None, device: DeviceLike = None, verbose: int = 0,
+                 tensorboard_log: Optional[str] = None, **kwargs: Any) -> None:
+        """The env (``policy_or_env``, or ``env``): a registered gymnasium id (default :attr:`default_env`), an env
+        made by ``gymnasium.make`` or a vectorised env (gymnasium's or Stable-Baselines3's: the agent makes its
+        envs from the ``spec``: id, ``make`` arguments, time limit), or a callable returning an env (called for
+        each env the agent makes). Stable-Baselines3's order ``DQN('MlpPolicy', env)`` works: ``'MlpPolicy'`` is
+        the default network (an MLP); other SB3 policy names are refused with what to do.
+
+        ``config``: overrides of the example's settings, e.g. ``{'policy': {'learn': {'learning_rate': 1e-3}}}``
+        (every key: :meth:`describe_config`); ``device``: where the policy trains and acts (``'auto'``,
+        ``'cpu'``, ``'cuda'``, ``'cuda:N'`` or a ``torch.device``; default the config's ``policy.device``,
+        ``'auto'``: the GPU when there is one). ``verbose`` (1: ``train``/``learn`` show a progress line) and
+        ``tensorboard_log`` (their default ``log_dir``) mean what they mean in Stable-Baselines3; SB3's
+        hyperparameter keywords (``learning_rate=``, ``gamma=``, ...) are refused with the ``config`` entry that
+        sets them."""
+        name = type(self).__name__
+        target = self._sb3_arguments(policy_or_env, env, kwargs.pop('policy', None))
+        for key, value in kwargs.items():
+            refusal = sb3_keyword_refusal(key, value, name, self.algo, self.net_keys)
+            if refusal is None:
+                raise TypeError(f'{name}() got an unexpected keyword argument {key!r}')
+            raise AgentError(refusal)
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+            raise AgentError(f'seed must be an int >= 0, got {seed!r}')
+        self._verbose = int(verbose or 0)
+        self._log_dir = tensorboard_log
+        try:
+            source = env_source(self.default_env if target is None else target, name)
+        except EnvRefusal as e:
+            raise AgentError(str(e)) from None
+        spaces = None
+        env_section: Dict[str, Any] = {'env_id': source.env_id}
+        if source.maker is not None:  # the user's callable: made once here for its spaces and its name
+            probe = source.maker()
+            if not (hasattr(probe, 'observation_space') and hasattr(probe, 'action_space')):
+                raise AgentError(f'the env callable returned {type(probe).__name__}, not an env (with '
+                                 f'observation_space and action_space)')
+            env_section['env_id'] = maker_name(probe)
+            spaces = probe.observation_space, probe.action_space
+            probe.close()
+        if source.kwargs:
+            env_section['env_kwargs'] = source.kwargs
+        if source.max_episode_steps is not None:
+            env_section['max_episode_steps'] = source.max_episode_steps
+        user = _merge(self.settings(), {'env': env_section, 'seed': int(seed)})
         if config is not None:
             if not isinstance(config, Mapping):
                 raise AgentError(f'config must be a dict of overrides, got {type(config).__name__}')
@@ -73,14 +125,54 @@ class Agent:
         self._device = None if device is None or isinstance(device, str) else device
         if isinstance(device, str):
             _merge(user, {'policy': {'device': device}})
-        problems = config_problems(user, self.algo, env_check=True)
+        problems = config_problems(user, self.algo, env_check=source.maker is None)
         if problems:
             raise AgentError(format_problems(problems)[len('error: '):])
         try:
             cfg = compile_config(user, policy=self.algo)
         except ConfigError as e:
             raise AgentError(format_problems(e.errors)[len('error: '):]) from None
-        self._setup(cfg)
+        self._maker = source.maker
+        self._setup(cfg, spaces)
+
+    @classmethod
+    def _sb3_arguments(cls, first: Any, env: Any, policy: Any) -> Any:
+        """The env among the first two arguments: ``(env)``, ``(env=...)`` or Stable-Baselines3's
+        ``('MlpPolicy', env)`` / ``(policy='MlpPolicy', env=...)``; a refused SB3 policy name or a second env
+        is an ``AgentError``."""
+        name = cls.__name__
+        given = sb3_policy_name(first)
+        if policy is not None:
+            if given is not None:
+                raise AgentError(f'two policy names given ({first!r} and policy={policy!r}): give one')
+            given = sb3_policy_name(policy) or str(policy)
+            if first is not None:
+                if env is not None:
+                    raise AgentError(f'two envs given ({first!r} and env={env!r}): give one')
+                env, first = first, None
+        if given is not None:
+            refusal = sb3_policy_refusal(given, name)
+            if refusal is not None:
+                raise AgentError(refusal)
+            return env
+        if first is not None and env is not None:
+            if isinstance(env, int) and not isinstance(env, bool):
+                raise AgentError(f'the second argument is the env (Stable-Baselines3\'s order: '
+                                 f'agents.{name}("MlpPolicy", env)); give the seed as seed={env}')
+            raise AgentError(f'two envs given ({first!r} and {env!r}): give one, e.g. agents.{name}({first!r})')
+        return env if first is None else first
+
+    @classmethod
+    def describe_config(cls, config: Optional[Mapping[str, Any]] = None) -> str:
+        """Every config key of this agent, one per line: its default (this agent's settings, with ``config``'s
+        overrides) and what is allowed (``print(agents.DQN.describe_config())``). A key ``policy.learn.x`` is
+        set with ``config={'policy': {'learn': {'x': ...}}}``."""
+        user = _merge(cls.settings(), {'env': {'env_id': cls.default_env}})
+        if config is not None:
+            _merge(user, config)
+        header = (f"# agents.{cls.__name__}: every config key (set policy.learn.x with config={{'policy': "
+                  f"{{'learn': {{'x': ...}}}}}}): key, default, allowed")
+        return format_config_table(config_table(cls.algo, user), header)
 
     # ------------------------------------------------------------------ per algorithm
     @classmethod
@@ -99,8 +191,26 @@ class Agent:
         raise NotImplementedError
 
     def _env_fn(self) -> Any:
-        """What ``EnvManager`` makes the training envs with (default: the env id)."""
-        return self.env_id
+        """What ``EnvManager`` makes the training envs with: the user's callable, else the env id (with the
+        config's ``env_kwargs`` and time limit, when it has them)."""
+        if self._maker is not None:
+            return self._maker
+        kwargs, limit = dict(self.cfg.env.get('env_kwargs') or {}), self.cfg.env.get('max_episode_steps')
+        if not kwargs and limit is None:
+            return self.env_id
+        from ..envs.gym_make import GymEnvFn  # lazy: the envs load gymnasium
+
+        return GymEnvFn(self.env_id, limit, kwargs)
+
+    def _make_env(self, render_mode: Optional[str] = None) -> Any:
+        """One env as the agent's ``evaluate`` plays it (``render_mode``: ``'human'``, ``'rgb_array'``)."""
+        from ..envs.env_manager import make_gym_env  # lazy: the envs load gymnasium
+
+        mode = {'render_mode': render_mode} if render_mode else {}
+        if self._maker is not None:
+            return self._maker(**mode)
+        return make_gym_env(self.env_id, self.cfg.env.get('max_episode_steps'),
+                            **dict(self.cfg.env.get('env_kwargs') or {}), **mode)
 
     # ------------------------------------------------------------------ shared
     def _setup(self, cfg: Any, spaces: Optional[Tuple[Any, Any]] = None) -> None:
@@ -117,7 +227,8 @@ class Agent:
         self._env_refusal: Optional[str] = None  # set by load: why this agent's env must not be made
         if spaces is None:
             try:
-                probe = make_gym_env(self.env_id, cfg.env.get('max_episode_steps'))
+                probe = make_gym_env(self.env_id, cfg.env.get('max_episode_steps'),
+                                     **dict(cfg.env.get('env_kwargs') or {}))
             except (UnknownEnvError, ImportError) as e:
                 raise AgentError(str(e).splitlines()[0]) from None
             spaces = probe.observation_space, probe.action_space
@@ -146,25 +257,31 @@ class Agent:
         return int(self._ctx.env_step)
 
     def train(self, max_env_step: int, stop_value: Optional[float] = None, log_dir: Optional[str] = None,
-              progress: bool = False, threads: Optional[int] = 1) -> Dict[str, Any]:
+              progress: Optional[bool] = None, threads: Optional[int] = 1) -> Dict[str, Any]:
         """Train for up to ``max_env_step`` more env steps; stop early once an evaluation's mean return
         reaches ``stop_value`` (default: the config's ``env.stop_value``, 475 for the CartPole settings;
-        ``float('inf')`` never stops early). ``log_dir``: TensorBoard logs there (and a progress line with
-        ``progress``). ``threads``: torch threads while training (1, as the examples' ``--threads``, is
-        fastest for small nets; None keeps torch's setting). Returns ``env_step``, ``train_iter``,
-        ``last_eval`` (the last evaluation's mean return, ``-inf`` before any), ``solved`` and
-        ``interrupted`` (Ctrl-C: the agent keeps what it learned)."""
+        ``float('inf')`` never stops early). ``log_dir``: TensorBoard logs there (default the constructor's
+        ``tensorboard_log``); ``progress``: a progress line (default: with ``verbose=1``). ``threads``: torch
+        threads while training (1, as the examples' ``--threads``, is fastest for small nets; None keeps
+        torch's setting). Returns ``env_step``, ``train_iter``, ``last_eval`` (the last evaluation's mean
+        return, ``-inf`` before any), ``solved`` and ``interrupted`` (Ctrl-C: the agent keeps what it
+        learned). :meth:`learn` is the same, Stable-Baselines3's way (it returns the agent)."""
         if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
             raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
         self._check_env()
         from ..envs import EnvManager  # lazy: the envs load gymnasium
 
+        log_dir = self._log_dir if log_dir is None else log_dir
+        progress = self._verbose > 0 if progress is None else bool(progress)
         cfg = copy.deepcopy(self.cfg)
         if stop_value is not None:
             cfg.env.stop_value = None if stop_value == float('inf') else float(stop_value)
         self._train_cfg = cfg
         e = cfg.env
-        collector_env = EnvManager(self._env_fn(), e.collector_env_num, seed=cfg.seed)
+        try:
+            collector_env = EnvManager(self._env_fn(), e.collector_env_num, seed=cfg.seed)
+        except (UnknownEnvError, ImportError) as err:  # e.g. a loaded file's env that is not registered here
+            raise AgentError(str(err).splitlines()[0]) from None
         evaluator_env = EnvManager(self._env_fn(), e.evaluator_env_num, seed=cfg.seed + 10_000)
         until = self.env_step + max_env_step
         logger = None
@@ -180,8 +297,10 @@ class Agent:
         try:
             with task.start(ctx=ctx):
                 self._use(collector_env, evaluator_env)
-                if log_dir is not None:
-                    logger = online_logger(log_dir=os.path.abspath(log_dir), progress=progress, total_env_step=until)
+                if log_dir is not None or progress:
+                    logger = online_logger(log_dir=None if log_dir is None else os.path.abspath(log_dir),
+                                           tensorboard=log_dir is not None, progress=progress,
+                                           total_env_step=until)
                     task.use(logger)
                 task.use(termination_checker(max_env_step=until))
                 ctx, interrupted = run_pipeline()
@@ -197,10 +316,42 @@ class Agent:
         return {'env_step': int(ctx.env_step), 'train_iter': int(ctx.train_iter), 'last_eval': last,
                 'solved': stop is not None and last >= stop, 'interrupted': interrupted}
 
+    def learn(self, total_timesteps: int, progress_bar: bool = False, stop_value: Optional[float] = None,
+              log_dir: Optional[str] = None, threads: Optional[int] = 1,
+              reset_num_timesteps: Optional[bool] = None, **kwargs: Any) -> 'Agent':
+        """Stable-Baselines3's ``learn``: :meth:`train` for ``total_timesteps`` more env steps (an int, or an
+        integral float such as ``1e5``), with ``progress_bar`` as ``progress``; returns the agent (so that
+        ``agents.PPO('MlpPolicy', env).learn(10_000)`` chains), where ``train`` returns the run's figures.
+        Like ``train`` (unlike SB3) it stops early once an evaluation reaches the config's ``env.stop_value``
+        (``stop_value=float('inf')``: never). The counters always continue (SB3's
+        ``reset_num_timesteps=False``); SB3's ``callback``, ``log_interval`` and ``tb_log_name`` are refused
+        with what to use instead."""
+        name = type(self).__name__
+        instead = {'callback': 'add middleware to a pipeline (docs/runtime.md), or call learn() in steps',
+                   'tb_log_name': 'log_dir= names the TensorBoard folder',
+                   'log_interval': 'progress_bar=True prints a progress line every few seconds'}
+        for key in kwargs:
+            if key not in instead:
+                raise TypeError(f'{name}.learn() got an unexpected keyword argument {key!r}')
+            raise AgentError(f'{name}.learn() takes no {key}= (Stable-Baselines3\'s): {instead[key]}')
+        if reset_num_timesteps:
+            raise AgentError(f'{name}.learn(reset_num_timesteps=True): the counters here always continue '
+                             f'(env_step); make a new agent to start from zero')
+        steps = total_timesteps
+        if isinstance(steps, float) and steps.is_integer():
+            steps = int(steps)
+        if not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1:
+            raise AgentError(f'total_timesteps must be a positive int, got {total_timesteps!r}')
+        self.train(int(steps), stop_value=stop_value, log_dir=log_dir, progress=progress_bar or None,
+                   threads=threads)
+        return self
+
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         """The action for one observation (shaped like the env's), or the actions for a batch of them
         (one more leading axis). ``deterministic=False`` samples as training does (DQN: eps-greedy with the
-        final eps). The actions fit the env as gymnasium makes it (``env.step(action)``)."""
+        final eps). The actions fit the env as gymnasium makes it (``env.step(action)``). Unlike
+        Stable-Baselines3's ``predict`` (``action, state = model.predict(obs)``, not deterministic by default)
+        it returns the action alone, deterministic by default."""
         x = np.asarray(obs, dtype=np.float32)
         shape = tuple(self.observation_space.shape)
         if x.shape == shape:
@@ -214,16 +365,12 @@ class Agent:
                  video_dir: Optional[str] = None, verbose: bool = False) -> List[float]:
         """Play ``episodes`` episodes with the deterministic policy and return their returns (``render``:
         in a window; ``video_dir``: record mp4s, needs the ``video`` extra; ``verbose``: print each)."""
-        from ..envs.env_manager import make_gym_env  # lazy: the envs load gymnasium
-
         if not isinstance(episodes, int) or episodes < 1:
             raise AgentError(f'episodes must be a positive int, got {episodes!r}')
         self._check_env()
-        limit = self.cfg.env.get('max_episode_steps')
         try:
-            return play_policy(lambda b: self.predict(b), lambda mode: make_gym_env(
-                self.env_id, limit, **({'render_mode': mode} if mode else {})), episodes=episodes, seed=seed,
-                render=render, video_dir=video_dir, print_fn=print if verbose else (lambda _: None))
+            return play_policy(lambda b: self.predict(b), self._make_env, episodes=episodes, seed=seed,
+                               render=render, video_dir=video_dir, print_fn=print if verbose else (lambda _: None))
         except SystemExit as e:  # what the examples' --play says on the command line, e.g. a missing package
             raise AgentError(str(e.code).replace('error: ', '', 1)) from None
 
@@ -286,6 +433,7 @@ class DQN(Agent):
     """DQN (double, dueling, n-step) on a discrete-action env, with ``examples/dqn_cartpole.py``'s settings."""
 
     algo = 'dqn'
+    net_keys = 'policy.model.encoder_hidden_size_list (and head_hidden_size, dueling)'
 
     @classmethod
     def settings(cls) -> Dict[str, Any]:
@@ -319,6 +467,7 @@ class PPO(Agent):
     """PPO (clipped, GAE) on a discrete or continuous-action env, with ``examples/ppo_cartpole.py``'s settings."""
 
     algo = 'ppo'
+    net_keys = 'policy.model.hidden (actor and critic; activation, ortho_init)'
 
     @classmethod
     def settings(cls) -> Dict[str, Any]:
@@ -345,6 +494,7 @@ class SAC(Agent):
 
     algo = 'sac'
     default_env = 'Pendulum-v1'
+    net_keys = 'policy.model.actor_hidden_size_list and policy.model.critic_hidden_size_list'
 
     @classmethod
     def settings(cls) -> Dict[str, Any]:
@@ -353,9 +503,12 @@ class SAC(Agent):
                 'policy': sac_policy_settings(1)}
 
     def _env_fn(self) -> Any:
-        from ..envs.mujoco import MujocoEnvFn  # lazy: the envs load gymnasium
+        from ..envs.mujoco import MujocoEnvFn, RescaledEnvFn  # lazy: the envs load gymnasium
 
-        return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'))
+        if self._maker is not None:
+            return RescaledEnvFn(self._maker)
+        return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'),
+                           **dict(self.cfg.env.get('env_kwargs') or {}))
 
     def _build_policy(self, cfg: Any, device: Any) -> Any:
         import gymnasium as gym  # lazy: importing the agents does not load gymnasium

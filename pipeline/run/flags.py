@@ -10,7 +10,8 @@ Importing this module loads neither torch nor gymnasium, so ``--help`` answers a
     ...                                            # build envs, policy, pipeline; save under run.dir
 
 Flags (all training examples): ``--exp-name NAME`` (runs go to ``./NAME/<n>/``, ``n`` = 1, 2, ...),
-``--seed``, ``--set key=value`` (repeatable config overrides), ``--resume CKPT`` (continue a run from
+``--seed``, ``--set key=value`` (repeatable config overrides), ``--list-config`` (print every key with its
+default and what is allowed, then exit), ``--resume CKPT`` (continue a run from
 a checkpoint), ``--play CKPT`` (run the saved policy, with ``--render`` or ``--video DIR``,
 ``--episodes N``, ``--max-params N``: the most parameters the file's config may build), ``--max-env-step``, ``--threads`` (torch threads), ``--middleware module:factory``
 (repeatable: ``factory(cfg)`` returns a middleware appended to the pipeline), ``--no-progress``,
@@ -170,7 +171,11 @@ def example_parser(doc: Optional[str], exp_name: str, max_env_step: Optional[int
     g.add_argument('--seed', type=int, default=None,
                    help=f'random seed, an int >= 0 (default {seed}; --set seed=N is the same setting)')
     g.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
-                   help='override a config entry, e.g. --set policy.learn.learning_rate=1e-3 (repeatable)')
+                   help='override a config entry, e.g. --set policy.learn.learning_rate=1e-3 (repeatable; '
+                        '--list-config shows every KEY)')
+    g.add_argument('--list-config', action='store_true',
+                   help="print every config KEY of this example with its default (the example's settings, "
+                        "after any --set) and what is allowed, then exit")
     g.add_argument('--resume', default=None, metavar='CKPT',
                    help='continue training from a checkpoint (counters, weights, optimizer; the replay '
                         'buffer too when it was saved)')

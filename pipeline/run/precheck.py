@@ -15,11 +15,11 @@ import importlib.util
 import sys
 from typing import Any, List, Mapping, NoReturn, Optional, Sequence
 
-from ..config import ConfigError, check_user_config, compile_config
+from ..config import ConfigError, check_user_config, compile_config, config_table, format_config_table
 from ..device import DeviceError, device_problem, node_learns, policy_device
 
 __all__ = ['UsageError', 'usage_error', 'env_id_problem', 'config_problems', 'device_problems', 'precheck_config',
-           'compile_or_exit', 'format_problems']
+           'compile_or_exit', 'format_problems', 'list_config']
 
 
 class UsageError(SystemExit):
@@ -138,3 +138,14 @@ def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
     except DeviceError as e:
         usage_error(f'error: {e}')
     return cfg
+
+
+def list_config(user: Optional[Mapping], policy: str, how: str = '--set KEY=VALUE') -> NoReturn:
+    """``--list-config``: print every config key of ``policy`` with the value ``user`` gives it (the example's
+    settings and any ``--set``, over the schema's defaults) and what is allowed, then exit with status 0. A
+    misspelled key or a refused value in ``user`` ends it as :func:`precheck_config` does (no env is checked:
+    the list needs no env installed)."""
+    precheck_config(user, policy)
+    header = f'# every {policy.upper()} config key of this run (set one with {how}): key, default, allowed'
+    print(format_config_table(config_table(policy, user), header), flush=True)
+    raise SystemExit(0)

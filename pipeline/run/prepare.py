@@ -29,7 +29,7 @@ from ..runtime.node import RESTARTS_ENV
 from .console import node_print
 from .flags import device_overrides
 from .folders import check_checkpoint_path, new_run_dir
-from .precheck import precheck_config, usage_error
+from .precheck import list_config, precheck_config, usage_error
 from .resume import restart_resume
 
 __all__ = ['prepare_run', 'RunInfo', 'apply_overrides', 'load_middleware_factory', 'resume_command']
@@ -201,6 +201,8 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
     if devices:  # --device / --acting-device win over the config (and over --set policy.device=...)
         section = user.get('policy')
         user['policy'] = {**(section if isinstance(section, Mapping) else {}), **devices}
+    if policy is not None and getattr(args, 'list_config', False):
+        list_config(user, policy)  # --list-config: every key with this run's default, then exit 0
     if policy is not None and not args.play:
         precheck_config(user, policy, env_check)
     if args.resume and args.play:
