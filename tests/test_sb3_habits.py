@@ -91,7 +91,7 @@ def test_a_callable_returning_an_env_trains_evaluates_and_saves(tmp_path):
     from gymnasium.envs.classic_control import CartPoleEnv, PendulumEnv
 
     agent = agents.DQN(lambda: gym.wrappers.TimeLimit(CartPoleEnv(), 30), config=TINY)
-    assert agent.env_id == 'CartPoleEnv'
+    assert (agent.env_id, agent.cfg.env.max_episode_steps) == ('CartPoleEnv', 30)  # its name and time limit
     assert agent.train(max_env_step=64)['env_step'] >= 64
     assert all(r <= 30 for r in agent.evaluate(episodes=2))
     loaded = agents.DQN.load(agent.save(str(tmp_path / 'a.pth.tar')))

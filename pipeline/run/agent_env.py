@@ -138,6 +138,20 @@ def maker_name(env: Any) -> str:
     return _name(getattr(env, 'unwrapped', env))
 
 
+def time_limit(env: Any) -> Optional[int]:
+    """The time limit of an env made by a user's callable: its spec's ``max_episode_steps``, else that of a
+    ``TimeLimit`` wrapper around it; None when it has none."""
+    spec = getattr(env, 'spec', None)
+    if getattr(spec, 'max_episode_steps', None):
+        return int(spec.max_episode_steps)
+    while env is not None:
+        limit = getattr(env, '_max_episode_steps', None)
+        if isinstance(limit, int) and limit > 0:
+            return limit
+        env = getattr(env, 'env', None)
+    return None
+
+
 # ------------------------------------------------------------------ Stable-Baselines3's first argument
 #: what to say for SB3 policy names other than 'MlpPolicy' (the agents' networks are MLPs on flat observations)
 _OTHER_POLICIES = {

@@ -38,7 +38,7 @@ from ..device import DeviceError, DeviceLike
 from ..envs.errors import UnknownEnvError
 from ..runtime import task
 from .agent_env import (EnvRefusal, env_source, maker_name, sb3_keyword_refusal, sb3_policy_name,
-                        sb3_policy_refusal)
+                        sb3_policy_refusal, time_limit)
 from .play import play_policy
 from .precheck import config_problems, format_problems
 from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, dqn_buffer, sac_policy_settings, use_dqn, use_ppo, use_sac
@@ -111,6 +111,7 @@ class Agent:
                 raise AgentError(f'the env callable returned {type(probe).__name__}, not an env (with '
                                  f'observation_space and action_space)')
             env_section['env_id'] = maker_name(probe)
+            env_section['max_episode_steps'] = time_limit(probe)  # what it is, for the config (not applied)
             spaces = probe.observation_space, probe.action_space
             probe.close()
         if source.kwargs:
