@@ -12,13 +12,13 @@ check and the overrides (:mod:`.compile`, whose names are importable from here).
 neither torch nor gymnasium: a policy's module is imported when its config is compiled.
 """
 from .compile import (FREE_FORM_KEYS, RENAMED_KEYS, SB3_NAMES, ConfigError, apply_overrides, check_user_config,
-                      compile_config, config_table, dqn_default_config, find_keys, flatten_keys, format_config_table,
-                      get_default_config, get_schema, merge_config, parse_override, register_default_config,
+                      compile_config, config_table, find_keys, flatten_keys, format_config_table,
+                      get_default_config, get_schema, merge_config, parse_override,
                       register_policy_config)
 
 __all__ = [
-    'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
-    'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
+    'ConfigError', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
+    'register_policy_config', 'apply_overrides', 'parse_override', 'flatten_keys',
     'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config', 'config_table', 'format_config_table', 'find_keys',
     'SB3_NAMES',
 ]

@@ -29,8 +29,8 @@ from . import schema as S
 from .policy_schemas import SCHEMAS
 
 __all__ = [
-    'ConfigError', 'dqn_default_config', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
-    'register_policy_config', 'register_default_config', 'apply_overrides', 'parse_override', 'flatten_keys',
+    'ConfigError', 'get_default_config', 'get_schema', 'merge_config', 'compile_config',
+    'register_policy_config', 'apply_overrides', 'parse_override', 'flatten_keys',
     'FREE_FORM_KEYS', 'RENAMED_KEYS', 'check_user_config', 'config_table', 'format_config_table', 'find_keys',
     'SB3_NAMES',
 ]
@@ -63,18 +63,11 @@ _POLICY_MODULES: Dict[str, str] = {'dqn': 'pipeline.policy.dqn', 'sac': 'pipelin
                                    'bc': 'pipeline.offline.bc', 'cql': 'pipeline.offline.cql',
                                    'iql': 'pipeline.offline.iql', 'cql_continuous': 'pipeline.offline.cql_continuous'}
 _REGISTERED: Dict[str, Tuple[Mapping, Optional[Checker]]] = {}
-_LEGACY_DEFAULTS: Dict[str, Callable[[], Mapping]] = {}
 
 
 def register_policy_config(policy: str, schema: Mapping, check: Optional[Checker] = None) -> None:
     """Declare ``policy``'s config: its schema and an optional cross-value ``check(cfg) -> [messages]``."""
     _REGISTERED[policy] = (schema, check)
-
-
-def register_default_config(policy: str, factory: Callable[[], Mapping]) -> None:
-    """Register ``factory() -> dict`` as the defaults of ``policy`` (type-checked against the
-    defaults' types only; prefer :func:`register_policy_config` with a schema)."""
-    _LEGACY_DEFAULTS[policy] = factory
 
 
 def _lookup(policy: str) -> Optional[Tuple[Mapping, Optional[Checker]]]:
@@ -85,7 +78,7 @@ def _lookup(policy: str) -> Optional[Tuple[Mapping, Optional[Checker]]]:
 
 
 def _known() -> List[str]:
-    return sorted(set(_POLICY_MODULES) | set(_REGISTERED) | set(_LEGACY_DEFAULTS))
+    return sorted(set(_POLICY_MODULES) | set(_REGISTERED))
 
 
 def get_schema(policy: str = 'dqn') -> Mapping:
@@ -98,17 +91,10 @@ def get_schema(policy: str = 'dqn') -> Mapping:
 
 def get_default_config(policy: str = 'dqn') -> EasyDict:
     """A fresh copy of the defaults for ``policy`` (e.g. ``'dqn'``)."""
-    if policy in _LEGACY_DEFAULTS:
-        return EasyDict(copy.deepcopy(_to_dict(_LEGACY_DEFAULTS[policy]())))
     found = _lookup(policy)
     if found is None:
         raise ValueError(f'no default config for policy {policy!r}; known policies: {_known()}')
     return EasyDict(S.defaults(found[0]))
-
-
-def dqn_default_config() -> EasyDict:
-    """Default DQN config (declared in :data:`pipeline.policy.dqn.DQN_CONFIG`)."""
-    return get_default_config('dqn')
 
 
 def _type_ok(default: Any, value: Any, path: str) -> Optional[str]:
@@ -292,7 +278,7 @@ def compile_config(user: Optional[Mapping] = None, policy: str = 'dqn') -> EasyD
             types and ranges, values that contradict each other).
     """
     default = get_default_config(policy)
-    found = None if policy in _LEGACY_DEFAULTS else _lookup(policy)
+    found = _lookup(policy)
     schema, check = found if found else (None, None)
     out, errors = _merge_collect(default, user, schema)
     cfg = EasyDict(out)
@@ -313,7 +299,7 @@ def check_user_config(user: Optional[Mapping], policy: str) -> List[str]:
     policy's module (e.g. optimizer arguments) are left to :func:`compile_config`. Returns ``[]`` for a
     policy without a torch-free schema."""
     schema = _REGISTERED[policy][0] if policy in _REGISTERED else SCHEMAS.get(policy)
-    if schema is None or policy in _LEGACY_DEFAULTS:
+    if schema is None:
         return []
     _, errors = _merge_collect(S.defaults(schema), user, schema)
     return errors

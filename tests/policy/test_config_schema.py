@@ -103,11 +103,11 @@ def test_sac_config_is_checked_by_compile_config_and_by_merge_config():
     assert compile_config({'policy': {'learn': {'target_theta': 0.01}}}, policy='sac').policy.learn.target_theta == 0.01
 
 
-def test_dqn_default_config_still_importable_from_pipeline_config():
-    from pipeline.config import dqn_default_config
-    from pipeline.policy.dqn import dqn_default_config as from_dqn
+def test_dqn_default_config_is_the_schema_defaults():
+    from pipeline.config import get_default_config
+    from pipeline.policy.dqn import dqn_default_config
 
-    assert dqn_default_config() == from_dqn() and dqn_default_config().policy.learn.batch_size == 64
+    assert dqn_default_config() == get_default_config('dqn') and dqn_default_config().policy.learn.batch_size == 64
 
 
 def test_apply_overrides_parses_values_and_feeds_the_check():
