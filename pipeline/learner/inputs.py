@@ -82,12 +82,15 @@ def _is_batch_like(x: Any) -> bool:
 class LearnerInputs:
     """Turns any input of ``Learner.update`` but ``data_iterators`` into ``module id -> batch`` for the learner's
     ``module_ids`` (:meth:`module_batches`), and counts each module's rows (:meth:`rows`). ``episodes_to_batch``
-    is the learner's hook that turns a list of episodes into a batch."""
+    is the learner's hook that turns a list of episodes into a batch; with ``shared`` a batch that is not keyed by
+    module ids goes to every module."""
 
-    def __init__(self, module_ids: Sequence[str], episodes_to_batch: Callable[[List[Any]], Any]) -> None:
+    def __init__(self, module_ids: Sequence[str], episodes_to_batch: Callable[[List[Any]], Any],
+                 shared: bool = False) -> None:
         self.module_ids = list(module_ids)
         self.single_id: Optional[str] = self.module_ids[0] if len(self.module_ids) == 1 else None
         self.episodes_to_batch = episodes_to_batch
+        self.shared = shared
 
     def module_batches(self, kind: str, batch: Any, data: Optional[TrainingData]) -> ModuleBatches:
         """module id -> batch for a ``kind`` from :func:`select_input` (refs are solved here)."""
@@ -102,6 +105,8 @@ class LearnerInputs:
         if type(batch) is dict and single is not None and single not in batch:
             return {single: batch}  # hot path: a plain single-module batch
         ids = self.module_ids
+        if self.shared and not (isinstance(batch, Mapping) and batch and set(batch.keys()) <= set(ids)):
+            return {mid: batch for mid in ids}
         if isinstance(batch, Mapping) or is_tree(batch):
             keys = list(batch.keys())
             if not keys and single is None:

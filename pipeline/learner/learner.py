@@ -54,6 +54,8 @@ class Learner:
             ``update`` call at ``timesteps["num_env_steps_sampled_lifetime"]`` (or, when not
             given, at the learner's lifetime count of env steps trained).
         seed: seeds the generator used for ``shuffle_batch_per_epoch`` (default: torch's global RNG).
+        shared_batch: every module trains on the same batch (SAC's actor, critic and temperature): a batch
+            that is not keyed by module ids is given to each module.
         device: where the modules, their optimizer states and every batch live (``'cpu'``, ``'cuda'``,
             ``'cuda:N'``, ``'auto'`` or a ``torch.device``; see :mod:`pipeline.device`). Default: the device
             of the first module's parameters. Modules elsewhere are moved there before the optimizers are
@@ -75,6 +77,7 @@ class Learner:
         lr_schedule: Union[None, LRSchedule, Mapping] = None,
         seed: Optional[int] = None,
         device: DeviceLike = None,
+        shared_batch: bool = False,
         **config: Any,
     ) -> None:
         if isinstance(modules, nn.Module):
@@ -146,7 +149,7 @@ class Learner:
         self.gradient_sync: Optional[Callable[[Dict[str, List[nn.Parameter]], Dict[str, int]], None]] = None
         self._stop_call = False  # set by stop_update() during an update call
         #: the door: every input kind of ``update`` -> ``module id -> batch``
-        self.inputs = LearnerInputs(list(self.modules), self.episodes_to_batch)
+        self.inputs = LearnerInputs(list(self.modules), self.episodes_to_batch, shared=shared_batch)
         #: what the running (or last) ``update`` call accumulated
         self.call_metrics = CallMetrics()
 

@@ -15,7 +15,6 @@ returns ``tanh(mu(s))``. Config: :data:`IQL_CONFIG` (``compile_config(user, poli
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -27,6 +26,7 @@ from torch import nn
 from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor
 from ..learner import Learner
+from ..learner.target import SoftTarget
 from ..policy.base import ActingMode, Policy
 from ..policy.config_defaults import policy_config
 from ..policy.model import mlp
@@ -100,24 +100,17 @@ class IQLLearner(Learner):
         lc = p['learn']
         lrs = {'actor': lc['learning_rate_actor'], 'critic': lc['learning_rate_critic'],
                'value': lc['learning_rate_value']}
-        super().__init__({'actor': actor, 'critic': critic, 'value': value}, lr=lrs, grad_clip=lc['grad_clip'])
+        super().__init__({'actor': actor, 'critic': critic, 'value': value}, lr=lrs, grad_clip=lc['grad_clip'],
+                         shared_batch=True)
         self.actor, self.critic, self.value = actor, critic, value
-        self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        self.soft_target = SoftTarget(critic, float(lc['target_theta']))
+        self.target_critic = self.soft_target.module
         self.gamma = float(p['discount_factor'])
         self.tau = float(lc['expectile'])
         self.beta = float(lc['beta'])
         self.max_weight = float(lc['max_weight'])
-        self.theta = float(lc['target_theta'])
         self.truncation_as_terminal = bool(lc['truncation_as_terminal'])
         self.train_iter = 0
-        self._critic_params = list(critic.parameters())
-        self._target_params = list(self.target_critic.parameters())
-
-    def update(self, batch: Any = None, **kwargs: Any) -> Any:
-        """``Learner.update``; a single batch is given to all three modules."""
-        if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
-            batch = {mid: batch for mid in self.modules}
-        return super().update(batch=batch, **kwargs)
 
     def forward_train(self, module_id: str, batch: Any) -> Any:
         return None  # the losses share forward passes: everything happens in compute_losses
@@ -154,12 +147,10 @@ class IQLLearner(Learner):
     def after_gradient_based_update(self, timesteps: Any = None) -> None:
         super().after_gradient_based_update(timesteps)
         self.train_iter += 1
-        with torch.no_grad():
-            torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
+        self.soft_target.update()
 
     def _device_moved(self) -> None:
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.target_critic.parameters())
+        self.soft_target.refresh()
 
     def get_extra_state(self) -> Dict[str, Any]:
         return {'target_critic': self.target_critic.state_dict(), 'train_iter': int(self.train_iter)}

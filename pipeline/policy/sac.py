@@ -16,7 +16,6 @@ Config: :data:`SAC_CONFIG` (defaults, types, ranges), checked by ``pipeline.conf
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -30,6 +29,7 @@ from ..config.schema import defaults
 from ..device import DeviceLike, module_device, obs_tensor, place_module
 from ..config.policy_schemas import SAC_CONFIG
 from ..learner import Learner
+from ..learner.target import SoftTarget
 from .base import ActingMode, Policy
 from .config_defaults import policy_config
 from .model import mlp
@@ -119,29 +119,19 @@ class SACLearner(Learner):
         if self.auto_alpha:
             modules["alpha"] = alpha_mod
             lrs["alpha"] = lc["learning_rate_alpha"]
-        super().__init__(modules, lr=lrs, grad_clip=lc["grad_clip"])
+        super().__init__(modules, lr=lrs, grad_clip=lc["grad_clip"], shared_batch=True)
         self.actor, self.critic, self.alpha_mod = actor, critic, alpha_mod
-        self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        self.soft_target = SoftTarget(critic, float(lc["target_theta"]))
+        self.target_critic = self.soft_target.module
         self.gamma = float(p["discount_factor"])
-        self.theta = float(lc["target_theta"])
-        if not 0.0 < self.theta <= 1.0:
-            raise ValueError(f"policy.learn.target_theta must be in (0, 1], got {self.theta}")
         te = lc["target_entropy"]
         self.target_entropy = float(-actor.act_dim if te is None else te)
         self.truncation_as_terminal = bool(lc["truncation_as_terminal"])
         self.train_iter = 0
-        self._critic_params = list(critic.parameters())
-        self._target_params = list(self.target_critic.parameters())
 
     @property
     def alpha(self) -> torch.Tensor:
         return self.alpha_mod.log_alpha.detach().exp()
-
-    def update(self, batch: Any = None, **kwargs: Any) -> Any:
-        """``Learner.update``; a single batch is given to all three modules."""
-        if batch is not None and not (isinstance(batch, Mapping) and set(batch.keys()) <= set(self.modules)):
-            batch = {mid: batch for mid in self.modules}
-        return super().update(batch=batch, **kwargs)
 
     def forward_train(self, module_id: str, batch: Any) -> Any:
         return None  # everything happens in compute_losses (the losses share forward passes)
@@ -185,12 +175,10 @@ class SACLearner(Learner):
     def after_gradient_based_update(self, timesteps: Any = None) -> None:
         super().after_gradient_based_update(timesteps)
         self.train_iter += 1
-        with torch.no_grad():
-            torch._foreach_lerp_(self._target_params, self._critic_params, self.theta)
+        self.soft_target.update()
 
     def _device_moved(self) -> None:
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.target_critic.parameters())
+        self.soft_target.refresh()
 
     def get_extra_state(self) -> Dict[str, Any]:
         return {"target_critic": self.target_critic.state_dict(), "train_iter": int(self.train_iter),
