@@ -227,10 +227,11 @@ def main() -> None:
         print(f"PER with the numpy kernels instead (same run): sample(64)+update_many {r['np'] / ours_sample:.2f}, "
               f"sample_batch(64)+update_many {r['np_batch'] / ours_batch:.2f} x our plain paths; the C kernels are "
               f"{ours_per / r['np']:.1f}x and {ours_per_batch / r['np_batch']:.1f}x faster")
-    print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._acc:.3f} < {skew._ACC_MIN}): "
-          f"{r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: acceptance {per._acc:.2f}")
+    print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._distinct._acc:.3f} < "
+          f"{skew._distinct.ACC_MIN}): {r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: "
+          f"acceptance {per._distinct._acc:.2f}")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
-          "fallback: see pipeline/data/per_sampling.py and pipeline/data/segment_tree.py)")
+          "fallback: see DistinctDraws in pipeline/data/prioritized_sampler.py and pipeline/data/segment_tree.py)")
 
 
 if __name__ == "__main__":

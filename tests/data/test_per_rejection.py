@@ -40,8 +40,8 @@ def _per_buffer(pri, seed=3, alpha=1.0):
 
 
 def _rejection(per):
-    """The name of ``per``'s rejection sampler: the compiled one or the numpy one."""
-    return "_draw_rejection_c" if per.kernel == "C" else "_draw_rejection"
+    """The name of the rejection sampler of ``per``'s distinct draws: the compiled one or the numpy one."""
+    return "rejection_c" if per.kernel == "C" else "rejection"
 
 
 def _count_calls(per, name):
@@ -59,7 +59,7 @@ def _count_calls(per, name):
 def test_rejection_sampler_is_exact_successive_sampling():
     pri = np.arange(1, 17, dtype=np.float64)  # acceptance ~0.53: the rejection path is used
     buf, per = _per_buffer(pri)
-    calls = _count_calls(per, _rejection(per))
+    calls = _count_calls(per._distinct, _rejection(per))
     n = 24000
     counts = np.zeros((16, 16))
     for _ in range(n):
@@ -79,8 +79,8 @@ def test_rejection_stream_continued_by_the_tree_keeps_the_law():
     n = 20000
     counts = np.zeros((16, 16))
     for _ in range(n):
-        per._acc = 1.0  # force the rejection sampler with a minimal stream
-        slots = getattr(per, _rejection(per))(2)
+        per._distinct._acc = 1.0  # force the rejection sampler with a minimal stream
+        slots = getattr(per._distinct, _rejection(per))(2)
         a, b = (buf._s.items[s].data for s in slots.tolist())
         counts[a, b] += 1
     assert cont[0] > n // 100  # the tree continuation really ran (after 4 short rounds)
@@ -107,16 +107,16 @@ def test_tree_sample_distinct_continues_a_given_prefix():
 def test_low_acceptance_switches_to_the_tree_and_back():
     pri = np.array([1000.0] + [1.0] * 63)
     buf, per = _per_buffer(pri, seed=2)
-    rej = _count_calls(per, _rejection(per))
+    rej = _count_calls(per._distinct, _rejection(per))
     for _ in range(50):
         assert len({it.index for it in buf.sample(4)}) == 4
-    assert per._acc < per._ACC_MIN and rej[0] < 10  # mostly the tree
+    assert per._distinct._acc < per._distinct.ACC_MIN and rej[0] < 10  # mostly the tree
     idx = [buf.get(k).index for k in range(64)]
     buf.update_many(idx, meta={"priority": np.ones(64)})  # priorities even out
     before = rej[0]
     for _ in range(20):
         buf.sample(4)
-    assert rej[0] - before >= 19 and per._acc > 0.5
+    assert rej[0] - before >= 19 and per._distinct._acc > 0.5
 
 
 def test_tree_min_max_stay_exact_under_random_writes():
