@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, _accel, collate  # noqa: E402
+from pipeline.data import DequeBuffer, PrioritizedSampler, _accel, collate  # noqa: E402
 
 SIZE = 20000
 BATCH = 64
@@ -118,9 +118,8 @@ def main() -> None:
     ours_collate = r["ours_collate"]
 
     # ---------------------------------------------------------------- PER
-    per_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-    per = PriorityExperienceReplay(per_buf)
-    per_buf.use(per)
+    per_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
+    per = per_buf.sampler
     for d in data:
         per_buf.push(d)
     rng = np.random.default_rng(0)
@@ -137,9 +136,8 @@ def main() -> None:
 
     # heavy-tailed priorities (a few items far above the rest): rejection sampling would accept too
     # rarely, so sampling goes to the sum tree
-    skew_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-    skew = PriorityExperienceReplay(skew_buf)
-    skew_buf.use(skew)
+    skew_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
+    skew = skew_buf.sampler
     for d in data:
         skew_buf.push(d, meta={"priority": float(abs(rng.standard_cauchy())) * 0.1 + 1e-3})
     skew_pri = [np.abs(rng.standard_cauchy(BATCH)) * 0.1 + 1e-3 for _ in range(64)]
@@ -153,8 +151,7 @@ def main() -> None:
     if per.kernel == "C":
         ext, _accel.EXT = _accel.EXT, None
         try:
-            np_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-            np_buf.use(PriorityExperienceReplay(np_buf))
+            np_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
         finally:
             _accel.EXT = ext
         for d in data:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 from pipeline.data.segment_tree import SumMinTree
 
 pytestmark = pytest.mark.usefixtures("kernel")
@@ -31,9 +31,8 @@ def _chi2(counts, law, total):
 
 
 def _per_buffer(pri, seed=3, alpha=1.0):
-    buf = DequeBuffer(len(pri), seed=seed)
-    per = PriorityExperienceReplay(buf, priority_power_factor=alpha)
-    buf.use(per)
+    buf = DequeBuffer(len(pri), seed=seed, sampler=PrioritizedSampler(alpha=alpha))
+    per = buf.sampler
     for i, p in enumerate(pri):
         buf.push(i, meta={"priority": float(p)})
     return buf, per
@@ -178,9 +177,8 @@ def _weights_ref(per, buf, indices, alpha):
 @pytest.mark.parametrize("columnar", [True, False])
 def test_direct_route_weights_and_priorities_match_brute_force(columnar):
     rng = np.random.default_rng(4)
-    buf = DequeBuffer(64, columnar=columnar, seed=4)
-    per = PriorityExperienceReplay(buf, priority_power_factor=0.6, IS_weight_anneal_train_iter=50)
-    buf.use(per)
+    buf = DequeBuffer(64, columnar=columnar, seed=4, sampler=PrioritizedSampler(alpha=0.6, anneal=50))
+    per = buf.sampler
     for i in range(80):  # wrap-around: evictions
         buf.push({"x": torch.tensor([float(i)])}, meta={"priority": float(rng.random() * 3 + 0.1)})
     for step in range(40):
@@ -220,11 +218,10 @@ def test_direct_route_weights_and_priorities_match_brute_force(columnar):
             buf.push({"x": torch.tensor([-1.0])})  # default priority = max seen
             assert per.priority(buf.get(-1).index) == per.max_priority
     st = per.state_dict()
-    buf2 = DequeBuffer(64, seed=0)
+    buf2 = DequeBuffer(64, seed=0, sampler=PrioritizedSampler())
+    per2 = buf2.sampler
     for i in buf.indices():
         buf2._s.next_id = i
         buf2.push(buf.get_by_index(i).data)
-    per2 = PriorityExperienceReplay(buf2)
-    buf2.use(per2)
     per2.load_state_dict(st)
     assert [per2.priority(i) for i in buf.indices()] == [per.priority(i) for i in buf.indices()]
