@@ -20,7 +20,7 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -414,10 +414,10 @@ class DequeBuffer(Buffer):
                               f"state of the removed {old[0]} middleware (max_priority, IS-weight annealing "
                               "count): they start again", UserWarning, stacklevel=2)
 
-    def _stateful(self) -> dict:
+    def _stateful(self) -> Dict[str, Any]:
         """What ``save_data`` saves the state of: middleware at their place in the chain, and the sampler
         (``"sampler:<class>"``; a uniform sampler has no state)."""
-        out = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
+        out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
                if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
         if type(self._sampler) is not UniformSampler:
             out[f"sampler:{type(self._sampler).__name__}"] = self._sampler
