@@ -470,9 +470,7 @@ class DistinctDraws:
         assert ext is not None
         bound = self._bound()
         words = tree.words(s.rng)
-        need = int(7 * (k + 8 + (k >> 2)) / self._acc) + 64  # more than four rounds can propose
-        if len(words.buf) - words.pos < need:
-            words.refill(need)
+        words.ensure(int(7 * (k + 8 + (k >> 2)) / self._acc) + 64)  # more than four rounds can propose
         n = s.count
         out = np.empty(k, dtype=np.int64)
         got, words.pos, self._acc, loose = ext.reject(words.buf, words.pos, n, None if n == s.size else s.dense,

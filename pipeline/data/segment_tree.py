@@ -50,7 +50,7 @@ from . import _accel
 
 __all__ = ["SumMinTree", "RawWords"]
 
-_DEFAULT: Optional[ModuleType] = ModuleType("default")  # "the kernels _accel.EXT holds when the tree is made"
+_DEFAULT = ModuleType("_accel.EXT")  # SumMinTree(ext=...) not given: the kernels _accel.EXT holds then
 
 _SHIFT = 5  # log2 of the block size (the tree's fanout B)
 _B = 1 << _SHIFT
@@ -458,9 +458,7 @@ class SumMinTree:
         words = self.words(rng)
         per = len(self._levels) + 1  # words per draw
         while got < k and limit > 0:
-            need = per * min(limit, 4 * k + 64)
-            if len(words.buf) - words.pos < need:
-                words.refill(need)
+            words.ensure(per * min(limit, 4 * k + 64))
             got, words.pos, d = ext.tree_draw(self._top, self._top_cum, self._Cs, words.buf, words.pos,
                                               self._leaf, k, out, got, self._mark, limit)
             limit -= d
