@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, _accel, collate  # noqa: E402
+from pipeline.data import DequeBuffer, PrioritizedSampler, _accel, collate  # noqa: E402
 
 SIZE = 20000
 BATCH = 64
@@ -118,9 +118,8 @@ def main() -> None:
     ours_collate = r["ours_collate"]
 
     # ---------------------------------------------------------------- PER
-    per_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-    per = PriorityExperienceReplay(per_buf)
-    per_buf.use(per)
+    per_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
+    per = per_buf.sampler
     for d in data:
         per_buf.push(d)
     rng = np.random.default_rng(0)
@@ -137,9 +136,8 @@ def main() -> None:
 
     # heavy-tailed priorities (a few items far above the rest): rejection sampling would accept too
     # rarely, so sampling goes to the sum tree
-    skew_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-    skew = PriorityExperienceReplay(skew_buf)
-    skew_buf.use(skew)
+    skew_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
+    skew = skew_buf.sampler
     for d in data:
         skew_buf.push(d, meta={"priority": float(abs(rng.standard_cauchy())) * 0.1 + 1e-3})
     skew_pri = [np.abs(rng.standard_cauchy(BATCH)) * 0.1 + 1e-3 for _ in range(64)]
@@ -153,8 +151,7 @@ def main() -> None:
     if per.kernel == "C":
         ext, _accel.EXT = _accel.EXT, None
         try:
-            np_buf = DequeBuffer(SIZE, columnar=True, seed=0)
-            np_buf.use(PriorityExperienceReplay(np_buf))
+            np_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
         finally:
             _accel.EXT = ext
         for d in data:
@@ -227,10 +224,11 @@ def main() -> None:
         print(f"PER with the numpy kernels instead (same run): sample(64)+update_many {r['np'] / ours_sample:.2f}, "
               f"sample_batch(64)+update_many {r['np_batch'] / ours_batch:.2f} x our plain paths; the C kernels are "
               f"{ours_per / r['np']:.1f}x and {ours_per_batch / r['np_batch']:.1f}x faster")
-    print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._acc:.3f} < {skew._ACC_MIN}): "
-          f"{r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: acceptance {per._acc:.2f}")
+    print(f"PER heavy-tailed priorities (sum-tree path, acceptance {skew._distinct._acc:.3f} < "
+          f"{skew._distinct.ACC_MIN}): {r['per_skew'] / ours_sample:.2f} x our plain sample(64); main PER rows: "
+          f"acceptance {per._distinct._acc:.2f}")
     print("PER sampling without replacement is exact successive sampling (rejection sampling with a tree "
-          "fallback: see pipeline/data/per_sampling.py and pipeline/data/segment_tree.py)")
+          "fallback: see DistinctDraws in pipeline/data/prioritized_sampler.py and pipeline/data/segment_tree.py)")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay  # noqa: E402
+from pipeline.data import DequeBuffer, PrioritizedSampler  # noqa: E402
 from pipeline.data.frame_storage import FrameStorage  # noqa: E402
 from pipeline.data.serialization import encode  # noqa: E402
 
@@ -45,8 +45,7 @@ def save_v1(buf: DequeBuffer, path: str) -> None:
 
 def filled(n: int) -> DequeBuffer:
     rng = np.random.default_rng(0)
-    buf = DequeBuffer(n, seed=0)
-    buf.use(PriorityExperienceReplay(buf))
+    buf = DequeBuffer(n, seed=0, sampler=PrioritizedSampler())
     obs = rng.standard_normal((n + 1, 17)).astype(np.float32)
     act = rng.uniform(-1, 1, (n, 6)).astype(np.float32)
     for i in range(n):
@@ -63,8 +62,7 @@ def filled_frames(n: int) -> DequeBuffer:
     FrameStorage, as examples/dqn_atari.py keeps them."""
     rng = np.random.default_rng(1)
     frames = rng.integers(0, 255, (n + 4, 84, 84), dtype=np.uint8)
-    buf = DequeBuffer(n, storage=FrameStorage(n), seed=0)
-    buf.use(PriorityExperienceReplay(buf))
+    buf = DequeBuffer(n, storage=FrameStorage(n), seed=0, sampler=PrioritizedSampler())
     for t in range(n):
         buf.push({"obs": frames[t:t + 4], "action": t % 6, "reward": 0.0, "next_obs": frames[t + 1:t + 5],
                   "terminated": False, "truncated": False, "env_id": 0}, {"env": 0, "train_iter_data_collected": t})
@@ -112,9 +110,7 @@ def main() -> None:
 
     def per_buffer(storage=None):
         def make():
-            b = DequeBuffer(args.n, storage=storage() if storage else None)
-            b.use(PriorityExperienceReplay(b))
-            return b
+            return DequeBuffer(args.n, storage=storage() if storage else None, sampler=PrioritizedSampler())
         return make
 
     med, sizes = measure(filled(args.n), per_buffer(), args.rounds)
@@ -122,9 +118,7 @@ def main() -> None:
     report(f"buffer file, {args.n} SAC transitions with PER meta", med, sizes)
     if args.frames:
         def make_frames():
-            b = DequeBuffer(args.frames, storage=FrameStorage(args.frames))
-            b.use(PriorityExperienceReplay(b))
-            return b
+            return DequeBuffer(args.frames, storage=FrameStorage(args.frames), sampler=PrioritizedSampler())
 
         med, sizes = measure(filled_frames(args.frames), make_frames, args.rounds)
         report(f"buffer file, {args.frames} Atari transitions (4x84x84 stacks) in a FrameStorage", med, sizes)

@@ -1,5 +1,5 @@
 """Paired A/B of prioritized replay: a checkout from before the sampler component (its buffers use the
-``PriorityExperienceReplay`` middleware) against this one's ``PrioritizedSampler`` and adapter.
+``PriorityExperienceReplay`` middleware, since removed) against this one's ``PrioritizedSampler``.
 
 Both ``pipeline.data`` packages load side by side in one process under different names, and chunks of
 calls alternate old/new, so a shared machine's load hits both alike.
@@ -46,14 +46,12 @@ data = [transition(i) for i in range(SIZE)]
 def filled(kind):
     if kind == "old":
         b = old.DequeBuffer(SIZE, columnar=True, seed=0); b.use(old.PriorityExperienceReplay(b))  # old: no sampler
-    elif kind == "new_adapter":
-        b = new.DequeBuffer(SIZE, columnar=True, seed=0); b.use(new.PriorityExperienceReplay(b))
     else:
         b = new.DequeBuffer(SIZE, columnar=True, seed=0, sampler=new.PrioritizedSampler())
     for d in data: b.push(d)
     return b
 
-bufs = {k: filled(k) for k in ("old", "new_adapter", "new_sampler")}
+bufs = {k: filled(k) for k in ("old", "new_sampler")}
 rng = np.random.default_rng(0)
 
 def make(kind, B, how):
@@ -85,7 +83,7 @@ for B in (32, 256):
         fns = {k: make(k, B, how) for k in bufs}
         for f in fns.values():
             for _ in range(50): f()
-        tot = {k: 0.0 for k in fns}; rat = {k: [] for k in ("new_adapter", "new_sampler")}
+        tot = {k: 0.0 for k in fns}; rat = {k: [] for k in ("new_sampler",)}
         keys = list(fns)
         for c in range(CHUNKS):
             order = keys if c % 2 == 0 else keys[::-1]
@@ -96,5 +94,5 @@ for B in (32, 256):
                 t[k] = time.perf_counter() - t0; tot[k] += t[k]
             for k in rat: rat[k].append(t["old"] / t[k])
         name = "sample_batch+update_priority" if how == "batch" else "sample+update_many"
-        print(f"B={B:3d} {name:30s} new/old speed: sampler= {np.median(rat['new_sampler']):.3f} (sum {tot['old']/tot['new_sampler']:.3f}), "
-              f"adapter {np.median(rat['new_adapter']):.3f} (sum {tot['old']/tot['new_adapter']:.3f}); old {tot['old']/CHUNKS/CALLS*1e6:.1f} us/call", flush=True)
+        print(f"B={B:3d} {name:30s} new/old speed: sampler= {np.median(rat['new_sampler']):.3f} (sum {tot['old']/tot['new_sampler']:.3f}); "
+              f"old {tot['old']/CHUNKS/CALLS*1e6:.1f} us/call", flush=True)

@@ -167,11 +167,10 @@ def test_every_tensor_of_a_sampled_batch_reaches_the_learner_on_its_device(devic
     in the forward pass: every field, including the importance weights."""
     from contexts import OnlineRLContext
     from middleware import offpolicy_data_fetcher
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    from pipeline.data import DequeBuffer, PrioritizedSampler
     from pipeline.policy import DQNPolicy
 
-    buf = DequeBuffer(64, seed=0)
-    buf.use(PriorityExperienceReplay(buf, IS_weight=True))
+    buf = DequeBuffer(64, seed=0, sampler=PrioritizedSampler(is_weight=True))
     rng = np.random.default_rng(0)
     for _ in range(40):
         buf.push({'obs': rng.standard_normal(4).astype(np.float32), 'action': int(rng.integers(2)),

@@ -10,7 +10,7 @@ from middleware import (CkptSaver, OffPolicyLearner, StepCollector, data_pusher,
                         interaction_evaluator, nstep_reward_enhancer, online_logger, termination_checker)
 from pipeline import task
 from pipeline.config import compile_config
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 from pipeline.envs import EnvManager
 from pipeline.policy import DQNPolicy
 
@@ -26,9 +26,8 @@ def build(tmp_path, per=False, nstep=1):
                    'other': {'replay_buffer': {'replay_buffer_size': 500}}},
     })
     policy = DQNPolicy(cfg, seed=0)
-    buf = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=0)
-    if per:
-        buf.use(PriorityExperienceReplay(buf))
+    buf = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=0,
+                      sampler=PrioritizedSampler() if per else None)
     return cfg, policy, buf
 
 

@@ -46,8 +46,8 @@ def _load() -> None:
 
 
 def uses_per(buffer_: Any) -> bool:
-    """True when ``buffer_`` takes priorities back: its sampler (``PrioritizedSampler``, also the one
-    ``PriorityExperienceReplay`` brings) or a middleware with ``wants_priorities = True``
+    """True when ``buffer_`` takes priorities back: its sampler (``PrioritizedSampler``) or a
+    middleware with ``wants_priorities = True``
     (:class:`pipeline.data.protocols.PriorityFeedback`)."""
     _load()
     return wants_priorities(buffer_)

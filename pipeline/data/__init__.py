@@ -8,8 +8,9 @@ Quick start::
     batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
     buf.update_priority(batch.index, td_error.abs())                   # prioritized only
 
-A buffer is a storage (``SlotStorage``) plus a sampler (``UniformSampler``, ``PrioritizedSampler``)
-plus an optional middleware chain; DI-engine's ``buf.use(PriorityExperienceReplay(buf))`` still works.
+A buffer is a storage (``SlotStorage``) plus a sampler (``UniformSampler``, ``PrioritizedSampler``:
+``buf.sampler``) plus an optional middleware chain. DI-engine's ``buf.use(PriorityExperienceReplay(buf))``
+is ``DequeBuffer(size, sampler=PrioritizedSampler(...))`` here (docs/from_di_engine.md).
 
 What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, and the
 :class:`TrainOutput` whose ``priority`` goes back (:mod:`pipeline.data.records`).
@@ -27,7 +28,6 @@ from .buffer_middleware import (
     use_time_check,
 )
 from .collate import collate, collate_transitions, stack_transitions, to_treetensor
-from .per import PriorityExperienceReplay
 from .prioritized_sampler import PrioritizedSampler
 from .records import TrainBatch, TrainOutput, Transition
 from .sampler import Sampler, UniformSampler
@@ -42,7 +42,6 @@ __all__ = [
     "SampledBatch",
     "SlotStorage",
     "StorageListener",
-    "PriorityExperienceReplay",
     "Sampler",
     "UniformSampler",
     "PrioritizedSampler",

@@ -2,7 +2,7 @@
 
 ``EXT`` is the extension module, or ``None`` when it is not built (an install without a C
 compiler) or when the environment variable ``RLPIPE_NO_EXT`` is set to anything but ``""``/``"0"``.
-:class:`~pipeline.data.PriorityExperienceReplay` and :class:`~pipeline.data.segment_tree.SumMinTree`
+:class:`~pipeline.data.PrioritizedSampler` and :class:`~pipeline.data.segment_tree.SumMinTree`
 read it when they are created, so tests can switch paths by setting ``EXT`` before building a
 buffer. Both paths draw from the same laws; for one seed they return different samples.
 """

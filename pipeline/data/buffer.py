@@ -18,8 +18,9 @@ from several threads are safe.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -72,7 +73,7 @@ class DequeBuffer(Buffer):
             raise TypeError(f"DequeBuffer(sampler=...) needs a sampler (UniformSampler, PrioritizedSampler), "
                             f"got {type(sampler).__name__}")
         sampler.attach(self._s)
-        self._own_sampler = self._sampler = sampler  # own: given here (views share it)
+        self._sampler = sampler  # views share it
         super().__init__(size, self._s.lock)
 
     def _copied_lock(self) -> Any:
@@ -84,18 +85,8 @@ class DequeBuffer(Buffer):
 
     @property
     def sampler(self) -> Sampler:
-        """The sampler this buffer draws with (given to the constructor, or brought by a middleware)."""
+        """The sampler this buffer draws with (given to the constructor; shared with its views)."""
         return self._sampler
-
-    def _use_sampler(self, sampler: Any) -> None:
-        if sampler is self._sampler:
-            return
-        if getattr(sampler, "storage", None) is not self._s:
-            raise ValueError("use(): the middleware's sampler serves another buffer's storage (create the "
-                             "middleware with this buffer: buf.use(PriorityExperienceReplay(buf)))")
-        if type(self._sampler) is not UniformSampler:
-            raise ValueError(f"use(): this buffer already samples with {self._sampler!r}; one sampler per buffer")
-        self._sampler = sampler
 
     def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
         """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
@@ -147,10 +138,8 @@ class DequeBuffer(Buffer):
             return s.slot_id[s.ordered_slots()].tolist()
 
     def view(self) -> "DequeBuffer":
-        """A buffer sharing this one's storage, lock and constructor-given sampler, with its own (empty)
-        middleware chain (so a sampler brought by a middleware, e.g. ``PriorityExperienceReplay``, is not
-        the view's: a view of such a buffer samples uniformly)."""
-        return DequeBuffer(self.size, storage=self._s, sampler=self._own_sampler)
+        """A buffer sharing this one's storage, lock and sampler, with its own (empty) middleware chain."""
+        return DequeBuffer(self.size, storage=self._s, sampler=self._sampler)
 
     @property
     def storage(self) -> SlotStorage:
@@ -405,25 +394,30 @@ class DequeBuffer(Buffer):
         """Replace the contents with what :meth:`save_data` wrote (indices are kept; if the file
         holds more items than ``size``, the newest ones are kept). Sampler state derived from meta
         (e.g. priorities) is rebuilt; the sampler gets its saved state when the file has one of its
-        kind (also one saved by a ``PriorityExperienceReplay`` middleware), and middleware with
-        ``state_dict``/``load_state_dict`` at the same place in the chain get theirs."""
+        kind, and middleware with ``state_dict``/``load_state_dict`` at the same place in the chain
+        get theirs. A file from a buffer without a sampler state but with the state of rlpipe's
+        former ``PriorityExperienceReplay`` middleware loads its items and their ``meta["priority"]``,
+        not that state (``max_priority``, the IS-weight annealing count): a ``UserWarning`` says so."""
         states = load_into_storage(self._s, path, self._lock)
-        legacy = [v for k, v in states.items() if k.endswith(":PriorityExperienceReplay")]
         for key, obj in self._stateful().items():
             state = states.get(key)
-            if state is None and key.startswith("sampler:") and self._sampler.wants_priorities and legacy:
-                state = legacy[0]  # a file from a buffer that used the middleware
             if state is not None:
                 try:
                     obj.load_state_dict(state)
                 except (KeyError, TypeError, ValueError) as e:
                     raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
                                      f"({type(e).__name__}: {e}); the items were loaded") from None
+        if self._sampler.wants_priorities and not any(k.startswith("sampler:") for k in states):
+            old = [k for k in states if k.endswith(":PriorityExperienceReplay")]
+            if old:
+                warnings.warn(f"load_data({path!r}): the items and their meta['priority'] were loaded, not the "
+                              f"state of the removed {old[0]} middleware (max_priority, IS-weight annealing "
+                              "count): they start again", UserWarning, stacklevel=2)
 
-    def _stateful(self) -> dict:
+    def _stateful(self) -> Dict[str, Any]:
         """What ``save_data`` saves the state of: middleware at their place in the chain, and the sampler
         (``"sampler:<class>"``; a uniform sampler has no state)."""
-        out = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
+        out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
                if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
         if type(self._sampler) is not UniformSampler:
             out[f"sampler:{type(self._sampler).__name__}"] = self._sampler

@@ -1,8 +1,7 @@
 """The buffer base class: public API, locking and the middleware chain (``buffer.use(mw)``).
 
-A middleware that brings a sampler (a ``sampler`` attribute, e.g. ``PriorityExperienceReplay``)
-hands that sampler to the buffer (see :mod:`.sampler`) and takes no part in the call chain: the
-buffer samples with it, and priorities reach it through ``update``/``update_many``/``update_priority``.
+Which items are drawn is not a middleware's business but the buffer's sampler's (:mod:`.sampler`),
+given to the buffer when it is made (``DequeBuffer(size, sampler=...)``).
 """
 from __future__ import annotations
 
@@ -72,15 +71,13 @@ class Buffer:
 
     # ------------------------------------------------------------------ middleware
     def use(self, middleware: Middleware) -> "Buffer":
-        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self.
-        A middleware with a ``sampler`` attribute makes that sampler the buffer's instead."""
+        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""
         if not callable(middleware):
+            hint = " (a sampler is given to the buffer: DequeBuffer(size, sampler=...))" \
+                if hasattr(middleware, "draw") else ""
             raise TypeError(f"use() needs a callable middleware(action, chain, *args, **kwargs), "
-                            f"got {type(middleware).__name__}")
+                            f"got {type(middleware).__name__}{hint}")
         with self._lock:
-            sampler = getattr(middleware, "sampler", None)
-            if sampler is not None:
-                self._use_sampler(sampler)
             self._middleware.append(middleware)
             self._build_chains()
         return self
@@ -90,12 +87,8 @@ class Buffer:
         """The middleware in use, in call order (a copy)."""
         return list(self._middleware)
 
-    def _use_sampler(self, sampler: Any) -> None:
-        raise TypeError(f"{type(self).__name__} takes no sampler from a middleware")
-
     def _build_chains(self) -> None:
-        # middleware that only bring a sampler are not called: the buffer samples with their sampler
-        chained = [mw for mw in self._middleware if getattr(mw, "sampler", None) is None]
+        chained = self._middleware
         self._chained = bool(chained)
 
         def build(action: str, core: Callable) -> Callable:

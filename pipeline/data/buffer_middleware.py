@@ -4,8 +4,8 @@ A buffer middleware is ``mw(action, chain, *args, **kwargs)``: ``action`` is one
 ``"sample"``, ``"update"``, ``"update_many"``, ``"delete"``, ``"clear"``; ``chain(*args,
 **kwargs)`` runs the rest of the chain. Middleware passes actions it does not handle on unchanged.
 
-The small ones live here; prioritized replay (:class:`PriorityExperienceReplay`, re-exported here)
-has its own module, :mod:`pipeline.data.per`.
+Prioritized replay is not a middleware but the buffer's sampler:
+``DequeBuffer(size, sampler=PrioritizedSampler(...))`` (:mod:`pipeline.data.prioritized_sampler`).
 """
 from __future__ import annotations
 

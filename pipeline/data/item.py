@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -95,6 +95,11 @@ class _Sampled(list):
     """List of sampled items that remembers where they came from (for the fast batch path)."""
 
     __slots__ = ("slots", "ref", "pushes", "version", "columns")
+    slots: np.ndarray  # the items' slots
+    ref: tuple  # the items as the storage handed them out (a middleware may build a new list)
+    pushes: int  # the storage's push count then
+    version: int  # the storage's version then
+    columns: Optional[Dict[str, np.ndarray]]  # per-item values that go with the sample (IS weights)
 
 
 class _SlotIds(list):

@@ -54,7 +54,7 @@ class BatchSampling(Protocol):
 @runtime_checkable
 class PriorityFeedback(Protocol):
     """A buffer sampler or middleware that wants the learner's per-row priorities back after each train
-    step (``PrioritizedSampler``, ``PriorityExperienceReplay``). ``wants_priorities`` is True."""
+    step (``PrioritizedSampler``, or a middleware of your own). ``wants_priorities`` is True."""
 
     wants_priorities: bool
 

@@ -65,7 +65,7 @@ class TrainBatch(_TrainBatchExtras):
     The fields of :class:`Transition` stacked along a batch axis (numbers and arrays become tensors:
     ``action`` int64 for discrete actions, ``terminated``/``truncated`` bool; fields that are not
     numbers or arrays, e.g. strings, stay plain lists). With a buffer that takes priorities back
-    (``PriorityExperienceReplay``) it also has ``weight`` (the importance-sampling weights, for the
+    (``PrioritizedSampler``) it also has ``weight`` (the importance-sampling weights, for the
     loss) and ``indices`` (which buffer items the rows are; the fetcher keeps them itself to write the
     priorities back, so a loss may ignore them). A dict of buffers gives a dict of ``TrainBatch``
     keyed like the buffers. ``offline_data_fetcher`` writes the same form from a dataset.

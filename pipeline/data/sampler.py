@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime
 
 import numpy as np
 
+from .item import _Sampled
 from .storage import SlotStorage
 
 __all__ = ["Sampler", "UniformSampler", "check_priority", "priority_array"]
@@ -50,7 +51,7 @@ class Sampler(Protocol):
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """IS weights of these occupied slots without drawing (``sample(indices=...)``), or None."""
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> List[Any]:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
         """The stored items of the slots :meth:`draw` just returned, as the storage's sample list
         (``storage.result(slots, True, replace)``), their meta up to date; ``meta["priority_IS"]`` from
         ``weights`` too when ``meta_weights``."""
@@ -94,7 +95,7 @@ class UniformSampler:
         """None: uniform samples weigh 1."""
         return None
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> List[Any]:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
         """The storage's sample list of ``slots`` (no weights to write)."""
         return self.storage.result(slots, True, replace)
 

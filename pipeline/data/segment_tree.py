@@ -1,4 +1,4 @@
-"""Blocked sum/min trees for prioritized replay, built for few numpy calls per batch.
+"""The sum/min tree of prioritized replay: :class:`SumMinTree`, built for few numpy calls per batch.
 
 Layout: the leaves are cut into blocks of ``B = 32``; level ``l + 1`` holds the sums of the
 blocks of level ``l``; levels are added until the top has at most ``_TOP`` nodes
@@ -33,7 +33,8 @@ recomputed (enough for rejection sampling).
 With the compiled kernels (``pipeline/data/_per_kernels.c``, see ``_accel``) a flush refreshes
 each touched block in one call and :meth:`SumMinTree.sample_distinct` draws in C (one uniform word
 per level, branch-free searches, distinctness by a scratch mark array); the layout and the laws
-are the same as with numpy.
+are the same as with numpy. The C samplers read raw 64-bit words of the generator
+(:class:`RawWords`, drawn ahead in blocks and shared through :meth:`SumMinTree.words`).
 
 Empty leaves (0) have zero width and are never returned; a draw that rounding puts on one (a
 ``u`` within one ulp of a block's end) is redrawn exactly.
@@ -41,17 +42,18 @@ Empty leaves (0) have zero width and are never returned; a draw that rounding pu
 from __future__ import annotations
 
 from types import ModuleType
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from . import _accel
-from .segment_tree_sampling import _B, _SHIFT, TreeSampling
 
 __all__ = ["SumMinTree", "RawWords"]
 
-_DEFAULT = object()
+_DEFAULT = ModuleType("_accel.EXT")  # SumMinTree(ext=...) not given: the kernels _accel.EXT holds then
 
+_SHIFT = 5  # log2 of the block size (the tree's fanout B)
+_B = 1 << _SHIFT
 _TOP = 2048
 
 
@@ -91,25 +93,15 @@ class RawWords:
         self.pos = 0
 
 
-def _pos_min(a: np.ndarray) -> float:
-    """Smallest positive value of ``a`` (``inf`` if none)."""
-    return float(np.min(a, where=a > 0, initial=np.inf))
-
-
-class SumMinTree(TreeSampling):
-    """A sum tree and a min tree over ``capacity`` non-negative leaves.
+class SumMinTree:
+    """A sum tree and a min tree over ``capacity`` non-negative leaves (see the module docstring).
 
     Empty leaves hold 0 (they are never sampled and are ignored by :attr:`min`). Not thread-safe
-    by itself: the owner (the PER middleware) calls it under the buffer's lock.
+    by itself: the owner (a :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler`) calls it
+    under the storage's lock. ``ext``: the compiled kernels or None for numpy (default: ``_accel.EXT``).
     """
 
-    def __getstate__(self) -> dict:  # copy.deepcopy / pickle: the kernels module is not copied
-        return _accel.state_without_ext(self)
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(_accel.ext_from_state(state))
-
-    def __init__(self, capacity: int, fanout: int = _B, ext: Optional[ModuleType] = _DEFAULT) -> None:  # type: ignore[assignment]
+    def __init__(self, capacity: int, fanout: int = _B, ext: Optional[ModuleType] = _DEFAULT) -> None:
         if capacity < 1:
             raise ValueError(f"SumMinTree capacity must be >= 1, got {capacity}")
         if fanout != _B:
@@ -142,11 +134,16 @@ class SumMinTree(TreeSampling):
         self._lmin = np.inf
         self._max_ok = True
         self._min_ok = True
-        # compiled kernels (pipeline/data/_per_kernels.c) or None for numpy; default: _accel.EXT
         self._ext = _accel.EXT if ext is _DEFAULT else ext
         self._Cs = [lvl.C for lvl in self._levels]
         self._mark = np.zeros(len(self._leaf), dtype=np.uint8)  # zeroed scratch for the C samplers
         self._words: Optional[RawWords] = None
+
+    def __getstate__(self) -> dict:  # copy.deepcopy / pickle: the kernels module is not copied
+        return _accel.state_without_ext(self)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(_accel.ext_from_state(state))
 
     @property
     def kernel(self) -> str:
@@ -273,9 +270,7 @@ class SumMinTree(TreeSampling):
         self._ndirty = 0
         self._full = False
         self._is_dirty = False
-        levels = self._levels
-        tri = self._tri
-        ext = self._ext
+        levels, tri, ext = self._levels, self._tri, self._ext
         cum_done = False
         for li, lvl in enumerate(levels):
             top = li + 1 == len(levels)
@@ -336,3 +331,192 @@ class SumMinTree(TreeSampling):
             self._lmax = float(np.maximum.reduce(self._leaf if self._is_dirty else self._bmax))
             self._max_ok = True
         return self._lmax
+
+    # ------------------------------------------------------------------ draws
+    def find_prefixsum(self, u: np.ndarray) -> np.ndarray:
+        """For each ``u`` in ``[0, total)``, return the leaf ``i`` with
+        ``sum(leaves[:i]) <= u < sum(leaves[:i+1])`` (vectorised; at a boundary, rounding may
+        return a neighbouring non-empty leaf)."""
+        self.flush()
+        u = np.asarray(u, dtype=np.float64)
+        j = self._top_inner.searchsorted(u, "right")
+        res = u - (self._top_cum[j] - self._top[j])  # mass left inside top node j
+        ar = np.arange(len(u))
+        for li in range(len(self._levels) - 1, -1, -1):
+            lvl = self._levels[li]
+            rows = lvl.C.take(j, 0)
+            k = (rows > res[:, None]).argmax(1)
+            k[rows[:, -1] <= res] = _B - 1  # rounding pushed res to the block's end
+            j = (j << _SHIFT) + k
+            if li:
+                res = res - (rows[ar, k] - lvl.vals[j])
+        return _nearest_nonempty(self._leaf, j)
+
+    def sample_iid(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` independent draws, leaf ``i`` with probability ``leaves[i] / total``.
+
+        One uniform number per level: the top node by ``searchsorted`` over the top's cumulative
+        sums, then at every block level a child with probability ``child / block sum`` (a branch-free
+        comparison against the block's prefix sums). Raises ``ValueError`` when the tree is empty.
+        """
+        self.flush()
+        total = self._total
+        if not total > 0:
+            raise ValueError("cannot sample from an empty priority tree")
+        levels = self._levels
+        r = rng.random((len(levels) + 1, n))
+        r0 = r[0]
+        r0 *= total
+        j = self._top_inner.searchsorted(r0, "right")
+        for li in range(len(levels) - 1, -1, -1):
+            rows = levels[li].C.take(j, 0)
+            q = r[li + 1]
+            q *= rows[:, -1]  # uniform in [0, block sum)
+            j = (j << _SHIFT) + (rows > q[:, None]).argmax(1)
+        if not np.minimum.reduce(self._leaf.take(j)) > 0:  # rounding at an edge (~1e-16): redraw those
+            bad = self._leaf.take(j) <= 0
+            j[bad] = _exact_draw(self.leaves, int(bad.sum()), rng)
+        return j
+
+    def sample(self, n: int, rng: np.random.Generator, stratified: bool = True) -> np.ndarray:
+        """Draw ``n`` leaves with probability proportional to their value (with replacement).
+
+        With ``stratified`` the mass is cut into ``n`` equal segments and one draw is made from each
+        (lower variance, as in the PER paper; the expected count of every leaf is still
+        ``n * leaf / total``); otherwise the draws are independent. Returns leaf indices; raises
+        ``ValueError`` when the tree is empty.
+        """
+        if not stratified:
+            return self.sample_iid(n, rng)
+        total = self.total
+        if not total > 0:
+            raise ValueError("cannot sample from an empty priority tree")
+        u = (np.arange(n, dtype=np.float64) + rng.random(n)) * (total / n)
+        return self.find_prefixsum(u)
+
+    def sample_distinct(self, k: int, rng: np.random.Generator, chosen: Optional[List[int]] = None) -> np.ndarray:
+        """``k`` distinct leaves by successive sampling: the first with probability ``leaf / total``,
+        every next one proportionally to the leaves not drawn yet (the law of numpy's
+        ``choice(replace=False, p=...)``).
+
+        The first ``k`` distinct leaves of a stream of independent draws (with a few spare draws, so
+        a duplicate rarely costs a second round). When duplicates keep it short (very skewed values)
+        the leaves taken are set to 0 while the rest are drawn, then restored: the same law.
+        ``chosen``: the distinct leaves (in order) of a stream drawn elsewhere (e.g. by rejection
+        sampling), continued here: the law is unchanged. With the compiled kernels the stream is
+        drawn in C. ``ValueError`` when fewer than ``k`` leaves are non-empty.
+        """
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        if self._ext is not None:
+            return self._sample_distinct_c(k, rng, chosen)
+        if chosen is None:
+            idx = self.sample_iid(k + 2 + (k >> 3), rng)
+            lst = idx.tolist()
+            if len(set(lst[:k])) == k:
+                return idx[:k]
+            chosen = list(dict.fromkeys(lst))
+        else:
+            chosen = list(dict.fromkeys(chosen))
+        for _ in range(2):
+            if len(chosen) >= k:
+                return np.array(chosen[:k], dtype=np.int64)
+            chosen = list(dict.fromkeys(chosen + self.sample_iid(2 * (k - len(chosen)) + 8, rng).tolist()))
+        if len(chosen) >= k:
+            return np.array(chosen[:k], dtype=np.int64)
+        # very skewed: take the chosen leaves out of the tree while drawing the rest
+        saved: List[Tuple[np.ndarray, np.ndarray]] = []
+        try:
+            taken = np.array(chosen, dtype=np.int64)
+            while len(chosen) < k:
+                self._take_out(taken, saved, k)
+                seen = set(chosen)
+                new = [i for i in dict.fromkeys(self.sample_iid(k - len(chosen), rng).tolist()) if i not in seen]
+                chosen.extend(new)
+                taken = np.array(new, dtype=np.int64)
+        finally:
+            self._put_back(saved)
+        return np.array(chosen[:k], dtype=np.int64)
+
+    def _take_out(self, taken: np.ndarray, saved: List[Tuple[np.ndarray, np.ndarray]], k: int) -> None:
+        """Set the leaves ``taken`` to 0, remembering them in ``saved`` (for :meth:`_put_back`);
+        ``ValueError`` when no non-empty leaf is left for the rest of ``k`` distinct draws."""
+        saved.append((taken, self._leaf[taken].copy()))
+        self.set_many(taken, np.zeros(len(taken)))
+        if not self.total > 0:
+            have = sum(len(t) for t, _ in saved)
+            raise ValueError(f"cannot draw {k} distinct leaves: only {have} are non-empty")
+
+    def _put_back(self, saved: List[Tuple[np.ndarray, np.ndarray]]) -> None:
+        for taken, values in reversed(saved):
+            self.set_many(taken, values, positive=True)
+
+    def _draw_c(self, out: np.ndarray, got: int, k: int, rng: np.random.Generator, limit: int) -> int:
+        """Continue the distinct prefix ``out[:got]`` with at most ``limit`` compiled tree draws."""
+        ext = self._ext
+        assert ext is not None
+        words = self.words(rng)
+        per = len(self._levels) + 1  # words per draw
+        while got < k and limit > 0:
+            words.ensure(per * min(limit, 4 * k + 64))
+            got, words.pos, d = ext.tree_draw(self._top, self._top_cum, self._Cs, words.buf, words.pos,
+                                              self._leaf, k, out, got, self._mark, limit)
+            limit -= d
+        return got
+
+    def _sample_distinct_c(self, k: int, rng: np.random.Generator, chosen: Optional[List[int]]) -> np.ndarray:
+        """:meth:`sample_distinct` with the compiled sampler (same law, same skewed fallback)."""
+        self.flush()
+        if not self._total > 0:
+            raise ValueError("cannot sample from an empty priority tree")
+        out = np.empty(k, dtype=np.int64)
+        got = 0
+        if chosen:
+            pre = list(dict.fromkeys(chosen))[:k]
+            got = len(pre)
+            out[:got] = pre
+        got = self._draw_c(out, got, k, rng, 2 * k + 16)
+        if got >= k:
+            return out
+        # very skewed: take the leaves drawn so far out of the tree while drawing the rest (after
+        # removing them, the next distinct draw is proportional to the remaining leaves: same law)
+        saved: List[Tuple[np.ndarray, np.ndarray]] = []
+        try:
+            start = 0
+            for _ in range(64):
+                if got >= k:
+                    return out
+                self._take_out(out[start:got].copy(), saved, k)
+                start = got
+                got = self._draw_c(out, got, k, rng, 2 * (k - got) + 16)
+        finally:
+            self._put_back(saved)
+        if got >= k:
+            return out
+        raise RuntimeError("SumMinTree: the compiled sampler made no progress (please report this)")
+
+
+def _pos_min(a: np.ndarray) -> float:
+    """Smallest positive value of ``a`` (``inf`` if none)."""
+    return float(np.min(a, where=a > 0, initial=np.inf))
+
+
+def _nearest_nonempty(leaves: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """``j`` with every index of an empty leaf (rounding put a ``u`` on it, maybe in the padding
+    after the last leaf) replaced by the nearest non-empty leaf at or after it, else the last one."""
+    bad = leaves.take(j) <= 0
+    if bad.any():
+        pos = np.flatnonzero(leaves > 0)
+        if len(pos):
+            k = np.minimum(pos.searchsorted(j[bad]), len(pos) - 1)
+            j[bad] = pos[k]
+    return j
+
+
+def _exact_draw(leaves: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws proportional to ``leaves`` from a fresh cumulative sum: slow, O(capacity); the
+    rounding fallback of :meth:`SumMinTree.sample_iid` only."""
+    pos = np.flatnonzero(leaves > 0)
+    cum = np.cumsum(leaves[pos])
+    k = np.minimum(cum.searchsorted(rng.random(n) * cum[-1], "right"), len(pos) - 1)
+    return pos[k]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 from pipeline.data.frame_storage import FrameStorage
 from pipeline.data.serialization import encode
 
@@ -38,10 +38,8 @@ def assert_same(a, b, where='data'):
 
 
 def per_buffer(size):
-    buf = DequeBuffer(size, seed=0)
-    per = PriorityExperienceReplay(buf, IS_weight=True)
-    buf.use(per)
-    return buf, per
+    buf = DequeBuffer(size, seed=0, sampler=PrioritizedSampler(is_weight=True))
+    return buf, buf.sampler
 
 
 def test_round_trip_keeps_every_field_dtype_index_meta_and_per_priority(tmp_path):
@@ -106,8 +104,7 @@ def test_mixed_columns_and_whole_episodes_round_trip(tmp_path):
 def test_frame_storage_file_holds_every_frame_once_and_loads_into_any_storage(tmp_path):
     rng = np.random.default_rng(2)
     frames = rng.integers(0, 255, (40, 8, 8), dtype=np.uint8)
-    buf = DequeBuffer(30, storage=FrameStorage(30))
-    buf.use(PriorityExperienceReplay(buf))
+    buf = DequeBuffer(30, storage=FrameStorage(30), sampler=PrioritizedSampler())
     for t in range(36):
         buf.push({'obs': frames[t:t + 4], 'action': t % 3, 'next_obs': frames[t + 1:t + 5], 'reward': 1.0},
                  {'priority': float(t + 1)})
@@ -115,8 +112,8 @@ def test_frame_storage_file_holds_every_frame_once_and_loads_into_any_storage(tm
     buf.save_data(path)
     node = torch.load(path, weights_only=True)['data']
     assert node['kind'] == 'frames' and node['frames'].shape == (34, 8, 8)  # frames 6..39, not 30 x 8 stacks
-    for target in (DequeBuffer(30, storage=FrameStorage(30)), DequeBuffer(30)):
-        target.use(PriorityExperienceReplay(target))
+    for target in (DequeBuffer(30, storage=FrameStorage(30), sampler=PrioritizedSampler()),
+                   DequeBuffer(30, sampler=PrioritizedSampler())):
         target.load_data(path)
         assert target.indices() == buf.indices()
         for i in buf.indices():

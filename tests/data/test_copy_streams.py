@@ -7,13 +7,11 @@ import pickle
 import numpy as np
 import pytest
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 
 
 def _buffer(per: bool = False) -> DequeBuffer:
-    buf = DequeBuffer(500, seed=3)
-    if per:
-        buf.use(PriorityExperienceReplay(buf))
+    buf = DequeBuffer(500, seed=3, sampler=PrioritizedSampler() if per else None)
     for i in range(400):
         buf.push({"obs": np.full(2, i, np.float32), "reward": float(i)})
     return buf

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 from pipeline.data.frame_storage import FrameStorage
 
 H = W = 12  # small frames keep the test fast; the layout does not depend on the size
@@ -35,8 +35,10 @@ def atari_like_stream(n_steps, n_envs=3, stack=4, nstep=3, ep_len=23, seed=0):
     return out
 
 
-def pair(size, seed=0):
-    return DequeBuffer(size, seed=seed), DequeBuffer(size, seed=seed, storage=FrameStorage(size, seed=seed))
+def pair(size, seed=0, sampler=lambda: None):
+    """The default storage and a FrameStorage, each with a new ``sampler()`` (None: uniform)."""
+    return (DequeBuffer(size, seed=seed, sampler=sampler()),
+            DequeBuffer(size, seed=seed, storage=FrameStorage(size, seed=seed), sampler=sampler()))
 
 
 def assert_batches_equal(a, b):
@@ -65,11 +67,7 @@ def test_same_samples_as_the_default_storage_with_eviction():
 
 
 def test_per_and_update_work_unchanged():
-    ref, fr = pair(100, seed=3)
-    pr = PriorityExperienceReplay(ref, IS_weight=True)
-    pf = PriorityExperienceReplay(fr, IS_weight=True)
-    ref.use(pr)
-    fr.use(pf)
+    ref, fr = pair(100, seed=3, sampler=lambda: PrioritizedSampler(is_weight=True))
     for t in atari_like_stream(150, seed=1):
         ref.push(t)
         fr.push(t)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, use_time_check
+from pipeline.data import DequeBuffer, PrioritizedSampler, use_time_check
 from pipeline.data.segment_tree import SumMinTree
 
 pytestmark = pytest.mark.usefixtures("kernel")
@@ -46,14 +46,12 @@ def test_tree_empty_and_clear():
 
 
 def make(n=4, size=None, **kw):
-    buf = DequeBuffer(size or n, seed=1)
-    per = PriorityExperienceReplay(buf, **kw)
-    buf.use(per)
-    return buf, per
+    buf = DequeBuffer(size or n, seed=1, sampler=PrioritizedSampler(**kw))
+    return buf, buf.sampler
 
 
 def test_per_sampling_frequencies_follow_priorities():
-    buf, per = make(4, priority_power_factor=1.0)
+    buf, per = make(4, alpha=1.0)
     pri = [1.0, 2.0, 3.0, 4.0]
     for i, p in enumerate(pri):
         buf.push(i, meta={"priority": p})
@@ -67,7 +65,7 @@ def test_per_sampling_frequencies_follow_priorities():
 
 
 def test_per_priority_power_factor_and_update():
-    buf, per = make(2, priority_power_factor=0.5)
+    buf, per = make(2, alpha=0.5)
     a = buf.push("a", meta={"priority": 1.0})
     b = buf.push("b", meta={"priority": 1.0})
     assert buf.update(b.index, meta={"priority": 9.0})
@@ -83,21 +81,21 @@ def test_per_priority_power_factor_and_update():
 
 
 def test_per_is_weights():
-    buf, per = make(3, priority_power_factor=1.0, IS_weight_power_factor=0.5)
+    buf, per = make(3, alpha=1.0, beta=0.5)
     for p in (1.0, 2.0, 4.0):
         buf.push(p, meta={"priority": p})
     items = buf.sample(3)
     for it in items:
         assert it.meta["priority_IS"] == pytest.approx((it.data / 1.0) ** -0.5, rel=1e-5)
     assert max(it.meta["priority_IS"] for it in items) == pytest.approx(1.0)
-    noweight, _ = make(3, IS_weight=False)
+    noweight, _ = make(3, is_weight=False)
     noweight.push(1)
     assert "priority_IS" not in noweight.sample(1)[0].meta
     assert noweight.sample_batch(1).weight is None
 
 
 def test_per_beta_anneals_to_one():
-    buf, per = make(2, IS_weight_power_factor=0.4, IS_weight_anneal_train_iter=10)
+    buf, per = make(2, beta=0.4, anneal=10)
     buf.push(1, meta={"priority": 1.0})
     buf.push(2, meta={"priority": 2.0})
     assert per.beta == pytest.approx(0.4)
@@ -138,7 +136,9 @@ def test_per_tracks_deletes_evictions_clear_and_views():
         buf.push(i, meta={"priority": 1.0})
     buf.push(3, meta={"priority": 100.0})  # evicts index 0
     buf.delete(1)
-    buf.view().delete(2)  # deleted through a view without PER
+    buf.view().delete(2)  # deleted through a view
+    DequeBuffer(3, storage=buf.storage).push(4)  # and through a uniform buffer on the same storage
+    DequeBuffer(3, storage=buf.storage).delete(4)
     for _ in range(20):
         assert [it.index for it in buf.sample(1)] == [3]
     assert per._tree.total == pytest.approx(100.0 ** 0.6)
@@ -150,7 +150,7 @@ def test_per_tracks_deletes_evictions_clear_and_views():
 
 
 def test_per_sample_range_and_indices():
-    buf, per = make(10, priority_power_factor=1.0)
+    buf, per = make(10, alpha=1.0)
     for i in range(10):
         buf.push(i, meta={"priority": float(i + 1)})
     for _ in range(10):
@@ -164,7 +164,7 @@ def test_per_sample_range_and_indices():
 
 
 def test_per_sample_batch_weights_and_update_many():
-    buf, per = make(64, priority_power_factor=1.0)
+    buf, per = make(64, alpha=1.0)
     for i in range(64):
         buf.push({"x": torch.tensor([float(i)])}, meta={"priority": 1.0})
     b = buf.sample_batch(16)
@@ -206,9 +206,9 @@ def test_per_state_dict_round_trip_and_save_load(tmp_path):
 
 
 def test_per_with_use_time_check():
-    buf = DequeBuffer(10, seed=0)
-    per = PriorityExperienceReplay(buf)
-    buf.use(per).use(use_time_check(buf, max_use=1))
+    buf = DequeBuffer(10, seed=0, sampler=PrioritizedSampler())
+    per = buf.sampler
+    buf.use(use_time_check(buf, max_use=1))
     for i in range(10):
         buf.push(i)
     seen = [it.index for _ in range(5) for it in buf.sample(2)]
@@ -216,15 +216,13 @@ def test_per_with_use_time_check():
     assert per._tree.total == 0
 
 
-def test_per_needs_deque_buffer_and_valid_args():
-    with pytest.raises(TypeError):
-        PriorityExperienceReplay(object())
+def test_per_needs_valid_args():
     with pytest.raises(ValueError):
-        PriorityExperienceReplay(DequeBuffer(2), IS_weight_power_factor=2)
+        PrioritizedSampler(beta=2)
 
 
 def test_per_update_many_after_eviction_does_not_touch_the_new_item():
-    buf, per = make(4, priority_power_factor=1.0)
+    buf, per = make(4, alpha=1.0)
     for i in range(4):
         buf.push(i, meta={"priority": 1.0})
     b = buf.sample_batch(4)  # every item, including index 0
@@ -241,7 +239,7 @@ def test_per_update_many_after_eviction_does_not_touch_the_new_item():
 
 
 def test_update_many_priorities_reach_meta_on_every_read_path(tmp_path):
-    buf, per = make(6, priority_power_factor=1.0)
+    buf, per = make(6, alpha=1.0)
     for i in range(6):
         buf.push(i, meta={"priority": 1.0, "g": i % 2})
     b = buf.sample_batch(6)
@@ -253,7 +251,7 @@ def test_update_many_priorities_reach_meta_on_every_read_path(tmp_path):
     assert buf.get_by_index(i0).meta["priority"] == want[i0]
     assert buf.get(buf.indices().index(i1)).meta["priority"] == want[i1]
     assert buf.sample(indices=[i2])[0].meta["priority"] == want[i2]
-    groups = buf.view().sample(groupby="g")
+    groups = DequeBuffer(6, storage=buf.storage).sample(groupby="g")  # uniform, on the same storage
     assert all(it.meta["priority"] == want[it.index] for g in groups for it in g)
     buf.update_many(b.index, meta={"priority": np.full(6, 7.0)})
     buf.save_data(str(tmp_path / "b.pt"))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernel_switch import kernels, use_kernel
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, _accel
+from pipeline.data import DequeBuffer, PrioritizedSampler, _accel
 from pipeline.data.buffer import BufferedData, _Sampled
 
 
@@ -325,8 +325,8 @@ def test_tree_refresh_recomputes_prefix_sums(ext):
 
 
 def test_environment_variable_selects_numpy():
-    code = "from pipeline.data import _accel, DequeBuffer, PriorityExperienceReplay as P; " \
-           "b = DequeBuffer(4); p = P(b); print(_accel.EXT, p.kernel, p._tree.kernel)"
+    code = "from pipeline.data import _accel, DequeBuffer, PrioritizedSampler as P; " \
+           "p = DequeBuffer(4, sampler=P()).sampler; print(_accel.EXT, p.kernel, p._tree.kernel)"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, RLPIPE_NO_EXT="1", PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -336,9 +336,8 @@ def test_environment_variable_selects_numpy():
 
 def _filled(kernel, n=200, seed=0):
     with use_kernel(kernel):
-        buf = DequeBuffer(n, seed=seed)
-        per = PriorityExperienceReplay(buf, priority_power_factor=0.6, IS_weight_anneal_train_iter=100)
-        buf.use(per)
+        buf = DequeBuffer(n, seed=seed, sampler=PrioritizedSampler(alpha=0.6, anneal=100))
+        per = buf.sampler
     rng = np.random.default_rng(seed)
     for i in range(n + 30):  # wrap around
         buf.push({"x": torch.tensor([float(i)])}, meta={"priority": float(rng.random() * 3 + 0.01)})

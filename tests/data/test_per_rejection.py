@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 from pipeline.data.segment_tree import SumMinTree
 
 pytestmark = pytest.mark.usefixtures("kernel")
@@ -31,17 +31,16 @@ def _chi2(counts, law, total):
 
 
 def _per_buffer(pri, seed=3, alpha=1.0):
-    buf = DequeBuffer(len(pri), seed=seed)
-    per = PriorityExperienceReplay(buf, priority_power_factor=alpha)
-    buf.use(per)
+    buf = DequeBuffer(len(pri), seed=seed, sampler=PrioritizedSampler(alpha=alpha))
+    per = buf.sampler
     for i, p in enumerate(pri):
         buf.push(i, meta={"priority": float(p)})
     return buf, per
 
 
 def _rejection(per):
-    """The name of ``per``'s rejection sampler: the compiled one or the numpy one."""
-    return "_draw_rejection_c" if per.kernel == "C" else "_draw_rejection"
+    """The name of the rejection sampler of ``per``'s distinct draws: the compiled one or the numpy one."""
+    return "rejection_c" if per.kernel == "C" else "rejection"
 
 
 def _count_calls(per, name):
@@ -59,7 +58,7 @@ def _count_calls(per, name):
 def test_rejection_sampler_is_exact_successive_sampling():
     pri = np.arange(1, 17, dtype=np.float64)  # acceptance ~0.53: the rejection path is used
     buf, per = _per_buffer(pri)
-    calls = _count_calls(per, _rejection(per))
+    calls = _count_calls(per._distinct, _rejection(per))
     n = 24000
     counts = np.zeros((16, 16))
     for _ in range(n):
@@ -79,8 +78,8 @@ def test_rejection_stream_continued_by_the_tree_keeps_the_law():
     n = 20000
     counts = np.zeros((16, 16))
     for _ in range(n):
-        per._acc = 1.0  # force the rejection sampler with a minimal stream
-        slots = getattr(per, _rejection(per))(2)
+        per._distinct._acc = 1.0  # force the rejection sampler with a minimal stream
+        slots = getattr(per._distinct, _rejection(per))(2)
         a, b = (buf._s.items[s].data for s in slots.tolist())
         counts[a, b] += 1
     assert cont[0] > n // 100  # the tree continuation really ran (after 4 short rounds)
@@ -107,16 +106,16 @@ def test_tree_sample_distinct_continues_a_given_prefix():
 def test_low_acceptance_switches_to_the_tree_and_back():
     pri = np.array([1000.0] + [1.0] * 63)
     buf, per = _per_buffer(pri, seed=2)
-    rej = _count_calls(per, _rejection(per))
+    rej = _count_calls(per._distinct, _rejection(per))
     for _ in range(50):
         assert len({it.index for it in buf.sample(4)}) == 4
-    assert per._acc < per._ACC_MIN and rej[0] < 10  # mostly the tree
+    assert per._distinct._acc < per._distinct.ACC_MIN and rej[0] < 10  # mostly the tree
     idx = [buf.get(k).index for k in range(64)]
     buf.update_many(idx, meta={"priority": np.ones(64)})  # priorities even out
     before = rej[0]
     for _ in range(20):
         buf.sample(4)
-    assert rej[0] - before >= 19 and per._acc > 0.5
+    assert rej[0] - before >= 19 and per._distinct._acc > 0.5
 
 
 def test_tree_min_max_stay_exact_under_random_writes():
@@ -178,9 +177,8 @@ def _weights_ref(per, buf, indices, alpha):
 @pytest.mark.parametrize("columnar", [True, False])
 def test_direct_route_weights_and_priorities_match_brute_force(columnar):
     rng = np.random.default_rng(4)
-    buf = DequeBuffer(64, columnar=columnar, seed=4)
-    per = PriorityExperienceReplay(buf, priority_power_factor=0.6, IS_weight_anneal_train_iter=50)
-    buf.use(per)
+    buf = DequeBuffer(64, columnar=columnar, seed=4, sampler=PrioritizedSampler(alpha=0.6, anneal=50))
+    per = buf.sampler
     for i in range(80):  # wrap-around: evictions
         buf.push({"x": torch.tensor([float(i)])}, meta={"priority": float(rng.random() * 3 + 0.1)})
     for step in range(40):
@@ -220,11 +218,10 @@ def test_direct_route_weights_and_priorities_match_brute_force(columnar):
             buf.push({"x": torch.tensor([-1.0])})  # default priority = max seen
             assert per.priority(buf.get(-1).index) == per.max_priority
     st = per.state_dict()
-    buf2 = DequeBuffer(64, seed=0)
+    buf2 = DequeBuffer(64, seed=0, sampler=PrioritizedSampler())
+    per2 = buf2.sampler
     for i in buf.indices():
         buf2._s.next_id = i
         buf2.push(buf.get_by_index(i).data)
-    per2 = PriorityExperienceReplay(buf2)
-    buf2.use(per2)
     per2.load_state_dict(st)
     assert [per2.priority(i) for i in buf.indices()] == [per.priority(i) for i in buf.indices()]

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 
 from kernel_switch import available, use_kernel
 
@@ -19,13 +19,14 @@ class BufferMachine(RuleBasedStateMachine):
     @initialize(size=st.integers(1, 12), per=st.sampled_from([None] + available()), seed=st.integers(0, 2**16))
     def setup(self, size, per, seed):
         self.size = size
-        self.buf = DequeBuffer(size, seed=seed)
         self.per = None
         if per:  # PER with the compiled kernels or with numpy
             with use_kernel(per):
-                self.per = PriorityExperienceReplay(self.buf, priority_power_factor=1.0)
+                self.buf = DequeBuffer(size, seed=seed, sampler=PrioritizedSampler(alpha=1.0))
+            self.per = self.buf.sampler
             assert self.per.kernel == per
-            self.buf.use(self.per)
+        else:
+            self.buf = DequeBuffer(size, seed=seed)
         self.model = OrderedDict()
         self.next_id = 0
         self.counter = 0
@@ -124,7 +125,7 @@ class BufferMachine(RuleBasedStateMachine):
         groups = {}
         for i, (_v, g) in self.model.items():
             groups.setdefault(g, []).append(i)
-        buf = self.buf.view()  # PER refuses groupby; a view has no middleware
+        buf = DequeBuffer(self.size, storage=self.buf.storage)  # PER refuses groupby: a uniform buffer on the storage
         got = buf.sample(groupby="g")
         assert sorted([it.index for it in grp] for grp in got) == sorted(groups.values())
         eligible = [ids for ids in groups.values() if len(ids) >= unroll]
@@ -171,8 +172,7 @@ def test_per_frequencies_property():
     @settings(max_examples=10, deadline=None)
     @given(st.lists(st.floats(0.1, 10.0), min_size=2, max_size=6), st.integers(0, 1000))
     def check(pri, seed):
-        buf = DequeBuffer(len(pri), seed=seed)
-        buf.use(PriorityExperienceReplay(buf, priority_power_factor=1.0))
+        buf = DequeBuffer(len(pri), seed=seed, sampler=PrioritizedSampler(alpha=1.0))
         for i, p in enumerate(pri):
             buf.push(i, meta={"priority": p})
         draws = 6000

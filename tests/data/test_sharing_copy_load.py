@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from pipeline.data import (DequeBuffer, PriorityExperienceReplay, clone_object, padding, staleness_check,
+from pipeline.data import (DequeBuffer, PrioritizedSampler, clone_object, padding, staleness_check,
                            use_time_check)
 
 
@@ -54,8 +54,7 @@ def test_repeated_indices_and_batches_with_replacement_are_distinct():
 
 
 def test_prioritized_replay_with_replacement_repeats_are_distinct():
-    buf = _filled(2)
-    buf.use(PriorityExperienceReplay(buf))
+    buf = _filled(2, sampler=PrioritizedSampler())
     items = buf.sample(10, replace=True)
     _assert_no_aliases(items)
     assert all("priority_IS" in it.meta for it in items)
@@ -90,9 +89,9 @@ def test_clone_object_gives_full_copies():
 # ------------------------------------------------------------------ 3. copies of a buffer
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])
 def test_deepcopy_and_pickle_give_an_independent_buffer_with_its_own_lock(how):
-    buf = _filled(4)
-    per = PriorityExperienceReplay(buf)
-    buf.use(per).use(use_time_check(buf, max_use=100)).use(staleness_check(buf, max_staleness=100))
+    buf = _filled(4, sampler=PrioritizedSampler())
+    per = buf.sampler
+    buf.use(use_time_check(buf, max_use=100)).use(staleness_check(buf, max_staleness=100))
     buf.sample(2, train_iter_sample_data=0)
     buf.sample_batch(2, train_iter_sample_data=0)
     cp = copy.deepcopy(buf) if how == "deepcopy" else pickle.loads(pickle.dumps(buf))
@@ -100,11 +99,12 @@ def test_deepcopy_and_pickle_give_an_independent_buffer_with_its_own_lock(how):
     assert cp._lock is not buf._lock and cp._lock is cp.storage.lock
     assert cp.storage is not buf.storage
     assert all(getattr(m, "buffer", cp) is cp for m in cp.middleware)  # middleware follow the copy
+    assert cp.sampler is not per and cp.sampler.storage is cp.storage  # and so does the sampler
     cp.push({"obs": torch.zeros(2), "reward": 9.0, "info": {"k": []}}, {"train_iter_data_collected": 0})
     cp.update_many(cp.indices()[:2], meta={"priority": [5.0, 6.0]})
     cp.delete(cp.indices()[-1])
     assert buf.count() == 4 and per.priority(buf.indices()[0]) == 1.0
-    assert cp.middleware[0].priority(cp.indices()[0]) == 5.0
+    assert cp.sampler.priority(cp.indices()[0]) == 5.0
     got = cp.sample(3, train_iter_sample_data=0)
     assert len(got) == 3 and cp.sample_batch(2, train_iter_sample_data=0).weight.shape == (2,)
     # a view of the copy shares the copy's storage and lock
@@ -137,9 +137,8 @@ def _saved(tmp_path, **override):
 
 
 def _target():
-    buf = DequeBuffer(10)
-    per = PriorityExperienceReplay(buf)
-    buf.use(per)
+    buf = DequeBuffer(10, sampler=PrioritizedSampler())
+    per = buf.sampler
     for i in range(5):
         buf.push({"x": i}, {"priority": float(i + 1)})
     return buf, per

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, SlotStorage, StorageListener
+from pipeline.data import DequeBuffer, PrioritizedSampler, SlotStorage, StorageListener
 from pipeline.data.columns import Unsupported
 
 
@@ -40,10 +40,9 @@ class Recorder:
 
 def test_a_storage_subclass_serves_a_buffer_its_views_and_prioritized_replay():
     st = CountingStorage(4)
-    buf = DequeBuffer(4, storage=st)
+    buf = DequeBuffer(4, storage=st, sampler=PrioritizedSampler())
     assert buf.storage is st and buf.view().storage is st
-    per = PriorityExperienceReplay(buf)
-    buf.use(per)
+    per = buf.sampler
     for i in range(6):
         buf.push({"x": torch.tensor([float(i)])})
     assert st.pushed == 6 and buf.count() == 4 and buf.indices() == [2, 3, 4, 5]

@@ -2,7 +2,7 @@
 import numpy as np
 
 from pipeline.config import compile_config
-from pipeline.data import DequeBuffer, PriorityExperienceReplay
+from pipeline.data import DequeBuffer, PrioritizedSampler
 
 
 def transition(i, env=0):
@@ -13,9 +13,7 @@ def transition(i, env=0):
 
 def filled(n, size=100, per=False, start=0, seed=0):
     """A buffer of ``size`` holding transitions ``start .. start + n - 1`` (with prioritized replay when ``per``)."""
-    b = DequeBuffer(size, seed=seed)
-    if per:
-        b.use(PriorityExperienceReplay(b, IS_weight=True))
+    b = DequeBuffer(size, seed=seed, sampler=PrioritizedSampler(is_weight=True) if per else None)
     for i in range(start, start + n):
         b.push(transition(i), {'env': 0})
     return b

@@ -193,12 +193,11 @@ def test_a_restarted_evaluator_never_replaces_a_better_saved_evaluation(tmp_path
 
 
 def test_periodic_checkpoints_carry_the_buffer_and_resume_from_one_restores_it(tmp_path, caplog):
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    from pipeline.data import DequeBuffer, PrioritizedSampler
     from pipeline.checkpoint import latest_checkpoint
 
-    buf = DequeBuffer(100, seed=0)
-    per = PriorityExperienceReplay(buf)
-    buf.use(per)
+    buf = DequeBuffer(100, seed=0, sampler=PrioritizedSampler())
+    per = buf.sampler
     saver = CkptSaver(TinyPolicy(), str(tmp_path / 'run'), train_freq=10, buffer=buf)
     d = tmp_path / 'run' / 'ckpt'
     with task.start(ctx=OnlineRLContext(), roles=['learner']):
@@ -212,9 +211,8 @@ def test_periodic_checkpoints_carry_the_buffer_and_resume_from_one_restores_it(t
         'iteration_10.pth.tar', 'iteration_20.buffer', 'iteration_20.pth.tar']  # only the newest buffer is kept
     path = latest_checkpoint(str(d))
     assert path == str(d / 'iteration_20.pth.tar')
-    buf2 = DequeBuffer(100)
-    per2 = PriorityExperienceReplay(buf2)
-    buf2.use(per2)
+    buf2 = DequeBuffer(100, sampler=PrioritizedSampler())
+    per2 = buf2.sampler
     CkptSaver(TinyPolicy(), str(tmp_path / 'resumed'), resume_from=path, buffer=buf2)
     assert [buf2.get(i).data['x'] for i in range(buf2.count())] == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22,
                                                                     23, 24]

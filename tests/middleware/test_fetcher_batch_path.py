@@ -8,7 +8,7 @@ from contexts import OnlineRLContext
 from middleware import offpolicy_data_fetcher
 from middleware.functional import uses_per
 from pipeline.config import compile_config
-from pipeline.data import DequeBuffer, PriorityExperienceReplay, staleness_check
+from pipeline.data import DequeBuffer, PrioritizedSampler, staleness_check
 from pipeline.learner import Learner
 
 
@@ -80,7 +80,7 @@ def test_fetcher_hands_the_buffers_batch_to_the_learner_unconverted(monkeypatch)
 
 
 class RenamedPriorities:
-    """Not called PriorityExperienceReplay: found by its capability."""
+    """Not called PrioritizedSampler, and a middleware: found by its capability."""
 
     wants_priorities = True
 
@@ -120,7 +120,7 @@ def test_buffers_and_middleware_satisfy_the_declared_protocols():
     buf = DequeBuffer(10)
     assert isinstance(buf, ReplayBuffer) and isinstance(buf, BatchSampling)
     assert isinstance(buf.view(), ReplayBuffer)
-    per = PriorityExperienceReplay(buf)
+    per = DequeBuffer(10, sampler=PrioritizedSampler()).sampler
     assert isinstance(per, PriorityFeedback) and per.wants_priorities is True
     st = staleness_check(buf, 5)
     assert isinstance(st, SampleArguments) and st.sample_kwargs(7) == {'train_iter_sample_data': 7}

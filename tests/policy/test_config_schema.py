@@ -165,7 +165,7 @@ def _short_run(cfg):
     from middleware import (OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler,
                             interaction_evaluator, nstep_reward_enhancer, termination_checker)
     from pipeline import task
-    from pipeline.data import DequeBuffer, PriorityExperienceReplay
+    from pipeline.data import DequeBuffer, PrioritizedSampler
     from pipeline.envs import EnvManager
     from pipeline.policy import DQNPolicy
 
@@ -176,12 +176,11 @@ def _short_run(cfg):
     cfg.policy.model.action_shape = int(cenv.action_space.n)
     policy = DQNPolicy(cfg, seed=cfg.seed)
     rb = cfg.policy.other.replay_buffer
-    buf = DequeBuffer(rb.replay_buffer_size, seed=cfg.seed)
+    sampler = None
     if rb.priority:
-        buf.use(PriorityExperienceReplay(buf, IS_weight=rb.priority_IS_weight,
-                                         priority_power_factor=rb.priority_power_factor,
-                                         IS_weight_power_factor=rb.IS_weight_power_factor,
-                                         IS_weight_anneal_train_iter=rb.IS_weight_anneal_train_iter))
+        sampler = PrioritizedSampler(alpha=rb.priority_power_factor, beta=rb.IS_weight_power_factor,
+                                     anneal=rb.IS_weight_anneal_train_iter, is_weight=rb.priority_IS_weight)
+    buf = DequeBuffer(rb.replay_buffer_size, seed=cfg.seed, sampler=sampler)
     outputs = []
     with task.start(ctx=OnlineRLContext()):
         task.use(interaction_evaluator(cfg, policy.eval_mode, eenv))
