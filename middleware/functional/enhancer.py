@@ -1,4 +1,5 @@
-"""Collector-side functional middleware: exploration schedule and n-step returns."""
+"""Transition enhancers on the collector (DI-engine's ``functional/enhancer.py``): ``nstep_reward_enhancer`` and
+the ``NStepAccumulator`` that turns 1-step transitions into n-step ones."""
 from __future__ import annotations
 
 from collections import deque
@@ -10,30 +11,7 @@ from pipeline.runtime.roles import Role, for_roles
 if TYPE_CHECKING:
     from pipeline.data.records import Transition
 
-__all__ = ['eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator']
-
-
-def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
-    from pipeline.policy.common import eps_schedule  # lazy: `import middleware` loads no torch
-
-    e = cfg['policy']['other']['eps']
-    return eps_schedule(e['type'], float(e['start']), float(e['end']), int(e['decay']))
-
-
-@for_roles(Role.COLLECTOR, reads=["env_step"], writes=["collect_kwargs"])
-def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
-    """Set the exploration rate from the env-step count.
-
-    Reads ``ctx.env_step``; writes ``ctx.collect_kwargs['eps']``.
-    Schedule from ``cfg.policy.other.eps`` (``type`` exp/linear, ``start``, ``end``, ``decay``).
-    Role: COLLECTOR.
-    """
-    eps_at = _eps_fn(cfg)
-
-    def _eps_greedy(ctx: OnlineRLContext) -> None:
-        ctx.collect_kwargs['eps'] = eps_at(ctx.env_step)
-
-    return _eps_greedy
+__all__ = ['nstep_reward_enhancer', 'NStepAccumulator']
 
 
 class NStepAccumulator:
