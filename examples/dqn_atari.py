@@ -1,6 +1,7 @@
 """DQN on Atari (Pong by default) with the Nature-DQN CNN, envs in worker processes.
 
     python examples/dqn_atari.py                                   # PongNoFrameskip-v4, 8 subprocess envs
+    python examples/dqn_atari.py --smoke                           # under a minute: does it run here?
     python examples/dqn_atari.py --env ALE/Breakout-v5 --max-env-step 10_000_000
     python examples/dqn_atari.py --backend envpool                 # EnvPool's C++ Atari (same settings)
     python examples/dqn_atari.py --play atari_dqn_PongNoFrameskip-v4/1/ckpt/eval.pth.tar --render
@@ -31,8 +32,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from pipeline.run import example_parser, run_pipeline  # no torch
-from pipeline.run.atari_mujoco import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
-                                       env_config, finish_run, play_checkpoint, run_logger, start_run)
+from pipeline.run.atari_mujoco import (add_env_flags, add_smoke_flag, atari_envs, atari_play_env, checkpointer,
+                                       compile_run_config, env_config, finish_run, play_checkpoint, run_logger,
+                                       start_run)
 
 
 def build_parser():
@@ -41,6 +43,9 @@ def build_parser():
     p.add_argument('--save-buffer', action='store_true',
                    help='save the replay buffer with the checkpoints (each frame once) and '
                         'restore it on --resume')
+    add_smoke_flag(p, {'max_env_step': 1_000, 'env_num': 4, 'eval_episodes': 1, 'max_episode_steps': 500},
+                   ['policy.learn.learning_starts=500', 'policy.other.replay_buffer.replay_buffer_size=1000',
+                    'policy.eval.evaluator.eval_freq=100'])
     return p
 
 
@@ -114,7 +119,8 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score',
                         script=__file__)
     stop = cfg.env.stop_value
-    result.update(buffer_count=buffer_.count(), solved=stop is not None and ctx.last_eval_value >= stop)
+    result.update(buffer_count=buffer_.count(), solved=stop is not None and ctx.last_eval_value >= stop,
+                  smoke=args.smoke)
     return result
 
 
@@ -124,4 +130,5 @@ if __name__ == '__main__':
     except KeyboardInterrupt:  # before training started: nothing to save
         print('\ninterrupted before training started; nothing saved')
         sys.exit(130)
-    sys.exit(0 if result.get('solved') or 'play_returns' in result else 130 if result.get('interrupted') else 1)
+    sys.exit(130 if result.get('interrupted') else 0 if result.get('solved') or result.get('smoke')
+             or 'play_returns' in result else 1)

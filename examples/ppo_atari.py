@@ -1,6 +1,7 @@
 """PPO on Atari (Pong by default) with the Nature CNN actor-critic, envs in worker processes.
 
     python examples/ppo_atari.py                                   # PongNoFrameskip-v4, 8 subprocess envs, 10M steps
+    python examples/ppo_atari.py --smoke                           # under a minute: does it run here?
     python examples/ppo_atari.py --env ALE/Breakout-v5
     python examples/ppo_atari.py --backend envpool                 # EnvPool's C++ Atari (same settings)
     python examples/ppo_atari.py --play atari_ppo_PongNoFrameskip-v4/1/ckpt/eval.pth.tar --render
@@ -27,13 +28,17 @@ import time
 from typing import Any, Dict, List, Optional
 
 from pipeline.run import example_parser, run_pipeline  # no torch
-from pipeline.run.atari_mujoco import (add_env_flags, atari_envs, atari_play_env, checkpointer, compile_run_config,
-                                       env_config, finish_run, play_checkpoint, run_logger, start_run)
+from pipeline.run.atari_mujoco import (add_env_flags, add_smoke_flag, atari_envs, atari_play_env, checkpointer,
+                                       compile_run_config, env_config, finish_run, play_checkpoint, run_logger,
+                                       start_run)
 
 
 def build_parser():
     p = example_parser(__doc__, exp_name='atari_ppo', max_env_step=10_000_000)
-    return add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+    add_env_flags(p, env='PongNoFrameskip-v4', env_num=8, eval_episodes=4)
+    add_smoke_flag(p, {'max_env_step': 1_024, 'env_num': 4, 'eval_episodes': 1, 'max_episode_steps': 500},
+                   ['policy.collect.n_steps=128', 'policy.eval.evaluator.eval_freq=1'])
+    return p
 
 
 def user_config(args: Any) -> Dict[str, Any]:
@@ -90,7 +95,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     result = finish_run(run, ctx, interrupted, t0, ckpt, logger, [collector_env, evaluator_env], what='score',
                         script=__file__)
     stop = cfg.env.stop_value
-    result['solved'] = stop is not None and ctx.last_eval_value >= stop
+    result.update(solved=stop is not None and ctx.last_eval_value >= stop, smoke=args.smoke)
     return result
 
 
@@ -100,4 +105,5 @@ if __name__ == '__main__':
     except KeyboardInterrupt:  # before training started: nothing to save
         print('\ninterrupted before training started; nothing saved')
         sys.exit(130)
-    sys.exit(0 if result.get('solved') or 'play_returns' in result else 130 if result.get('interrupted') else 1)
+    sys.exit(130 if result.get('interrupted') else 0 if result.get('solved') or result.get('smoke')
+             or 'play_returns' in result else 1)

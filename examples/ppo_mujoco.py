@@ -1,6 +1,7 @@
 """PPO on a gymnasium MuJoCo task: InvertedPendulum-v5 by default, until the return is the maximum (1000).
 
     python examples/ppo_mujoco.py                                  # InvertedPendulum-v5, stops at mean eval 1000
+    python examples/ppo_mujoco.py --smoke                          # under a minute: does it run here?
     python examples/ppo_mujoco.py --env HalfCheetah-v5             # MuJoCo defaults, 1M env steps
     python examples/ppo_mujoco.py --play mujoco_ppo_InvertedPendulum-v5/1/ckpt/eval.pth.tar --render
 
@@ -26,6 +27,8 @@ from __future__ import annotations
 import copy
 import sys
 from typing import Any, List, Optional, Sequence
+
+from pipeline.run.atari_mujoco import add_smoke_flag  # no torch
 
 try:
     from examples.ppo_cartpole import main as _ppo_main
@@ -82,6 +85,8 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     """Train (or ``--play``) PPO on ``--env``; see :func:`examples.ppo_cartpole.main`."""
     def add_flags(p: Any) -> None:
         p.add_argument('--env', default='InvertedPendulum-v5', help='a gymnasium MuJoCo id (default InvertedPendulum-v5)')
+        add_smoke_flag(p, {'max_env_step': 2_048, 'no_stop': True},
+                       ['env.evaluator_env_num=2', 'env.n_evaluator_episode=2', 'policy.eval.evaluator.eval_freq=2'])
 
     def config_from_args(args: Any) -> dict:
         cfg = user_config(args.env)

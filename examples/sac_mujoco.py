@@ -1,6 +1,7 @@
 """SAC on a gymnasium MuJoCo task (HalfCheetah-v5 by default).
 
     python examples/sac_mujoco.py                                  # HalfCheetah-v5, 1M env steps
+    python examples/sac_mujoco.py --smoke                          # under a minute: does it run here?
     python examples/sac_mujoco.py --env Hopper-v5 --max-env-step 1_000_000
     python examples/sac_mujoco.py --backend subprocess --env-num 4 # envs in worker processes
     python examples/sac_mujoco.py --play mujoco_sac_HalfCheetah-v5/1/ckpt/eval.pth.tar --render
@@ -28,8 +29,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from pipeline.run import example_parser, run_pipeline  # no torch
-from pipeline.run.atari_mujoco import (add_env_flags, checkpointer, compile_run_config, env_config, finish_run,
-                                       mujoco_envs, mujoco_play_env, play_checkpoint, run_logger, start_run)
+from pipeline.run.atari_mujoco import (add_env_flags, add_smoke_flag, checkpointer, compile_run_config, env_config,
+                                       finish_run, mujoco_envs, mujoco_play_env, play_checkpoint, run_logger,
+                                       start_run)
 from pipeline.run.recipes import sac_policy_settings, use_sac  # no torch
 
 
@@ -38,6 +40,9 @@ def build_parser():
     add_env_flags(p, env='HalfCheetah-v5', env_num=1, eval_episodes=5, backends=('sync', 'subprocess'),
                   backend='sync')
     p.add_argument('--save-buffer', action='store_true', help='save the replay buffer with final.pth.tar')
+    add_smoke_flag(p, {'max_env_step': 1_000, 'eval_episodes': 1, 'max_episode_steps': 500},
+                   ['policy.collect.random_collect_size=500', 'policy.learn.learning_starts=500',
+                    'policy.other.replay_buffer.replay_buffer_size=1000', 'policy.eval.evaluator.eval_freq=250'])
     return p
 
 

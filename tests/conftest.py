@@ -4,9 +4,43 @@ import sys
 
 import pytest
 
+from process_guard import process_starts, unmarked_start
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+# Markers (registered in setup.cfg; --strict-markers refuses others): slow, multiprocess, bench. A test that
+# starts a Python process without the multiprocess marker fails (tests/process_guard.py).
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with process_starts() as started:
+        result = yield
+    _fail_unless_marked(item, started)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with process_starts() as started:
+        result = yield
+    _fail_unless_marked(item, started)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with process_starts() as started:
+        result = yield
+    _fail_unless_marked(item, started)
+    return result
+
+
+def _fail_unless_marked(item, started):
+    message = unmarked_start(item, started)
+    if message:
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(autouse=True)

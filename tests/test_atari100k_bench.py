@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.bench
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_ATARI = all(importlib.util.find_spec(m) is not None for m in ('ale_py', 'cv2'))
 needs_atari = pytest.mark.skipif(not HAVE_ATARI, reason="ale-py / opencv not installed (pip install 'rlpipe[atari]')")
@@ -34,6 +36,7 @@ def test_a_candidate_agent_writes_outside_the_table_and_learns_its_noise(tmp_pat
     assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
 
 
+@pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(180)
 def test_smoke_run_writes_a_result(tmp_path):
@@ -54,6 +57,7 @@ def test_smoke_run_writes_a_result(tmp_path):
     assert not os.path.exists(tmp_path / 'Pong_seed0.ckpt')
 
 
+@pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)
 def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkeypatch):
@@ -79,6 +83,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkey
     assert not os.path.exists(tmp_path / 'Breakout_seed1.ckpt')
 
 
+@pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(120)
 def test_a_fixed_seed_run_is_repeatable(tmp_path):
@@ -272,6 +277,8 @@ def test_report_puts_mujoco_frameworks_side_by_side_with_curves_and_skips_smoke_
     assert '](img/mujoco_ppo_Hopper-v5.png)' in text and '5,000' not in text
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)
 def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):

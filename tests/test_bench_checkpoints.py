@@ -18,6 +18,8 @@ if ROOT not in sys.path:
 
 from benchmarks import checkpoint_pair as cp  # noqa: E402
 
+pytestmark = pytest.mark.bench
+
 
 REAL_REMOVE = cp._remove
 
@@ -209,6 +211,8 @@ def _bench(out, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_the_benchmark_given_a_damaged_checkpoint_says_so_in_one_line(tmp_path):
     """Before any env is built (no Atari extra needed): an empty .ckpt, then a good .ckpt without its .buffer."""
@@ -231,6 +235,7 @@ def _load_bench():
     return mod
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ATARI, reason="ale-py / opencv not installed (pip install 'rlpipe[atari]')")
 @pytest.mark.timeout(180)
 def test_a_benchmark_save_killed_midway_keeps_the_previous_checkpoint_and_resume_uses_it(tmp_path, monkeypatch,

@@ -41,6 +41,7 @@ def test_find_keys_prefers_keys_under_where_the_name_was_written():
     assert find_keys(tree, 'zzz') == ([], '')
 
 
+@pytest.mark.multiprocess
 def test_set_with_a_bare_leaf_names_the_full_key_and_exits_2(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', 'dqn_cartpole.py'), '--set',
                         'learning_rate=1e-3'], capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
@@ -73,6 +74,7 @@ def _values(lines):
     return {line.split()[0]: line.split()[1] for line in lines[2:]}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('name', sorted(EXAMPLES))
 def test_every_example_lists_every_key_with_its_own_defaults_and_exits_0(name):
     last, lines, err = _list_config(name)
@@ -85,6 +87,7 @@ def test_every_example_lists_every_key_with_its_own_defaults_and_exits_0(name):
     assert "'" in values['env.env_id'] and values['seed'] == '0'
 
 
+@pytest.mark.multiprocess
 def test_the_listed_default_is_what_the_example_uses():
     from pipeline.run.recipes import DQN_CARTPOLE
 

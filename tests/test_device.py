@@ -335,6 +335,7 @@ def test_a_checkpoint_written_on_a_gpu_loads_here_through_every_path(gpu_checkpo
 
 
 # ----------------------------------------------------------------------------- the --device flag
+@pytest.mark.multiprocess
 @no_cuda
 def test_device_cuda_on_this_machine_ends_with_one_line(tmp_path, capsys):
     from pipeline.run import example_parser, prepare_run

@@ -162,6 +162,7 @@ def run_page(page: Path) -> Dict[int, Optional[str]]:
     return results
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.relative_to(ROOT)}:{b.line}" for b in BLOCKS])
 def test_code_block_runs(block: Block) -> None:
     if block.skip:
@@ -187,3 +188,112 @@ def test_the_readme_and_the_guides_have_code_blocks() -> None:
     pages = {b.page.name for b in BLOCKS}
     for name in ("README.md", "runtime.md", "contexts.md", "learner.md", "replay.md", "envs.md", "ppo.md", "runs.md"):
         assert name in pages, f"{name} has no python block"
+
+
+# --------------------------------------------------------------------------- the pages as markdown and the site
+HEADING = re.compile(r"^#{1,6} ")
+# A line that may follow a heading directly: a list, a table, a fence, HTML, a quote, an image, an admonition.
+NOT_A_PARAGRAPH = re.compile(r"^(\s*$|\s*([-*+] |\d+\. |\||```|<|>|!|:::|--8<--))")
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("rlpipe_docs_hooks", ROOT / "docs" / "hooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def headings_with_a_paragraph_glued_on(text: str) -> List[str]:
+    """The headings (outside code fences) followed directly by a line of paragraph text: the first line of
+    a paragraph joined onto a heading (``## Several machines On several machines, ...``) becomes part of
+    the heading, and the rest of the paragraph hangs under it."""
+    lines, fence, bad = text.split("\n"), False, []
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and HEADING.match(line) and i + 1 < len(lines) and not NOT_A_PARAGRAPH.match(lines[i + 1]):
+            bad.append(f"{i + 1}: {line[:70]}")
+    return bad
+
+
+def test_no_heading_swallows_the_paragraph_after_it() -> None:
+    assert headings_with_a_paragraph_glued_on("## Two\n\ntext\n") == []
+    assert headings_with_a_paragraph_glued_on("## Added\n- an item\n```python\n# a comment\nx\n```\n") == []
+    assert headings_with_a_paragraph_glued_on("## Several machines On several\nmachine A learns\n") == [
+        "1: ## Several machines On several"]
+    for page in [*PAGES, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs" / "api").glob("*.md"))]:
+        bad = headings_with_a_paragraph_glued_on(page.read_text())
+        assert not bad, f"{page.relative_to(ROOT)}: a heading followed directly by paragraph text (a blank line " \
+                        f"missing, or the paragraph's first line joined onto the heading): {bad}"
+
+
+def test_the_home_page_is_the_readme_with_links_for_the_site() -> None:
+    """docs/index.md is README.md (one source; docs/hooks.py puts it there): nothing of its own to drift."""
+    hooks = _hooks()
+    index = re.sub(r"<!--.*?-->", "", (ROOT / "docs" / "index.md").read_text(), flags=re.S).strip()
+    assert index == hooks.README_SNIPPET, \
+        "docs/index.md must be the one line --8<-- \"README.md\" (edit README.md: it is the home page too)"
+    site = hooks.readme_for_site((ROOT / "README.md").read_text())
+    targets = re.findall(r"\]\(([^)\s]+)\)", site)
+    assert targets, "README.md has no links?"
+    for target in targets:
+        if re.match(r"[a-z]+:|#", target):
+            continue  # a URL or an anchor on the page itself
+        path = target.split("#")[0]
+        assert (ROOT / "docs" / path).is_file(), \
+            f"README.md's link {target!r} has no page on the site (docs/{path}); link docs/ pages, or make " \
+            f"docs/hooks.py's README_LINKS rewrite it"
+
+
+def test_sphinx_roles_become_cross_references() -> None:
+    link = _hooks().link_sphinx_roles
+    assert link("a :class:<code>~pipeline.data.records.TrainOutput</code>.") == \
+        'a <autoref identifier="pipeline.data.records.TrainOutput"><code>TrainOutput</code></autoref>.'
+    assert link(":meth:<code>~pipeline.learner.Learner.update()</code>") == \
+        '<autoref identifier="pipeline.learner.Learner.update"><code>update()</code></autoref>'
+    assert link(":mod:<code>pipeline.envs.atari</code>") == \
+        '<autoref identifier="pipeline.envs.atari" optional><code>pipeline.envs.atari</code></autoref>'
+    assert link(":attr:<code>last_outputs</code>") == "<code>last_outputs</code>"
+
+
+DOCS_MODULES = {"mkdocs": "mkdocs", "material": "mkdocs-material", "mkdocstrings_handlers.python": "mkdocstrings[python]"}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built as CI builds it (``mkdocs build --strict``; about 10 s) into a temporary folder."""
+    missing = [pkg for mod, pkg in DOCS_MODULES.items() if importlib.util.find_spec(mod.split(".")[0]) is None
+               or importlib.util.find_spec(mod) is None]
+    if missing:
+        pytest.skip(f"needs the 'docs' extra (pip install -e '.[docs]'): {', '.join(missing)} not installed")
+    out = tmp_path_factory.mktemp("site")
+    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    assert p.returncode == 0, f"mkdocs build --strict failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_site_has_no_raw_cross_reference(site: Path) -> None:
+    """A docstring's ``:class:`~pipeline.x.Y``` is a link on the site, not the text ``~pipeline.x.Y``."""
+    raw = re.compile(r"~(?:pipeline|middleware|contexts)\.[\w.]+|:(?:py:)?(?:meth|class|func|attr|mod|data|exc|obj|"
+                     r"const):<")
+    found = {}
+    for html in sorted(site.rglob("*.html")):
+        hits = raw.findall(html.read_text(encoding="utf-8"))
+        if hits:
+            found[str(html.relative_to(site))] = sorted(set(hits))
+    assert not found, f"cross references left as raw text (docs/hooks.py turns Sphinx roles into links): {found}"
+    learner = (site / "api" / "learner" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'<a class="autorefs autorefs-internal"[^>]*href="../data/#pipeline.data.records.TrainBatch"',
+                     learner), "the Learner's TrainBatch reference is not a link to the data page"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_site_home_page_is_the_readme(site: Path) -> None:
+    home = (site / "index.html").read_text(encoding="utf-8")
+    for heading in re.findall(r"^## (.+)$", (ROOT / "README.md").read_text(), flags=re.M):
+        assert f">{heading}<" in home.replace("&#39;", "'"), f"README.md's section {heading!r} is not on the home page"
+    assert 'href="docs/' not in home and 'href="runs/#training-on-a-gpu"' in home

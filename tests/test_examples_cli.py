@@ -40,6 +40,7 @@ def test_an_examples_make_config_gives_its_config(name, args):
     assert cfg.seed == args[-1] and cfg.policy.learn.batch_size > 0
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('name', EXAMPLES)
 def test_help_answers_without_importing_torch(name, help_without_torch):
     text = help_without_torch(os.path.join(ROOT, 'examples', f'{name}.py'))
@@ -60,6 +61,8 @@ def test_new_run_dirs_count_up_and_one_launch_shares_one(tmp_path):
     assert c == d == str(tmp_path / 'exp' / '3') and e == str(tmp_path / 'exp' / '4')
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_bad_resume_or_play_paths_fail_at_once_with_a_message(tmp_path):
     junk = tmp_path / 'junk.pth.tar'
     junk.write_bytes(b'garbage' * 20)
@@ -86,6 +89,8 @@ def test_dqn_on_a_continuous_action_space_names_sac(tmp_path, monkeypatch):
     assert discrete_action_count(gym.spaces.Discrete(3)) == 3
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_ctrl_c_saves_once_prints_the_resume_command_and_resume_continues(tmp_path, monkeypatch, capsys, caplog):
     import threading
 

@@ -98,6 +98,8 @@ def _play(args, env=None, cwd=None):
                           capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_play_refuses_a_module_env_id_in_one_line_unless_the_run_names_it(files, tmp_path):
     path = edited(files['dqn'], tmp_path / 'evil.pth.tar', with_env_id('rlpipe_marker_env:TwinPole-v1'))
     marker = tmp_path / 'imported.txt'
@@ -113,6 +115,7 @@ def test_play_refuses_a_module_env_id_in_one_line_unless_the_run_names_it(files,
 
 
 # ----------------------------------------------------------------------------- the saved config is checked
+@pytest.mark.multiprocess
 def test_a_saved_config_the_schema_refuses_names_every_bad_key_at_load(files, tmp_path):
     def edit(state):
         learn = state['extra']['config']['policy']['learn']
@@ -127,6 +130,7 @@ def test_a_saved_config_the_schema_refuses_names_every_bad_key_at_load(files, tm
     assert r.returncode == 2 and 'policy.learn.learning_rate' in r.stderr and 'Traceback' not in r.stderr
 
 
+@pytest.mark.multiprocess
 def test_a_network_above_the_parameter_budget_is_refused_before_it_is_allocated(files, tmp_path):
     def edit(state):
         state['extra']['config']['policy']['model']['encoder_hidden_size_list'] = [60000, 60000]

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.bench
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_mujoco = pytest.mark.skipif(importlib.util.find_spec('mujoco') is None,
                                   reason="mujoco not installed (pip install 'rlpipe[mujoco]')")
@@ -29,6 +31,8 @@ def _check(r, algo, framework, steps):
     assert xs and xs == sorted(xs) and xs[-1] <= steps
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_mujoco
 @needs_sb3
 @pytest.mark.timeout(240)

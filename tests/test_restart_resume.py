@@ -6,6 +6,8 @@ import os
 import re
 import time
 
+import pytest
+
 from pipeline.checkpoint import latest_checkpoint
 from pipeline.run import new_run_dir, prepare_run
 
@@ -54,6 +56,8 @@ def test_a_restarted_learner_resumes_the_shared_run_other_nodes_and_first_starts
     assert prepare_run(_args(), {}).resume is None  # no launch: nothing to continue
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from_its_checkpoint(tmp_path):
     """The unchanged examples/dqn_cartpole.py under `rlpipe run --auto-recover` (local processes): the learner
     SIGKILLs itself after its first periodic checkpoint; the launcher restarts it with RLPIPE_RESTARTS=1, and it

@@ -24,6 +24,8 @@ def _run(cwd, *argv):
                           cwd=str(cwd))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_set_seed_alone_runs_with_that_seed(tmp_path):
     p = _run(tmp_path, *SHORT, '--set', 'seed=5')
     assert p.returncode in (0, 1), p.stderr[-3000:]  # 1: not solved within the tiny budget
@@ -31,6 +33,7 @@ def test_set_seed_alone_runs_with_that_seed(tmp_path):
     assert config['seed'] == 5
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('argv, words', [
     (['--seed', '3', '--set', 'seed=5'], 'error: --seed 3 and --set seed=5 disagree: give the seed once'),
     (['--set', 'seed=-1'], 'error: the seed must be an int >= 0, got -1'),

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, 'examples', 'dqn_cartpole.py')
 SHORT = ['--max-env-step', '64', '--no-progress', '--set', 'policy.learn.learning_starts=16']
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.multiprocess, pytest.mark.slow]
 
 
 def _run(cwd, *argv, **env_extra):

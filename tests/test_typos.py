@@ -40,6 +40,7 @@ def assert_refused(name, args, cwd, *expected):
     assert os.listdir(cwd) == [], 'a refused start left files behind'
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('name', ['dqn_cartpole', 'ppo_cartpole', 'ppo_pendulum', 'ppo_mujoco', 'sac_mujoco',
                                   'dqn_atari', 'ppo_atari', 'her_bitflip', 'her_point', 'dqn_rnd'])
 def test_a_misspelled_set_key_is_one_line_and_exit_2(name, tmp_path):
@@ -47,15 +48,18 @@ def test_a_misspelled_set_key_is_one_line_and_exit_2(name, tmp_path):
                    'policy.learn.learnig_rate: unknown key', 'did you mean')
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('name', ['dqn_cartpole', 'ppo_cartpole'])
 def test_a_misspelled_env_id_is_one_line_with_the_closest_ids(name, tmp_path):
     assert_refused(name, ['--set', 'env.env_id=CartPol-v1'], tmp_path, "'CartPol-v1'", "did you mean 'CartPole-v1'")
 
 
+@pytest.mark.multiprocess
 def test_a_misspelled_env_flag_is_refused_too(tmp_path):
     assert_refused('sac_mujoco', ['--env', 'HalfCheeta-v5'], tmp_path, "did you mean 'HalfCheetah-v5'")
 
 
+@pytest.mark.multiprocess
 def test_a_value_out_of_range_is_refused_before_torch(tmp_path):
     assert_refused('dqn_cartpole', ['--set', 'policy.learn.learning_rate=-1'], tmp_path,
                    'policy.learn.learning_rate')

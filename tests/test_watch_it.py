@@ -57,6 +57,8 @@ def _env():
     return env
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_ppo_pendulum_names_itself_and_its_watch_it_command_runs(tmp_path):
     script = os.path.join(ROOT, 'examples', 'ppo_pendulum.py')
     args = ['--max-env-step', '128', '--set', 'policy.collect.n_steps=16', '--set', 'policy.learn.batch_size=32',

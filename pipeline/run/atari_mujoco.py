@@ -31,8 +31,8 @@ from .play import PARAMS_FLAG_HINT, play_env_refusal, play_policy
 from .precheck import compile_or_exit, usage_error
 from .prepare import RunInfo, prepare_run
 
-__all__ = ['add_env_flags', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger', 'atari_envs', 'mujoco_envs',
-           'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
+__all__ = ['add_env_flags', 'add_smoke_flag', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger',
+           'atari_envs', 'mujoco_envs', 'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
 
 
 def add_env_flags(parser: argparse.ArgumentParser, env: str, env_num: int, eval_episodes: int,
@@ -64,6 +64,34 @@ def add_env_flags(parser: argparse.ArgumentParser, env: str, env_num: int, eval_
                    help="cut episodes after this many agent steps (smoke tests); default: the env's own limit")
     g.add_argument('--quiet', action='store_true', help='no log lines and no progress bar')
     return parser
+
+
+def add_smoke_flag(parser: argparse.ArgumentParser, flags: Mapping[str, Any], settings: Sequence[str] = ()) -> None:
+    """Add ``--smoke``: a run of under a minute that shows the example works on this machine (its envs,
+    updates, an evaluation and the checkpoints) before a run of hours; the example exits 0 when it ran.
+
+    It is short for ``flags`` (argparse dests -> values, e.g. ``{'max_env_step': 2000}``; ``True`` for a
+    switch) and ``settings`` (``key=value`` entries, as for ``--set``). Flags given on the command line
+    win: a flag of ``flags`` is set only while it has its default, and the command line's own ``--set``
+    entries come after ``settings``. Needs a parser from ``example_parser``."""
+    if not hasattr(parser, 'after_parse'):
+        raise TypeError('add_smoke_flag needs a parser made by example_parser')
+    words = [f'--{dest.replace("_", "-")}' + ('' if value is True else f' {value}') for dest, value in flags.items()]
+    words += [f'--set {item}' for item in settings]
+    parser.add_argument('--smoke', action='store_true',
+                        help='a run of under a minute that shows this example works here (envs, updates, an '
+                             'evaluation, checkpoints; exit status 0 when it ran); short for '
+                             + ' '.join(words).replace('%', '%%') + ' (flags given with it win)')
+
+    def apply(ns: argparse.Namespace) -> None:
+        if not getattr(ns, 'smoke', False):
+            return
+        for dest, value in flags.items():
+            if getattr(ns, dest) == parser.get_default(dest):
+                setattr(ns, dest, value)
+        ns.set = [*settings, *ns.set]
+
+    parser.after_parse.append(apply)
 
 
 def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[str, Any]:

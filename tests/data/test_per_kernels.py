@@ -324,6 +324,7 @@ def test_tree_refresh_recomputes_prefix_sums(ext):
 # ---------------------------------------------------------------------- through the buffer
 
 
+@pytest.mark.multiprocess
 def test_environment_variable_selects_numpy():
     code = "from pipeline.data import _accel, DequeBuffer, PrioritizedSampler as P; " \
            "p = DequeBuffer(4, sampler=P()).sampler; print(_accel.EXT, p.kernel, p._tree.kernel)"

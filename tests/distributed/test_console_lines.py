@@ -6,7 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from test_distributed_pipeline import ROOT, _free_port_base
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 TIMEOUT = 300  # a hang guard only
 

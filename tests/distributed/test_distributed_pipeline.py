@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 # A guard against hangs only (nothing here asserts speed): startup alone takes > 90 s on a loaded 2-core machine.

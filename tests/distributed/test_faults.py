@@ -12,7 +12,11 @@ import os
 import signal
 import time
 
+import pytest
+
 from test_distributed_pipeline import launch, wait
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 GUARD = 300
 

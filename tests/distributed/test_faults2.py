@@ -21,6 +21,8 @@ import pytest
 
 from test_distributed_pipeline import HERE, ROOT, _free_port_base
 
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
 GUARD = 120
 
 

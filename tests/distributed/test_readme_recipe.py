@@ -14,7 +14,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from test_distributed_pipeline import ROOT, _free_port_base
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 TIMEOUT = 400  # a hang guard only
 

@@ -55,6 +55,7 @@ def test_evaluation_env_keeps_whole_games_and_raw_rewards():
     assert max(rewards) >= 5 and s.infos[0]['lives'] < 3
 
 
+@pytest.mark.multiprocess
 def test_atari_subprocess_matches_sync():
     from pipeline.envs.atari import AtariEnvFn
     acts = np.random.default_rng(1).integers(0, 6, (30, 2))

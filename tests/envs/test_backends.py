@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.envs import EnvManager, EnvWorkerError
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.multiprocess]
 
 BACKENDS = ['sync', 'subprocess']
 # the contract on every layout: the default (one worker per core), one env per worker, all in one worker,

@@ -33,6 +33,7 @@ def check_run_folder(r, exp):
     return saved['config']
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('name', ['dqn_atari', 'ppo_atari', 'sac_mujoco'])
 def test_help_answers_without_importing_torch(name, help_without_torch):
     text = help_without_torch(os.path.join(ROOT, 'examples', f'{name}.py'))
@@ -51,6 +52,8 @@ def test_the_default_exp_name_gives_one_run_folder_per_env(name, default):
     assert parser.parse_args(['--exp-name', 'mine', '--env', 'X-v1']).exp_name == 'mine'
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_atari
 def test_dqn_atari_smoke_then_play(tmp_path):
     ex = load('dqn_atari')
@@ -69,6 +72,8 @@ def test_dqn_atari_smoke_then_play(tmp_path):
     assert len(p['play_returns']) == 2 and all(-60 <= x <= 60 for x in p['play_returns'])
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_atari
 def test_dqn_atari_save_buffer_writes_a_frame_efficient_buffer_that_loads_back_and_resumes(tmp_path):
     from types import SimpleNamespace
@@ -97,6 +102,8 @@ def test_dqn_atari_save_buffer_writes_a_frame_efficient_buffer_that_loads_back_a
     assert r2['env_step'] == 240 and r2['buffer_count'] == r['buffer_count'] + 40 - 2 * 4
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_mujoco
 def test_sac_mujoco_smoke_resume_and_play(tmp_path):
     ex = load('sac_mujoco')
@@ -119,6 +126,8 @@ def test_sac_mujoco_smoke_resume_and_play(tmp_path):
     assert act.shape == (2, 6) and np.all(np.abs(act) <= 1)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 @needs_atari
 def test_ppo_atari_smoke_then_play(tmp_path):
     ex = load('ppo_atari')

@@ -11,6 +11,7 @@ HAVE_MUJOCO = all(importlib.util.find_spec(m) is not None for m in ('mujoco', 'i
 needs_mujoco = pytest.mark.skipif(not HAVE_MUJOCO, reason="mujoco not installed (pip install 'rlpipe[mujoco]')")
 
 
+@pytest.mark.multiprocess
 @needs_mujoco
 def test_halfcheetah_same_on_sync_and_subprocess_with_truncation():
     from pipeline.envs.mujoco import MujocoEnvFn

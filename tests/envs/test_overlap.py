@@ -14,7 +14,7 @@ from pipeline.envs import EnvManager, EnvWorkerError
 
 from test_backends import CountEnv
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.multiprocess]
 
 HAVE_ENVPOOL = importlib.util.find_spec('envpool') is not None
 BACKENDS = ['sync', 'subprocess'] + (['envpool'] if HAVE_ENVPOOL else [])
@@ -205,6 +205,7 @@ def test_close_with_steps_in_flight_returns_at_once(backend):
         m.step_wait()
 
 
+@pytest.mark.slow
 def test_close_and_reset_with_a_hung_step_in_flight_are_bounded():
     fns = [lambda: CountEnv(10), lambda: CountEnv(10, fail='hang', fail_at=1)]
     m = EnvManager(fns, 2, backend='subprocess', step_timeout=1.0)

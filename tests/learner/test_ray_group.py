@@ -20,7 +20,7 @@ from pipeline.learner.ray_learners import collective_backend, shard_for_rank, to
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.multiprocess]
 
 
 class Regression(Learner):

@@ -49,6 +49,7 @@ def run(overlap, rounds=40, backend='sync'):
         return rows, (ctx.env_step, ctx.env_episode, dict(ctx.info_for_logging)), pol, m.in_flight
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize('backend', ['sync', 'subprocess'])
 def test_overlapped_steps_are_the_lock_step_ones_half_by_half_with_their_forward_outputs(backend):
     ref, counts, pol, _ = run(False)

@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.multiprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, 'examples', 'offline_cartpole.py')
@@ -41,6 +44,7 @@ def test_bad_dataset_refused_before_training(tmp_path):
     assert 'NaN rewards' in p.stderr and 'updates' not in p.stdout
 
 
+@pytest.mark.slow
 def test_mujoco_smoke_run_from_a_sac_buffer_file(tmp_path):
     import pytest
 

@@ -138,6 +138,7 @@ class _KeyHolder:
             self.router.stop()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("bus_auth", ["plain", "curve"])
 def test_a_frame_declared_before_the_handshake_is_refused_at_its_header(bus_auth):
     """Item 1: four clients without key or password greet (PLAIN or CURVE) and declare a 256 MiB frame,
@@ -212,6 +213,7 @@ def test_connections_in_their_handshake_are_bounded_in_time_and_number():
         node.stop()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("mode, mib", [("keyed-0", 1000), ("keyed-200", 1200), ("keyed-frame", 6)],
                          ids=["a multipart message that never ends", "6 multipart messages of 200 MiB",
                               "6 frames of 200 MiB"])

@@ -92,6 +92,7 @@ def _end(router, me, child) -> dict:
     return out
 
 
+@pytest.mark.multiprocess
 def test_a_peer_paused_past_the_heartbeat_timeout_comes_back_and_nothing_is_lost_or_doubled():
     router, me, child = _pair()
     try:
@@ -120,6 +121,8 @@ def test_a_peer_paused_past_the_heartbeat_timeout_comes_back_and_nothing_is_lost
     assert out["peers"] == [0]
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_slow_first_import_in_the_receiver_does_not_make_peers_dead():
     """The first array makes the peer's reader import numpy; that import takes 4 s (as a first ``import
     torch`` does on a loaded machine), four times the heartbeat timeout. Liveness does not depend on it:

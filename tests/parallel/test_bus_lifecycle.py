@@ -18,6 +18,8 @@ import pytest
 
 from parallel_helpers import ROOT, env, finish, tcp_group, wait_until
 
+pytestmark = pytest.mark.multiprocess
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 240  # a hang guard only
 
@@ -72,6 +74,7 @@ def test_a_node_leaving_its_with_block_ends_its_peers_runs():
     assert outs[1]["steps"] < 6000 and outs[2]["steps"] < 6000
 
 
+@pytest.mark.slow
 def test_a_node_believed_dead_still_gets_the_finish():
     """Node 0 is paused past the heartbeat timeout: node 1 declares it dead and finishes. Node 0, resumed,
     still ends its run (told over a fresh connection)."""
@@ -116,6 +119,7 @@ def alone_after_its_peer_died(mode, **extra_env):
     return g, alone, peer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["run", "wait"])
 def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
     """Node 1 is killed (SIGKILL: no goodbye). Node 0, running or blocked in task.wait_for without a
@@ -138,6 +142,7 @@ def test_a_node_whose_peers_are_all_gone_ends_within_peerless_timeout(mode):
         assert res["steps"] < 6000
 
 
+@pytest.mark.slow
 def test_while_the_launcher_restarts_nodes_a_lone_node_waits_for_the_restart_past_peerless_timeout():
     """With RLPIPE_MAX_RESTARTS set (rlpipe run --auto-recover, Ray --max-restarts), a node whose only peer died
     waits for the peer's restart longer than peerless_timeout (a restarted learner loads its checkpoint and

@@ -4,7 +4,11 @@ import json
 import os
 import signal
 
+import pytest
+
 from parallel_helpers import events, finish, start_node, tcp_group
+
+pytestmark = pytest.mark.multiprocess
 
 
 def _mesh_cfg(group, i, **extra):

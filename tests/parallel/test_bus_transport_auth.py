@@ -28,6 +28,7 @@ def _raw_peer(address: str, n: int, mode: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True, env=e, cwd=ROOT)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("bus_auth", ["plain", "curve"])
 def test_a_peer_without_the_key_gets_no_unfinished_message_buffered(bus_auth, caplog):
     got = []

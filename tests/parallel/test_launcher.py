@@ -11,6 +11,8 @@ import pytest
 
 from parallel_helpers import ROOT, free_ports
 
+pytestmark = pytest.mark.multiprocess
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -239,6 +241,7 @@ def test_ipc_files_are_removed_when_the_launcher_or_a_node_is_killed(tmp_path, h
                 os.kill(p, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_nodes_with_different_keys_say_so_and_exit_with_an_error(tmp_path):
     """Two launchers as on two machines, with different RLPIPE_KEY: both name the other side ("peer at ADDR
     signs with a different key") and exit with an error after the startup timeout instead of running alone."""

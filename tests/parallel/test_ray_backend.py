@@ -16,7 +16,7 @@ from pipeline.parallel.ray_launch import run_on_ray  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ITEMS = 30
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.multiprocess]
 FAST = dict(heartbeat_interval=0.2, heartbeat_timeout=3.0, startup_timeout=60.0)
 
 

@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from parallel_helpers import ROOT, env, tcp_group
+
+pytestmark = pytest.mark.multiprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -8,6 +8,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_ppo_inverted_pendulum_reaches_1000(tmp_path, monkeypatch, capsys):
     pytest.importorskip('mujoco', reason="mujoco is not installed (pip install 'rlpipe[mujoco]'): "
                                          "PPO on InvertedPendulum-v5 not checked")

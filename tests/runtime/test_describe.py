@@ -33,6 +33,7 @@ def test_describe_dqn_cartpole_single_and_multi_node(tmp_path, capsys):
     assert 'subgraph node1["node 1: collector"]' in d.mermaid() and "cluster_2" in d.dot()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("example", sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "examples", "*.py"))))
 def test_every_example_pipeline_is_wired(example):
     """Single process and learner/collector/evaluator nodes: no read left unwritten."""
@@ -64,6 +65,7 @@ def test_every_example_pipeline_is_wired(example):
                                                                                           multi.problems)
 
 
+@pytest.mark.multiprocess
 def test_rlpipe_describe_command(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-m", "pipeline.parallel.cli", "describe", "--package", ROOT, "--main",
@@ -75,6 +77,8 @@ def test_rlpipe_describe_command(tmp_path):
     assert "transitions stored" not in out.stdout  # no step ran
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_rlpipe_describe_leaves_no_run_folder_behind(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
