@@ -15,10 +15,8 @@ class Connector:
     once the router started, the router's ZeroMQ context (``ctx``; None before ``start``)."""
 
     def __init__(self, key: bytes, bus_auth: str, hwm: int, linger: float) -> None:
-        self.key = key
-        self.bus_auth = bus_auth
-        self.hwm = hwm
-        self.linger = linger
+        self.key, self.bus_auth = key, bus_auth
+        self.hwm, self.linger = hwm, linger
         self.ctx: Any = None
 
     def push(self, address: str) -> Any:

@@ -49,17 +49,11 @@ class Ending:
     def __init__(self, node: NodeState, peers: Peers, sender: Sender, framer: Framer, connector: Connector,
                  keys: KeyCheck, notices: Notices, waker: Waker, peerless_timeout: float, expected_peers: int,
                  startup_timeout: float) -> None:
-        self._node = node
-        self._peers = peers
-        self._sender = sender
-        self._framer = framer
-        self._connector = connector
-        self._keys = keys
-        self._notices = notices
-        self._waker = waker
+        self._node, self._peers, self._keys = node, peers, keys
+        self._sender, self._framer, self._connector = sender, framer, connector
+        self._notices, self._waker = notices, waker
         self.peerless_timeout = peerless_timeout
-        self.expected_peers = expected_peers
-        self.startup_timeout = startup_timeout
+        self.expected_peers, self.startup_timeout = expected_peers, startup_timeout
         self._finish_meta: Optional[bytes] = None
         self._alone_since: Optional[float] = None
         self._ended_alone = False

@@ -103,14 +103,9 @@ class Handshake:
 
     def __init__(self, node: NodeState, peers: Peers, probes: Probes, membership: Membership, framer: Framer,
                  sender: Sender, topology: str, hello_max_skew: float) -> None:
-        self._node = node
-        self._peers = peers
-        self._probes = probes
-        self._membership = membership
-        self._framer = framer
-        self._sender = sender
-        self.topology = topology
-        self.hello_max_skew = hello_max_skew
+        self._node, self._peers, self._probes = node, peers, probes
+        self._membership, self._framer, self._sender = membership, framer, sender
+        self.topology, self.hello_max_skew = topology, hello_max_skew
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._hello_last: Dict[Tuple[int, int], float] = {}  # per (node id, session): the newest HELLO time
 

@@ -60,11 +60,8 @@ class KeyCheck:
 
     def __init__(self, node: NodeState, peers: Peers, probes: Probes, bus_auth: str,
                  startup_timeout: float) -> None:
-        self._node = node
-        self._peers = peers
-        self._probes = probes
-        self.bus_auth = bus_auth
-        self.startup_timeout = startup_timeout
+        self._node, self._peers, self._probes = node, peers, probes
+        self.bus_auth, self.startup_timeout = bus_auth, startup_timeout
         self._lock = threading.Lock()  # one check of the keys at a time
         self._bad_key_from: Optional[Dict[str, float]] = None  # remote address -> its first refused connection
         self.error: Optional[str] = None

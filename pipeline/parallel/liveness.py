@@ -106,12 +106,8 @@ class Membership:
 
     def __init__(self, node: NodeState, peers: Peers, connector: Connector, assemblies: _Assemblies,
                  notices: Notices, ending: Ending, stop_on_peer_failure: bool) -> None:
-        self._node = node
-        self._peers = peers
-        self._connector = connector
-        self._assemblies = assemblies
-        self._notices = notices
-        self._ending = ending
+        self._node, self._peers, self._connector = node, peers, connector
+        self._assemblies, self._notices, self._ending = assemblies, notices, ending
         self._stop_on_peer_failure = stop_on_peer_failure
 
     def register(self, node_id: int, session: int, info: Dict[str, Any], sock: Any = None) -> Peer:
@@ -218,19 +214,10 @@ class Heartbeat:
                  sender: Sender, ending: Ending, framer: Framer, delivery: Delivery, reader: Reader, waker: Waker,
                  notices: Notices, heartbeat_interval: float, heartbeat_timeout: float,
                  slow_listener_warning: float) -> None:
-        self._node = node
-        self._peers = peers
-        self._membership = membership
-        self._handshake = handshake
-        self._sender = sender
-        self._ending = ending
-        self._framer = framer
-        self._delivery = delivery
-        self._reader = reader
-        self._waker = waker
-        self._notices = notices
-        self.heartbeat_interval = heartbeat_interval
-        self.heartbeat_timeout = heartbeat_timeout
+        self._node, self._peers, self._membership = node, peers, membership
+        self._handshake, self._sender, self._ending, self._framer = handshake, sender, ending, framer
+        self._delivery, self._reader, self._waker, self._notices = delivery, reader, waker, notices
+        self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.slow_listener_warning = slow_listener_warning
         self.grace_from = 0.0
 

@@ -109,11 +109,8 @@ class Reader:
 
     def __init__(self, node: NodeState, framer: Framer, delivery: Delivery, sleepers: Sleepers,
                  waker: Waker) -> None:
-        self._node = node
-        self._framer = framer
-        self._delivery = delivery
-        self._sleepers = sleepers
-        self._waker = waker
+        self._node, self._framer, self._delivery = node, framer, delivery
+        self._sleepers, self._waker = sleepers, waker
         self._pull: Any = None
         self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
         self._wire_size: Callable[[int], int] = int  # the guard's: bytes a frame took on its connection
@@ -395,14 +392,9 @@ class Delivery:
 
     def __init__(self, node: NodeState, peers: Peers, framer: Framer, membership: Membership,
                  handshake: Handshake, ending: Ending, notices: Notices, sleepers: Sleepers) -> None:
-        self._node = node
-        self._peers = peers
-        self._framer = framer
-        self._membership = membership
-        self._handshake = handshake
-        self._ending = ending
-        self.notices = notices
-        self._sleepers = sleepers
+        self._node, self._peers, self._framer = node, peers, framer
+        self._membership, self._handshake, self._ending = membership, handshake, ending
+        self.notices, self._sleepers = notices, sleepers
         self.on_message: Optional[OnMessage] = None
         self.in_handler = False
         self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)

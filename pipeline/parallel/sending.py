@@ -51,14 +51,10 @@ class Sender:
 
     def __init__(self, node: NodeState, peers: Peers, framer: Framer, send_timeout: float, hwm: int,
                  max_frame_size: int, max_message_size: int, topology: str) -> None:
-        self._node = node
-        self._peers = peers
-        self._framer = framer
-        self.send_timeout = send_timeout
-        self.hwm = hwm
-        self.max_frame_size = max_frame_size
-        self.max_message_size = max_message_size
-        self.topology = topology
+        self._node, self._peers, self._framer = node, peers, framer
+        self.send_timeout, self.hwm = send_timeout, hwm
+        self.max_frame_size, self.max_message_size = max_frame_size, max_message_size
+        self.topology = topology  # named when a message for an unknown node is not sent
 
     def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> bool:
         """``ZmqRouter.emit`` but for passing "__finish__" on (which the router does when this returns True:

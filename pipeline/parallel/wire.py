@@ -187,8 +187,7 @@ class Framer:
 
     def __init__(self, node: NodeState, key: bytes, peers: Peers, assemblies: _Assemblies, max_frame_size: int,
                  max_message_size: int, assembly_timeout: float) -> None:
-        self._node = node
-        self._peers = peers
+        self._node, self._peers = node, peers
         # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
         self.mac, self.mac2 = keyed_hmac(key)
         # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
@@ -200,8 +199,7 @@ class Framer:
         self.rx_known: Dict[bytes, Tuple[ReplayWindow, int, int]] = {}
         # Per (sender, session): its unfinished chunked message; all of them hold at most max_assembly_bytes.
         self.assemblies = assemblies
-        self.max_frame_size = max_frame_size
-        self.max_message_size = max_message_size
+        self.max_frame_size, self.max_message_size = max_frame_size, max_message_size
         self.assembly_timeout = assembly_timeout
 
     def frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,

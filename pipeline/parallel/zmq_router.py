@@ -36,7 +36,7 @@ import socket as _socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Generic, Iterable, List, Mapping, Optional, Sequence, Set, TypeVar, overload
 
 import zmq
 
@@ -105,6 +105,29 @@ def _announceable(bound: str) -> str:
             host = _socket.gethostname()
         return f"tcp://{host}:{port}"
     return bound
+
+
+_T = TypeVar("_T")
+
+
+class _OfNode(Generic[_T]):
+    """An attribute of the router kept in its ``NodeState``, where the parts read it (the one of the same
+    name): ``session``, ``address``, ``labels``, ``roles``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, router: None, owner: Any = None) -> _OfNode[_T]: ...
+
+    @overload
+    def __get__(self, router: ZmqRouter, owner: Any = None) -> _T: ...
+
+    def __get__(self, router: Optional[ZmqRouter], owner: Any = None) -> Any:
+        return self if router is None else getattr(router._node, self._name)
+
+    def __set__(self, router: ZmqRouter, value: _T) -> None:
+        setattr(router._node, self._name, value)
 
 
 class ZmqRouter(Router):
@@ -274,39 +297,10 @@ class ZmqRouter(Router):
         self._threads: List[threading.Thread] = []
 
     # ------------------------------------------------------------------ this node
-    @property
-    def session(self) -> int:
-        """This incarnation of the node (random, odd): peers tell a restarted node by it."""
-        return self._node.session
-
-    @session.setter
-    def session(self, value: int) -> None:
-        self._node.session = value
-
-    @property
-    def address(self) -> Optional[str]:
-        """The address announced to peers, known after ``start``."""
-        return self._node.address
-
-    @address.setter
-    def address(self, value: Optional[str]) -> None:
-        self._node.address = value
-
-    @property
-    def labels(self) -> Set[str]:
-        return self._node.labels
-
-    @labels.setter
-    def labels(self, value: Set[str]) -> None:
-        self._node.labels = value
-
-    @property
-    def roles(self) -> Set[str]:
-        return self._node.roles
-
-    @roles.setter
-    def roles(self, value: Set[str]) -> None:
-        self._node.roles = value
+    session = _OfNode[int]()  # this incarnation (random, odd): peers tell a restarted node by it
+    address = _OfNode[Optional[str]]()  # the address announced to peers, known after start()
+    labels = _OfNode[Set[str]]()  # announced to peers (peer_info); the task runtime sets them before start()
+    roles = _OfNode[Set[str]]()  # announced to peers; read by the task runtime when task.start gets none
 
     @property
     def assembly_bytes(self) -> int:
