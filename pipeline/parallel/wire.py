@@ -1,4 +1,4 @@
-"""Framing and authentication of bus messages (the wire format of ``ZmqRouter``).
+"""Framing and authentication of bus messages (``Framer``: the wire format of ``ZmqRouter``).
 
 A message is one or more ZeroMQ frames. The first frame is a 32-byte HMAC-SHA256 under the shared key over
 a fixed header (``_HEADER``: magic, version, kind, sender id and session, receiver id and session, sequence
