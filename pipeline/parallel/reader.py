@@ -15,20 +15,34 @@ without a timeout (a timer per receive is costly on a VM); wake-ups come from wa
 and the heartbeat thread (every 50 ms to a waiting thread, so that it checks its condition and deadline; at
 once for a notice such as a dead peer). ``stop`` releases every waiter and takes the token for good before
 closing the socket.
+
+The pieces: ``Reader`` (the read token, the receiver thread, ``wait`` and ``wake``), ``Delivery`` (acting on
+what was read, and calling ``on_message``), ``Sleepers`` (waiters that do not read) and ``Waker`` (the
+in-process wake-up of a reader blocked in ``recv``).
 """
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 import zmq as _zmq
 
 from . import codec
 from .decoder import _decode_small_event
-from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT, _unpack_seq, FINISH,
-                   K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX)
+from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT,
+                   _unpack_seq, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX, Header,
+                   is_chunk)
+
+if TYPE_CHECKING:
+    from ..runtime.router import OnMessage
+    from .ending import Ending
+    from .handshake import Handshake
+    from .liveness import Membership, Notices, Peers
+    from .node_state import NodeState
+    from .wire import Framer
 
 log = logging.getLogger("rlpipe.parallel")
 _NOBLOCK = _zmq.NOBLOCK
@@ -39,9 +53,85 @@ _PARK = 0.02  # while a wait() is in progress the receiver thread looks every _P
 # of a wait longer than that); after a shorter wait it is back within _PARK + _HANDBACK s at most
 
 
+class Waker:
+    """The in-process wake-up of a reader blocked in ``recv``: a PUSH socket (connected once the router
+    started, ``connect``; closed by ``stop``) to the router's own PULL socket that sends ``msg``, which the
+    reader recognises and skips. Owns the socket and the lock that serialises its use."""
+
+    def __init__(self) -> None:
+        self.msg = secrets.token_bytes(16)
+        self._sock: Any = None
+        self._lock = threading.Lock()
+
+    def connect(self, ctx: Any) -> None:
+        self._sock = ctx.socket(_zmq.PUSH)
+        self._sock.setsockopt(_zmq.SNDHWM, 2)
+        self._sock.setsockopt(_zmq.LINGER, 0)
+        self._sock.connect("inproc://rlpipe-wake")
+
+    def send(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                try:
+                    self._sock.send(self.msg, _NOBLOCK)
+                except _zmq.ZMQError:
+                    pass  # a wake-up is already queued (or the router is closing)
+
+    def close(self) -> None:
+        with self._lock:
+            self._sock.close(0)
+            self._sock = None
+
+
+class Sleepers:
+    """Threads in ``wait`` that are not reading: they sleep on ``cond`` until a message was delivered,
+    ``wake()``, ``stop`` or a slice of 50 ms ends. Owns ``lock`` (the condition's, which also guards the
+    reader's count of threads in ``wait``) and ``count``, how many sleep now (read without the lock by
+    whoever may notify them: no notify when nobody sleeps)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.count = 0
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
 class Reader:
-    """The reading side; a mixin of ``ZmqRouter`` (uses its ``_pull``, ``_rx_*`` hand-over state, ``_halt``,
-    ``_stopping``, ``_on_message``, ``_open`` and the membership methods)."""
+    """Who reads the PULL socket, and the hand-over between threads (see the module docstring): the
+    receiver thread (``run``), ``wait`` and ``wake``. Owns the read token, its holder (``owner``, a thread
+    ident; the receiver thread is ``receiver``), the receiver thread's parking, the count of threads in
+    ``wait`` and when the last one returned, the PULL socket (``attach``, at ``start``) and its receive
+    timeout, and the halt flag (``halt``). Hands what it reads to ``delivery``, checking the common case (an
+    in-order data message of a known sender incarnation) itself with ``framer``'s MAC and known prefixes."""
+
+    def __init__(self, node: NodeState, framer: Framer, delivery: Delivery, sleepers: Sleepers,
+                 waker: Waker) -> None:
+        self._node, self._framer, self._delivery = node, framer, delivery
+        self._sleepers, self._waker = sleepers, waker
+        self._pull: Any = None
+        self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
+        self._wire_size: Callable[[int], int] = int  # the guard's: bytes a frame took on its connection
+        self._halt = False  # True once stop() began to stop reading (a plain attribute: cheap to test per message)
+        # Reading the PULL socket (see the module docstring): one reader at a time, the holder of _token; the
+        # receiver thread steps aside while threads are in wait() and reads themselves.
+        self._token = threading.Lock()
+        self.owner: Optional[int] = None  # thread ident of the token holder
+        self.receiver: Optional[int] = None  # the receiver thread's ident
+        self._park = threading.Event()  # the receiver thread sleeps on it while threads in wait() read
+        self._waiting = 0  # threads inside wait() (under the sleepers' lock)
+        self._wait_exit = -1e9  # monotonic time the last wait() returned
+        self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
+        self._rcvtimeo = -2  # the PULL socket's current RCVTIMEO (ms; -1: none)
+
+    def attach(self, pull: Any, delivered: Optional[Dict[str, int]], wire_size: Callable[[int], int]) -> None:
+        """The bound PULL socket to read, and the transport guard's count of bytes read per connection (None
+        where connections are not watched) with the wire size of a frame."""
+        self._pull = pull
+        self._delivered = delivered
+        self._wire_size = wire_size
 
     def _set_rcvtimeo(self, ms: int) -> None:
         if ms != self._rcvtimeo:
@@ -58,11 +148,13 @@ class Reader:
         every 50 ms; in the last ``_SHORT`` s before ``deadline`` a receive times out by itself."""
         again = _zmq.Again
         recv = self._pull.recv
-        handle = self._handle
-        on_data = self._on_data
-        mac = self._mac
-        known_get = self._rx_known.get
-        wake_msg = self._wake_msg
+        delivery, framer = self._delivery, self._framer
+        handle = delivery.handle
+        on_data = delivery.on_data
+        notices = delivery.notices
+        mac = framer.mac
+        known_get = framer.rx_known.get
+        wake_msg = self._waker.msg
         monotonic = time.monotonic
         delivered = self._delivered  # bytes read per connection (its ZAP user id), for ``transport_auth``
         wire_size = self._wire_size
@@ -72,8 +164,8 @@ class Reader:
         while not self._halt:
             if until():
                 return True
-            if self._notices:
-                self._deliver_notices()
+            if notices:
+                delivery.deliver_notices()
                 continue
             if deadline != _INF:
                 left = deadline - monotonic()
@@ -109,8 +201,8 @@ class Reader:
                         extra.append(frame.buffer)
                 if total > cap:
                     extra.clear()
-                    self._drop("oversize", f"a multipart message of {total} bytes (no genuine one has more than "
-                               f"{cap}): not checked or decoded")
+                    self._node.drop("oversize", f"a multipart message of {total} bytes (no genuine one has more "
+                                    f"than {cap}): not checked or decoded")
                     continue
                 handle(first, extra)
             elif len(first) < _MIN_FRAME:
@@ -119,7 +211,7 @@ class Reader:
             elif _compare_digest(mac(first[_MAC_LEN:] if len(first) < 8192 else memoryview(first)[_MAC_LEN:]),
                                  first[:_MAC_LEN]):
                 # Authenticated. The common case in one pass: a data message, in order, from a sender
-                # incarnation already checked once (its header prefix is known, see ``_check_header``).
+                # incarnation already checked once (its header prefix is known, see ``Framer.check_header``).
                 known = known_get(first[_MAC_LEN:_SEQ_AT])
                 if known is not None:
                     window = known[0]
@@ -128,16 +220,18 @@ class Reader:
                         window.floor = window.top = seq
                         on_data(first, (), known[1], known[2], _BODY_AT)
                         continue
-                self._act(first, (), self._check_header(first, ()))
+                delivery.act(first, (), framer.check_header(first, ()))
             elif first != wake_msg:
-                self._drop("auth_failed", "HMAC check failed (forged or corrupted)")
+                self._node.drop("auth_failed", "HMAC check failed (forged or corrupted)")
         return False
 
-    def _recv_loop(self) -> None:
-        me = self._recv_ident = threading.get_ident()
-        token = self._rx_token
-        stopping = self._stopping
+    def run(self) -> None:
+        """The receiver thread."""
+        me = self.receiver = threading.get_ident()
+        token = self._token
+        stopping = self._node.stopping
         monotonic = time.monotonic
+        sleepers = self._sleepers
 
         def step_aside() -> bool:  # a thread is (or was just) in wait(): it reads
             if self._waiting:
@@ -157,48 +251,36 @@ class Reader:
                     continue
                 if not token.acquire(timeout=_HANDBACK):
                     continue
-                self._rx_owner = me
+                self.owner = me
                 try:
                     if not stopping.is_set():
                         self._read(step_aside)
                 finally:
                     self._end_reading()
-                if self._sleepers:
-                    self._notify_sleepers()
+                if sleepers.count:
+                    sleepers.notify()
         except _zmq.ContextTerminated:
             pass
         except Exception:  # a bug here must not go unnoticed: peers would see this node as dead
-            log.exception("node %d: receiver thread crashed", self.node_id)
+            log.exception("node %d: receiver thread crashed", self._node.node_id)
             raise
 
     def _end_reading(self) -> None:
         """Give the read token back. After stop() the reader closes the PULL socket itself: stop() closes it
         only if it gets the token, which a listener that does not return may keep (closing twice is fine)."""
-        self._rx_owner = None
+        self.owner = None
         if self._halt:
             self._pull.close(0)
-        self._rx_token.release()
-
-    def _notify_sleepers(self) -> None:
-        with self._rx_cond:
-            self._rx_cond.notify_all()
-
-    def _send_wake(self) -> None:
-        with self._waker_lock:
-            if self._waker is not None:
-                try:
-                    self._waker.send(self._wake_msg, _NOBLOCK)
-                except _zmq.ZMQError:
-                    pass  # a wake-up is already queued (or the router is closing)
+        self._token.release()
 
     def wake(self) -> None:
         """Make threads in ``wait`` check their condition now. Call it from another thread after changing
         what such a condition reads (``task.wait_for`` does; messages delivered by the reader need no wake)."""
-        if self._sleepers:
-            self._notify_sleepers()
-        owner = self._rx_owner
-        if owner is not None and owner != self._recv_ident and owner != threading.get_ident():
-            self._send_wake()  # a waiter blocked in recv
+        if self._sleepers.count:
+            self._sleepers.notify()
+        owner = self.owner
+        if owner is not None and owner != self.receiver and owner != threading.get_ident():
+            self._waker.send()  # a waiter blocked in recv
 
     def wait(self, until: Callable[[], Any], timeout: float) -> bool:
         """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops.
@@ -212,45 +294,46 @@ class Reader:
         if until():
             return True
         me = threading.get_ident()
-        if not self._started or self._halt or self._rx_owner == me:
+        if not self._node.started or self._halt or self.owner == me:
             return self._wait_without_reading(until, timeout)
         monotonic = time.monotonic
         entered = monotonic()
         deadline = entered + timeout if timeout < _INF else _INF
-        token = self._rx_token
-        with self._rx_lock:
+        token = self._token
+        sleepers = self._sleepers
+        with sleepers.lock:
             self._waiting += 1
         try:
             while True:
                 if token.acquire(False):
-                    self._rx_owner = me
+                    self.owner = me
                     try:
                         done = not self._halt and self._read(until, deadline)
                     except _zmq.ContextTerminated:
                         done = False
                     finally:
                         self._end_reading()
-                    if self._sleepers:
-                        self._notify_sleepers()
+                    if sleepers.count:
+                        sleepers.notify()
                     if done:
                         return True
                 else:  # another thread reads: it delivers, and notifies us after each message
-                    if self._rx_owner == self._recv_ident:
-                        self._send_wake()  # the receiver thread is blocked in recv: make it step aside now
-                    cond = self._rx_cond
+                    if self.owner == self.receiver:
+                        self._waker.send()  # the receiver thread is blocked in recv: make it step aside now
+                    cond = sleepers.cond
                     with cond:
-                        self._sleepers += 1
+                        sleepers.count += 1
                         try:
                             if token.locked() and not until():
                                 cond.wait(max(0.0, min(deadline - monotonic(), 0.05)))
                         finally:
-                            self._sleepers -= 1
+                            sleepers.count -= 1
                 if until():
                     return True
                 if self._halt or monotonic() >= deadline:
                     return bool(until())
         finally:
-            with self._rx_lock:
+            with sleepers.lock:
                 self._waiting -= 1
                 last = not self._waiting
             self._wait_exit = now = monotonic()
@@ -263,73 +346,121 @@ class Reader:
         the router not running. Sleeps in slices, woken by the reader's deliveries and by ``wake()``."""
         monotonic = time.monotonic
         deadline = monotonic() + timeout if timeout < _INF else _INF
-        cond = self._rx_cond
-        while not until() and not self._stopping.is_set():
+        sleepers = self._sleepers
+        cond = sleepers.cond
+        stopping = self._node.stopping
+        while not until() and not stopping.is_set():
             left = deadline - monotonic()
             if left <= 0:
                 break
             with cond:
-                self._sleepers += 1
+                sleepers.count += 1
                 try:
                     cond.wait(min(left, 0.05))
                 finally:
-                    self._sleepers -= 1
+                    sleepers.count -= 1
         return bool(until())
 
-    def _handle(self, first: bytes, extra: Sequence[Any]) -> None:
-        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
-        (``_read`` does the same for a single frame, with the common case inline.)"""
-        self._act(first, extra, self._open(first, extra))
+    def halt(self) -> None:
+        """Stop reading (``stop``): a reader stops at its next message and closes the socket when it gives the
+        token back."""
+        self._halt = True
 
-    def _act(self, first: bytes, extra: Sequence[Any], header: Optional[Tuple[Any, ...]]) -> None:
-        """Act on a message that passed ``_open`` (``header``: its fields; None: it was dropped)."""
+    def release(self) -> None:
+        """Release the receiver thread, a reader blocked in ``recv`` and every sleeping waiter (``stop``)."""
+        self._park.set()
+        self._waker.send()  # a reader blocked in recv returns now
+        self._sleepers.notify()
+
+    def take_for_good(self, ident: Optional[int]) -> bool:
+        """Whether thread ``ident`` holds the read token now, or got it within 2 s (never given back): then
+        nobody touches the PULL socket again (``stop``, after ``halt``)."""
+        return self.owner == ident or self._token.acquire(timeout=2.0)
+
+    def close(self) -> None:
+        self._pull.close(0)
+
+
+class Delivery:
+    """Acts on each message the reader read (``handle``; ``act`` once its header is checked) and calls
+    ``on_message``: peers' messages, and the notices (``notices``: joined, dead and left peers and a local
+    finish, queued by the membership and the ending). Owns ``on_message`` (set at ``start``) and what the
+    heartbeat thread reads to see a listener, or a slow decode, running: ``in_handler``, ``handler_event``
+    and ``deliveries`` (the number of calls so far). Checks with ``framer``, hands HELLO and ACK to the
+    handshake, BYE and revivals to the membership and a received "__finish__" to the ending, counts what
+    peers sent (``Peer.rx_count``), and notifies the ``sleepers`` after each delivery."""
+
+    def __init__(self, node: NodeState, peers: Peers, framer: Framer, membership: Membership,
+                 handshake: Handshake, ending: Ending, notices: Notices, sleepers: Sleepers) -> None:
+        self._node, self._peers, self._framer = node, peers, framer
+        self._membership, self._handshake, self._ending = membership, handshake, ending
+        self.notices, self._sleepers = notices, sleepers
+        self.on_message: Optional[OnMessage] = None
+        self.in_handler = False
+        self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
+        self.deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
+
+    def handle(self, first: bytes, extra: Sequence[Any]) -> None:
+        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
+        (``Reader._read`` does the same for a single frame, with the common case inline.)"""
+        framer = self._framer
+        if is_chunk(first, extra):
+            done = framer.on_chunk(first, extra[0])
+            if done is not None:  # the last chunk of a chunked message
+                meta, parts, sender, session = done
+                self.on_data(meta, parts, sender, session, 0)
+            return
+        self.act(first, extra, framer.open(first, extra))
+
+    def act(self, first: bytes, extra: Sequence[Any], header: Optional[Header]) -> None:
+        """Act on a message that passed ``Framer.open`` (``header``: its fields; None: it was dropped)."""
         if header is None:
             return
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
         start = _BODY_AT + _NONCE if extra else _BODY_AT  # the body, read in place
         if kind == K_DATA:
-            self._on_data(first, extra, sender, session, start)
+            self.on_data(first, extra, sender, session, start)
             return
         if kind == K_LARGE:
             peer = self._peers.get(sender)
             if peer is not None and peer.session == session:
                 peer.rx_count += 1
-            self._on_large_head(first, sender, session, seq, nbufs)
+            self._framer.on_large_head(first, sender, session, seq, nbufs)
             return
         try:
             value = codec.decode(first[start:], extra)
         except codec.DecodeError as e:
-            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
+            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
             return
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
             peer.rx_count += 1
             if not peer.alive and kind == K_HEARTBEAT:
-                self._revive(peer)
-        self.stats["control_received"] += 1
+                self._membership.revive(peer)
+        self._node.stats["control_received"] += 1
         if kind == K_HEARTBEAT:
             return
         if kind == K_BYE:
             if peer is not None and peer.session == session and peer.alive:
-                log.log(logging.DEBUG if self._finish_seen else logging.INFO, "node %d: node %d left",
-                        self.node_id, sender)
-                self._lose(peer, PEER_LEFT)
-                self._deliver_notices()
+                log.log(logging.DEBUG if self._node.finish_seen else logging.INFO, "node %d: node %d left",
+                        self._node.node_id, sender)
+                self._membership.lose(peer, PEER_LEFT)
+                self.deliver_notices()
             return
         if not isinstance(value, dict) or not isinstance(value.get("address"), str) \
                 or not isinstance(value.get("token"), int):
-            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
+            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
             return
         try:
             if kind == K_HELLO:
-                self._on_hello(sender, session, value)
+                self._handshake.on_hello(sender, session, value)
             else:
-                self._on_ack(sender, session, value)
+                self._handshake.on_ack(sender, session, value)
         except Exception as e:  # e.g. an announced address ZeroMQ cannot connect to
-            self._drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
-        self._deliver_notices()
+            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
+        self.deliver_notices()
 
-    def _on_data(self, first: bytes, extra: Sequence[Any], sender: int, session: int, start: int) -> None:
+    def on_data(self, first: bytes, extra: Sequence[Any], sender: int, session: int, start: int) -> None:
         """Decode and deliver an authenticated data message (its body starts at ``first[start]``)."""
         small = None if extra else _decode_small_event(first, start)  # leaves only: nothing to import, quick
         if small is not None:
@@ -338,42 +469,43 @@ class Reader:
             # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
             # can take many seconds on a loaded machine) must not make this node hold the peers' silence
             # against them (the heartbeat thread sees the reader busy, see liveness).
-            self._deliveries += 1
-            self._handler_event = "(decoding a message)"
-            self._in_handler = True
+            self.deliveries += 1
+            self.handler_event = "(decoding a message)"
+            self.in_handler = True
             try:
                 event, args, kwargs = codec.decode_event(first, extra, start, try_small=False, adopt=True)
             except codec.DecodeError as e:
-                self._in_handler = False
-                self._drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
+                self.in_handler = False
+                self._node.drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
                 return
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
             peer.rx_count += 1
             if not peer.alive:
                 try:
-                    self._revive(peer)
+                    self._membership.revive(peer)
                 except Exception:
-                    log.exception("node %d: could not reconnect to node %d", self.node_id, sender)
-        self.stats["received"] += 1
+                    log.exception("node %d: could not reconnect to node %d", self._node.node_id, sender)
+        self._node.stats["received"] += 1
         if event == FINISH:
-            self._spread_finish(came_from=sender)  # on to every other peer (``ending``)
-        self._deliver(event, args, kwargs)
+            self._ending.spread_finish(came_from=sender)  # on to every other peer (``ending``)
+        self.deliver(event, args, kwargs)
 
-    def _deliver(self, event: str, args: tuple, kwargs: dict) -> None:
-        self._deliveries += 1
-        self._handler_event = event
-        self._in_handler = True
+    def deliver(self, event: str, args: tuple, kwargs: dict) -> None:
+        self.deliveries += 1
+        self.handler_event = event
+        self.in_handler = True
         try:
-            self._on_message(event, args, kwargs)  # type: ignore[misc]
+            self.on_message(event, args, kwargs)  # type: ignore[misc]
         except Exception:
-            log.exception("node %d: listener of remote event %r raised", self.node_id, event)
+            log.exception("node %d: listener of remote event %r raised", self._node.node_id, event)
         finally:
-            self._in_handler = False
-        if self._sleepers:
-            self._notify_sleepers()
+            self.in_handler = False
+        if self._sleepers.count:
+            self._sleepers.notify()
 
-    def _deliver_notices(self) -> None:
-        while self._notices:
-            event, args = self._notices.popleft()
-            self._deliver(event, args, {})
+    def deliver_notices(self) -> None:
+        notices = self.notices
+        while notices:
+            event, args = notices.popleft()
+            self.deliver(event, args, {})

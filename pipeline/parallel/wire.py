@@ -1,4 +1,4 @@
-"""Framing and authentication of bus messages (the wire format of ``ZmqRouter``).
+"""Framing and authentication of bus messages (``Framer``: the wire format of ``ZmqRouter``).
 
 A message is one or more ZeroMQ frames. The first frame is a 32-byte HMAC-SHA256 under the shared key over
 a fixed header (``_HEADER``: magic, version, kind, sender id and session, receiver id and session, sequence
@@ -38,7 +38,7 @@ part that fits in one chunk is used in place), so a message holds the bytes rece
 All unfinished messages together hold at most ``max_assembly_bytes``: the one whose chunk would pass it is
 dropped (``assembly_full``); one that gets no chunk for ``assembly_timeout`` s while the receiver reads is
 dropped (``stalled``), and one whose sender starts another (``unfinished``) or leaves too. Each drop is
-counted and logged (``_drop``).
+counted and logged (``NodeState.drop``).
 """
 from __future__ import annotations
 
@@ -49,12 +49,18 @@ import struct
 import threading
 import time
 from os import urandom as _urandom
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .replay import ReplayWindow
 
+if TYPE_CHECKING:
+    from .liveness import Peers
+    from .node_state import NodeState
+
+_AESGCM: Any
 try:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM as _AESGCM
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM as _AESGCM_class
+    _AESGCM = _AESGCM_class
 except ImportError:  # checked when a router is built (see require_payload_mac)
     _AESGCM = None
 
@@ -156,30 +162,66 @@ def require_payload_mac() -> None:
                           "pip install cryptography, or install rlpipe with the [dist] extra")
 
 
-class Framing:
-    """Signing and checking messages; a mixin of ``ZmqRouter`` (uses its ``node_id``, ``session``, ``_mac``,
-    ``_mac2``, ``_otk_mac``, ``_rx_seq``, ``_rx_known``, ``_peers``, ``_assembling`` (``_Assemblies``), the
-    size caps, ``assembly_timeout``, the reader's ``_in_handler``, ``_grace_from`` and ``stats``)."""
+# The header fields of a checked message: magic, version, kind, sender, session, dest, dest session, seq, nbufs.
+Header = Tuple[bytes, int, int, int, int, int, int, int, int]
+# A chunked message whose last chunk arrived: its meta part, its buffers, its sender and the sender's session.
+Assembled = Tuple[bytes, List[Any], int, int]
 
-    def _frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
-                buffers: Sequence[Any], digest: bytes) -> List[Any]:
-        """The frames of one message. With ``buffers``, ``digest`` is ``nonce + tag`` (``_seal``): the nonce
+
+def is_chunk(first: bytes, extra: Sequence[Any]) -> bool:
+    """Whether a message is a chunk of a chunked message (recognised by its unauthenticated kind byte; it is
+    checked against the head it claims to belong to: ``Framer.on_chunk``), rather than one for ``open``."""
+    return len(first) >= _MIN_FRAME and first[_KIND_AT] == K_CHUNK and len(extra) == 1
+
+
+class Framer:
+    """The wire format of one node (see the module docstring): signs outgoing messages, checks incoming ones
+    (MAC, header, receiver, sequence number) and reassembles chunked messages.
+
+    Owns the MAC functions under the shared key (``mac``, ``mac2``, and ``otk_mac``, under the payload key
+    the one-time keys of extra frames and chunks come from); per sender incarnation the anti-replay window
+    (``_rx_seq``) and the header prefix of its data messages (``rx_known``, the reader's fast path); and the
+    unfinished chunked messages (``assemblies``, shared with the membership, which discards a departed
+    peer's). Reads this node's id and session and counts in its stats (``node``), and reads the peer entries
+    (``peers``: a head is kept only from a joined incarnation; a chunk keeps its sender alive)."""
+
+    def __init__(self, node: NodeState, key: bytes, peers: Peers, assemblies: _Assemblies, max_frame_size: int,
+                 max_message_size: int, assembly_timeout: float) -> None:
+        self._node, self._peers = node, peers
+        # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
+        self.mac, self.mac2 = keyed_hmac(key)
+        # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
+        # derived from the shared key, so that the first-frame MAC key is never used for anything else.
+        require_payload_mac()
+        self.otk_mac = keyed_hmac(hmac.new(key, b"rlpipe payload-mac key v2", "sha256").digest())[0]
+        self._rx_seq: Dict[Tuple[int, int], ReplayWindow] = {}  # (sender, session) -> its ReplayWindow
+        # header prefix of a data message -> (window, sender, session)
+        self.rx_known: Dict[bytes, Tuple[ReplayWindow, int, int]] = {}
+        # Per (sender, session): its unfinished chunked message; all of them hold at most max_assembly_bytes.
+        self.assemblies = assemblies
+        self.max_frame_size, self.max_message_size = max_frame_size, max_message_size
+        self.assembly_timeout = assembly_timeout
+
+    def frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
+               buffers: Sequence[Any], digest: bytes) -> List[Any]:
+        """The frames of one message. With ``buffers``, ``digest`` is ``nonce + tag`` (``seal``): the nonce
         travels after the header, the tag is covered by the MAC but not sent (the receiver recomputes it)."""
-        head = _HEADER.pack(_MAGIC, _VERSION, kind, self.node_id, self.session, peer_id, peer_session, seq,
+        node = self._node
+        head = _HEADER.pack(_MAGIC, _VERSION, kind, node.node_id, node.session, peer_id, peer_session, seq,
                             len(buffers))
         if buffers:
             body = head + digest[:_NONCE] + meta
-            return [self._mac2(body, digest[_NONCE:]) + body, *buffers]
+            return [self.mac2(body, digest[_NONCE:]) + body, *buffers]
         body = head + meta
-        return [self._mac(body) + body]
+        return [self.mac(body) + body]
 
-    def _seal_large(self, meta: bytes, buffers: Sequence[Any]) -> "_Large":
+    def seal_large(self, meta: bytes, buffers: Sequence[Any]) -> _Large:
         """Prepare a chunked message (see the module docstring): its nonce, the parts' sizes and each chunk's
         data and GMAC tag, computed once for every receiver (the MACs, which name the receiver, per send)."""
         nonce = _urandom(_NONCE)
-        gmac = _AESGCM(self._otk_mac(nonce)).encrypt
+        gmac = _AESGCM(self.otk_mac(nonce)).encrypt
         parts = [meta, *buffers]
-        chunks = []
+        chunks: List[Tuple[Any, bytes]] = []
         for part in parts:
             mv = memoryview(part).cast("B")  # slices of it are views, not copies
             for off in range(0, len(mv), CHUNK):
@@ -187,172 +229,165 @@ class Framing:
                 chunks.append((data, gmac(_gcm_nonce(len(chunks)), b"", data)))
         return _Large(nonce + b"".join([_LEN.pack(len(p)) for p in parts]), len(buffers), chunks)
 
-    def _large_messages(self, large: "_Large", peer_id: int, peer_session: int, seq: int) -> List[List[Any]]:
+    def large_messages(self, large: _Large, peer_id: int, peer_session: int, seq: int) -> List[List[Any]]:
         """The ZeroMQ messages of a chunked message for one receiver: the head, then one per chunk."""
-        head = _HEADER.pack(_MAGIC, _VERSION, K_LARGE, self.node_id, self.session, peer_id, peer_session, seq,
+        node = self._node
+        head = _HEADER.pack(_MAGIC, _VERSION, K_LARGE, node.node_id, node.session, peer_id, peer_session, seq,
                             large.nbufs) + large.body
-        out = [[self._mac(head) + head]]
-        pack, mac2 = _HEADER.pack, self._mac2
+        out = [[self.mac(head) + head]]
+        pack, mac2 = _HEADER.pack, self.mac2
         for i, (data, tag) in enumerate(large.chunks):
-            h = pack(_MAGIC, _VERSION, K_CHUNK, self.node_id, self.session, peer_id, peer_session, seq, i)
+            h = pack(_MAGIC, _VERSION, K_CHUNK, node.node_id, node.session, peer_id, peer_session, seq, i)
             out.append([mac2(h, tag) + h, data])
         return out
 
-    def _seal(self, buffers: Sequence[Any]) -> bytes:
+    def seal(self, buffers: Sequence[Any]) -> bytes:
         """``nonce + tag`` for a message carrying ``buffers`` as extra frames (see ``_payload_tag``)."""
         nonce = _urandom(_NONCE)
-        return nonce + _payload_tag(self._otk_mac, nonce, buffers)
+        return nonce + _payload_tag(self.otk_mac, nonce, buffers)
 
-    def _open(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
-        """Check one message (MAC, header, receiver, sequence number) and return its header fields; None when
-        it was dropped (and counted). Nothing in the message is parsed before the MAC check passes (a chunk is
-        recognised by its kind byte, then checked against the head it claims to belong to: ``_on_chunk``)."""
+    def open(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+        """Check one message that is not a chunk (``is_chunk``: MAC, header, receiver, sequence number) and
+        return its header fields; None when it was dropped (and counted). Nothing in the message is parsed
+        before the MAC check passes."""
         if len(first) < _MIN_FRAME:
-            self._drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
-            return None
-        if first[_KIND_AT] == K_CHUNK and len(extra) == 1:
-            self._on_chunk(first, extra[0])
+            self._node.drop("malformed", f"first frame of {len(first)} bytes is shorter than MAC + header")
             return None
         signed = memoryview(first)[_MAC_LEN:]  # no copy of the message
         if extra:  # the nonce after the header is only an input to the tag: nothing is parsed yet
             nonce = first[_BODY_AT:_BODY_AT + _NONCE]
-            mac = self._mac2(signed, _payload_tag(self._otk_mac, nonce, extra))
+            mac = self.mac2(signed, _payload_tag(self.otk_mac, nonce, extra))
         else:
-            mac = self._mac(signed)
+            mac = self.mac(signed)
         if not _compare_digest(mac, first[:_MAC_LEN]):
-            self._drop("auth_failed", "HMAC check failed (forged or corrupted)")
+            self._node.drop("auth_failed", "HMAC check failed (forged or corrupted)")
             return None
-        return self._check_header(first, extra)
+        return self.check_header(first, extra)
 
-    def _check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
-        """``_open`` after the MAC check passed: the header fields, or None when the message was dropped."""
+    def check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+        """``open`` after the MAC check passed: the header fields, or None when the message was dropped."""
+        node = self._node
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)
         if magic != _MAGIC or version != _VERSION or kind not in _KIND_NAMES or kind == K_CHUNK \
                 or (nbufs != len(extra) if kind != K_LARGE else (extra or nbufs >= MAX_PARTS)):
-            self._drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
+            node.drop("malformed", f"bad header (magic {magic!r}, version {version}, kind {kind})")
             return None
         if kind != K_HELLO:
-            if dest != self.node_id or dest_session != self.session:
-                self._drop("misrouted", f"{_KIND_NAMES[kind]} from node {sender} for node {dest} (session "
-                           f"{dest_session:x}), this is node {self.node_id} (session {self.session:x})")
+            if dest != node.node_id or dest_session != node.session:
+                node.drop("misrouted", f"{_KIND_NAMES[kind]} from node {sender} for node {dest} (session "
+                          f"{dest_session:x}), this is node {node.node_id} (session {node.session:x})")
                 return None
             window = self._rx_seq.get((sender, session))
             if window is None:
                 window = self._rx_seq[(sender, session)] = ReplayWindow()
                 # From now on a data message of this sender incarnation to this one is known by its header
                 # prefix (magic, version, kind, sender, session, receiver, receiver session): one dict lookup
-                # on the receiver's fast path (``Reader._handle``) instead of unpacking and comparing fields.
-                prefix = _PREFIX.pack(_MAGIC, _VERSION, K_DATA, sender, session, self.node_id, self.session)
-                self._rx_known[prefix] = (window, sender, session)
+                # on the receiver's fast path (``Reader._read``) instead of unpacking and comparing fields.
+                prefix = _PREFIX.pack(_MAGIC, _VERSION, K_DATA, sender, session, node.node_id, node.session)
+                self.rx_known[prefix] = (window, sender, session)
             if seq == window.floor + 1 and not window.bits:  # in order: ReplayWindow.accept's fast path
                 window.floor = window.top = seq
             else:
                 lost = window.accept(seq)
                 if lost < 0:
-                    self._drop("duplicates", f"{_KIND_NAMES[kind]} #{seq} from node {sender} refused by the "
-                               f"anti-replay window (seen before, or older than the window)")
+                    node.drop("duplicates", f"{_KIND_NAMES[kind]} #{seq} from node {sender} refused by the "
+                              f"anti-replay window (seen before, or older than the window)")
                     return None
                 if lost:
-                    self.stats["gaps"] += lost
+                    node.stats["gaps"] += lost
                     log.warning("node %d: %d message(s) from node %d never arrived (lost on the way)",
-                                self.node_id, lost, sender)
+                                node.node_id, lost, sender)
         return magic, version, kind, sender, session, dest, dest_session, seq, nbufs
 
-    @property
-    def assembly_bytes(self) -> int:
-        """Bytes held now by this node's unfinished chunked messages, all together (at most
-        ``max_assembly_bytes``): the chunks received so far, whatever their heads declared."""
-        return self._assembling.held
-
-    def _on_large_head(self, first: bytes, sender: int, session: int, seq: int, nbufs: int) -> None:
+    def on_large_head(self, first: bytes, sender: int, session: int, seq: int, nbufs: int) -> None:
         """An authenticated head of a chunked message: start collecting its chunks (dropping an unfinished
         earlier one of the same sender incarnation: its chunks stopped coming). Only a joined peer's
         incarnation gets one (see the module docstring)."""
+        drop = self._node.drop
         body = first[_BODY_AT:]
         if len(body) != _NONCE + 8 * (nbufs + 1):
-            self._drop("malformed", f"head of a chunked message from node {sender} has {len(body)} bytes")
+            drop("malformed", f"head of a chunked message from node {sender} has {len(body)} bytes")
             return
         peer = self._peers.get(sender)
         if peer is None or peer.session != session or peer.left:
-            self._drop("unjoined", f"head of a chunked message (#{seq}) from node {sender}, session {session:x}: "
-                       "that incarnation has not joined this node (or left); its chunks are not kept")
+            drop("unjoined", f"head of a chunked message (#{seq}) from node {sender}, session {session:x}: "
+                 "that incarnation has not joined this node (or left); its chunks are not kept")
             return
         key = (sender, session)
-        if self._assembling.discard(key) is not None:
-            self._drop("unfinished", f"a chunked message from node {sender} stopped before its end")
+        if self.assemblies.discard(key) is not None:
+            drop("unfinished", f"a chunked message from node {sender} stopped before its end")
         sizes = struct.unpack_from(f"<{nbufs + 1}Q", body, _NONCE)
         total = sum(sizes)
         if max(sizes) > self.max_frame_size or total > self.max_message_size:
-            self._drop("oversize", f"a message of {total} bytes from node {sender}, the largest part "
-                       f"{max(sizes)} bytes (max_frame_size {self.max_frame_size}, max_message_size "
-                       f"{self.max_message_size}): its chunks are not kept (raise both on every node if genuine)")
+            drop("oversize", f"a message of {total} bytes from node {sender}, the largest part "
+                 f"{max(sizes)} bytes (max_frame_size {self.max_frame_size}, max_message_size "
+                 f"{self.max_message_size}): its chunks are not kept (raise both on every node if genuine)")
             return
-        self._assembling.start(key, _Assembly(seq, _AESGCM(self._otk_mac(body[:_NONCE])).encrypt, sizes))
+        self.assemblies.start(key, _Assembly(seq, _AESGCM(self.otk_mac(body[:_NONCE])).encrypt, sizes))
 
-    def _on_chunk(self, first: bytes, data: Any) -> None:
-        """One chunk: found by its (unauthenticated) header among the unfinished messages, then MAC-checked
-        with that message's one-time key before a byte of it is kept."""
+    def on_chunk(self, first: bytes, data: Any) -> Optional[Assembled]:
+        """One chunk (``is_chunk``): found by its (unauthenticated) header among the unfinished messages,
+        then MAC-checked with that message's one-time key before a byte of it is kept. Returns the message
+        when this chunk completed it (for the reader to deliver), else None."""
+        node = self._node
+        drop = node.drop
         if len(first) != _MIN_FRAME:
-            self._drop("malformed", f"chunk header of {len(first)} bytes")
-            return
+            drop("malformed", f"chunk header of {len(first)} bytes")
+            return None
         magic, version, kind, sender, session, dest, dest_session, seq, index = _unpack_header(first, _MAC_LEN)
         key = (sender, session)
-        asm = self._assembling.get(key)
+        asm = self.assemblies.get(key)
         if asm is None or asm.seq != seq or magic != _MAGIC or version != _VERSION:
-            self._drop("malformed", f"a chunk (#{index} of message #{seq} from node {sender}) of no message "
-                       "in progress (forged, replayed, or its head was dropped)")
-            return
+            drop("malformed", f"a chunk (#{index} of message #{seq} from node {sender}) of no message "
+                 "in progress (forged, replayed, or its head was dropped)")
+            return None
         if index != asm.next_index:
-            self._drop("duplicates" if index < asm.next_index else "malformed",
-                       f"chunk #{index} of message #{seq} from node {sender} out of order (expected "
-                       f"#{asm.next_index})")
-            return
-        if not _compare_digest(self._mac2(memoryview(first)[_MAC_LEN:], asm.gmac(_gcm_nonce(index), b"", data)),
+            drop("duplicates" if index < asm.next_index else "malformed",
+                 f"chunk #{index} of message #{seq} from node {sender} out of order (expected "
+                 f"#{asm.next_index})")
+            return None
+        if not _compare_digest(self.mac2(memoryview(first)[_MAC_LEN:], asm.gmac(_gcm_nonce(index), b"", data)),
                                first[:_MAC_LEN]):
-            self._drop("auth_failed", f"chunk #{index} of message #{seq} from node {sender}: MAC check failed")
-            return
-        if dest != self.node_id or dest_session != self.session:  # authenticated, so a bug of the sender
-            self._drop("misrouted", f"chunk from node {sender} for node {dest}")
-            return
+            drop("auth_failed", f"chunk #{index} of message #{seq} from node {sender}: MAC check failed")
+            return None
+        if dest != node.node_id or dest_session != node.session:  # authenticated, so a bug of the sender
+            drop("misrouted", f"chunk from node {sender} for node {dest}")
+            return None
         peer = self._peers.get(sender)
         if peer is not None and peer.session == session:
             peer.rx_count += 1  # a long transfer keeps the sender alive
-        outcome = self._assembling.add(key, asm, data)
+        outcome = self.assemblies.add(key, asm, data)
         if outcome == _DONE:
             meta = asm.parts[0]
-            self._on_data(meta if isinstance(meta, bytes) else bytes(meta), asm.parts[1:], sender, session, 0)
-        elif outcome == _FULL:
-            self._drop("assembly_full", f"chunk #{index} of message #{seq} from node {sender} would make the "
-                       f"unfinished chunked messages of this node hold more than max_assembly_bytes "
-                       f"({self._assembling.limit}) together: the message is dropped ({asm.held} of its "
-                       f"{sum(asm.sizes)} bytes had arrived)")
+            return meta if isinstance(meta, bytes) else bytes(meta), asm.parts[1:], sender, session
+        if outcome == _FULL:
+            drop("assembly_full", f"chunk #{index} of message #{seq} from node {sender} would make the "
+                 f"unfinished chunked messages of this node hold more than max_assembly_bytes "
+                 f"({self.assemblies.limit}) together: the message is dropped ({asm.held} of its "
+                 f"{sum(asm.sizes)} bytes had arrived)")
         elif outcome == _OVERRUN:
-            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender} overruns its part")
+            drop("malformed", f"chunk #{index} of message #{seq} from node {sender} overruns its part")
         elif outcome == _GONE:
-            self._drop("malformed", f"chunk #{index} of message #{seq} from node {sender}: the message was "
-                       "dropped meanwhile (stalled, or its sender left)")
+            drop("malformed", f"chunk #{index} of message #{seq} from node {sender}: the message was "
+                 "dropped meanwhile (stalled, or its sender left)")
+        return None
 
-    def _expire_assemblies(self, now: float) -> None:
+    def expire(self, now: float, reader_busy: bool, grace_from: float) -> None:
         """Drop the unfinished chunked messages that got no chunk for ``assembly_timeout`` s while this node
-        was reading (the heartbeat thread calls it; as for heartbeats, time this node spent in a listener or
-        paused is not held against the sender)."""
+        was reading (the heartbeat thread calls it, with whether a listener runs now and since when silence
+        counts: as for heartbeats, time this node spent in a listener or paused is not held against the
+        sender)."""
         timeout = self.assembly_timeout
-        if not len(self._assembling) or self._in_handler or now - self._grace_from <= timeout:
+        if not len(self.assemblies) or reader_busy or now - grace_from <= timeout:
             return
-        for (sender, _), asm in self._assembling.expire(now - timeout):
-            self._drop("stalled", f"a chunked message (#{asm.seq}) from node {sender} got no chunk for "
-                       f"{now - asm.last:.1f} s (assembly_timeout {timeout:g} s): dropped, its {asm.held} bytes "
-                       f"freed ({sum(asm.sizes)} declared)")
-
-    def _drop(self, counter: str, why: str) -> None:
-        self.stats[counter] += 1
-        n = self.stats[counter]
-        if n <= 5 or n % 1000 == 0:
-            log.warning("node %d: dropped a message (%s): %s [%d so far]", self.node_id, counter, why, n)
+        for (sender, _), asm in self.assemblies.expire(now - timeout):
+            self._node.drop("stalled", f"a chunked message (#{asm.seq}) from node {sender} got no chunk for "
+                            f"{now - asm.last:.1f} s (assembly_timeout {timeout:g} s): dropped, its {asm.held} "
+                            f"bytes freed ({sum(asm.sizes)} declared)")
 
 
 class _Large:
-    """A chunked message prepared by ``Framing._seal_large``: the head's body after the header, the number of
+    """A chunked message prepared by ``Framer.seal_large``: the head's body after the header, the number of
     buffers and ``(data, gmac tag)`` per chunk."""
     __slots__ = ("body", "nbufs", "chunks")
 

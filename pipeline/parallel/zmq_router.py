@@ -10,21 +10,25 @@ Topologies
     smallest node id of the group) only; the centre talks to everyone, the others only to the centre.
     ``alone``: connect only to ``attach_to``. In all topologies a node accepts nodes that attach to it.
 
-The router is assembled from one module per concern; each module's docstring says what it guarantees:
+The router holds one part per concern (listed in its constructor, with the state they share); each part's
+module docstring says what it guarantees:
 
-* ``wire``: framing and HMAC authentication (nothing is decoded before the MAC check; payloads use the
-  pickle-free ``codec``), sequence numbers against duplicates and replays;
-* ``handshake``: HELLO/ACK, how nodes find each other, and refusing replayed HELLOs;
-* ``liveness``: peer entries, heartbeats, dead, left, joined and revived peers;
-* ``reader``: which thread reads the socket (the hand-over to threads in ``wait``) and delivery to
-  ``on_message``;
-* ``sending``: ``emit``, backpressure (``BackpressureTimeout``) and counting what cannot be delivered;
+* ``wire.Framer``: framing and HMAC authentication (nothing is decoded before the MAC check; payloads use
+  the pickle-free ``codec``), sequence numbers against duplicates and replays, chunked messages;
+* ``handshake.Handshake`` (and its ``Probes``): HELLO/ACK, how nodes find each other, and refusing replayed
+  HELLOs;
+* ``liveness``: the peer table (``Peers``), how entries join, die, leave and come back (``Membership``) and
+  the heartbeat thread (``Heartbeat``);
+* ``reader``: which thread reads the socket (``Reader``, the hand-over to threads in ``wait``) and delivery
+  to ``on_message`` (``Delivery``);
+* ``sending.Sender``: ``emit``, backpressure (``BackpressureTimeout``) and counting what cannot be delivered;
+* ``ending.Ending``: "__finish__" reaching every node, and the peerless bound;
+* ``keycheck.KeyCheck``: telling a peer with another key from silence (``KeyMismatchError``);
+* ``connector.Connector``: the outgoing connections; ``transport_guard``: the incoming ones;
 * this module: configuration, start and stop.
 """
 from __future__ import annotations
 
-import hmac
-import itertools
 import logging
 import os
 import secrets
@@ -32,24 +36,23 @@ import socket as _socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Generic, Iterable, List, Mapping, Optional, Sequence, Set, TypeVar, overload
 
 import zmq
 
 from ..runtime.node import node_is_quiet
-from ..runtime.router import Router
-from . import codec
+from ..runtime.router import OnMessage, Router
+from .connector import Connector
 from .ending import Ending
-from .handshake import Handshake, _Probe
+from .handshake import Handshake, Probes, seed_addresses
 from .keycheck import KeyCheck, KeyMismatchError
 from .keys import resolve_key
-from .liveness import Liveness, _Peer
-from .reader import Reader
-from .sending import BackpressureTimeout, Sending
-from . import transport_auth
+from .liveness import Heartbeat, Membership, Notices, Peers
+from .node_state import NodeState
+from .reader import Delivery, Reader, Sleepers, Waker
+from .sending import BackpressureTimeout, Sender
 from .transport_auth import TransportGuard, resolve_bus_auth
-from .wire import (FINISH, K_BYE, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framing, _Assemblies, is_local_address,
-                   keyed_hmac, require_payload_mac)
+from .wire import (FINISH, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framer, _Assemblies, is_local_address)
 
 log = logging.getLogger("rlpipe.parallel")
 
@@ -91,7 +94,43 @@ def announced_address(advertise: str, bound: str) -> str:
     return f"tcp://{host}:{port}"
 
 
-class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing, Router):
+def _announceable(bound: str) -> str:
+    """The address to announce for the bound one: a wildcard host (0.0.0.0, ::) is replaced by this machine's
+    address (or name)."""
+    if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
+        port = bound.rsplit(":", 1)[1]
+        try:
+            host = _socket.gethostbyname(_socket.gethostname())
+        except OSError:
+            host = _socket.gethostname()
+        return f"tcp://{host}:{port}"
+    return bound
+
+
+_T = TypeVar("_T")
+
+
+class _OfNode(Generic[_T]):
+    """An attribute of the router kept in its ``NodeState``, where the parts read it (the one of the same
+    name): ``session``, ``address``, ``labels``, ``roles``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, router: None, owner: Any = None) -> _OfNode[_T]: ...
+
+    @overload
+    def __get__(self, router: ZmqRouter, owner: Any = None) -> _T: ...
+
+    def __get__(self, router: Optional[ZmqRouter], owner: Any = None) -> Any:
+        return self if router is None else getattr(router._node, self._name)
+
+    def __set__(self, router: ZmqRouter, value: _T) -> None:
+        setattr(router._node, self._name, value)
+
+
+class ZmqRouter(Router):
     """The ZeroMQ implementation of ``pipeline.runtime.router.Router`` (see the module docstring).
 
     Args:
@@ -166,13 +205,15 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                  peerless_timeout: float = 15.0, bus_auth: Optional[str] = None,
                  handshake_timeout: float = 5.0, max_peer_bytes: int = 64 << 20,
                  max_assembly_bytes: Optional[int] = None, assembly_timeout: float = 30.0) -> None:
+        # This node as every part sees it: id, incarnation (``session``), announced address, labels and roles
+        # (this router's attributes of those names), the counters (``stats``) and whether it runs.
+        self._node = NodeState(int(node_id), secrets.randbits(63) | 1, roles={str(r) for r in (roles or ())})
         super().__init__(node_id=int(node_id), labels=labels)
         if topology not in TOPOLOGIES:
             raise ValueError(f"unknown topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
         if heartbeat_timeout <= heartbeat_interval:
             raise ValueError(f"heartbeat_timeout ({heartbeat_timeout}) must be larger than heartbeat_interval "
                              f"({heartbeat_interval})")
-        self.roles: Set[str] = {str(r) for r in (roles or ())}
         self.topology = topology
         self.bind_address = address or "tcp://127.0.0.1:*"
         self.group: Dict[int, str] = {int(k): v for k, v in (peers or {}).items()}
@@ -212,102 +253,125 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
         if not peerless_timeout >= 0:
             raise ValueError(f"peerless_timeout must be a number of seconds >= 0, got {peerless_timeout!r}")
         self.peerless_timeout = float(peerless_timeout)
-        self._started_at = time.monotonic()
+        node = self._node
+        node.started_at = time.monotonic()
         all_addresses = [self.bind_address, *self.group.values(), *self.attach_to]
         multi_machine = not all(is_local_address(a) for a in all_addresses)
         self._key = resolve_key(key, multi_machine=multi_machine)
         self.bus_auth = resolve_bus_auth(bus_auth, multi_machine=multi_machine)
-        self._guard: Optional[TransportGuard] = None
-        self._delivered: Optional[Dict[str, int]] = None  # the guard's per-connection count of bytes read
-        self._wire_size: Callable[[int], int] = len
-        # HMAC-SHA256 of one part / of two parts under the shared key (padded-key states prepared once).
-        self._mac, self._mac2 = keyed_hmac(self._key)
-        # One-time AES-GMAC keys of the extra frames come from HMAC(payload key, nonce); the payload key is
-        # derived from the shared key, so that the first-frame MAC key is never used for anything else.
-        require_payload_mac()
-        self._otk_mac = keyed_hmac(hmac.new(self._key, b"rlpipe payload-mac key v2", "sha256").digest())[0]
-        self.session = secrets.randbits(63) | 1
-        self.address: Optional[str] = None  # the announced address, known after start()
-        self._seeds = self._seed_addresses()
+        self._seeds = seed_addresses(node.node_id, self.group, topology, self.attach_to)
         self.expected_peers = len(self._seeds) if expected_peers is None else int(expected_peers)
-        self.stats: Dict[str, int] = dict.fromkeys(
-            ("sent", "received", "auth_failed", "malformed", "duplicates", "misrouted", "undeliverable",
-             "gaps", "stale_hello", "oversize", "control_sent", "control_received", "finish_to_lost",
-             "refused_connections", "cut_connections", "closed_connections", "unfinished", "unjoined",
-             "assembly_full", "stalled"), 0)
-        self._peers: Dict[int, _Peer] = {}
-        self._probes: Dict[int, _Probe] = {}
-        self._state_lock = threading.RLock()
-        self._keycheck_lock = threading.Lock()  # one check of the keys at a time (``keycheck``)
-        self._rx_seq: Dict[tuple, Any] = {}  # (sender, session) -> its ReplayWindow
-        self._rx_known: Dict[bytes, tuple] = {}  # header prefix of a data message -> (window, sender, session)
+        self.stats = node.stats
+
+        # The state the parts share; each part's docstring says what it reads and writes of it.
+        self._peers = Peers()  # node id -> peer entry, and the state lock
+        self._notices: Notices = deque()  # what on_message gets besides messages (joined/dead/left, finish)
         # Per (sender, session): its unfinished chunked message; all of them hold at most max_assembly_bytes.
         self._assembling = _Assemblies(self.max_assembly_bytes)
-        self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
-        self._hello_last: Dict[tuple, float] = {}  # per (node id, session): the newest HELLO time accepted
-        self._notices: deque = deque()
-        self._stopping = threading.Event()
-        self._halt = False  # True once stop() set _stopping (a plain attribute: cheap to test per message)
-        self._started = False
-        self._stopped = False
-        self._on_message: Optional[Callable[[str, tuple, dict], None]] = None
+        self._sleepers = Sleepers()  # threads in wait() that do not read
+        self._waker = Waker()  # the in-process wake-up of a reader blocked in recv
+        self._connector = Connector(self._key, self.bus_auth, self.hwm, self.linger)  # outgoing connections
+        self._probes = Probes(self._connector)  # seed addresses that have not answered our HELLOs
+        # The parts, each built from what it needs.
+        table, notices = self._peers, self._notices
+        self._framer = Framer(node, self._key, table, self._assembling, self.max_frame_size,
+                              self.max_message_size, self.assembly_timeout)
+        self._sender = Sender(node, table, self._framer, self.send_timeout, self.hwm, self.max_frame_size,
+                              self.max_message_size, topology)
+        self._keys = KeyCheck(node, table, self._probes, self.bus_auth, self.startup_timeout)
+        self._ending = Ending(node, table, self._sender, self._framer, self._connector, self._keys, notices,
+                              self._waker, self.peerless_timeout, self.expected_peers, self.startup_timeout)
+        self._membership = Membership(node, table, self._connector, self._assembling, notices, self._ending,
+                                      self.stop_on_peer_failure)
+        self._handshake = Handshake(node, table, self._probes, self._membership, self._framer, self._sender,
+                                    topology, self.hello_max_skew)
+        self._delivery = Delivery(node, table, self._framer, self._membership, self._handshake, self._ending,
+                                  notices, self._sleepers)
+        self._reader = Reader(node, self._framer, self._delivery, self._sleepers, self._waker)
+        self._heartbeat = Heartbeat(node, table, self._membership, self._handshake, self._sender, self._ending,
+                                    self._framer, self._delivery, self._reader, self._waker, notices,
+                                    self.heartbeat_interval, self.heartbeat_timeout, self.slow_listener_warning)
+        # Made by start().
         self._ctx: Any = None
-        self._pull: Any = None
+        self._guard: Optional[TransportGuard] = None
         self._threads: List[threading.Thread] = []
-        self._grace_from = 0.0
-        self._in_handler = False
-        self._handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
-        self._finish_seen = False  # after "__finish__" no send waits for backpressure
-        self._peer_change = threading.Condition(self._state_lock)
-        # Reading the PULL socket (see "Threads" in the module docstring): one reader at a time, the holder of
-        # _rx_token; the receiver thread steps aside while threads are in wait() and reads themselves.
-        self._rx_token = threading.Lock()
-        self._rx_owner: Optional[int] = None  # thread ident of the token holder
-        self._recv_ident: Optional[int] = None  # the receiver thread's ident
-        self._rx_lock = threading.Lock()
-        self._park = threading.Event()  # the receiver thread sleeps on it while threads in wait() read
-        self._rx_cond = threading.Condition(self._rx_lock)  # waiters not reading sleep on it
-        self._waiting = 0  # threads inside wait()
-        self._sleepers = 0  # of those, the ones asleep on _rx_cond
-        self._wait_exit = -1e9  # monotonic time the last wait() returned
-        self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
-        self._deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
-        self._rcvtimeo = -2  # the PULL socket's current RCVTIMEO (ms; -1: none)
-        self._wake_msg = secrets.token_bytes(16)  # in-process wake-up of a reader blocked in recv
-        self._waker: Any = None
-        self._waker_lock = threading.Lock()
-        self._tokens = itertools.count(secrets.randbits(32) << 20)
+
+    # ------------------------------------------------------------------ this node
+    session = _OfNode[int]()  # this incarnation (random, odd): peers tell a restarted node by it
+    address = _OfNode[Optional[str]]()  # the address announced to peers, known after start()
+    labels = _OfNode[Set[str]]()  # announced to peers (peer_info); the task runtime sets them before start()
+    roles = _OfNode[Set[str]]()  # announced to peers; read by the task runtime when task.start gets none
+
+    @property
+    def assembly_bytes(self) -> int:
+        """Bytes held now by this node's unfinished chunked messages, all together (at most
+        ``max_assembly_bytes``): the chunks received so far, whatever their heads declared."""
+        return self._assembling.held
+
+    # ------------------------------------------------------------------ peers
+    @property
+    def peers(self) -> List[int]:
+        """Ids of the connected (alive) peers."""
+        return self._peers.alive_ids()
+
+    def peer_info(self, node_id: int) -> Dict[str, Any]:
+        """What a peer announced: address, labels, roles, and whether it is alive."""
+        return self._peers.info(node_id)
+
+    def wait_for_peers(self, n: int, timeout: float) -> bool:
+        """Block until at least ``n`` peers are connected, at most ``timeout`` s (also released by stop).
+        Returns whether they are; logs the missing seeds otherwise."""
+        peers, stopping = self._peers, self._node.stopping
+        deadline = time.monotonic() + timeout
+        with peers.changed:
+            while peers.n_alive() < n and not stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                peers.changed.wait(min(left, 0.1))
+            ok = peers.n_alive() >= n
+            missing = self._probes.addresses()
+        if not ok and not stopping.is_set():
+            log.warning("node %d: only %d of %d expected peers connected after %.1f s; still waiting in the "
+                        "background for %s", self.node_id, peers.n_alive(), n, timeout, missing or "new nodes")
+        return ok
+
+    # ------------------------------------------------------------------ messages
+    def emit(self, event: str, args: tuple = (), kwargs: Optional[dict] = None, to: Optional[int] = None) -> None:
+        """Send ``event`` to every connected peer (``to=None``) or to node ``to``, exactly once each.
+
+        Blocks under backpressure (bounded by ``send_timeout``). Raises ``codec.EncodeError`` for values
+        the safe codec cannot carry. A message for a dead or unknown peer is counted and logged."""
+        if self._sender.emit(event, args, kwargs, to) and event == FINISH:
+            self._ending.spread_finish(alive_told=to is None)  # also to peers believed dead (``ending``)
+
+    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+        """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops;
+        meanwhile the calling thread reads and delivers messages itself (``Reader.wait``)."""
+        return self._reader.wait(until, timeout)
+
+    def wake(self) -> None:
+        """Make threads in ``wait`` check their condition now (``Reader.wake``)."""
+        self._reader.wake()
 
     # ------------------------------------------------------------------ set-up
-    def _new_push(self, address: str) -> Any:
-        s = self._ctx.socket(zmq.PUSH)
-        transport_auth.client(s, self._key, self.bus_auth)
-        if "[" in address:
-            s.setsockopt(zmq.IPV6, 1)
-        s.setsockopt(zmq.SNDHWM, self.hwm)
-        s.setsockopt(zmq.IMMEDIATE, 1)  # queue only on a live connection: a dead peer pushes back
-        s.setsockopt(zmq.LINGER, int(self.linger * 1000))
-        s.setsockopt(zmq.RECONNECT_IVL, 100)
-        s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        s.connect(address)
-        return s
-
-    def start(self, on_message: Callable[[str, tuple, dict], None]) -> None:
+    def start(self, on_message: OnMessage) -> None:
         """Bind, start the receiver and heartbeat threads, connect to the seeds and wait (bounded) for
         ``expected_peers`` peers."""
-        if self._started:
+        node = self._node
+        if node.started:
             raise RuntimeError("ZmqRouter.start called twice: a router serves one task run; build a new one")
-        self._started = True
-        self._started_at = time.monotonic()
-        self._on_message = on_message
-        self._ctx = zmq.Context()
-        self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, self._refused, stats=self.stats,
-                                     max_peer_bytes=self.max_peer_bytes, handshake_timeout=self.handshake_timeout,
-                                     on_cut=self._cut_connection, on_closed=self._closed_connection)
-        self._delivered = self._guard.delivered
-        self._wire_size = self._guard.wire_size()
+        node.started = True
+        node.started_at = time.monotonic()
+        self._delivery.on_message = on_message
+        self._ctx = self._connector.ctx = zmq.Context()
+        keys = self._keys
+        guard = self._guard = TransportGuard(self._ctx, self._key, self.bus_auth, keys.refused, stats=self.stats,
+                                             max_peer_bytes=self.max_peer_bytes,
+                                             handshake_timeout=self.handshake_timeout, on_cut=keys.cut_connection,
+                                             on_closed=keys.closed_connection)
         pull = self._ctx.socket(zmq.PULL)
-        self._guard.server(pull)
+        guard.server(pull)
         if "[" in self.bind_address:
             pull.setsockopt(zmq.IPV6, 1)
         # Per connection at most this many messages (each at most WIRE_MAX) wait to be read, so that a genuine
@@ -322,31 +386,30 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             pull.bind(self.bind_address)
         except zmq.ZMQError as e:
             pull.close(0)
-            self._guard.close()
+            guard.close()
             self._ctx.term()
             raise OSError(f"node {self.node_id} cannot listen on {self.bind_address}: {e} (is another node or "
                           "program using this port? choose other --ports)") from None
-        self._pull = pull
+        self._reader.attach(pull, guard.delivered, guard.wire_size())
         bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._guard.listening(bound)
+        guard.listening(bound)
         pull.bind("inproc://rlpipe-wake")  # this router's own context: the address is private to it
-        self._waker = self._ctx.socket(zmq.PUSH)
-        self._waker.setsockopt(zmq.SNDHWM, 2)
-        self._waker.setsockopt(zmq.LINGER, 0)
-        self._waker.connect("inproc://rlpipe-wake")
-        self.address = announced_address(self.advertise, bound) if self.advertise else self._announceable(bound)
+        self._waker.connect(self._ctx)
+        self.address = announced_address(self.advertise, bound) if self.advertise else _announceable(bound)
         for a in self._seeds:
             if is_local_address(a) != is_local_address(self.address) and not self.advertise:
                 log.warning("node %d listens on %s but connects to %s: the peer cannot connect back unless "
                             "this node listens on an interface it can reach (--address)", self.node_id,
                             self.address, a)
-        with self._state_lock:
+        with self._peers.lock:
             for a in self._seeds:
-                self._add_probe(a)
+                self._probes.add(a)
         log.log(logging.DEBUG if node_is_quiet() else logging.INFO,
                 "node %d listening on %s (topology %s, %d seed address(es))", self.node_id, self.address,
                 self.topology, len(self._seeds))
-        for target, name in ((self._recv_loop, "recv"), (self._monitor_loop, "heartbeat"), (self._guard_loop, "auth")):
+        stopping = node.stopping
+        for target, name in ((self._reader.run, "recv"), (self._heartbeat.run, "heartbeat"),
+                             (lambda: guard.run(stopping), "auth")):
             t = threading.Thread(target=target, name=f"rlpipe-{name}-{self.node_id}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -356,62 +419,30 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             except BaseException:  # e.g. Ctrl-C while waiting: do not leave threads and sockets behind
                 self.stop()
                 raise
-            if not ok and self._check_keys(time.monotonic()):
+            if not ok and keys.check(time.monotonic()):
                 self.stop()  # raises KeyMismatchError
-
-    def _guard_loop(self) -> None:
-        self._guard.run(self._stopping)
-
-    def _announceable(self, bound: str) -> str:
-        if bound.startswith("tcp://0.0.0.0:") or bound.startswith("tcp://[::]:"):
-            port = bound.rsplit(":", 1)[1]
-            try:
-                host = _socket.gethostbyname(_socket.gethostname())
-            except OSError:
-                host = _socket.gethostname()
-            return f"tcp://{host}:{port}"
-        return bound
 
     # ------------------------------------------------------------------ shutdown
     def stop(self) -> None:
         """Say goodbye to the peers, flush queued messages (at most ``linger`` s) and close. Idempotent."""
-        if not self._started or self._stopped:
-            self._stopped = True
+        node = self._node
+        if not node.started or node.stopped:
+            node.stopped = True
             return
-        self._stopped = True  # senders blocked under backpressure give up within 50 ms
-        bye = codec.encode(None)[0]
-        with self._state_lock:
-            peers = [p for p in self._peers.values() if p.alive]
-        deadline = time.monotonic() + self.linger
-        for p in peers:
-            try:
-                if p.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    try:
-                        if p.sock is not None:
-                            frames = self._frames(K_BYE, p.node_id, p.session, p.next_seq, bye, (), b"")
-                            self._send(p.sock, frames, max(deadline, time.monotonic() + 0.05), p,
-                                       flushing=True)
-                            p.next_seq += 1
-                    finally:
-                        p.lock.release()
-            except BackpressureTimeout:
-                pass
-        self._halt = True
-        self._stopping.set()
-        self._park.set()
-        self._send_wake()  # a reader blocked in recv returns now
-        self._notify_sleepers()
+        node.stopped = True  # senders blocked under backpressure give up within 50 ms
+        self._sender.send_bye(self.linger)
+        self._reader.halt()
+        node.stopping.set()
+        self._reader.release()
         me = threading.current_thread()
         for t in self._threads:
             if t is not me:
                 t.join(timeout=2.0)
         # Whoever reads checks the stop flag after taking the token: once we hold it, nobody touches the PULL
         # socket again (the token is never given back). A listener that calls stop() holds it already.
-        reading = self._rx_owner == me.ident or self._rx_token.acquire(timeout=2.0)
-        with self._state_lock:
-            for probe in self._probes.values():
-                probe.sock.close(0)
-            self._probes.clear()
+        reading = self._reader.take_for_good(me.ident)
+        with self._peers.lock:
+            self._probes.close_all()
             peers = list(self._peers.values())
         for p in peers:
             was_alive, p.alive = p.alive, False
@@ -424,11 +455,9 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
             finally:
                 if got:
                     p.lock.release()
-        with self._waker_lock:
-            self._waker.close(0)
-            self._waker = None
+        self._waker.close()
         if reading:
-            self._pull.close(0)
+            self._reader.close()
         else:
             log.warning("node %d: a listener of a remote event has not returned within 2 s; stopping without "
                         "waiting for it (its thread closes the socket when it returns)", self.node_id)
@@ -444,11 +473,11 @@ class ZmqRouter(Reader, Sending, Handshake, Liveness, Ending, KeyCheck, Framing,
                 os.unlink(self.bind_address[len("ipc://"):])
             except OSError:
                 pass
-        self._peer_change_notify()
+        self._peers.notify_changed()
         log.debug("node %d stopped (%s)", self.node_id,
                  ", ".join(f"{k} {v}" for k, v in self.stats.items() if v))
-        if self._key_error:
-            raise KeyMismatchError(self._key_error)
+        if self._keys.error:
+            raise KeyMismatchError(self._keys.error)
 
     def __repr__(self) -> str:
         return (f"ZmqRouter(node_id={self.node_id}, address={self.address or self.bind_address!r}, "

@@ -193,14 +193,14 @@ def test_replayed_hello_of_an_earlier_incarnation_is_refused(who_connects):
             a.start(lambda e, ar, kw: got_a.append(e))
             b1 = _router(1, attach_to=[a.address])
             b1.start(lambda *m: None)
-            captured = b1._hello_frames(token=99)  # what an eavesdropper could have recorded
+            captured = b1._handshake.hello_frames(token=99)  # what an eavesdropper could have recorded
             b1.stop()
             b2 = _router(1, attach_to=[a.address])
             b2.start(lambda e, ar, kw: got_b.append(e))
         else:
             b1 = _router(1)
             b1.start(lambda *m: None)
-            captured = b1._hello_frames(token=99)
+            captured = b1._handshake.hello_frames(token=99)
             b1.stop()
             b2 = _router(1)
             b2.start(lambda e, ar, kw: got_b.append(e))
@@ -227,8 +227,8 @@ def test_a_replayed_hello_of_a_connected_or_departed_incarnation_is_refused():
     a.start(lambda e, ar, kw: events.append((e, ar)))
     b = _router(1, attach_to=[a.address])
     sent = []
-    real = b._hello_frames
-    b._hello_frames = lambda token: sent.append(real(token)) or sent[-1]  # what an eavesdropper records
+    real = b._handshake.hello_frames
+    b._handshake.hello_frames = lambda token: sent.append(real(token)) or sent[-1]  # what an eavesdropper records
     try:
         b.start(lambda *m: None)
         assert wait_until(lambda: a.peers == [1])
@@ -258,11 +258,11 @@ def test_a_replayed_hello_does_not_revive_a_dead_incarnation():
     a.start(lambda e, ar, kw: events.append((e, ar)))
     b = _router(1, attach_to=[a.address])
     sent = []
-    real_hello, real_send = b._hello_frames, b._send_to
-    b._hello_frames = lambda token: sent.append(real_hello(token)) or sent[-1]
+    real_hello, real_send = b._handshake.hello_frames, b._sender.send_to
+    b._handshake.hello_frames = lambda token: sent.append(real_hello(token)) or sent[-1]
     silent = threading.Event()
-    b._send_to = lambda p, kind, *args, **kw: (False if silent.is_set() and kind == K_HEARTBEAT
-                                               else real_send(p, kind, *args, **kw))
+    b._sender.send_to = lambda p, kind, *args, **kw: (False if silent.is_set() and kind == K_HEARTBEAT
+                                                      else real_send(p, kind, *args, **kw))
     try:
         b.start(lambda *m: None)
         assert wait_until(lambda: a.peers == [1]) and sent
@@ -289,13 +289,13 @@ def test_hello_outside_the_clock_window_or_without_time_is_refused():
     b.address = "tcp://127.0.0.1:9"
     try:
         for shift in (-1000.0, 1000.0, None):  # an old capture, a clock far ahead, an older rlpipe
-            msg = b._announce()
+            msg = b._handshake.announce()
             if shift is None:
                 del msg["time"]
             else:
                 msg["time"] += shift
             msg["token"] = 7
-            _send_raw(a.address, b._frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b""))
+            _send_raw(a.address, b._framer.frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b""))
         assert wait_until(lambda: a.stats["stale_hello"] == 3)
         time.sleep(0.2)
         assert a.peers == [] and got == []
@@ -313,7 +313,7 @@ def test_extra_frames_are_authenticated_frame_by_frame(node):
     bufs = [b"a" * 70000, b"b" * 70000]
     meta = codec.encode(("big", (bufs[0], bufs[1]), {}))[0]
     def frames(seq, payload=bufs):
-        return sender._frames(K_DATA, r.node_id, r.session, seq, meta, payload, sender._seal(payload))
+        return sender._framer.frames(K_DATA, r.node_id, r.session, seq, meta, payload, sender._framer.seal(payload))
     good = frames(1)
     push.send_multipart([good[0], good[1], good[2][:-1] + b"c"])  # one byte changed
     push.send_multipart([good[0], good[2], good[1]])               # frames swapped

@@ -112,15 +112,15 @@ class _KeyHolder:
     def chunked(self, meta: bytes, bufs, seq: int) -> list:
         """The ZeroMQ messages (head, then chunks) of a genuine chunked message of ``meta`` and ``bufs``."""
         r = self.router
-        return r._large_messages(r._seal_large(meta, bufs), self.node.node_id, self.node.session, seq)
+        return r._framer.large_messages(r._framer.seal_large(meta, bufs), self.node.node_id, self.node.session, seq)
 
     def declared(self, sizes, chunks, seq: int) -> list:
         """A head declaring parts of ``sizes`` bytes followed by the signed ``chunks`` given (any number)."""
         nonce = os.urandom(16)
-        gmac = _AESGCM(self.router._otk_mac(nonce)).encrypt
+        gmac = _AESGCM(self.router._framer.otk_mac(nonce)).encrypt
         large = _Large(nonce + struct.pack(f"<{len(sizes)}Q", *sizes), len(sizes) - 1,
                        [(d, gmac(_gcm_nonce(i), b"", d)) for i, d in enumerate(chunks)])
-        return self.router._large_messages(large, self.node.node_id, self.node.session, seq)
+        return self.router._framer.large_messages(large, self.node.node_id, self.node.session, seq)
 
     def send(self, *messages) -> None:
         for m in messages:
@@ -128,13 +128,13 @@ class _KeyHolder:
 
     def event(self, name: str) -> None:
         """A small data message (delivered in order after everything sent before it on this connection)."""
-        self.send(self.router._frames(K_DATA, self.node.node_id, self.node.session, self.seq(),
+        self.send(self.router._framer.frames(K_DATA, self.node.node_id, self.node.session, self.seq(),
                                       codec.encode_event(name, (), {})[0], (), b""))
 
     def close(self) -> None:
         self.push.close(0)
         self.ctx.term()
-        if self.router._started:
+        if self.router._node.started:
             self.router.stop()
 
 

@@ -167,14 +167,14 @@ def test_a_replayed_frame_overtaking_the_genuine_one_is_refused_and_no_genuine_m
     push.connect(a.address)
     try:
         b.emit("m", (0,), {}, to=0)
-        assert wait_until(lambda: a._in_handler, 10)
+        assert wait_until(lambda: a._delivery.in_handler, 10)
         peer = b._peers[0]
         base = peer.next_seq
         for i in range(1, 500):
             b.emit("m", (i,), {}, to=0)
         assert peer.next_seq == base + 499  # no heartbeat in between: message i has number base + i - 1
         i = 400  # what an eavesdropper recorded on the wire, sent again before the original was read
-        copy = b._frames(K_DATA, 0, a.session, base + i - 1, codec.encode(("m", (i,), {}))[0], (), b"")
+        copy = b._framer.frames(K_DATA, 0, a.session, base + i - 1, codec.encode(("m", (i,), {}))[0], (), b"")
         push.send(copy[0])
         time.sleep(0.3)
         gate.set()

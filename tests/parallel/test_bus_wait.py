@@ -29,7 +29,7 @@ def pair():
 def _when_reading(router, ident, fn):
     """Run fn on a helper thread as soon as thread ``ident`` has become the router's reader."""
     def run():
-        if wait_until(lambda: router._rx_owner == ident):
+        if wait_until(lambda: router._reader.owner == ident):
             fn()
     t = threading.Thread(target=run)
     t.start()
@@ -98,7 +98,7 @@ def test_stop_releases_a_waiting_thread(pair):
     result = []
     t = threading.Thread(target=lambda: result.append(a.wait(lambda: False, 60)))
     t.start()
-    assert wait_until(lambda: a._rx_owner == t.ident)
+    assert wait_until(lambda: a._reader.owner == t.ident)
     a.stop()
     t.join(10)
     assert not t.is_alive() and result == [False]
