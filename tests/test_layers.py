@@ -61,3 +61,45 @@ def test_the_runtime_imports_no_other_room():
                   if is_under(a, 'pipeline.runtime') and is_under(b, 'pipeline') and not is_under(b, 'pipeline.runtime')
                   and b != 'pipeline'})
     assert bad == [], bad
+
+
+#: the most lines one class of the library may span (issue 46: a file may be longer when it is one thing read top
+#: to bottom; a class is one thing a reader holds in mind)
+MAX_CLASS_LINES = 420
+
+
+def test_no_class_is_over_about_400_lines():
+    long = []
+    for top in ('pipeline', 'middleware', 'contexts'):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if name.endswith('.py'):
+                    path = os.path.join(folder, name)
+                    with open(path) as f:
+                        tree = ast.parse(f.read())
+                    long += [f'{os.path.relpath(path, ROOT)}: {node.name} ({node.end_lineno - node.lineno + 1} lines)'
+                             for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                             and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES]
+    assert long == [], long
+
+
+def test_no_class_is_assembled_from_mixin_bases():
+    """A class owns its state in one file and holds its collaborators (issue 46): no class of the library
+    derives from a class named like a mixin, and the bus and the learner derive from nothing of their own."""
+    mixins = []
+    for top in ('pipeline', 'middleware', 'contexts'):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if name.endswith('.py'):
+                    with open(os.path.join(folder, name)) as f:
+                        tree = ast.parse(f.read())
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.ClassDef):
+                            bases = [ast.unparse(b) for b in node.bases]
+                            mixins += [f'{name}: {node.name}({b})' for b in bases if 'Mixin' in b]
+    assert mixins == [], mixins
+    from pipeline.learner import Learner
+    from pipeline.parallel.zmq_router import ZmqRouter
+    from pipeline.runtime.router import Router
+
+    assert Learner.__bases__ == (object,) and ZmqRouter.__bases__ == (Router,)

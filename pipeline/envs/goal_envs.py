@@ -24,6 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = [
+    "GoalEnv",
     "BitFlipEnv",
     "PointGoalEnv",
     "FlattenGoalObservation",
@@ -42,8 +43,11 @@ def _as_goal_array(x: Any, goal_dim: int, name: str) -> np.ndarray:
     return arr
 
 
-class _GoalEnvMixin:
-    """Shared goal-env plumbing: success threshold, termination policy and the vectorised API."""
+class GoalEnv(gym.Env):
+    """A goal-conditioned env (as gymnasium-robotics' ``GoalEnv``): dict observations with ``achieved_goal`` and
+    ``desired_goal``, and the vectorised ``compute_reward`` / ``compute_terminated`` / ``compute_truncated``
+    that hindsight relabelling calls. Subclasses set ``goal_dim`` and ``terminate_on_success`` and define
+    ``_success``."""
 
     goal_dim: int
     terminate_on_success: bool
@@ -78,7 +82,7 @@ class _GoalEnvMixin:
         return np.zeros(a.shape[:-1], dtype=bool)
 
 
-class BitFlipEnv(_GoalEnvMixin, gym.Env):
+class BitFlipEnv(GoalEnv):
     """Bit flipping (Andrychowicz et al., 2017): reach a random target bit string.
 
     Args:
@@ -142,7 +146,7 @@ class BitFlipEnv(_GoalEnvMixin, gym.Env):
         return self._obs(), reward, terminated, truncated, {"is_success": success}
 
 
-class PointGoalEnv(_GoalEnvMixin, gym.Env):
+class PointGoalEnv(GoalEnv):
     """A point mass on ``[-1, 1]^2`` reaching a random goal with a continuous action.
 
     The action in ``[-1, 1]^2`` is clipped and scaled by ``max_step``; the position is clipped to the

@@ -144,7 +144,14 @@ class CallMetrics:
 
     def results(self, n_updates: int, learner: Any) -> dict:
         """The call's results (``{module_id: {...}, "__all_modules__": {...}}`` of :class:`Stats`), with the
-        learning rates and lifetime counters read from ``learner`` (committed before this is called)."""
+        learning rates and lifetime counters read from ``learner`` (committed before this is called).
+
+        Per module: ``total_loss`` (last minibatch), ``num_module_steps_trained`` (sum of minibatch rows) and
+        ``..._lifetime``, ``learning_rate``, ``gradients_norm`` (mean pre-clip global norm of the applied
+        steps), ``num_skipped_steps`` (non-finite gradients, step skipped) and ``..._lifetime``, plus scalar
+        loss-dict extras (mean over minibatches). ``__all_modules__``: ``total_loss`` (sum over modules),
+        ``num_env_steps_trained`` (per minibatch the largest module's rows) and ``..._lifetime``,
+        ``num_minibatch_updates``, ``weights_seq_no`` (+1 per call)."""
         make = Stats._make
         results: dict = {}
         total_loss_sum = 0.0

@@ -22,13 +22,17 @@ from .call_metrics import CallMetrics
 from .checkpoint import load_state_dir, save_state_dir
 from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, select_input, stack_episodes
 from .metrics import MetricsLogger
+from .modules import ModuleSet, move_modules
 from .minibatch_plan import check_loop_args, plan_batch, plan_iterators
-from .optim import LRSchedule, OptimizerFactory, default_optimizer, make_schedule, total_norm
+from .optim import LRSchedule, ModuleOptimizers, OptimizerFactory, default_optimizer, total_norm
 from .training_data import TrainingData
 
 __all__ = ["Learner", "OptimizerFactory", "LRSchedule"]
 
 _Tensor = torch.Tensor
+#: the lifetime counters saved in ``get_state`` (numbers, and module id -> number)
+_COUNTERS = ("weights_seq_no", "num_minibatch_updates_lifetime", "num_env_steps_trained_lifetime")
+_MODULE_COUNTERS = ("num_module_steps_trained_lifetime", "num_skipped_steps_lifetime")
 
 
 class Learner:
@@ -56,12 +60,9 @@ class Learner:
         seed: seeds the generator used for ``shuffle_batch_per_epoch`` (default: torch's global RNG).
         shared_batch: every module trains on the same batch (SAC's actor, critic and temperature): a batch
             that is not keyed by module ids is given to each module.
-        device: where the modules, their optimizer states and every batch live (``'cpu'``, ``'cuda'``,
-            ``'cuda:N'``, ``'auto'`` or a ``torch.device``; see :mod:`pipeline.device`). Default: the device
-            of the first module's parameters. Modules elsewhere are moved there before the optimizers are
-            made. Each ``update`` moves its input batch there once (off the CPU: pinned memory,
-            ``non_blocking``) and brings the per-row outputs (``last_outputs``, e.g. priorities) and the
-            metrics back to the host once.
+        device: where the modules, optimizer states and batches live (see :mod:`pipeline.device`; default:
+            the first module's). Each ``update`` moves its input there once and brings the per-row outputs
+            (``last_outputs``) and the metrics back to the host once.
         **config: extra settings kept in :attr:`config` for subclasses (e.g. ``discount=0.97``).
     """
 
@@ -80,56 +81,18 @@ class Learner:
         shared_batch: bool = False,
         **config: Any,
     ) -> None:
-        if isinstance(modules, nn.Module):
-            modules = {self.DEFAULT_MODULE_ID: modules}
-        if not isinstance(modules, Mapping) or not modules:
-            raise ValueError("modules must be an nn.Module or a non-empty mapping module_id -> nn.Module")
-        self.modules: Dict[str, nn.Module] = {}
-        for mid, mod in modules.items():
-            if not isinstance(mid, str):
-                raise TypeError(f"module ids are strings, got {mid!r}")
-            if not isinstance(mod, nn.Module):
-                raise TypeError(f"module {mid!r} is a {type(mod).__name__}, not an nn.Module")
-            self.modules[mid] = mod
+        #: module id -> the module it trains
+        self.modules = ModuleSet(modules, self.DEFAULT_MODULE_ID)
         #: where the modules, optimizer states and batches live (see ``device`` above; :meth:`to` moves them)
         self.device: torch.device = (resolve_device(device) if device is not None
                                      else module_device(next(iter(self.modules.values()))))
         for mod in self.modules.values():
             place_module(mod, self.device)
-        if grad_clip is not None and not (grad_clip > 0):
-            raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
-        self.grad_clip = grad_clip
         self.config: Dict[str, Any] = dict(config)
-        factory = optimizer or default_optimizer
-
-        self.optimizers: Dict[str, torch.optim.Optimizer] = {}
-        self._params: Dict[str, List[nn.Parameter]] = {}
-        for mid, mod in self.modules.items():
-            params = [p for p in mod.parameters() if p.requires_grad]
-            if not params:
-                raise ValueError(
-                    f"module {mid!r} has no trainable parameters; keep networks that are not trained "
-                    "(e.g. target networks) outside `modules`"
-                )
-            mod_lr = lr[mid] if isinstance(lr, Mapping) else lr
-            opt = factory(params, float(mod_lr))
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise TypeError(f"optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
-            self.optimizers[mid] = opt
-            self._params[mid] = [p for g in opt.param_groups for p in g["params"]]
-
-        self._schedules: Dict[str, Callable[[int], float]] = {}
-        if lr_schedule is not None:
-            per_module = isinstance(lr_schedule, Mapping)
-            for mid in self.modules:
-                spec = lr_schedule.get(mid) if per_module else lr_schedule
-                if spec is not None:
-                    self._schedules[mid] = make_schedule(spec, f"lr_schedule for {mid!r}")
-            if per_module:
-                unknown = [k for k in lr_schedule if k not in self.modules]
-                if unknown:
-                    raise ValueError(f"lr_schedule names unknown module ids {unknown}; known: {list(self.modules)}")
-            self._apply_lr_schedules(0)
+        #: each module's optimizer, parameters and lr schedule, and the gradient clipping
+        self.optim = ModuleOptimizers(self.modules, lr, optimizer or default_optimizer, lr_schedule, grad_clip)
+        self.optimizers: Dict[str, torch.optim.Optimizer] = self.optim.optimizers
+        self._params: Dict[str, List[nn.Parameter]] = self.optim.params
 
         self._generator = torch.Generator().manual_seed(seed) if seed is not None else None
         # batches move to the device (and outputs come back) only off the CPU: the CPU path is untouched
@@ -203,22 +166,9 @@ class Learner:
         The (pre-clip) norms are recorded for :meth:`apply_gradients`, which skips the
         optimizer step of a module whose norm is not finite.
         """
-        clip = self.grad_clip
-        norms = self.call_metrics.step_norms
+        norms, clip = self.call_metrics.step_norms, self.optim.clip
         for mid, params in gradients.items():
-            grads = [p.grad for p in params if p.grad is not None]
-            if not grads:
-                norms[mid] = 0.0
-                continue
-            norm = total_norm(grads)
-            norms[mid] = norm
-            if clip is not None and norm > clip and math.isfinite(norm):
-                coef = clip / (norm + 1e-6)
-                try:
-                    torch._foreach_mul_(grads, coef)
-                except (AttributeError, RuntimeError):
-                    for g in grads:
-                        g.mul_(coef)
+            norms[mid] = clip(params)
         return gradients
 
     def apply_gradients(self, gradients: Dict[str, List[nn.Parameter]]) -> None:
@@ -300,28 +250,11 @@ class Learner:
         fetcher writes to ``ctx.train_data``); the ``trainer`` middleware turns the result and
         :attr:`last_outputs` into a :class:`~pipeline.data.records.TrainOutput`.
 
-        Order: lr schedules; ``before_gradient_based_update`` once; per minibatch
-        forward -> losses -> gradients -> postprocess -> apply; ``after_gradient_based_update``
-        once; then the metrics. Minibatches:
-
-        * ``minibatch_size=None``: each epoch is one update on the whole batch.
-        * ``minibatch_size=m``: every module's minibatch has exactly ``m`` rows, taken in order
-          and wrapping around to the batch's start; the loop stops once the largest module's
-          batch has been covered ``num_epochs`` times: ``ceil(num_epochs * rows / m)`` updates.
-        * ``num_total_minibatches=k > 0``: exactly ``k`` updates, overriding ``num_epochs``.
-        * ``shuffle_batch_per_epoch=True`` (with ``m`` and more than one epoch or ``k > 0``):
-          rows are permuted along the batch axis at each wrap-around; the first pass is in order.
-        * ``data_iterators`` (with ``num_iters``): ``num_iters`` updates, each on the next batch
-          of every iterator; stops early when an iterator is exhausted.
-
-        Metrics per module: ``total_loss`` (last minibatch), ``num_module_steps_trained`` (sum
-        of minibatch rows) and ``..._lifetime``, ``learning_rate``, ``gradients_norm`` (mean
-        pre-clip global norm of the applied steps), ``num_skipped_steps`` (non-finite gradients,
-        step skipped) and ``..._lifetime``, plus scalar loss-dict extras (mean over minibatches).
-        ``__all_modules__``: ``total_loss`` (sum over modules), ``num_env_steps_trained`` (per
-        minibatch the largest module's rows) and ``..._lifetime``, ``num_minibatch_updates``,
-        ``weights_seq_no`` (+1 per call). Lifetime counters are committed before
-        ``after_gradient_based_update`` runs.
+        Order: lr schedules; ``before_gradient_based_update`` once; per minibatch forward -> losses ->
+        gradients -> postprocess -> apply; the lifetime counters; ``after_gradient_based_update`` once; then
+        the metrics. Which minibatches (``minibatch_size``, ``num_epochs``, ``num_total_minibatches``,
+        ``shuffle_batch_per_epoch``, ``data_iterators`` with ``num_iters``): :mod:`pipeline.learner.minibatch_plan`.
+        Which metrics: :meth:`CallMetrics.results <pipeline.learner.call_metrics.CallMetrics.results>`.
 
         Returns a nested dict ``{module_id: {...}, "__all_modules__": {...}}`` whose leaves are
         :class:`Stats` (use ``MetricsLogger.peek_results`` for floats), or None with
@@ -357,9 +290,9 @@ class Learner:
             )
 
         ts = normalize_timesteps(timesteps)
-        if self._schedules:
+        if self.optim.schedules:
             t = ts.get(TS_KEY)
-            self._apply_lr_schedules(self.num_env_steps_trained_lifetime if t is None else int(t))
+            self.optim.apply_schedules(self.num_env_steps_trained_lifetime if t is None else int(t))
         call = self.call_metrics
         call.reset()
         self._stop_call = False
@@ -395,23 +328,16 @@ class Learner:
         return results
 
     # ================================================================== weights and state
-    def _check_ids(self, ids: Iterable[str], what: str) -> None:
-        unknown = [m for m in ids if m not in self.modules]
-        if unknown:
-            raise ValueError(f"{what} names unknown module ids {unknown}; this learner has {list(self.modules)}")
+    @property
+    def grad_clip(self) -> Optional[float]:
+        """The global L2 norm each module's gradients are clipped to (None: no clipping)."""
+        return self.optim.grad_clip
 
     def get_weights(self, module_ids: Optional[Iterable[str]] = None, *, copy_tensors: bool = True) -> Dict[str, dict]:
         """module id -> state_dict: copies on the host (CPU) whatever the learner's device, ready to send to
         another process or node, which loads them onto its own device; with ``copy_tensors=False`` the
         modules' own tensors (on the learner's device)."""
-        ids = list(self.modules) if module_ids is None else list(module_ids)
-        self._check_ids(ids, "get_weights")
-        out = {}
-        for mid in ids:
-            sd = self.modules[mid].state_dict()
-            out[mid] = ({k: v.detach().clone() if v.device.type == "cpu" else v.detach().cpu() for k, v in sd.items()}
-                        if copy_tensors else dict(sd))
-        return out
+        return self.modules.weights(module_ids, copy_tensors)
 
     def set_weights(self, weights: Mapping, *, weights_seq_no: Optional[int] = None) -> bool:
         """Load module weights (module id -> state_dict; tensors on any device are copied onto the learner's).
@@ -422,11 +348,10 @@ class Learner:
         """
         if not isinstance(weights, Mapping):
             raise TypeError(f"weights must be a mapping module_id -> state_dict, got {type(weights).__name__}")
-        self._check_ids(weights, "set_weights")
+        self.modules.check_ids(weights, "set_weights")
         if weights_seq_no is not None and weights_seq_no < self.weights_seq_no:
             return False
-        for mid, sd in weights.items():
-            self.modules[mid].load_state_dict(sd)
+        self.modules.load(weights, "set_weights")
         if weights_seq_no is not None:
             self.weights_seq_no = int(weights_seq_no)
         return True
@@ -439,13 +364,8 @@ class Learner:
             "modules": self.get_weights(),
             "optimizers": {mid: copy.deepcopy(opt.state_dict()) if on_cpu else host_copy(opt.state_dict())
                            for mid, opt in self.optimizers.items()},
-            "counters": {
-                "weights_seq_no": self.weights_seq_no,
-                "num_minibatch_updates_lifetime": self.num_minibatch_updates_lifetime,
-                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
-                "num_module_steps_trained_lifetime": dict(self.num_module_steps_trained_lifetime),
-                "num_skipped_steps_lifetime": dict(self.num_skipped_steps_lifetime),
-            },
+            "counters": {**{key: getattr(self, key) for key in _COUNTERS},
+                         **{key: dict(getattr(self, key)) for key in _MODULE_COUNTERS}},
             "extra": self.get_extra_state() if on_cpu else host_copy(self.get_extra_state()),
         }
 
@@ -455,24 +375,16 @@ class Learner:
         they are loaded onto the learner's device."""
         if not isinstance(state, Mapping) or "modules" not in state:
             raise ValueError("set_state needs a dict from Learner.get_state() (with 'modules')")
-        self._check_ids(state["modules"], "state['modules']")
-        self._check_ids(state.get("optimizers", {}), "state['optimizers']")
-        for mid, sd in state["modules"].items():
-            self.modules[mid].load_state_dict(sd)
+        self.modules.check_ids(state["modules"], "state['modules']")
+        self.modules.check_ids(state.get("optimizers", {}), "state['optimizers']")
+        self.modules.load(state["modules"], "state['modules']")
         for mid, osd in state.get("optimizers", {}).items():
             self.optimizers[mid].load_state_dict(osd)
         c = state.get("counters", {})
-        self.weights_seq_no = int(c.get("weights_seq_no", self.weights_seq_no))
-        self.num_minibatch_updates_lifetime = int(c.get("num_minibatch_updates_lifetime",
-                                                        self.num_minibatch_updates_lifetime))
-        self.num_env_steps_trained_lifetime = int(c.get("num_env_steps_trained_lifetime",
-                                                        self.num_env_steps_trained_lifetime))
-        for mid, v in c.get("num_module_steps_trained_lifetime", {}).items():
-            if mid in self.modules:
-                self.num_module_steps_trained_lifetime[mid] = int(v)
-        for mid, v in c.get("num_skipped_steps_lifetime", {}).items():
-            if mid in self.modules:
-                self.num_skipped_steps_lifetime[mid] = int(v)
+        for key in _COUNTERS:
+            setattr(self, key, int(c.get(key, getattr(self, key))))
+        for key in _MODULE_COUNTERS:
+            getattr(self, key).update({mid: int(v) for mid, v in c.get(key, {}).items() if mid in self.modules})
         self.set_extra_state(state.get("extra") or {})
 
     def save_to_path(self, path: Union[str, os.PathLike]) -> str:
@@ -502,22 +414,7 @@ class Learner:
         if dev == self.device:
             return self
         saved = {mid: opt.state_dict() for mid, opt in self.optimizers.items()}
-        mods: Dict[int, nn.Module] = {}
-        for m in [*self.modules.values(), *vars(self).values()]:
-            if isinstance(m, nn.Module):
-                mods.setdefault(id(m), m)
-        renamed: Dict[int, nn.Parameter] = {}
-        for m in mods.values():
-            before = list(m.parameters())
-            m.to(dev)
-            for old, new in zip(before, m.parameters()):
-                renamed[id(old)] = new  # a move may make new Parameter objects (e.g. to 'meta')
-        for mid, opt in self.optimizers.items():
-            for group in opt.param_groups:
-                group["params"] = [renamed.get(id(p), p) for p in group["params"]]
-            opt.state.clear()
-            opt.load_state_dict(saved[mid])  # casts the state onto the parameters' new device
-            self._params[mid] = [p for g in opt.param_groups for p in g["params"]]
+        self.optim.moved(move_modules([*self.modules.values(), *vars(self).values()], dev), saved)
         self.device = dev
         self._batch_device = None if dev.type == "cpu" else dev
         self._device_moved()
@@ -552,9 +449,3 @@ class Learner:
         self.apply_gradients(grads)
         call.minibatch_done(losses, rows, env_rows)
         return None
-
-    def _apply_lr_schedules(self, t: int) -> None:
-        for mid, sched in self._schedules.items():
-            lr = float(sched(t))
-            for g in self.optimizers[mid].param_groups:
-                g["lr"] = lr

@@ -4,6 +4,8 @@
 * ``minibatch_size=m``: every module's minibatch has exactly ``m`` rows, taken in order and wrapping
   around to the batch's start; ``ceil(num_epochs * largest_rows / m)`` updates.
 * ``num_total_minibatches=k > 0``: exactly ``k`` updates, overriding ``num_epochs``.
+* ``shuffle_batch_per_epoch=True`` (with ``m`` and more than one epoch or ``k > 0``): rows are permuted
+  along the batch axis at each wrap-around; the first pass is in order.
 * ``data_iterators`` (with ``num_iters``): up to ``num_iters`` updates, each on the next batch of
   every iterator; the plan ends early when an iterator is exhausted.
 

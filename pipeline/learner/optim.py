@@ -1,14 +1,18 @@
-"""Optimizers, learning-rate schedules and gradient norms used by `Learner`."""
+"""Optimizers, learning-rate schedules and gradient norms used by `Learner`, and :class:`ModuleOptimizers`, the
+learner's per-module optimizers."""
 
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Dict, Iterable, List, Sequence, Union
+import math
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
-__all__ = ["OptimizerFactory", "LRSchedule", "default_optimizer", "kernel_kwargs", "make_schedule", "total_norm"]
+__all__ = ["OptimizerFactory", "LRSchedule", "default_optimizer", "kernel_kwargs", "make_schedule", "total_norm",
+           "ModuleOptimizers"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
 LRSchedule = Union[Sequence[Sequence[float]], Callable[[int], float]]
@@ -76,3 +80,76 @@ def total_norm(grads: List[torch.Tensor]) -> float:
     except (AttributeError, RuntimeError):
         norms = [torch.linalg.vector_norm(g) for g in grads]
     return float(torch.linalg.vector_norm(torch.stack(norms)))
+
+
+class ModuleOptimizers:
+    """Each trained module's optimizer, its parameters and its learning-rate schedule (one of a
+    :class:`~pipeline.learner.Learner`'s collaborators): built from a factory and per-module learning rates,
+    it clips and steps one module's gradients (:meth:`clip`, :meth:`step`), sets the learning rates of a
+    timestep (:meth:`apply_schedules`) and re-points the optimizers at moved parameters (:meth:`moved`)."""
+
+    def __init__(self, modules: Dict[str, nn.Module], lr: Union[float, Mapping[str, float]],
+                 factory: OptimizerFactory, lr_schedule: Union[None, LRSchedule, Mapping[str, LRSchedule]],
+                 grad_clip: Optional[float]) -> None:
+        if grad_clip is not None and not (grad_clip > 0):
+            raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
+        self.grad_clip = grad_clip
+        self.optimizers: Dict[str, torch.optim.Optimizer] = {}
+        self.params: Dict[str, List[nn.Parameter]] = {}
+        for mid, mod in modules.items():
+            params = [p for p in mod.parameters() if p.requires_grad]
+            if not params:
+                raise ValueError(
+                    f"module {mid!r} has no trainable parameters; keep networks that are not trained "
+                    "(e.g. target networks) outside `modules`"
+                )
+            opt = factory(params, float(lr[mid] if isinstance(lr, Mapping) else lr))
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise TypeError(f"optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
+            self.optimizers[mid] = opt
+            self.params[mid] = [p for g in opt.param_groups for p in g["params"]]
+        self.schedules: Dict[str, Callable[[int], float]] = {}
+        if lr_schedule is not None:
+            per_module = isinstance(lr_schedule, Mapping)
+            for mid in modules:
+                spec = lr_schedule.get(mid) if isinstance(lr_schedule, Mapping) else lr_schedule
+                if spec is not None:
+                    self.schedules[mid] = make_schedule(spec, f"lr_schedule for {mid!r}")
+            if per_module:
+                unknown = [k for k in lr_schedule if k not in modules]  # type: ignore[union-attr]
+                if unknown:
+                    raise ValueError(f"lr_schedule names unknown module ids {unknown}; known: {list(modules)}")
+            self.apply_schedules(0)
+
+    def apply_schedules(self, t: int) -> None:
+        """Set each scheduled module's learning rate to its schedule's value at timestep ``t``."""
+        for mid, sched in self.schedules.items():
+            lr = float(sched(t))
+            for g in self.optimizers[mid].param_groups:
+                g["lr"] = lr
+
+    def clip(self, params: List[nn.Parameter]) -> float:
+        """The global norm of ``params``' gradients (before clipping), clipped to ``grad_clip`` when finite."""
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return 0.0
+        norm = total_norm(grads)
+        clip = self.grad_clip
+        if clip is not None and norm > clip and math.isfinite(norm):
+            coef = clip / (norm + 1e-6)
+            try:
+                torch._foreach_mul_(grads, coef)
+            except (AttributeError, RuntimeError):
+                for g in grads:
+                    g.mul_(coef)
+        return norm
+
+    def moved(self, renamed: Dict[int, nn.Parameter], saved: Dict[str, Dict[str, Any]]) -> None:
+        """After the modules moved: point each optimizer at the moved parameters (``renamed``: id of the old
+        parameter -> the new one) and load its ``saved`` state onto their device."""
+        for mid, opt in self.optimizers.items():
+            for group in opt.param_groups:
+                group["params"] = [renamed.get(id(p), p) for p in group["params"]]
+            opt.state.clear()
+            opt.load_state_dict(saved[mid])  # casts the state onto the parameters' new device
+            self.params[mid] = [p for g in opt.param_groups for p in g["params"]]

@@ -82,14 +82,6 @@ def test_no_import_cycle_in_pipeline_envs():
     assert graph['env_manager'] and not graph['errors']  # the graph was read
 
 
-@pytest.mark.parametrize('sub', ['envs', 'parallel'])
-def test_no_module_over_450_lines(sub):
-    folder = os.path.join(PKG, sub)
-    long = {f: n for f in os.listdir(folder) if f.endswith('.py')
-            for n in [sum(1 for _ in open(os.path.join(folder, f)))] if n > 450}
-    assert not long, f'pipeline/{sub} modules over 450 lines: {long}'
-
-
 def test_public_names_stay_importable_where_they_were():
     import pipeline.envs as envs
     import pipeline.envs.env_manager as env_manager

@@ -46,7 +46,7 @@ def effective(policy):
                                                    for g in o.param_groups])
                           for mid, o in learner.optimizers.items()},
            'schedules': {name: [float(fn(t)) for t in (0, 1_000, 60_000)] for name, fn in
-                         [*learner._schedules.items(),
+                         [*learner.optim.schedules.items(),
                           *[(k, v) for k, v in vars(learner).items() if k.endswith('_schedule') and callable(v)]]}}
     out['weights'] = {name: {k: v.tolist() for k, v in net.state_dict().items()}
                       for name, net in policy.networks().items()}
