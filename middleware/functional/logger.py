@@ -6,6 +6,7 @@ import math
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping as MappingABC
 from typing import Any, Callable, Dict, Optional
 
@@ -15,7 +16,7 @@ from contexts import RLContext
 from pipeline.runtime.node import node_is_quiet, node_label
 from pipeline.runtime.roles import for_all_roles
 
-__all__ = ['online_logger', 'scalar_means', 'ProgressDisplay']
+__all__ = ['online_logger', 'scalar_means', 'ProgressDisplay', 'UpdateRate', 'PROGRESS_TAGS', 'RETURN_WINDOW']
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,50 @@ _BAR_STOPPED = '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix
 
 #: plain progress lines show a rate (and the time left) only once this many seconds have passed
 MIN_RATE_SECONDS = 1.0
+
+#: ``return`` on the progress line: the mean return of this many most recent training episodes
+RETURN_WINDOW = 10
+
+#: The numbers the progress line shows after its counters, by name; TensorBoard has each as ``progress/<name>``:
+#: ``return`` (mean return of the last RETURN_WINDOW training episodes, exploration included), ``updates/s``
+#: (train iterations per wall second over the last UpdateRate.window seconds), ``eval`` (mean return of the
+#: last evaluation), ``loss`` (mean ``total_loss`` since the last TensorBoard write).
+PROGRESS_TAGS = ('return', 'updates/s', 'eval', 'loss')
+
+
+class UpdateRate:
+    """Train iterations per wall second over the last ``window`` seconds (None until ``min_seconds`` have
+    passed since the first sample): a rate that follows a run that speeds up or slows down, unlike the
+    mean since the start."""
+
+    def __init__(self, window: float = 10.0, min_seconds: float = MIN_RATE_SECONDS,
+                 clock: Optional[Callable[[], float]] = None) -> None:
+        self.window = window
+        self.min_seconds = min_seconds
+        self.clock = clock or (lambda: time.monotonic())  # looked up at each call: tests replace the clock
+        self._samples: deque = deque()  # (time, train_iter), at least 0.1 s apart
+
+    def update(self, train_iter: int) -> Optional[float]:
+        """Record ``train_iter`` now; return the current rate (or None)."""
+        now = self.clock()
+        s = self._samples
+        if not s or now - s[-1][0] >= 0.1:
+            s.append((now, int(train_iter)))
+        else:
+            s[-1] = (s[-1][0], int(train_iter))  # within 0.1 s: the newest count at the last sample's time
+        while len(s) > 2 and now - s[1][0] >= self.window:
+            s.popleft()
+        return self.rate(now)
+
+    def rate(self, now: Optional[float] = None) -> Optional[float]:
+        s = self._samples
+        if not s:
+            return None
+        now = self.clock() if now is None else now
+        dt = now - s[0][0]
+        if dt < self.min_seconds:
+            return None
+        return max(0, s[-1][1] - s[0][1]) / dt
 
 
 class ProgressDisplay:
@@ -157,12 +202,18 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     ``train/<name>`` at most once per ``train_show_freq`` train iterations (means since the
     last write), eval scalars ``eval/episode_return_mean|std|max|min`` whenever an evaluation ran,
     and collect episode returns. TensorBoard is imported on the first write; when it is not
-    installed scalars are skipped with one warning. The progress line (env steps, train iters,
-    last eval, loss) is a :class:`ProgressDisplay`: a tqdm bar on a terminal, with the rate and,
-    given ``total_env_step`` (the run's budget), the time left to that budget (labelled so: a run that
-    stops on an evaluation target ends earlier; the bar left at the end then shows none); plain lines
-    every ``progress_interval`` seconds otherwise. In a multi-node run it names the node and its roles; a node
-    that shares ``rlpipe run``'s console with the learner (:func:`pipeline.runtime.node.node_is_quiet`) shows none.
+    installed scalars are skipped with one warning.
+
+    The progress line is a :class:`ProgressDisplay`: a tqdm bar on a terminal, with the rate and, given
+    ``total_env_step`` (the run's budget), the time left to that budget (labelled so: a run that stops on
+    an evaluation target ends earlier; the bar left at the end then shows none); plain lines every
+    ``progress_interval`` seconds otherwise. After its counters (``train_iter``, ``episodes``) it shows
+    ``return`` (mean of the last :data:`RETURN_WINDOW` training episodes), ``updates/s`` (train iterations
+    per wall second over the last 10 s), ``eval`` (the last evaluation's mean return) and ``loss``; each is
+    also a TensorBoard scalar under the same name, ``progress/<name>`` (:data:`PROGRESS_TAGS`): ``return``
+    when training episodes finish, ``eval`` after each evaluation, ``updates/s`` and ``loss`` with the train
+    scalars. In a multi-node run the line names the node and its roles; a node that shares ``rlpipe run``'s
+    console with the learner (:func:`pipeline.runtime.node.node_is_quiet`) shows none.
     Not role-gated: every node logs what it has.
     """
     quiet = node_is_quiet()
@@ -171,7 +222,8 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     stream = stream if stream is not None else sys.stderr
     state: Dict[str, Any] = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
                              'acc': {}, 'acc_n': {}, 'last_print': 0.0, 'last_loss': None, 'last_eval': None,
-                             't0': None, 'display': None}
+                             't0': None, 'display': None, 'returns': deque(maxlen=RETURN_WINDOW),
+                             'rate': UpdateRate(), 'ups': None}
 
     def writer() -> Any:
         if state['writer'] is None and not state['tb_failed']:
@@ -188,6 +240,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
         if state['t0'] is None:
             state['t0'] = now
         x = ctx.train_iter if record_train_iter else ctx.env_step
+        state['ups'] = state['rate'].update(ctx.train_iter)
         to = ctx.train_output
         if to:
             for k, v in scalar_means(to).items():
@@ -201,14 +254,20 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                 if w is not None:
                     for k, s in state['acc'].items():
                         w.add_scalar(f'train/{k}', s / state['acc_n'][k], x)
+                    if state['last_loss'] is not None:
+                        w.add_scalar('progress/loss', state['last_loss'], x)
+                    if state['ups'] is not None:
+                        w.add_scalar('progress/updates/s', state['ups'], x)
                 state['acc'], state['acc_n'] = {}, {}
                 state['last_train_write'] = ctx.train_iter
         info = ctx.info_for_logging
         if info and info.get('collect_episode_return'):
             rets = info['collect_episode_return']
+            state['returns'].extend(float(r) for r in rets)
             w = writer()
             if w is not None:
                 w.add_scalar('collect/episode_return_mean', sum(rets) / len(rets), x)
+                w.add_scalar('progress/return', sum(state['returns']) / len(state['returns']), x)
         if info and info.get('collect_score'):
             w = writer()
             if w is not None:
@@ -219,6 +278,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
             w = writer()
             if w is not None:
                 w.add_scalar('eval/episode_return_mean', ev, x)
+                w.add_scalar('progress/eval', ev, x)
                 eo = getattr(ctx, 'eval_output', None)
                 if isinstance(eo, MappingABC) and eo.get('episode_return') is not None:
                     r = eo['episode_return']
@@ -232,8 +292,12 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                 disp = state['display'] = ProgressDisplay(stream, total_env_step, node_label(), progress_interval,
                                                           use_tqdm)
             parts = [f'train_iter {ctx.train_iter}', f'episodes {getattr(ctx, "env_episode", 0)}']
+            if state['returns']:
+                parts.append(f'return {sum(state["returns"]) / len(state["returns"]):.1f}')
+            if state['ups'] is not None:
+                parts.append(f'updates/s {state["ups"]:.0f}')
             if state['last_eval'] is not None:
-                parts.append(f'last eval {state["last_eval"]:.1f}')
+                parts.append(f'eval {state["last_eval"]:.1f}')
             if state['last_loss'] is not None:
                 parts.append(f'loss {state["last_loss"]:.4f}')
             disp.update(int(ctx.env_step), ' | '.join(parts))
