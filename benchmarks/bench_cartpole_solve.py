@@ -11,9 +11,10 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-The measured table (seeds 0-4) is in docs/benchmarks.md; this script
-prints it in the same format. ``--set KEY=VALUE`` (repeatable) passes a config override to the example,
-e.g. ``--set policy.learn.learning_rate=0.002``, to measure another setting the same way.
+The measured table (seeds 0-9) is in docs/benchmarks.md; this script
+prints each seed's training + evaluation env steps, wall and CPU time. ``--set KEY=VALUE`` (repeatable)
+passes a config override to the example, e.g. ``--set policy.learn.learning_rate=0.002``, to measure another
+setting the same way.
 """
 from __future__ import annotations
 

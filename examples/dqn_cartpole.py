@@ -9,7 +9,7 @@ Each run writes to its own folder ``./cartpole_dqn/<n>/`` (``config.json``, ``ck
 ``tensorboard --logdir cartpole_dqn``). It stops by itself when solved (or after --max-env-step env
 steps). Ctrl-C saves ``final.pth.tar`` (with the replay buffer) and prints the command to resume.
 
-Env steps and time to solve for seeds 0-4, next to Stable-Baselines3 (``python
+Env steps (training and evaluation) and time to solve for seeds 0-9 (``python
 benchmarks/bench_cartpole_solve.py``): docs/benchmarks.md.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pipeline import task
 from pipeline.runtime.roles import Role, for_roles
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult', 'episode_return_bound',
-           'STEP_REWARD_BOUNDS']
+           'episode_step_limit', 'STEP_REWARD_BOUNDS']
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,25 @@ def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -
     return float(max_episode_steps) * per_step if max_episode_steps else None
 
 
+def episode_step_limit(env_id: Any, max_episode_steps: Optional[int] = None) -> Optional[int]:
+    """The most steps one episode of ``env_id`` can take: ``max_episode_steps`` when given, else the time
+    limit of the env's gymnasium registration (500 for CartPole-v1); None when neither is known (an env
+    id that is not a registered str, or a registration without a time limit)."""
+    if max_episode_steps:
+        return int(max_episode_steps)
+    if not isinstance(env_id, str):
+        return None
+    import gymnasium as gym  # lazy: `import middleware` loads no gymnasium
+    try:
+        limit = gym.spec(env_id).max_episode_steps
+    except Exception:  # not registered (or its module is not importable): unknown
+        return None
+    return int(limit) if limit else None
+
+
 def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000,
-                      target_mean: Optional[float] = None, max_episode_return: Optional[float] = None
-                      ) -> EvalResult:
+                      target_mean: Optional[float] = None, max_episode_return: Optional[float] = None,
+                      min_running_mean: Optional[float] = None) -> EvalResult:
     """Run ``n_episode`` fresh episodes (fewer when stopped early) and say what it cost.
 
     Episodes are shared out evenly over ``env``'s envs (env ``i`` runs ``n//m`` or ``n//m + 1``
@@ -67,7 +83,9 @@ def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     ``forward(obs [k, ...]) -> actions [k]``. With ``target_mean`` and ``max_episode_return``
     (the highest return one episode can have, e.g. the time limit for a +1-per-step reward), the
     run stops as soon as the mean over all ``n_episode`` episodes can no longer reach
-    ``target_mean`` even if every unfinished episode got ``max_episode_return``. Raises
+    ``target_mean`` even if every unfinished episode got ``max_episode_return``. With
+    ``min_running_mean`` it stops as soon as the mean of the episodes finished so far is below that (a
+    stricter stop: the mean of the finished episodes of a stopped run is then below it too). Raises
     ``RuntimeError`` if ``max_env_steps`` env steps pass without finishing (an env without a
     time limit).
     """
@@ -96,8 +114,9 @@ def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
                     lengths.append(ep.length)
                     quota[ep.env_id] -= 1
             active = np.flatnonzero(quota > 0)
-            if early_stop and len(active) and \
-                    sum(returns) + (n_episode - len(returns)) * float(max_episode_return) < need:
+            below = min_running_mean is not None and sum(returns) < min_running_mean * len(returns)
+            if len(active) and (below or early_stop and
+                                sum(returns) + (n_episode - len(returns)) * float(max_episode_return) < need):
                 return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64),
                                   steps, False)
         if steps > max_env_steps:
@@ -127,7 +146,9 @@ def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Union[float, str, None] = None,
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
-                          max_eval_gap: Optional[int] = None, collect_window: int = 1) -> Callable[[Any], None]:
+                          max_eval_gap: Optional[int] = None, collect_window: int = 1,
+                          eval_cost_ratio: Optional[float] = None,
+                          running_mean_stop: bool = False) -> Callable[[Any], None]:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations, over ``cfg.env.n_evaluator_episode`` episodes.
 
@@ -146,6 +167,17 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     node) returned at least that much -- a free screen that skips evaluating policies that cannot be
     good yet -- or until ``max_eval_gap`` train iterations passed since the last evaluation. With
     ``collect_window`` > 1 each of the last that many training episodes must have reached it.
+    With ``eval_cost_ratio`` (e.g. 1.0), a due evaluation after the first (the untrained policy's, on the
+    first call) also waits until the evaluation env steps so far plus its worst case -- every episode
+    running to the env's time limit (:func:`episode_step_limit` of ``cfg.env.env_id`` and
+    ``cfg.env.max_episode_steps``) -- stay below ``eval_cost_ratio`` times the training env steps since the
+    evaluator's first call (``ctx.env_step``; a resumed run counts from its resume). So whenever such an
+    evaluation has run, evaluation env steps are below ``eval_cost_ratio`` times training env steps: with
+    1.0, evaluation never costs more env steps than training. None, or an unknown time limit: no such wait.
+    With ``running_mean_stop`` (and ``cfg.env.stop_value``) an evaluation stops as soon as the mean of its
+    finished episodes is below the stop value (:func:`run_eval_episodes`' ``min_running_mean``): stricter
+    than "out of reach", so the stop value is reached only by a complete evaluation whose running mean stayed
+    at or above it after every episode, and an evaluation stopped early reports a mean below it.
 
     Reads ``ctx.train_iter``, ``ctx.last_eval_iter``, ``ctx.info_for_logging``. Writes ``ctx.eval_value`` (mean return, only
     on steps that evaluate), ``ctx.last_eval_value``, ``ctx.last_eval_iter``, ``ctx.eval_output``
@@ -154,7 +186,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     that were evaluated, when ``snapshot`` and the policy has a ``model``, so that
     ``CkptSaver`` saves exactly those) and sets ``task.finish`` when the mean return reaches
     ``cfg.env.stop_value`` after some training (``ctx.train_iter > 0``). ``fn.env_steps`` counts the
-    env steps of all evaluations so far. Role: EVALUATOR.
+    env steps of all evaluations so far (``fn.evaluations`` the evaluations). Role: EVALUATOR.
     """
     eval_freq = int(cfg['policy']['eval']['evaluator']['eval_freq'])
     if isinstance(max_episode_return, str):
@@ -169,8 +201,20 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
     if collect_window < 1:
         raise ValueError(f'collect_window must be >= 1, got {collect_window}')
     recent: deque = deque(maxlen=collect_window)
+    worst_cost: Optional[int] = None
+    if eval_cost_ratio is not None:
+        if not eval_cost_ratio > 0:
+            raise ValueError(f'eval_cost_ratio must be > 0, got {eval_cost_ratio!r}')
+        limit = episode_step_limit(cfg['env'].get('env_id'), cfg['env'].get('max_episode_steps'))
+        if limit is None:
+            log.warning('interaction_evaluator: the env\'s time limit is unknown (env.max_episode_steps), so '
+                        'evaluations do not wait for eval_cost_ratio')
+        else:
+            worst_cost = n_episode * limit
+    start: Dict[str, int] = {}  # the env step of the first call: training env steps count from there
 
     def _evaluate(ctx: RLContext) -> None:
+        start.setdefault('env_step', int(getattr(ctx, 'env_step', 0)))
         if min_collect_return is not None:
             rets = ctx.info_for_logging.get('collect_episode_return') if ctx.info_for_logging else None
             if rets:
@@ -184,9 +228,15 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
             if not screened and \
                     (max_eval_gap is None or gap < max_eval_gap):
                 return
+            if worst_cost is not None:
+                trained = int(getattr(ctx, 'env_step', 0)) - start['env_step']
+                if _evaluate.env_steps + worst_cost >= eval_cost_ratio * trained:
+                    return
         res = run_eval_episodes(policy, env, n_episode, target_mean=stop_value,
-                                max_episode_return=max_episode_return)
+                                max_episode_return=max_episode_return,
+                                min_running_mean=stop_value if running_mean_stop else None)
         _evaluate.env_steps += res.env_steps
+        _evaluate.evaluations += 1
         returns = res.returns
         mean = float(returns.mean())
         ctx.eval_value = mean
@@ -199,8 +249,8 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
             if state is not None:
                 ctx.eval_output['model_state'] = state
         stop = res.complete and stop_value is not None and mean >= stop_value and ctx.train_iter > 0
-        partial = '' if res.complete else f' (stopped after {len(returns)} of {n_episode} episodes: ' \
-                                          f'{stop_value} out of reach)'
+        why = f'mean below {stop_value}' if running_mean_stop else f'{stop_value} out of reach'
+        partial = '' if res.complete else f' (stopped after {len(returns)} of {n_episode} episodes: {why})'
         log.info('eval at train iter %d, env step %d: mean return %.2f (std %.2f, min %.1f, max %.1f)%s%s',
                  ctx.train_iter, getattr(ctx, 'env_step', 0), mean, float(returns.std()), float(returns.min()),
                  float(returns.max()), partial, f' >= stop value {stop_value}: finishing' if stop else '')
@@ -208,4 +258,5 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
             task.finish = True
 
     _evaluate.env_steps = 0  # type: ignore[attr-defined]
+    _evaluate.evaluations = 0  # type: ignore[attr-defined]
     return _evaluate
