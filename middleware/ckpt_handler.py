@@ -55,7 +55,9 @@ class CkptSaver:
     ``resume_from=<path>`` is checked at once (``CheckpointError`` for a bad file) and loaded into
     the policy; call :meth:`restore` on the first context (the examples do) so counters, eps
     schedule, evaluation and save frequencies continue from there and the run does not start by
-    evaluating; otherwise the counters are set on the first call.
+    evaluating; otherwise the counters are set on the first call. A checkpoint in this saver's own
+    ``ckpt/`` folder (a run that continues itself) also keeps its best evaluation: ``eval.pth.tar`` is
+    replaced only by a better one; from elsewhere, ``eval.pth.tar`` holds the best evaluation of this run.
 
     Reads ``ctx.train_iter``, ``ctx.eval_value``, ``ctx.eval_output``, counters. Writes the counters
     once on resume (not declared as data flow: :meth:`restore` normally sets them before the first
@@ -97,7 +99,10 @@ class CkptSaver:
             state = load_checkpoint(resume_from, policy)
             self._counters = dict(state.get('counters', {}))
             extra = state.get('extra', {})
-            self.best_eval = float(extra.get('best_eval', -math.inf))
+            if os.path.dirname(os.path.abspath(resume_from)) == os.path.abspath(self.dir):
+                self.best_eval = float(extra.get('best_eval', -math.inf))
+            else:  # a checkpoint from elsewhere: eval.pth.tar here holds the best evaluation of this folder's run
+                log.info('%s is not in %s: the best evaluation saved here is this run\'s', resume_from, self.dir)
             self._resume_modules(resume_from, state.get('modules', {}))
             self._resume_buffer(resume_from)
 

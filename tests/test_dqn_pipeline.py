@@ -115,15 +115,16 @@ def test_example_script_runs_prints_paths_and_resumes(tmp_path, capsys, caplog, 
     with caplog.at_level(logging.INFO):
         rc = mod.main(['--max-env-step', '240', '--resume', str(final)] + small)
     out = capsys.readouterr().out
-    run2 = tmp_path / 'cartpole_dqn' / '2'
-    assert f'run folder: {run2}' in out and (run1 / 'ckpt' / 'final.pth.tar').is_file()  # run 1 is untouched
+    # the resumed run continues run 1's folder (issue 48): no second run folder
+    assert f'run folder: {run1} (continued from ckpt/final.pth.tar)' in out
+    assert not (tmp_path / 'cartpole_dqn' / '2').exists()
     # counters continue from 160 env steps / it1 iters, and the replay buffer was restored, so every one of
     # the 20 steps (80 env steps, 4 per step) trains its 4 rounds at once
     it2 = int(re.search(r'after 240 training \+ \d+ evaluation env steps, (\d+) train iters', out).group(1))
     assert it2 == it1 + 80
     assert not [r for r in caplog.records if r.getMessage().startswith('eval at')]  # no evaluation at resume
-    assert torch.load(run2 / 'ckpt' / 'final.pth.tar', weights_only=True)['counters']['env_step'] == 240
+    assert torch.load(run1 / 'ckpt' / 'final.pth.tar', weights_only=True)['counters']['env_step'] == 240
     with pytest.raises(SystemExit, match='batchsize') as e:  # one line on stderr, exit status 2
         mod.main(['--set', 'policy.learn.batchsize=16'])
     assert e.value.code == 2
-    assert not (tmp_path / 'cartpole_dqn' / '3').exists()  # a config error leaves no empty run folder
+    assert not (tmp_path / 'cartpole_dqn' / '2').exists()  # a config error leaves no empty run folder

@@ -43,14 +43,16 @@ def test_learner_node_finds_the_evaluators_checkpoint_and_prints_a_runnable_play
     assert cmd[2:] == ['--play', best, '--render']
 
 
-def test_missing_checkpoints_print_none_and_no_play_command(tmp_path, capsys):
+def test_missing_checkpoints_are_said_plainly_and_no_play_command(tmp_path, capsys):
     run = RunInfo(str(tmp_path / 'run'), {})
     ckpt = _ckpt(run.dir, set())
     with task.start():
         pass
     run.print_paths(ckpt, 'examples/dqn_cartpole.py')
     out = capsys.readouterr().out
-    assert 'best evaluated policy: None' in out and 'final (for --resume):  None' in out
+    assert 'None' not in out  # issue 48: never "best evaluated policy: None"
+    assert 'best evaluated policy: none yet (no evaluation in this run folder so far)' in out
+    assert 'final (for --resume):  not written' in out
     assert 'watch it' not in out
 
 

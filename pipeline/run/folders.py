@@ -1,5 +1,6 @@
-"""Run folders: ``<exp>/<n>/`` numbered per experiment, shared by the nodes of one launch, and the checkpoint
-paths ``--resume`` / ``--play`` name. Imports neither torch nor gymnasium."""
+"""Run folders: ``<exp>/<n>/`` numbered per experiment, shared by the nodes of one launch, the checkpoint
+paths ``--resume`` / ``--play`` name, and the run folder a resumed run continues. Imports neither torch nor
+gymnasium."""
 from __future__ import annotations
 
 import fcntl
@@ -8,7 +9,7 @@ from typing import Optional
 
 from ..runtime.node import LAUNCH_ID_ENV
 
-__all__ = ['new_run_dir', 'check_checkpoint_path']
+__all__ = ['new_run_dir', 'check_checkpoint_path', 'run_folder_of', 'mark_launch']
 
 
 def new_run_dir(exp_name: str, root: Optional[str] = None, launch_id: Optional[str] = None) -> str:
@@ -60,3 +61,24 @@ def check_checkpoint_path(path: str) -> str:
     if os.path.getsize(full) == 0:
         raise SystemExit(f'error: {path!r} is empty: not a checkpoint')
     return full
+
+
+def run_folder_of(ckpt_path: str) -> Optional[str]:
+    """The run folder ``<exp>/<n>`` that holds ``ckpt_path`` when it is ``<exp>/<n>/ckpt/<file>`` and ``<exp>/<n>``
+    is a run folder (it has the ``config.json`` every run writes); None for a checkpoint from anywhere else (an
+    agent's file, a copy): a run resumed from it writes a new run folder."""
+    full = os.path.abspath(os.path.expanduser(ckpt_path))
+    ckpt_dir = os.path.dirname(full)
+    run_dir = os.path.dirname(ckpt_dir)
+    if os.path.basename(ckpt_dir) != 'ckpt' or not os.path.isfile(os.path.join(run_dir, 'config.json')):
+        return None
+    return run_dir
+
+
+def mark_launch(run_dir: str, launch_id: Optional[str] = None) -> None:
+    """Mark ``run_dir`` as the folder of the launch ``launch_id`` (default ``$RLPIPE_LAUNCH_ID``; nothing outside a
+    launch), so that :func:`new_run_dir` finds it for a node of that launch that starts or restarts later."""
+    launch_id = launch_id if launch_id is not None else os.environ.get(LAUNCH_ID_ENV)
+    if launch_id:
+        with open(os.path.join(run_dir, '.launch_id'), 'w') as f:
+            f.write(launch_id)

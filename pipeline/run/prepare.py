@@ -28,7 +28,7 @@ from ..runtime import Role, task
 from ..runtime.node import RESTARTS_ENV
 from .console import node_print
 from .flags import device_overrides
-from .folders import check_checkpoint_path, new_run_dir
+from .folders import check_checkpoint_path, mark_launch, new_run_dir, run_folder_of
 from .precheck import list_config, precheck_config, usage_error
 from .resume import restart_resume
 
@@ -125,7 +125,8 @@ class RunInfo:
         self.dir = None
 
     def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
-        """Write the resolved config (and the command line) to ``<run dir>/config.json``."""
+        """Write the resolved config (and the command line) to ``<run dir>/config.json``. A resumed run that
+        continues its run folder keeps the run's first record there and appends its own to ``resumes``."""
         self.create_dir()
         assert self.dir is not None
         path = os.path.join(self.dir, 'config.json')
@@ -134,16 +135,33 @@ class RunInfo:
         doc = {'command': shlex.join([self.script or sys.argv[0], *argv]),
                'started': datetime.datetime.now().isoformat(timespec='seconds'),
                'resumed_from': self.resume, 'config': to_plain(cfg)}
+        if self.continues():
+            try:
+                with open(path) as f:
+                    first = json.load(f)
+                if isinstance(first, dict):
+                    doc = {**first, 'resumes': [*first.get('resumes', []), doc]}
+            except (OSError, ValueError):  # unreadable: this run's record replaces it
+                pass
         with open(path, 'w') as f:
             json.dump(doc, f, indent=2)
         return path
+
+    def continues(self) -> bool:
+        """True when this run resumes a checkpoint of the run folder it writes to (it continues that run)."""
+        return bool(self.resume and self.dir and run_folder_of(self.resume) == os.path.abspath(self.dir))
 
     def begin(self, cfg: Mapping[str, Any], quiet: bool = False) -> str:
         """Create the run folder, save the resolved config there and print its path (with the node's tag in a
         multi-node run, :func:`node_print`); returns it."""
         self.save_config(cfg)
         if not quiet:
-            node_print(f'run folder: {self.dir}', summary=False)
+            note = ''
+            if self.continues():
+                note = f' (continued from {os.path.relpath(self.resume, self.dir)})'
+            elif self.resume:
+                note = f' (new: {self.resume} is not in a run folder\'s ckpt/, so this run does not continue one)'
+            node_print(f'run folder: {self.dir}{note}', summary=False)
         assert self.dir is not None
         return self.dir
 
@@ -166,12 +184,15 @@ class RunInfo:
             path = ckpt.paths.get(name) or os.path.join(ckpt.dir, name)
             found[name] = path if os.path.isfile(path) else None
         best, final = found['eval.pth.tar'], found['final.pth.tar']
-        lines = [f'  best evaluated policy: {best}', f'  final (for --resume):  {final}',
+        lines = [f'  best evaluated policy: {best}' if best else
+                 '  best evaluated policy: none yet (no evaluation in this run folder so far)',
+                 f'  final (for --resume):  {final}' if final else '  final (for --resume):  not written',
                  f'  logs: tensorboard --logdir {os.path.join(str(self.dir), "log")}']
-        if best:
+        watch = best or final
+        if watch:
             rel = os.path.relpath(script)
             cmd = shlex.quote(rel if not rel.startswith("..") else os.path.abspath(script))
-            lines.append(f'  watch it: python {cmd} --play {shlex.quote(best)} --render')
+            lines.append(f'  watch it: python {cmd} --play {shlex.quote(watch)} --render')
         node_print(*lines)
 
     def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
@@ -185,7 +206,9 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
     with a one-line error. With ``policy`` (``'dqn'``, ``'ppo'``, ``'sac'``) the config is checked against
     that policy's schema, and with ``env_check`` its ``env.env_id`` against gymnasium's registry, before
     torch is imported: a problem ends the run with exit status 2 (:mod:`pipeline.run.precheck`). The run folder is made by ``RunInfo.create_dir`` / ``save_config`` (call
-    them once the config has compiled, so a config error leaves no empty folder).
+    them once the config has compiled, so a config error leaves no empty folder). ``--resume`` with a checkpoint
+    of a run folder (``<exp>/<n>/ckpt/*.pth.tar``) continues that run in its folder (``RunInfo.dir`` is it);
+    a checkpoint from anywhere else starts a new run folder.
 
     On a learner node that the launcher restarted (``rlpipe run --auto-recover`` or ``--backend ray
     --max-restarts N``; see :func:`restart_resume`) the run continues the launch's run folder and resumes from its newest learner
@@ -227,6 +250,12 @@ def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy
         else:
             logging.getLogger(__name__).warning('restart %s of this node: no checkpoint in %s yet; starting %s', n,
                                                 run_dir, f'from {resume}' if resume else 'afresh')
+    elif resume is not None and not play:
+        # a resumed run continues the run folder of its checkpoint (<exp>/<n>/ckpt/x.pth.tar -> <exp>/<n>): its
+        # checkpoints, its best evaluation, its TensorBoard log; a checkpoint from elsewhere: a new run folder
+        run_dir = run_folder_of(resume)
+        if run_dir is not None:
+            mark_launch(run_dir)  # under `rlpipe run`, a restarted node finds this folder
     global _parsed
     argv, script = getattr(args, '_argv', None), getattr(args, '_script', None)
     _parsed = (list(argv), script) if argv is not None else None

@@ -117,7 +117,7 @@ def test_sac_mujoco_smoke_resume_and_play(tmp_path):
     assert check_run_folder(r, tmp_path / 'sac')['policy']['collect']['random_collect_size'] == 256
     final = os.path.join(r['run_dir'], 'ckpt', 'final.pth.tar')
     r2 = ex.main(['--max-env-step', '350', '--resume', final, *small])   # counters, weights and buffer continue
-    assert r2['run_dir'].endswith(os.path.join('sac', '2'))
+    assert r2['run_dir'] == r['run_dir']  # the resumed run continues its run folder (issue 48)
     assert r2['env_step'] == 350 and r2['train_iter'] == 350 - 256 + 1 and r2['buffer_count'] == 350
     p = ex.main(['--play', final, '--episodes', '2', *THREADS])
     assert len(p['play_returns']) == 2 and all(abs(x) < 1000 for x in p['play_returns'])

@@ -39,15 +39,15 @@ def test_ppo_cartpole_resume_continues_and_play_runs_the_saved_policy(tmp_path, 
     out = capsys.readouterr().out
     assert 'after 1024 env steps, 4 train iters' in out  # continued from 512 / 2, not from 0
     assert any(f'resumed from {final}' in r.getMessage() for r in caplog.records)
-    assert (tmp_path / 'cartpole_ppo' / '2' / 'ckpt' / 'final.pth.tar').is_file()  # its own run folder
-    resumed = torch.load(tmp_path / 'cartpole_ppo' / '2' / 'ckpt' / 'final.pth.tar', weights_only=True)
+    assert not (tmp_path / 'cartpole_ppo' / '2').exists()  # it continues run 1 in its folder (issue 48)
+    resumed = torch.load(final, weights_only=True)
     assert resumed['policy']['learn']['counters']['num_minibatch_updates_lifetime'] == 4 * 20
 
     assert mod.main(['--play', str(best), '--episodes', '2']) == 0
     out = capsys.readouterr().out
     assert len(re.findall(r'episode \d: return [\d.]+ \(\d+ steps\)', out)) == 2
     assert 'mean return over 2 episodes' in out
-    assert sorted(os.listdir(tmp_path / 'cartpole_ppo')) == ['1', '2']  # --play makes no run folder
+    assert sorted(os.listdir(tmp_path / 'cartpole_ppo')) == ['1']  # --play makes no run folder
 
 
 def test_ppo_pendulum_play_loads_a_continuous_policy(tmp_path, monkeypatch, capsys):
