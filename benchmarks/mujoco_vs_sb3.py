@@ -270,7 +270,7 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
         'eval_wall_s': eval_wall, 'wall': r['wall'], 'cpu_s': r['cpu'],
         'curve': {'x': 'env_steps', 'y': f'mean return of {CURVE_EPISODES} deterministic episodes',
                   'points': r['curve']},
-        'rlpipe_config': r.get('config'),  # the run's compiled config (rlpipe runs)
+        'rlpipe_config': portable(r.get('config'), workdir),  # the run's compiled config (rlpipe runs)
         'versions': versions,
         'machine': run_facts.machine(load_at_start),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
@@ -282,6 +282,19 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
     print(f'{args.framework} {args.algo} {args.env} seed {args.seed}: final return {result["final_return"]:.1f} '
           f'over {episodes} episodes, {r["wall"]:.0f} s of training (CPU {r["cpu"]:.0f} s); wrote {path}', flush=True)
     return result
+
+
+def portable(record: Any, workdir: str) -> Any:
+    """``record`` with no absolute path of this machine: the repository's root is dropped from paths under it
+    (``examples/sac_mujoco.py``) and the run's temporary folder ``workdir`` becomes ``<workdir>``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    if isinstance(record, str):
+        return record.replace(workdir, '<workdir>').replace(root, '')
+    if isinstance(record, dict):
+        return {k: portable(v, workdir) for k, v in record.items()}
+    if isinstance(record, list):
+        return [portable(v, workdir) for v in record]
+    return record
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,12 +3,15 @@ import importlib.util
 import json
 import math
 import os
+import re
 
 import pytest
 
 pytestmark = pytest.mark.bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: an absolute path of a machine (issue 47: stored results are portable)
+ABSOLUTE = re.compile(r'"/|[ =]/(?:work|tmp|home|root|Users|var|opt)/')
 needs_mujoco = pytest.mark.skipif(importlib.util.find_spec('mujoco') is None,
                                   reason="mujoco not installed (pip install 'rlpipe[mujoco]')")
 needs_sb3 = pytest.mark.skipif(importlib.util.find_spec('stable_baselines3') is None,
@@ -29,6 +32,7 @@ def _check(r, algo, framework, steps):
     assert r['wall'] > 0 and r['cpu_s'] > 0 and r['versions']['torch'] != 'missing'
     xs = [p[0] for p in r['curve']['points']]
     assert xs and xs == sorted(xs) and xs[-1] <= steps
+    assert not ABSOLUTE.search(json.dumps(r)), 'a result names an absolute path of the machine that ran it'
 
 
 @pytest.mark.multiprocess
@@ -72,3 +76,20 @@ def test_bad_eval_episodes_is_one_line():
     bench = _load()
     with pytest.raises(SystemExit, match='--eval-episodes must be >= 1'):
         bench.main(['--eval-episodes', '0'])
+
+
+def test_no_stored_result_names_an_absolute_path():
+    """Issue 47: the stored results (every benchmark's JSON) name no folder of the machine that ran them; the
+    benchmark writes the repository-relative script and ``<workdir>`` for its temporary folder."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(ROOT, 'benchmarks', 'results')):
+        for name in files:
+            if name.endswith('.json'):
+                with open(os.path.join(folder, name)) as f:
+                    m = ABSOLUTE.search(f.read())
+                if m:
+                    found.append(f'{name}: ...{m.group(0)}...')
+    assert found == [], found
+    mod = _load()
+    assert mod.portable({'command': f'{ROOT}/examples/x.py --exp-name /tmp/abc/run', 'n': [1, '/tmp/abc/y']},
+                        '/tmp/abc') == {'command': 'examples/x.py --exp-name <workdir>/run', 'n': [1, '<workdir>/y']}
