@@ -43,7 +43,9 @@ class Learner:
     A loss may be a scalar tensor or a dict with ``"total_loss"`` plus extras: 0-d extras
     become metrics (mean over the call's minibatches); other tensors (e.g. per-sample
     ``"priority"``) are kept detached for the last minibatch in
-    ``learner.last_outputs[module_id][key]``.
+    ``learner.last_outputs[module_id][key]``. A loss may also be a function of no arguments that returns
+    either: it is called, and its module stepped, after the other modules' optimizers stepped on the same
+    minibatch (SAC's actor loss against the critic that just stepped).
 
     Args:
         modules: one ``nn.Module`` (id :attr:`DEFAULT_MODULE_ID`) or a mapping id -> module.
@@ -122,7 +124,8 @@ class Learner:
         return self.modules[module_id](batch)
 
     def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: Any) -> Union[_Tensor, dict]:
-        """The loss of one module: a scalar tensor or a dict with ``"total_loss"`` and extras."""
+        """The loss of one module: a scalar tensor or a dict with ``"total_loss"`` and extras (or a function of
+        no arguments returning either, computed after the other modules stepped)."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement compute_loss_for_module(module_id, batch, fwd_out) "
             "(or override compute_losses)"
@@ -136,7 +139,8 @@ class Learner:
         out = {}
         for mid, f in fwd_out.items():
             loss = self.compute_loss_for_module(mid, batch[mid], f)
-            out[mid] = loss if type(loss) is _Tensor else self.call_metrics.split_loss(mid, loss, self.last_outputs)
+            out[mid] = loss if type(loss) is _Tensor or callable(loss) else \
+                self.call_metrics.split_loss(mid, loss, self.last_outputs)
         return out
 
     def compute_gradients(self, losses: Dict[str, _Tensor]) -> Dict[str, List[nn.Parameter]]:
@@ -426,26 +430,39 @@ class Learner:
 
     def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train
-        call = self.call_metrics
         fwd_out = {mid: forward(mid, b) for mid, b in mb.items()}
         losses = self.compute_losses(mb, fwd_out)
+        later = {mid: loss for mid, loss in losses.items() if callable(loss)}
+        now = self._checked_losses({mid: loss for mid, loss in losses.items() if mid not in later})
+        if self._stop_call:  # stop_update() during the losses: this minibatch takes no step
+            for mid, loss in now.items():
+                self.call_metrics.last_loss.setdefault(mid, loss.detach())
+            return False
+        self._step(now, rows)
+        if later:  # losses computed after the other modules stepped (SAC's actor after its critic)
+            then = self._checked_losses({mid: fn() for mid, fn in later.items()})
+            self._step(then, rows)
+            now.update(then)
+        self.call_metrics.minibatch_done(now, rows, env_rows)
+        return None
+
+    def _checked_losses(self, losses: Dict[str, Any]) -> Dict[str, _Tensor]:
+        """``losses`` with each dict loss split into its ``total_loss`` (extras recorded)."""
+        call = self.call_metrics
         for mid, loss in losses.items():
             if type(loss) is not _Tensor:
                 if isinstance(loss, Mapping):
                     losses[mid] = call.split_loss(mid, loss, self.last_outputs)
                 elif not isinstance(loss, _Tensor):
                     raise TypeError(
-                        f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor "
-                        "or a dict with 'total_loss'"
+                        f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor, "
+                        "a dict with 'total_loss', or a function of no arguments returning either"
                     )
-        if self._stop_call:  # stop_update() during the losses: this minibatch takes no step
-            for mid, loss in losses.items():
-                call.last_loss.setdefault(mid, loss.detach())
-            return False
+        return losses
+
+    def _step(self, losses: Dict[str, _Tensor], rows: Dict[str, int]) -> None:
+        """Backpropagate ``losses`` and step their modules' optimizers."""
         grads = self.compute_gradients(losses)
         if self.gradient_sync is not None:
             self.gradient_sync(grads, rows)
-        grads = self.postprocess_gradients(grads)
-        self.apply_gradients(grads)
-        call.minibatch_done(losses, rows, env_rows)
-        return None
+        self.apply_gradients(self.postprocess_gradients(grads))

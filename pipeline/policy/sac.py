@@ -21,7 +21,6 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from easydict import EasyDict
 from torch import nn
 
@@ -36,7 +35,9 @@ from .model import mlp
 
 __all__ = ["SACPolicy", "SACLearner", "SACActor", "TwinQCritic", "SAC_CONFIG", "CONFIG_SCHEMA", "sac_default_config"]
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+#: added inside the log of the tanh correction, ``log(1 - tanh(u)^2 + TANH_EPS)``
+TANH_EPS = 1e-6
 
 
 CONFIG_SCHEMA = SAC_CONFIG
@@ -63,14 +64,16 @@ class SACActor(nn.Module):
         return self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised ``(action, log_prob)`` with the tanh change of variables."""
+        """Reparameterised ``(action, log_prob)`` with the tanh change of variables,
+        ``log pi(a) = log N(u) - sum log(1 - tanh(u)^2 + TANH_EPS)`` (SB3's and CleanRL's form: the epsilon
+        bounds the correction of saturated actions)."""
         mu, log_std = self(obs)
         std = log_std.exp()
-        u = mu + std * torch.randn_like(mu)
+        noise = torch.randn_like(mu)
+        u = mu + std * noise
         a = torch.tanh(u)
-        logp = (-0.5 * ((u - mu) / std).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # log(1 - tanh(u)^2) computed stably
-        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        logp = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - torch.log(1.0 - a.pow(2) + TANH_EPS).sum(-1)
         return a, logp
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -99,10 +102,11 @@ class _LogAlpha(nn.Module):
 class SACLearner(Learner):
     """SAC's learn mode: modules ``actor``, ``critic``, ``alpha``, one optimizer each.
 
-    Per update: critic loss (MSE to ``r + gamma (1 - terminated) (min Q_targ(s', a') - alpha
-    log pi(a'|s'))``), actor loss (``alpha log pi - min Q`` with the critic's weights held
-    fixed), temperature loss (``-log_alpha (log pi + target_entropy)``) when ``auto_alpha``;
-    then a soft target update with ``target_theta``. Outputs ``total_loss`` per module plus
+    Per minibatch, in SB3's order: the critic loss (MSE to ``r + gamma (1 - terminated) (min Q_targ(s', a')
+    - alpha log pi(a'|s'))``) and the temperature loss (``-log_alpha (log pi + target_entropy)``, when
+    ``auto_alpha``) step first, both with the temperature from before the step; then the actor loss
+    (``alpha log pi - min Q``, the critic's weights held fixed) is computed against the critic that just
+    stepped, and the actor steps. Then a soft target update with ``target_theta``. Outputs ``total_loss`` per module plus
     ``q_value``, ``entropy`` (``-log pi``) and ``alpha``.
     """
 
@@ -160,12 +164,17 @@ class SACLearner(Learner):
         critic_loss = per_row.mean()
 
         a, logp = self.actor.sample(obs)
-        frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
-        pq1, pq2 = torch.func.functional_call(self.critic, frozen, (obs, a))
-        actor_loss = (alpha * logp - torch.min(pq1, pq2)).mean()
+        critic = self.critic
+
+        def actor_loss() -> Dict[str, Any]:  # after the critic's step (see the class docstring)
+            frozen = {k: v.detach() for k, v in critic.named_parameters()}
+            pq1, pq2 = torch.func.functional_call(critic, frozen, (obs, a))
+            loss = (alpha * logp - torch.min(pq1, pq2)).mean()
+            return {"total_loss": loss, "entropy": -logp.detach().mean(), "alpha": alpha}
+
         out: Dict[str, Any] = {
             "critic": {"total_loss": critic_loss, "q_value": q1.detach().mean()},
-            "actor": {"total_loss": actor_loss, "entropy": -logp.detach().mean(), "alpha": alpha},
+            "actor": actor_loss,
         }
         if self.auto_alpha:
             alpha_loss = -(self.alpha_mod.log_alpha * (logp.detach() + self.target_entropy)).mean()

@@ -46,13 +46,39 @@ def test_actor_loss_does_not_reach_the_critic():
     losses = lm.compute_losses({m: b for m in lm.modules}, {})
     for p in pol.critic.parameters():
         p.grad = None
-    losses["actor"]["total_loss"].backward()
+    losses["actor"]()["total_loss"].backward()
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in pol.critic.parameters())
     assert any(p.grad is not None for p in pol.actor.parameters())
     for p in pol.actor.parameters():
         p.grad = None
     losses["critic"]["total_loss"].backward()
     assert all(p.grad is None for p in pol.actor.parameters())
+
+
+def test_actor_loss_is_taken_against_the_critic_after_its_step():
+    """SB3's order: the critic (and temperature) step, then the actor's loss is computed with the new critic."""
+    pol = make_policy()
+    lm = pol.learn_mode
+    b = batch()
+    seen = []
+    real = pol.critic.forward
+
+    def spy(obs, action):
+        seen.append([p.detach().clone() for p in pol.critic.parameters()])
+        return real(obs, action)
+
+    before = [p.detach().clone() for p in pol.critic.parameters()]
+    pol.critic.forward = spy
+    try:
+        lm.update(batch=b)
+    finally:
+        del pol.critic.forward
+    after = [p.detach().clone() for p in pol.critic.parameters()]
+    assert not all(torch.equal(x, y) for x, y in zip(before, after))
+    # the critic is called twice in the step: its own loss (old weights), then the actor's (new weights)
+    assert len(seen) == 2
+    assert all(torch.equal(x, y) for x, y in zip(seen[0], before))
+    assert all(torch.equal(x, y) for x, y in zip(seen[1], after))
 
 
 def test_modes_shapes_and_random_warmup():

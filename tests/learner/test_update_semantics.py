@@ -177,3 +177,44 @@ def test_nested_dict_batch_slices_every_leaf():
     b["sub"] = {"j": torch.arange(5) + 10}
     lrn.update(b, minibatch_size=3, num_epochs=1)
     assert lrn.seen["inner"] == [[10, 11, 12], [13, 14, 10]]
+
+
+class _LaterLoss(RecordingLearner):
+    """Module 'q' returns a function: its loss is computed after 'p' stepped, and reads p's weights then."""
+
+    def __init__(self, **kw):
+        super().__init__(two_modules(), shared_batch=True, **kw)
+        self.p_seen_by_q: list = []
+
+    def compute_loss_for_module(self, module_id, batch, fwd_out):
+        loss = super().compute_loss_for_module(module_id, batch, fwd_out)
+        if module_id == "p":
+            return loss
+
+        def later():
+            self.p_seen_by_q.append(self.modules["p"].weight.detach().clone())
+            return {"total_loss": loss, "extra": loss.detach() * 0 + 7.0}
+        return later
+
+
+def test_a_loss_given_as_a_function_steps_after_the_other_modules():
+    lrn = _LaterLoss(lr=0.1)
+    w0 = lrn.modules["p"].weight.detach().clone()
+    res = lrn.update(batch=index_batch(8))
+    steps = [e for e in lrn.events if e[0] in ("gradients", "apply")]
+    assert steps == [("gradients", ("p",)), ("apply", ("p",)), ("gradients", ("q",)), ("apply", ("q",))]
+    (seen,) = lrn.p_seen_by_q
+    assert not torch.equal(seen, w0) and torch.equal(seen, lrn.modules["p"].weight.detach())
+    out = peek(res)
+    assert out["q"]["extra"] == 7.0
+    assert out["q"]["num_module_steps_trained"] == 8 == out["p"]["num_module_steps_trained"]
+
+
+def test_a_loss_function_must_return_a_loss():
+    class Bad(_LaterLoss):
+        def compute_loss_for_module(self, module_id, batch, fwd_out):
+            out = super().compute_loss_for_module(module_id, batch, fwd_out)
+            return (lambda: "nope") if module_id == "q" else out
+
+    with pytest.raises(TypeError, match="module 'q' is a str"):
+        Bad(lr=0.1).update(batch=index_batch(8))
