@@ -70,6 +70,9 @@ DQN_CONFIG = {
                 'start': Float(0.95, min=0, max=1),
                 'end': Float(0.1, min=0, max=1),
                 'decay': Int(10000, min=1),
+                # ez-greedy: a random action is held for n ~ zeta(repeat_exponent) steps (None: plain eps-greedy)
+                'repeat_exponent': Float(None, gt=1, optional=True),
+                'repeat_max': Int(100, min=1),                   # the cap on n
             },
             'replay_buffer': {
                 'replay_buffer_size': Int(20000, min=1),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -197,12 +197,27 @@ class DQNCollectMode(ActingMode):
     come from a numpy generator seeded by ``seed`` (the same draws, in the same order, whatever
     the network outputs). The observations become one tensor on the network's device per step; the
     actions come back to the host as a numpy array. Noisy layers act with fresh noise on each call.
+
+    With ``repeat_exponent`` (temporally-extended eps-greedy, "ez-greedy", Dabney et al. 2021), an env whose
+    eps draw says "explore" takes a uniform random action and holds it for ``n`` steps, ``n`` drawn from a
+    zeta distribution with that exponent (``P(n) ~ n^-exponent``, e.g. 2.0) and capped at ``repeat_max``;
+    while it holds, it neither draws eps nor runs the network. ``hold`` is ``(steps left, action)`` per env
+    (save it with ``rng`` to resume a run exactly). None: plain eps-greedy.
     """
 
-    def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None) -> None:
+    def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None, *,
+                 repeat_exponent: Optional[float] = None, repeat_max: int = 100) -> None:
+        if repeat_exponent is not None and not repeat_exponent > 1.0:
+            raise ValueError(f'repeat_exponent must be > 1 (a zeta distribution), got {repeat_exponent!r}')
+        if repeat_max < 1:
+            raise ValueError(f'repeat_max must be >= 1, got {repeat_max!r}')
         self.model = model
         self.action_shape = int(action_shape)
         self.rng = np.random.default_rng(seed)
+        self.repeat_exponent = repeat_exponent
+        self.repeat_max = int(repeat_max)
+        #: per env: steps the held random action still runs (0: none) and that action
+        self.hold: Tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         # where the model's first tensor is held: (a submodule's _parameters or _buffers dict, its key)
         self._probe: Optional[tuple] = None
 
@@ -225,6 +240,8 @@ class DQNCollectMode(ActingMode):
 
     def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
         x = obs_tensor(obs, self._device())
+        if self.repeat_exponent is not None:
+            return self._forward_held(x, eps)
         if eps > 0.0:
             n = x.shape[0]
             explore = self.rng.random(n) < eps
@@ -236,6 +253,28 @@ class DQNCollectMode(ActingMode):
                     act[rows] = self._greedy(x.index_select(0, torch.from_numpy(rows).to(x.device)))  # no sync
                 return act
         return self._greedy(x)
+
+    def _forward_held(self, x: torch.Tensor, eps: float) -> np.ndarray:
+        n = x.shape[0]
+        left, held = self.hold
+        if left.shape[0] != n:  # first call, or the number of envs changed: nothing held
+            left, held = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        holding = left > 0
+        act = held.copy()
+        left = np.where(holding, left - 1, 0)
+        free = np.flatnonzero(~holding)
+        if eps > 0.0 and free.size:
+            starts = free[self.rng.random(free.size) < eps]
+            if starts.size:
+                act[starts] = self.rng.integers(0, self.action_shape, starts.size)
+                # zeta draws, capped; the first step is this one
+                left[starts] = np.minimum(self.rng.zipf(self.repeat_exponent, starts.size), self.repeat_max) - 1
+                free = np.setdiff1d(free, starts, assume_unique=True)
+        if free.size:
+            idx = torch.from_numpy(free).to(x.device)
+            act[free] = self._greedy(x if free.size == n else x.index_select(0, idx))
+        self.hold = (left, act)
+        return act
 
     def _greedy(self, x: torch.Tensor) -> np.ndarray:
         if x.dtype != torch.float32:
@@ -315,7 +354,9 @@ class DQNPolicy(Policy):
         return DQNLearner(self.model, self.cfg)
 
     def _build_collect_mode(self) -> DQNCollectMode:
-        return DQNCollectMode(self.model, self.action_shape, self._seed)
+        e = self.cfg['other']['eps']
+        return DQNCollectMode(self.model, self.action_shape, self._seed, repeat_exponent=e['repeat_exponent'],
+                              repeat_max=e['repeat_max'])
 
     def _build_eval_mode(self) -> DQNEvalMode:
         return DQNEvalMode(self.model)
