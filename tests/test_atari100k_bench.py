@@ -20,22 +20,6 @@ def _load(name):
     return mod
 
 
-@needs_atari
-@pytest.mark.timeout(180)
-def test_a_candidate_agent_writes_outside_the_table_and_learns_its_noise(tmp_path, monkeypatch):
-    bench = _load('atari100k')
-    monkeypatch.setattr(bench, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
-    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
-    assert bench.main(argv) == 0
-    assert not (tmp_path / f'atari100k-{bench.TABLE_AGENT}').exists()   # the table's directory is untouched
-    with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
-        r = json.load(f)
-    assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
-    moved = {name: abs_change for name, _, abs_change in r['weights_fingerprint']}
-    sigmas = [n for n in moved if n.endswith('weight_sigma')]
-    assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
-
-
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(180)
@@ -196,41 +180,42 @@ def test_the_committed_page_is_what_report_renders_from_the_committed_results(tm
 
 
 def test_every_stored_result_ran_the_settings_of_its_agent():
-    """benchmarks/results/atari100k-<name>/ holds runs of ``AGENTS[name]``: a settings change without new
-    runs, or a result in the wrong place, fails here; the table agent has runs of every game."""
+    """benchmarks/results/ holds the table agent's runs only, every one of ``AGENTS[TABLE_AGENT]``: a settings
+    change without new runs, or another agent's result there, fails here; it has runs of every game."""
     import glob
 
     bench = _load('atari100k')
+    assert list(bench.AGENTS) == [bench.TABLE_AGENT]       # the lab's variants live in benchmarks/experiments/
     results = os.path.join(ROOT, 'benchmarks', 'results')
-    checked, games = 0, {}
-    for d in sorted(glob.glob(os.path.join(results, 'atari100k*'))):
-        name = os.path.basename(d)
-        assert name.startswith('atari100k-'), f'{d}: results go to atari100k-<agent>/'
-        agent = name[len('atari100k-'):]
-        assert agent in bench.AGENTS, f'{d}: no agent {agent!r} in benchmarks/atari100k.py AGENTS'
-        for path in sorted(glob.glob(os.path.join(d, '*.json'))):
-            with open(path) as f:
-                r = json.load(f)
-            assert r['settings'] == bench.AGENTS[agent], path
-            checked += 1
-            games.setdefault(agent, set()).add(r['game'])
-    assert checked >= 15 and games[bench.TABLE_AGENT] == set(bench.GAMES)
+    dirs = sorted(glob.glob(os.path.join(results, 'atari100k*')))
+    assert [os.path.basename(d) for d in dirs] == [f'atari100k-{bench.TABLE_AGENT}']
+    games = set()
+    for path in sorted(glob.glob(os.path.join(dirs[0], '*.json'))):
+        with open(path) as f:
+            r = json.load(f)
+        assert r['settings'] == bench.AGENTS[bench.TABLE_AGENT] and r['agent_preset'] == bench.TABLE_AGENT, path
+        games.add(r['game'])
+    assert games == set(bench.GAMES)
 
 
 @needs_atari
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3_drq_eps.json'),
-                                                ('drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json')])
-def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, golden_file):
-    """A short fixed-seed run gives the numbers recorded with the code that produced the stored results
-    (the table's and a candidate's): a refactor of the data path, the network or the learner that
-    changes a transition or an update fails here."""
+def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path):
+    """A short fixed-seed run of the table agent gives the numbers recorded with the code that produced the
+    stored results: a refactor of the data path, the network or the learner that changes a transition or an
+    update fails here."""
     bench = _load('atari100k')
+    assert_matches_golden(bench.main, 'drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json', tmp_path)
+
+
+def assert_matches_golden(main, agent, golden_file, tmp_path):
+    """``main`` (an Atari-100k command line) runs ``agent`` for 160 smoke steps on Pong seed 3 and gives the
+    updates, evaluation and weight changes stored in ``tests/golden/<golden_file>``."""
     with open(os.path.join(ROOT, 'tests', 'golden', golden_file)) as f:
         golden = json.load(f)
     argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path), '--no-progress',
             '--agent', agent]
-    assert bench.main(argv) == 0
+    assert main(argv) == 0
     with open(tmp_path / 'Pong_seed3.json') as f:
         r = json.load(f)
     assert r['updates'] == golden['updates']
@@ -302,11 +287,76 @@ def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):
     assert 'interrupted at agent step' in out and (tmp_path / 'Pong_seed2.ckpt').exists(), out[-2000:]
 
 
+def _variants():
+    """benchmarks/experiments/atari100k_variants.py, freshly loaded, with a fresh benchmarks.atari100k under it."""
+    sys.modules.pop('benchmarks.atari100k', None)
+    spec = importlib.util.spec_from_file_location(
+        'atari100k_variants', os.path.join(ROOT, 'benchmarks', 'experiments', 'atari100k_variants.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@needs_atari
+@pytest.mark.timeout(120)
+def test_a_lab_variant_runs_through_the_table_runner_on_the_path_its_stored_results_ran(tmp_path):
+    """``drq_eps`` (the DER encoder), run by the lab's script, gives the numbers recorded with the code that
+    produced its stored results."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps', 'atari100k_smoke_pong_seed3_drq_eps.json', tmp_path)
+
+
+@needs_atari
+@pytest.mark.timeout(180)
+def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
+    lab = _variants()
+    monkeypatch.setattr(lab, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
+    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
+    assert lab.main(argv) == 0
+    assert sorted(os.listdir(tmp_path)) == ['atari100k-drq_eps_noisy']   # the lab's directory, nothing else
+    with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
+        r = json.load(f)
+    assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
+    assert r['agent'] == 'DrQ(eps) + noisy head'
+    moved = {name: abs_change for name, _, abs_change in r['weights_fingerprint']}
+    sigmas = [n for n in moved if n.endswith('weight_sigma')]
+    assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
+
+
+def test_the_lab_script_runs_only_its_variants_and_needs_one(capsys):
+    lab = _variants()
+    for argv in (['--game', 'Pong'], ['--game', 'Pong', '--agent', lab.atari100k.TABLE_AGENT]):
+        with pytest.raises(SystemExit):
+            lab.build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert 'the following arguments are required: --agent' in err and 'invalid choice' in err
+    args = lab.build_parser().parse_args(['--agent', 'drq_eps'])
+    assert args.results_root == lab.RESULTS_DIR and args.results_root.startswith(
+        os.path.join(ROOT, 'benchmarks', 'experiments', 'results'))
+
+
+def test_every_stored_lab_result_ran_the_settings_of_its_variant():
+    import glob
+
+    lab = _variants()
+    checked = 0
+    for d in sorted(glob.glob(lab.RESULTS_DIR + '-*')):
+        agent = os.path.basename(d)[len('atari100k-'):]
+        assert agent in lab.VARIANTS, f'{d}: no variant {agent!r} in benchmarks/experiments/atari100k_variants.py'
+        for path in sorted(glob.glob(os.path.join(d, '*.json'))):
+            with open(path) as f:
+                r = json.load(f)
+            assert r['settings'] == lab.VARIANTS[agent] and r.get('agent_preset', agent) == agent, path
+            assert r['agent'] == lab.VARIANT_NAMES[agent], path   # runs older than the field agent_preset
+            checked += 1
+    assert checked == 16                                   # drq_eps: 3 seeds x 5 games; drq_eps_noisy: Freeway 0
+
+
 def test_an_agent_setting_init_gets_that_initialisation():
     torch = pytest.importorskip('torch')
-    bench = _load('atari100k')
+    lab = _variants()
     torch.manual_seed(0)
-    xavier = bench.q_network(bench.AGENTS['drq_eps_narrow_xavier'], 3)
-    plain = bench.q_network(bench.AGENTS['drq_eps_narrow'], 3)
+    xavier = lab.atari100k.q_network(lab.VARIANTS['drq_eps_narrow_xavier'], 3)
+    plain = lab.atari100k.q_network(lab.atari100k.AGENTS[lab.atari100k.TABLE_AGENT], 3)
     assert all(torch.all(m.bias == 0) for m in xavier.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     assert not torch.all(plain.adv.bias == 0)
