@@ -3,9 +3,8 @@
     python benchmarks/atari100k.py --game Pong --seed 0                 # 100k agent steps = 400k frames
     python benchmarks/atari100k.py --game Breakout --seed 1 --steps 20000
     python benchmarks/atari100k.py --game Pong --seed 0 --smoke --out /tmp/res   # a few hundred steps (CI)
-    python benchmarks/atari100k.py --game Freeway --seed 0 --agent drq_eps_noisy  # another agent
 
-Result: ``benchmarks/results/atari100k-<agent>/<game>_seed<k>.json`` (``--out`` for another directory): the
+Result: ``benchmarks/results/atari100k-drq_eps_narrow/<game>_seed<k>.json`` (``--out`` for another directory): the
 config, package versions, machine, wall and process CPU time, the evaluation returns (raw game
 scores), the learning curve (raw score of every finished training game vs agent steps) and a SHA-256
 of the final weights (two runs of the same command and code on one machine give the same digest) with
@@ -20,8 +19,8 @@ to 30 no-op actions at reset, games capped at 108k frames (ALE's own limit); lif
 episode and rewards are clipped to their sign for training only. Evaluation after training: whole
 games with raw scores, eps-greedy with eps 0.001, ``--eval-episodes`` games (10).
 
-Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces; ``--agent drq_eps_narrow``, the
-default, :data:`TABLE_AGENT`): one env; one batch-32 update per agent step from step 1,600; 10-step
+Agent (DrQ(eps), Agarwal et al. 2021, built from rlpipe's DQN pieces; :data:`TABLE_AGENT`, the only one
+here): one env; one batch-32 update per agent step from step 1,600; 10-step
 double-DQN returns, discount 0.99, Huber loss, Adam lr 1e-4 eps 1.5e-4, gradient norm clipped at 10,
 target net copied after every update, eps 1.0 until the first update, then linear to 0.01 over 5k
 steps, random shifts of +-4 px on obs and next obs of every batch (``pipeline.data.augment.RandomShift``),
@@ -31,16 +30,9 @@ dueling value and advantage branches. A step where the eps draw says "random" ru
 the target copied after every update, the double-DQN target needs one forward pass of the next
 observations, not two.
 
-Other agents (``--agent``; each agent's results in ``benchmarks/results/atari100k-<agent>/``; the
-report puts the table agent's in the results table and the others beside it): ``drq_eps`` is the
-agent above on data-efficient Rainbow's encoder (two 5x5 stride-5 convs, 256 hidden units per dueling
-branch; the table's agent until 2026-12-03). ``drq_eps_noisy`` is ``drq_eps`` with a noisy-net dueling
-head (``NoisyLinear``, sigma0 0.1 as in data-efficient Rainbow): fresh noise on every forward pass while
-collecting and learning, the mean weights in the final evaluation. ``drq_eps_nature`` is the network
-of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features), whose published scores
-the table compares against (its CPU per update: docs/benchmarks.md).
-``drq_eps_narrow_xavier`` is ``drq_eps_narrow`` initialised as Dopamine's networks are (Xavier-uniform
-weights, zero biases).
+Agents that were tried beside this one (other encoders, a noisy head, another initialisation) are not
+here: ``benchmarks/experiments/atari100k_variants.py`` registers them into :data:`AGENTS` and runs this
+script with one of them (results under ``benchmarks/experiments/results/``).
 
 Ctrl-C (SIGINT, also sent to a run started in the background, and SIGTERM) saves a checkpoint (weights,
 optimizer, replay buffer, counters, random generators, learning curve) next to the result, ``<game>_seed<k>.ckpt``
@@ -71,51 +63,44 @@ GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
 #: Results of ``--agent <agent>`` go to ``RESULTS_DIR + '-<agent>'``.
 RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'results', 'atari100k')
 
-#: DrQ(eps)'s settings on the DER encoder (``--agent drq_eps``); the other agents change a few of them.
-DRQ_EPS: Dict[str, Any] = {
-    'nstep': 10, 'discount': 0.99, 'batch_size': 32, 'learning_rate': 1e-4, 'adam_eps': 1.5e-4,
-    'learning_starts': 1600, 'updates_per_step': 1, 'target_update_freq': 1, 'loss': 'huber',
-    'grad_clip': 10.0, 'eps_start': 1.0, 'eps_end': 0.01, 'eps_decay_steps': 5000, 'eval_eps': 0.001,
-    'encoder': 'der', 'dueling': True, 'double_dqn': True, 'shift_pad': 4, 'replay_size': 100_000,
-}
-
-#: The agents ``--agent`` picks; each one's results go to ``benchmarks/results/atari100k-<agent>/``.
-AGENTS: Dict[str, Dict[str, Any]] = {
-    'drq_eps': DRQ_EPS,
-    # data-efficient Rainbow's noisy-net exploration: every layer of the dueling head a NoisyLinear
-    # with sigma0 0.1 (van Hasselt et al. 2019); eps-greedy as above on top
-    'drq_eps_noisy': dict(DRQ_EPS, noisy_std=0.1),
-    # the network of Dopamine's DrQ(eps) config: Nature-DQN convs -> 512 features -> linear value and
-    # advantage branches
-    'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
-    # that network at half width (convs 16/32/32, 256 features): more CPU per update than the DER encoder,
-    # less than full width (docs/benchmarks.md), with the Nature convs' overlapping windows and 7x7 final
-    # grid (the DER encoder ends at 3x3)
-    'drq_eps_narrow': dict(DRQ_EPS, encoder='nature', encoder_channels=[16, 32, 32], feature_dim=256, hidden=0),
-}
-# drq_eps_narrow with the initialisation of Dopamine's networks (Xavier-uniform weights, zero biases)
-AGENTS['drq_eps_narrow_xavier'] = dict(AGENTS['drq_eps_narrow'], init='xavier')
 #: The agent of the results table on docs/benchmarks.md, and the default ``--agent``.
 TABLE_AGENT = 'drq_eps_narrow'
-AGENT_NAMES = {'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
-               'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
-               'drq_eps_narrow': 'DrQ(eps) on the half-width Nature encoder',
-               'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init'}
+
+#: The agents ``--agent`` picks (``benchmarks/experiments/atari100k_variants.py`` adds the lab's); each one's
+#: results go to ``<results root>-<agent>/``. The table agent: DrQ(eps)'s settings (Dopamine's DrQ_eps.gin) on
+#: the Nature-DQN convs at half width (convs 16/32/32, 256 features), with linear value and advantage branches.
+AGENTS: Dict[str, Dict[str, Any]] = {
+    TABLE_AGENT: {
+        'nstep': 10, 'discount': 0.99, 'batch_size': 32, 'learning_rate': 1e-4, 'adam_eps': 1.5e-4,
+        'learning_starts': 1600, 'updates_per_step': 1, 'target_update_freq': 1, 'loss': 'huber',
+        'grad_clip': 10.0, 'eps_start': 1.0, 'eps_end': 0.01, 'eps_decay_steps': 5000, 'eval_eps': 0.001,
+        'encoder': 'nature', 'dueling': True, 'double_dqn': True, 'shift_pad': 4, 'replay_size': 100_000,
+        'encoder_channels': [16, 32, 32], 'feature_dim': 256, 'hidden': 0,
+    },
+}
+#: The name each agent's results carry (field ``agent``).
+AGENT_NAMES: Dict[str, str] = {TABLE_AGENT: 'DrQ(eps) on the half-width Nature encoder'}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+def build_parser(agents: Optional[List[str]] = None, default_agent: Optional[str] = TABLE_AGENT,
+                 results_root: Optional[str] = None, doc: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line: ``--agent`` picks one of ``agents`` (default every agent of :data:`AGENTS`; required
+    when ``default_agent`` is None); a run of agent ``a`` writes to ``<results_root>-<a>/`` unless ``--out``
+    (default root :data:`RESULTS_DIR`)."""
+    doc = doc or __doc__
+    p = argparse.ArgumentParser(description=doc.split('\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+    p.set_defaults(results_root=results_root or RESULTS_DIR)
     p.add_argument('--game', default='Pong', help=f'ALE game name ({", ".join(GAMES)} in the benchmark)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--steps', type=int, default=100_000, help='agent steps (4 frames each)')
     p.add_argument('--eval-episodes', type=int, default=10, help='evaluation games after training')
     p.add_argument('--smoke', action='store_true',
                    help='a few hundred steps, learning from step 100, one short evaluation game (CI)')
-    p.add_argument('--agent', choices=sorted(AGENTS), default=TABLE_AGENT,
-                   help=f"the agent's settings: {TABLE_AGENT} (the table's) or another one")
+    p.add_argument('--agent', choices=sorted(agents or AGENTS), default=default_agent, required=default_agent is None,
+                   help="the agent's settings" + (f' (default {default_agent}, the table\'s)' if default_agent else ''))
     p.add_argument('--out', default=None, help='directory of the JSON result and the checkpoint '
-                                               '(default benchmarks/results/atari100k-<agent>)')
+                                               f'(default {os.path.relpath(results_root or RESULTS_DIR, ROOT)}-<agent>)')
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
@@ -254,7 +239,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
     cfg = dqn_config(a, args.seed)
-    out = args.out or f'{RESULTS_DIR}-{args.agent}'
+    out = args.out or f"{getattr(args, 'results_root', RESULTS_DIR)}-{args.agent}"
     os.makedirs(out, exist_ok=True)
     stem = os.path.join(out, f'{args.game}_seed{args.seed}')
     ckpt_path, _ = checkpoint_pair.paths(stem)
@@ -383,11 +368,13 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f'signal {signum}')
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, parser: Optional[argparse.ArgumentParser] = None) -> int:
+    """Run the command line ``argv`` (``parser``: another command line, e.g. the lab's variants); 130 after
+    Ctrl-C, with a checkpoint saved."""
     import signal
     import threading
 
-    args = build_parser().parse_args(argv)
+    args = (parser or build_parser()).parse_args(argv)
     saved = {}
     if threading.current_thread() is threading.main_thread():
         # a job started with `&` inherits SIGINT ignored, and `kill` sends SIGTERM: both save a checkpoint

@@ -2,10 +2,10 @@
 
     python benchmarks/bench_atari100k_update.py                 # 5 interleaved rounds of 200 updates each
     python benchmarks/bench_atari100k_update.py --rounds 3 --updates 100
-    python benchmarks/bench_atari100k_update.py --agent drq_eps   # another agent's network (the DER encoder)
+    python benchmarks/bench_atari100k_update.py --agent drq_eps   # a lab variant's network (the DER encoder)
 
 Rows (one torch thread, batch 32, the network of ``--agent`` (default: the table's agent, ``TABLE_AGENT`` in
-``benchmarks/atari100k.py``), Adam, Huber loss, grad clip 10, double-DQN target with the target net
+``benchmarks/atari100k.py``; or one of the lab's ``benchmarks/experiments/atari100k_variants.py``), Adam, Huber loss, grad clip 10, double-DQN target with the target net
 equal to the online net, as in DrQ(eps)):
 
 - ``bare``: a hand-written loop on a batch already in memory: forward, one no-grad forward of the
@@ -69,7 +69,8 @@ def main(argv: List[str] = None) -> int:
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
     p.add_argument('--agent', default=None, help="whose network: an agent of benchmarks/atari100k.py's AGENTS "
-                                                 "(default: its TABLE_AGENT)")
+                                                 "(default: its TABLE_AGENT) or of benchmarks/experiments/"
+                                                 "atari100k_variants.py's VARIANTS")
     from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)  # every row runs there (default auto)
@@ -89,6 +90,11 @@ def main(argv: List[str] = None) -> int:
 
     sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
     from atari100k import AGENTS, TABLE_AGENT, dqn_config, q_network
+    sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'experiments'))
+    from atari100k_variants import VARIANTS
+
+    AGENTS = dict(AGENTS, **VARIANTS)
+
     from pipeline.device import resolve_device, to_device
 
     dev = resolve_device(args.device or 'auto')
@@ -100,7 +106,8 @@ def main(argv: List[str] = None) -> int:
     bare_batch = to_device(batch, dev)  # the bare loops' batch is on the device already
     args.agent = args.agent or TABLE_AGENT
     if args.agent not in AGENTS:
-        p.error(f'--agent {args.agent}: not an agent of benchmarks/atari100k.py (one of {", ".join(sorted(AGENTS))})')
+        p.error(f'--agent {args.agent}: not an agent of benchmarks/atari100k.py or of the lab\'s variants '
+                f'(one of {", ".join(sorted(AGENTS))})')
     agent = AGENTS[args.agent]
     net = q_network(agent, n_actions).to(dev)
     opt = torch.optim.Adam(list(net.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net.parameters())))

@@ -11,7 +11,7 @@ counted and shown separately. The machine is shared: each row also shows the CPU
 1-minute load average when it ended. SB3 (``pip install torch==2.13.0 stable-baselines3``) is a
 benchmark-only dependency.
 
-The measured table (seeds 0-9) is in docs/benchmarks.md; this script
+The summary is on docs/benchmarks.md, the per-seed table (seeds 0-9) in benchmarks/experiments/NOTES.md; this script
 prints each seed's training + evaluation env steps, wall and CPU time. ``--set KEY=VALUE`` (repeatable)
 passes a config override to the example, e.g. ``--set policy.learn.learning_rate=0.002``, to measure another
 setting the same way.

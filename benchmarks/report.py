@@ -1,17 +1,26 @@
-"""Render every stored Atari-100k and MuJoCo result into docs/benchmarks.md (section "## Atari-100k and MuJoCo").
+"""Render docs/benchmarks.md from its template and the stored Atari-100k and MuJoCo results.
 
-    python benchmarks/report.py                      # benchmarks/results/ -> docs/benchmarks.md, docs/img/
+    python benchmarks/report.py                      # -> docs/benchmarks.md and docs/img/*.png
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
-Reads ``<results>/atari100k-<agent>/*.json`` (written by ``benchmarks/atari100k.py --agent <agent>``;
-``--smoke`` results are skipped): the table agent's (``TABLE_AGENT`` in ``benchmarks/atari100k.py``) make
-the results table and the curves, every other agent's a row in a table beside it; and ``<results>/mujoco/*.json`` (written by ``benchmarks/mujoco_vs_sb3.py``: fields ``algo``,
-``env``, ``seed``, ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``; ``--smoke`` results are
-skipped). Writes one table per benchmark (mean +- std over seeds, the published anchors beside it,
-human-normalised scores for Atari; rlpipe and SB3 side by side for MuJoCo) and one learning-curve PNG per
-game (``<img-dir>/atari100k_<game>.png``) and per MuJoCo algorithm and env (``mujoco_<algo>_<env>.png``),
-linked from the page. Only the body of the section is replaced;
-the rest of the page is kept. With no stored results the section says so.
+The page is ``benchmarks/page_template.md`` (hand-written prose: edit it there, not on the page) with two
+marker lines replaced: ``<!-- report: atari100k -->`` and ``<!-- report: mujoco -->``.
+
+Atari-100k: reads ``<results>/atari100k-<TABLE_AGENT>/*.json`` (``benchmarks/atari100k.py``; smoke runs and
+runs shorter than 100k agent steps are skipped) and the published scores in ``benchmarks/anchors/atari100k.json``
+(random, human, DER's per-game means, the per-run scores of DrQ(eps) and SPR). Writes a per-game table (mean
++- std over seeds, human-normalised score, the anchors beside it), an aggregate table over the games of
+human-normalised scores: IQM, mean and optimality gap with 95% stratified bootstrap confidence intervals
+(``rliable``, a fixed bootstrap seed so the page is the same every time), a line naming where this project is
+below an anchor, and three pictures: the aggregate intervals, the performance profile and the learning curves.
+
+MuJoCo: reads ``<results>/mujoco/*.json`` (``benchmarks/mujoco_vs_sb3.py``: fields ``algo``, ``env``, ``seed``,
+``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``, ``cpu_s``; smoke runs skipped) and
+``benchmarks/anchors/mujoco.json``. Writes one row per algorithm and env, rlpipe and SB3 side by side (mean
++- std, IQM with its 95% CI where a framework has 3 or more seeds, wall and CPU ratios), a line naming where
+this project is below an anchor, and one picture of the learning curves.
+
+Needs ``rliable`` and ``matplotlib`` (``pip install -e '.[bench]'``).
 """
 from __future__ import annotations
 
@@ -20,44 +29,61 @@ import glob
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTION = '## Atari-100k and MuJoCo'
-GAMES = ('Boxing', 'Breakout', 'Freeway', 'Pong', 'RoadRunner')
-
-#: Published per-game mean scores. random, human, DER: as in /work/shared/anchors.md (Kaiser et al. 2019's
-#: random/human; DER = data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) and SPR: the means of the
-#: 100 runs per game in rliable's released scores (Agarwal et al. 2021; where read: ANCHOR_NOTES).
-ANCHORS: Dict[str, Dict[str, Optional[float]]] = {
-    'Boxing': {'random': 0.1, 'human': 12.1, 'DER': 0.2, 'DrQ(eps)': 9.04, 'SPR': 35.7},
-    'Breakout': {'random': 1.7, 'human': 30.5, 'DER': 1.9, 'DrQ(eps)': 19.76, 'SPR': 19.58},
-    'Freeway': {'random': 0.0, 'human': 29.6, 'DER': 27.9, 'DrQ(eps)': 20.26, 'SPR': 19.28},
-    'Pong': {'random': -20.7, 'human': 14.6, 'DER': -19.3, 'DrQ(eps)': -9.06, 'SPR': -5.41},
-    'RoadRunner': {'random': 11.5, 'human': 7845.0, 'DER': 9600.0, 'DrQ(eps)': 11211.43, 'SPR': 12213.13},
-}
-ANCHOR_NOTES = (
-    'Random, human and DER: the project\'s anchors (Kaiser et al. 2019 for random and human; DER as '
-    'reported for data-efficient Rainbow, van Hasselt et al. 2019). DrQ(eps) and SPR: the mean of the 100 '
-    'runs per game of the Atari-100k scores released with rliable (Agarwal et al. 2021, "Deep RL at the '
-    'edge of the statistical precipice"), read from the copy in the IRIS repository '
-    '(github.com/eloialonso/iris, results/data/DrQ(eps).json and SPR.json, commit 75e5ab5); these SPR '
-    'means come from those 100 runs, not from the SPR paper\'s table (Schwarzer et al. 2021, 10 runs).')
-
-MUJOCO_NOTES = (
-    'For scale, RL-Zoo\'s published agents (rl-baselines3-zoo benchmark.md, one run each, 1M env steps, '
-    'gymnasium v3 envs): PPO Hopper-v3 2,410.4, SAC Hopper-v3 2,325.5, SAC HalfCheetah-v3 9,535.5. A '
-    'Hopper return near 1,000 is a hopper that stays upright for the 1,000 steps of an episode (1 per '
-    'step for being healthy) without moving forward.')
+TEMPLATE = os.path.join(ROOT, 'benchmarks', 'page_template.md')
+ATARI_ANCHORS = os.path.join(ROOT, 'benchmarks', 'anchors', 'atari100k.json')
+MUJOCO_ANCHORS = os.path.join(ROOT, 'benchmarks', 'anchors', 'mujoco.json')
+MARKERS = {'atari100k': '<!-- report: atari100k -->', 'mujoco': '<!-- report: mujoco -->'}
+#: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
+ATARI_STEPS = 100_000
+#: Bootstrap replications of the aggregate confidence intervals, and the seed of their resampling.
+REPS = 10_000
+BOOTSTRAP_SEED = 0
+METRICS = ('IQM', 'mean', 'optimality gap')
+#: Fewest seeds for which a per-env IQM and its interval are shown.
+MIN_SEEDS_FOR_IQM = 3
 
 
-def human_normalised(score: float, game: str) -> float:
-    """(score - random) / (human - random) with the anchors' random and human scores."""
-    a = ANCHORS[game]
-    return (score - a['random']) / (a['human'] - a['random'])
+# ----------------------------------------------------------------------------------------------- statistics
+
+def aggregate_metrics(scores: np.ndarray) -> np.ndarray:
+    """[IQM, mean, optimality gap] of a (runs x tasks) array of normalised scores (rliable's definitions:
+    the mean of the middle 50 % of all scores; the mean; the mean shortfall below 1)."""
+    from rliable import metrics
+
+    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
+                     metrics.aggregate_optimality_gap(scores)])
 
 
-def _mean_std(xs: List[float]) -> Tuple[float, float]:
+def interval_estimates(score_dict: Dict[str, np.ndarray], func: Callable[[np.ndarray], np.ndarray] = aggregate_metrics,
+                       reps: int = REPS, seed: int = BOOTSTRAP_SEED) -> Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``{name: (point, low, high)}``: ``func`` of each (runs x tasks) array and its 95 % stratified bootstrap
+    confidence interval (runs resampled within each task, ``reps`` times, resampling seeded by ``seed``)."""
+    from rliable import library as rly
+
+    out = {}
+    saved = np.random.get_state()
+    try:
+        for name, scores in score_dict.items():
+            # rliable 1.2's StratifiedBootstrap draws its indices from numpy's global generator (its random_state
+            # argument seeds only arch's): seed that one, and give it back as it was
+            np.random.seed(seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore', FutureWarning)  # arch's notice about random_state
+                point, ci = rly.get_interval_estimates({name: scores}, func, reps=reps,
+                                                       random_state=np.random.RandomState(seed))
+            out[name] = (np.asarray(point[name]), np.asarray(ci[name][0]), np.asarray(ci[name][1]))
+    finally:
+        np.random.set_state(saved)
+    return out
+
+
+def _mean_std(xs: Sequence[float]) -> Tuple[float, float]:
     n = len(xs)
     m = sum(xs) / n
     sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
@@ -70,23 +96,26 @@ def _fmt(x: Optional[float]) -> str:
     return f'{x:,.1f}' if abs(x) < 1000 else f'{x:,.0f}'
 
 
-#: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
-ATARI_STEPS = 100_000
+def _ci(point: float, lo: float, hi: float, fmt: Callable[[float], str] = lambda v: f'{v:.2f}') -> str:
+    return f'{fmt(point)} [{fmt(lo)}, {fmt(hi)}]'
 
 
-def _load_atari_dir(path: str) -> Tuple[List[Dict[str, Any]], int]:
-    """(the Atari-100k results in directory ``path``, how many were skipped: smoke results and runs
-    shorter than :data:`ATARI_STEPS` agent steps)."""
-    results, skipped = [], 0
-    for file in sorted(glob.glob(os.path.join(path, '*.json'))):
-        with open(file) as f:
-            r = json.load(f)
-        if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
-            skipped += 1
-            continue
-        r['_path'] = file
-        results.append(r)
-    return results, skipped
+def _names(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ', '.join(items[:-1]) + ' and ' + items[-1]
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+def load_anchors(path: str = ATARI_ANCHORS) -> Dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)
+
+
+def human_normalised(score: Any, game: str, anchors: Dict[str, Any]) -> Any:
+    """(score - random) / (human - random) with the anchors' random and human scores (arrays too)."""
+    r, h = anchors['random']['scores'][game], anchors['human']['scores'][game]
+    return (np.asarray(score, dtype=float) - r) / (h - r)
 
 
 def table_agent() -> str:
@@ -100,10 +129,17 @@ def table_agent() -> str:
 
 
 def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
-    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results
-    skipped: smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
-    atari, n_atari_skipped = _load_atari_dir(os.path.join(results_dir, f'atari100k-{agent}'))
-    mujoco, skipped = [], {'atari100k': n_atari_skipped, 'mujoco': 0}
+    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results skipped:
+    smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
+    atari, skipped = [], {'atari100k': 0, 'mujoco': 0}
+    for file in sorted(glob.glob(os.path.join(results_dir, f'atari100k-{agent}', '*.json'))):
+        with open(file) as f:
+            r = json.load(f)
+        if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
+            skipped['atari100k'] += 1
+            continue
+        atari.append(r)
+    mujoco = []
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
             r = json.load(f)
@@ -117,128 +153,77 @@ def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], Li
     return atari, mujoco, skipped
 
 
-def load_other_agents(results_dir: str, table: str) -> Dict[str, List[Dict[str, Any]]]:
-    """``{agent: results}`` from ``<results_dir>/atari100k-<agent>/`` (``benchmarks/atari100k.py --agent
-    <agent>``) for every agent but ``table``, smoke and short results skipped; agents with no other result
-    are left out."""
-    prefix = os.path.join(results_dir, 'atari100k-')
-    out = {}
-    for path in sorted(glob.glob(prefix + '*')):
-        if os.path.isdir(path) and path[len(prefix):] != table:
-            results, _ = _load_atari_dir(path)
-            if results:
-                out[path[len(prefix):]] = results
-    return out
+def atari_scores(results: List[Dict[str, Any]], anchors: Dict[str, Any]) -> Tuple[Dict[str, np.ndarray], List[str]]:
+    """(``{agent: (runs x games) human-normalised scores}``, the games): this project's runs as 'rlpipe' and
+    every anchor with per-run scores, over the games every one of them has. rlpipe's runs per game are
+    truncated to the fewest any game has (the bootstrap needs the same number of runs in every game)."""
+    by_game: Dict[str, List[float]] = {}
+    for r in sorted(results, key=lambda r: r['seed']):
+        by_game.setdefault(r['game'], []).append(float(r['eval']['mean']))
+    games = [g for g in anchors['games'] if g in by_game]
+    n = min(len(by_game[g]) for g in games) if games else 0
+    out = {'rlpipe': np.array([[human_normalised(by_game[g][i], g, anchors) for g in games] for i in range(n)])}
+    for name, a in anchors['agents'].items():
+        if 'runs' in a:
+            out[name] = np.stack([human_normalised(a['runs'][g], g, anchors) for g in games], axis=1)
+    return out, games
 
 
-def other_agents_table(agent: str, table: List[Dict[str, Any]], others: Dict[str, List[Dict[str, Any]]]) -> List[str]:
-    """Markdown lines: one row per agent (the table's, ``agent``, first, then ``others``), one column per
-    game: evaluation mean +- std (seeds), and the mean human-normalised score of agents with every game."""
-    rows = [(f'the table\'s (`{agent}`)', table)] + [(f'`{name}`', runs) for name, runs in sorted(others.items())]
-    games = sorted({r['game'] for _, runs in rows for r in runs}, key=lambda g: (g not in GAMES, g))
-    lines = ['| agent | ' + ' | '.join(games) + ' | mean HNS |', '|---|' + '---|' * (len(games) + 1)]
-    for label, runs in rows:
-        cells, hns = [], []
-        for game in games:
-            scores = [float(r['eval']['mean']) for r in runs if r['game'] == game]
-            if not scores:
-                cells.append('-')
-                continue
-            m, sd = _mean_std(scores)
-            cells.append(f'{_fmt(m)} +- {_fmt(sd)} ({len(scores)})' if len(scores) > 1 else f'{_fmt(m)} (1)')
-            if game in ANCHORS:
-                hns.append(human_normalised(m, game))
-        mean_hns = f'{sum(hns) / len(hns):.2f}' if len(hns) == len(games) else '-'  # only over every game
-        lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {mean_hns} |')
-    return lines
+# ----------------------------------------------------------------------------------------------- plots
 
-
-def atari_table(results: List[Dict[str, Any]]) -> List[str]:
-    """Markdown lines: one row per game with results, then the mean human-normalised score."""
-    by_game: Dict[str, List[Dict[str, Any]]] = {}
-    for r in results:
-        by_game.setdefault(r['game'], []).append(r)
-    lines = ['| game | rlpipe mean +- std (seeds) | HNS | random | human | DER | DrQ(eps) | SPR | wall per run |',
-             '|---|---|---|---|---|---|---|---|---|']
-    hns_ours: List[float] = []
-    hns_pub: Dict[str, List[float]] = {'DER': [], 'DrQ(eps)': [], 'SPR': []}
-    for game in sorted(by_game, key=lambda g: (g not in GAMES, g)):
-        runs = sorted(by_game[game], key=lambda r: r['seed'])
-        m, sd = _mean_std([float(r['eval']['mean']) for r in runs])
-        walls = [float(r['wall_s']) / 60 for r in runs]
-        a = ANCHORS.get(game)
-        hns = human_normalised(m, game) if a else None
-        if a:
-            hns_ours.append(hns)
-            for agent, scores in hns_pub.items():
-                if a[agent] is not None:
-                    scores.append(human_normalised(a[agent], game))
-        anchor = [_fmt(a[k]) if a else '-' for k in ('random', 'human', 'DER', 'DrQ(eps)', 'SPR')]
-        lines.append(f'| {game} | {_fmt(m)} +- {_fmt(sd)} ({len(runs)}) | {"-" if hns is None else f"{hns:.2f}"} | '
-                     f'{" | ".join(anchor)} | {min(walls):.0f}-{max(walls):.0f} min |')
-    if hns_ours:
-        lines.append('')
-        published = ', '.join(f'{agent} {sum(v) / len(v):.2f}' for agent, v in hns_pub.items()
-                              if len(v) == len(hns_ours))  # only agents with a score for every game
-        lines.append(f'Mean human-normalised score over the {len(hns_ours)} game(s) above: rlpipe '
-                     f'{sum(hns_ours) / len(hns_ours):.2f}, {published}.')
-    return lines
-
-
-def mujoco_table(results: List[Dict[str, Any]]) -> List[str]:
-    """Markdown lines: one row per algorithm and env, rlpipe and SB3 side by side."""
-    groups: Dict[Tuple[str, str], Dict[str, List[Dict[str, Any]]]] = {}
-    for r in results:
-        groups.setdefault((r['algo'], r['env']), {}).setdefault(r['framework'], []).append(r)
-    lines = ['| algo | env | rlpipe final return mean +- std (seeds) | SB3 final return mean +- std (seeds) | '
-             'rlpipe wall per run | SB3 wall per run | wall rlpipe / SB3 |',
-             '|---|---|---|---|---|---|---|']
-    for (algo, env) in sorted(groups):
-        cells, walls = [], {}
-        for fw in ('rlpipe', 'sb3'):
-            runs = groups[(algo, env)].get(fw, [])
-            if runs:
-                m, sd = _mean_std([float(r['final_return']) for r in runs])
-                cells.append(f'{_fmt(m)} +- {_fmt(sd)} ({len(runs)})')
-                walls[fw] = sum(float(r['wall']) for r in runs) / len(runs)
-            else:
-                cells.append('-')
-        wall_cells = [f'{walls[fw] / 60:.0f} min' if fw in walls else '-' for fw in ('rlpipe', 'sb3')]
-        ratio = f'{walls["rlpipe"] / walls["sb3"]:.2f}x' if len(walls) == 2 else '-'
-        lines.append(f'| {algo} | {env} | {cells[0]} | {cells[1]} | {wall_cells[0]} | {wall_cells[1]} | {ratio} |')
-    return lines
-
-
-def plot_mujoco_curves(results: List[Dict[str, Any]], img_dir: str) -> Dict[str, str]:
-    """One PNG per algorithm and env: each run's evaluation returns vs env steps, rlpipe solid, SB3 dashed.
-    Returns ``{'<algo> <env>': file name}`` (runs without a curve are left out)."""
+def _plt() -> Any:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    return plt
 
-    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    for r in results:
-        if (r.get('curve') or {}).get('points'):
-            groups.setdefault((r['algo'], r['env']), []).append(r)
-    out = {}
-    if groups:
-        os.makedirs(img_dir, exist_ok=True)
-    for (algo, env), runs in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
-        for r in sorted(runs, key=lambda r: (r['framework'], r['seed'])):
-            pts = r['curve']['points']
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, ls='-' if r['framework'] == 'rlpipe' else '--',
-                    label=f'{r["framework"]} seed {r["seed"]}')
-        ax.set_title(f'{algo.upper()} {env}: evaluation return (deterministic)')
-        ax.set_xlabel('env steps')
-        ax.set_ylabel('return')
-        ax.legend(fontsize=7, loc='best')
-        fig.tight_layout()
-        name = f'mujoco_{algo}_{env}.png'
-        fig.savefig(os.path.join(img_dir, name))
-        plt.close(fig)
-        out[f'{algo} {env}'] = name
-    return out
+
+def plot_intervals(est: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]], extra: Dict[str, float], path: str) -> None:
+    """Aggregate intervals: one panel per metric, one row per agent (a bar for the 95 % CI, a tick for the
+    point); ``extra``: agents with a mean only (a point on the mean panel)."""
+    plt = _plt()
+    names = list(est) + [n for n in extra if n not in est]
+    fig, axes = plt.subplots(1, 3, figsize=(9, 0.45 * len(names) + 1.2), dpi=100, sharey=True)
+    for j, (ax, metric) in enumerate(zip(axes, METRICS)):
+        for i, name in enumerate(names):
+            color = f'C{i}'
+            if name in est:
+                p, lo, hi = (v[j] for v in est[name])
+                ax.barh(i, hi - lo, left=lo, height=0.6, color=color, alpha=0.75)
+                ax.vlines(p, i - 0.3, i + 0.3, color='black', lw=1.5)
+            elif metric == 'mean':
+                ax.plot([extra[name]], [i], 'D', color=color)
+        ax.set_title(metric)
+        ax.set_xlabel('human-normalised score')
+        ax.grid(axis='x', alpha=0.3)
+    axes[0].set_yticks(range(len(names)))
+    axes[0].set_yticklabels(names)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_profile(scores: Dict[str, np.ndarray], path: str, reps: int = 2000) -> None:
+    """Performance profile: the fraction of runs (all games) above each human-normalised score tau, with
+    its 95 % stratified bootstrap band."""
+    plt = _plt()
+    taus = np.linspace(0.0, 2.0, 81)
+
+    def profile(x: np.ndarray) -> np.ndarray:
+        return (x.reshape(-1)[:, None] > taus[None, :]).mean(axis=0)
+
+    est = interval_estimates(scores, profile, reps=reps)
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for i, (name, (p, lo, hi)) in enumerate(est.items()):
+        ax.plot(taus, p, color=f'C{i}', lw=1.5, label=f'{name} ({scores[name].shape[0]} runs per game)')
+        ax.fill_between(taus, lo, hi, color=f'C{i}', alpha=0.15)
+    ax.set_xlabel('human-normalised score tau')
+    ax.set_ylabel('fraction of runs with score > tau')
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def _smooth(ys: List[float], k: int = 10) -> List[float]:
@@ -251,140 +236,226 @@ def _smooth(ys: List[float], k: int = 10) -> List[float]:
     return out
 
 
-def plot_curves(results: List[Dict[str, Any]], img_dir: str) -> Dict[str, str]:
-    """One PNG per game: each seed's training-game raw scores (mean of the last 10 games) vs agent
-    steps, with the random, human and DER lines. Returns ``{game: file name}``."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+def plot_atari_curves(results: List[Dict[str, Any]], anchors: Dict[str, Any], path: str) -> None:
+    """Learning curves, one panel per game: each seed's training-game raw scores (mean of the last 10
+    games) vs agent steps, with the random, human and DER lines."""
+    plt = _plt()
+    games = [g for g in anchors['games'] if any(r['game'] == g for r in results)]
+    games += sorted({r['game'] for r in results} - set(games))
+    cols = min(3, len(games))
+    rows = -(-len(games) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), dpi=100, squeeze=False)
+    for ax in axes.flat[len(games):]:
+        ax.set_visible(False)
+    for ax, game in zip(axes.flat, games):
+        for r in sorted((r for r in results if r['game'] == game), key=lambda r: r['seed']):
+            pts = r['curve']['points']
+            if pts:
+                ax.plot([p[0] for p in pts], _smooth([p[1] for p in pts]), lw=1.0, label=f'seed {r["seed"]}')
+        lines = [('random', anchors['random']['scores'], ':'), ('human', anchors['human']['scores'], '--'),
+                 ('DER', anchors['agents'].get('DER', {}).get('mean', {}), '-.')]
+        for label, scores, style in lines:
+            if game in scores:
+                ax.axhline(scores[game], ls=style, color='gray', lw=0.9, label=label)
+        ax.set_title(game)
+        ax.set_xlabel('agent steps')
+        ax.set_ylabel('raw score')
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
-    os.makedirs(img_dir, exist_ok=True)
+
+def plot_mujoco_curves(results: List[Dict[str, Any]], path: str) -> bool:
+    """Learning curves, one panel per algorithm and env: each run's evaluation returns vs env steps, rlpipe
+    solid, SB3 dashed. False (nothing drawn) when no run has a curve."""
+    groups: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for r in results:
+        if (r.get('curve') or {}).get('points'):
+            groups.setdefault((r['algo'], r['env']), []).append(r)
+    if not groups:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.0), dpi=100, squeeze=False)
+    for ax, ((algo, env), runs) in zip(axes[0], sorted(groups.items())):
+        for r in sorted(runs, key=lambda r: (r['framework'], r['seed'])):
+            pts = r['curve']['points']
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.0, ls='-' if r['framework'] == 'rlpipe' else '--',
+                    color=f'C{r["seed"]}', label=f'{r["framework"]} seed {r["seed"]}')
+        ax.set_title(f'{algo.upper()} {env}')
+        ax.set_xlabel('env steps')
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel('evaluation return')
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+def atari_section(results: List[Dict[str, Any]], skipped: int, agent: str, anchors: Dict[str, Any],
+                  img_dir: str, img_rel: str, reps: int = REPS) -> List[str]:
+    """Markdown lines of the Atari-100k results (tables, the below-an-anchor line, pictures)."""
+    if not results:
+        return [f'No Atari-100k result is stored yet (`benchmarks/results/atari100k-{agent}/` holds none'
+                + (f'; {skipped} smoke or short result(s) skipped' if skipped else '') + ').']
+    agents = anchors['agents']
+
+    def anchor_mean(name: str, game: str) -> Optional[float]:
+        a = agents[name]
+        if 'runs' in a:
+            return float(np.mean(a['runs'][game])) if game in a['runs'] else None
+        return a['mean'].get(game)
+
     by_game: Dict[str, List[Dict[str, Any]]] = {}
     for r in results:
         by_game.setdefault(r['game'], []).append(r)
-    out = {}
-    for game, runs in sorted(by_game.items()):
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
-        for r in sorted(runs, key=lambda r: r['seed']):
-            pts = r['curve']['points']
-            if pts:
-                ax.plot([p[0] for p in pts], _smooth([p[1] for p in pts]), lw=1.2, label=f'seed {r["seed"]}')
-        for key, style in (('random', ':'), ('human', '--'), ('DER', '-.')):
-            v = ANCHORS.get(game, {}).get(key)
-            if v is not None:
-                ax.axhline(v, ls=style, color='gray', lw=0.9, label=key)
-        ax.set_title(f'{game}: training games (raw score, mean of last 10)')
-        ax.set_xlabel('agent steps')
-        ax.set_ylabel('score')
-        ax.legend(fontsize=7, loc='best')
-        fig.tight_layout()
-        name = f'atari100k_{game}.png'
-        fig.savefig(os.path.join(img_dir, name))
-        plt.close(fig)
-        out[game] = name
-    return out
+    order = [g for g in anchors['games'] if g in by_game] + sorted(set(by_game) - set(anchors['games']))
+    lines = ['| game | rlpipe: mean +- std (seeds) | HNS | random | human | ' + ' | '.join(agents) + ' |',
+             '|---|---|---|---|---|' + '---|' * len(agents)]
+    below: Dict[str, List[str]] = {name: [] for name in agents}
+    for game in order:
+        m, sd = _mean_std([float(r['eval']['mean']) for r in by_game[game]])
+        known = game in anchors['games']
+        cells = [_fmt(anchors['random']['scores'][game]), _fmt(anchors['human']['scores'][game])] if known else ['-', '-']
+        for name in agents:
+            v = anchor_mean(name, game) if known else None
+            cells.append(_fmt(v))
+            if v is not None and m < v:
+                below[name].append(game)
+        hns = f'{float(human_normalised(m, game, anchors)):.2f}' if known else '-'
+        lines.append(f'| {game} | {_fmt(m)} +- {_fmt(sd)} ({len(by_game[game])}) | {hns} | ' + ' | '.join(cells) + ' |')
+    walls = [float(r['wall_s']) / 60 for r in results]
+    cpu = [r['update_phase']['cpu_ms_per_step'] for r in results if r.get('update_phase')]
+    lines += ['', f'Wall time per run {min(walls):.0f}-{max(walls):.0f} min'
+              + (f'; CPU per agent step after the first update {min(cpu):.0f}-{max(cpu):.0f} ms' if cpu else '')
+              + f'. Anchors: {_names([n + (" (100 runs per game)" if "runs" in agents[n] else " (published means)") for n in agents])}.']
+
+    scores, games = atari_scores(results, anchors)
+    est = interval_estimates(scores, reps=reps)
+    means_only = {n: float(np.mean([human_normalised(agents[n]['mean'][g], g, anchors) for g in games]))
+                  for n, a in agents.items() if 'runs' not in a and all(g in a['mean'] for g in games)}
+    lines += ['', f'Over the {len(games)} games, human-normalised, 95 % stratified bootstrap CIs ({reps:,} '
+              'resamples, rliable):', '',
+              '| agent | runs per game | IQM | mean | optimality gap |', '|---|---|---|---|---|']
+    for name, (p, lo, hi) in est.items():
+        lines.append(f'| {name} | {scores[name].shape[0]} | ' + ' | '.join(_ci(p[j], lo[j], hi[j]) for j in range(3)) + ' |')
+    for name, v in means_only.items():
+        lines.append(f'| {name} | published means | - | {v:.2f} | - |')
+
+    ours = est['rlpipe']
+    worse = [f'{n}\'s {_ci(p[0], lo[0], hi[0])}' for n, (p, lo, hi) in est.items() if n != 'rlpipe' and p[0] > ours[0][0]]
+    text = ['**Where rlpipe is below an anchor.**']
+    if worse:
+        overlap = [n for n, (p, lo, hi) in est.items() if n != 'rlpipe' and p[0] > ours[0][0] and lo[0] <= ours[2][0]]
+        text.append(f'IQM {_ci(ours[0][0], ours[1][0], ours[2][0])} is below {_names(worse)}'
+                    + (f' (the intervals overlap for {_names(overlap)})' if overlap else '') + '.')
+    worse_mean = [n for n, v in means_only.items() if v > ours[0][1]]
+    if worse_mean:
+        text.append(f'Mean HNS {ours[0][1]:.2f} is below ' + _names([f'{n}\'s {means_only[n]:.2f}' for n in worse_mean]) + '.')
+    per_game = [f'{n}\'s on {_names(gs)}' for n, gs in below.items() if gs]
+    if per_game:
+        text.append('Per game, the mean is below ' + '; '.join(per_game) + '.')
+    if len(text) == 1:
+        text.append('nowhere.')
+    lines += ['', ' '.join(text)]
+
+    os.makedirs(img_dir, exist_ok=True)
+    plot_intervals(est, means_only, os.path.join(img_dir, 'atari100k_aggregates.png'))
+    plot_profile(scores, os.path.join(img_dir, 'atari100k_profile.png'))
+    plot_atari_curves(results, anchors, os.path.join(img_dir, 'atari100k_curves.png'))
+    lines += ['', f'![Atari-100k: IQM, mean and optimality gap with 95 % CIs]({img_rel}/atari100k_aggregates.png)',
+              f'![Atari-100k: performance profile]({img_rel}/atari100k_profile.png)',
+              f'![Atari-100k: learning curves, training games, mean of the last 10]({img_rel}/atari100k_curves.png)']
+    return lines
 
 
-def render_section(results_dir: str, img_dir: str, img_rel: str, agent: Optional[str] = None) -> str:
-    """The section body (markdown, without the heading) for the results under ``results_dir``, with
-    ``agent`` (default :func:`table_agent`) in the results table; writes the PNGs into ``img_dir``,
-    linked as ``<img_rel>/<file>``."""
+def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, img_rel: str,
+                   anchors_path: str = MUJOCO_ANCHORS, reps: int = REPS) -> List[str]:
+    """Markdown lines of the MuJoCo results (table, the below-an-anchor line, one picture)."""
+    if not results:
+        return ['No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none'
+                + (f'; {skipped} smoke result(s) skipped' if skipped else '') + ').']
+    with open(anchors_path) as f:
+        published = json.load(f)
+    groups: Dict[Tuple[str, str], Dict[str, List[Dict[str, Any]]]] = {}
+    for r in results:
+        groups.setdefault((r['algo'], r['env']), {}).setdefault(r['framework'], []).append(r)
+    lines = ['| algo | env | env steps | rlpipe: mean +- std (seeds) | rlpipe: IQM [95% CI] | SB3: mean +- std (seeds) | '
+             'SB3: IQM [95% CI] | wall rlpipe / SB3 | CPU rlpipe / SB3 |', '|---|---|---|---|---|---|---|---|---|']
+    below = []
+    for (algo, env) in sorted(groups):
+        cells, means, wall, cpu = [], {}, {}, {}
+        for fw in ('rlpipe', 'sb3'):
+            runs = sorted(groups[(algo, env)].get(fw, []), key=lambda r: r['seed'])
+            if not runs:
+                cells += ['-', '-']
+                continue
+            rets = [float(r['final_return']) for r in runs]
+            m, sd = _mean_std(rets)
+            means[fw] = m
+            cells.append(f'{_fmt(m)} +- {_fmt(sd)} ({len(runs)})')
+            if len(runs) >= MIN_SEEDS_FOR_IQM:
+                p, lo, hi = interval_estimates({fw: np.array(rets)[:, None]}, reps=reps)[fw]
+                cells.append(_ci(p[0], lo[0], hi[0], _fmt))
+            else:
+                cells.append(f'- ({len(runs)} seed{"" if len(runs) == 1 else "s"})')
+            wall[fw] = sum(float(r['wall']) for r in runs) / len(runs)
+            if all('cpu_s' in r for r in runs):
+                cpu[fw] = sum(float(r['cpu_s']) for r in runs) / len(runs)
+        steps = sorted({int(r['env_steps']) for rs in groups[(algo, env)].values() for r in rs if 'env_steps' in r})
+        ratio = {k: f'{v["rlpipe"] / v["sb3"]:.2f}x' if len(v) == 2 else '-' for k, v in (('wall', wall), ('cpu', cpu))}
+        lines.append(f'| {algo} | {env} | {"/".join(f"{s:,}" for s in steps) or "-"} | ' + ' | '.join(cells)
+                     + f' | {ratio["wall"]} | {ratio["cpu"]} |')
+        if 'rlpipe' in means and 'sb3' in means and means['rlpipe'] < means['sb3']:
+            below.append(f'SB3 on {algo.upper()} {env} ({_fmt(means["rlpipe"])} vs {_fmt(means["sb3"])})')
+        for a in published['runs']:
+            if (a['algo'], a['env']) == (algo, env) and 'rlpipe' in means and means['rlpipe'] < a['return']:
+                budget = '' if steps == [a['env_steps']] else \
+                    '; this row ran ' + '/'.join(f'{s:,}' for s in steps) + ', so not the same budget'
+                below.append(f'RL-Zoo\'s published {algo.upper()} {a["published_env"]} ({_fmt(a["return"])} at '
+                             f'{a["env_steps"]:,} env steps, one run{budget})')
+    lines += ['', '**Where rlpipe is below an anchor.** ' + ('Below ' + '; below '.join(below) + '.' if below else 'nowhere.')]
+    os.makedirs(img_dir, exist_ok=True)
+    if plot_mujoco_curves(results, os.path.join(img_dir, 'mujoco_curves.png')):
+        lines += ['', f'![MuJoCo: evaluation return during training, rlpipe solid, SB3 dashed]({img_rel}/mujoco_curves.png)']
+    return lines
+
+
+def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, agent: Optional[str] = None,
+                reps: int = REPS) -> str:
+    """The page: ``template`` (markdown) with its markers replaced by the sections of the results under
+    ``results_dir`` (the Atari agent ``agent``, default :func:`table_agent`); writes the PNGs into
+    ``img_dir``, linked as ``<img_rel>/<file>``."""
+    for marker in MARKERS.values():
+        if template.count(marker + '\n') != 1:
+            raise ValueError(f'the page template needs the line {marker!r} exactly once')
     agent = agent or table_agent()
     atari, mujoco, skipped = load_results(results_dir, agent)
-    lines = ['Rendered by `python benchmarks/report.py` from the JSON results in `benchmarks/results/`; '
-             'do not edit by hand.', '', '### Atari-100k', '',
-             'One command per game and seed: `python benchmarks/atari100k.py --game <Game> --seed <k>` '
-             '(100k agent steps = 400k frames; games Boxing, Breakout, Freeway, Pong, RoadRunner; ALE v5 ids). '
-             'Protocol: sticky actions off, frame skip 4 with max-pool, 84x84 gray, 4 stacked frames, up to 30 '
-             'no-op actions at reset, games capped at 108k frames; life loss ends the episode and rewards are '
-             'sign-clipped for training only. Score: the raw game score of evaluation games after training '
-             '(10 games, eps-greedy with eps 0.001; the papers average 100 episodes). Agent (`--agent '
-             f'{agent}`, the default): DrQ(eps) built '
-             'from rlpipe\'s DQN (see the docstring of `benchmarks/atari100k.py`): one batch-32 update per '
-             'agent step from step 1,600, 10-step double DQN with a dueling head on the Nature-DQN encoder '
-             'at half width, Adam 1e-4 (eps 1.5e-4), random shifts of +-4 px, eps 1 -> 0.01 over the 5k steps after the first '
-             'update. Its target net is copied after every update, as in DrQ(eps), not every 2,000 updates '
-             'as in DER: DrQ(eps) is the published agent this one follows, and with the copy the '
-             'double-DQN target needs one forward pass of the next observations instead of two. These are '
-             'the settings of Dopamine\'s `labs/atari_100k/configs/DrQ_eps.gin` (update horizon 10, first '
-             'update after 1,600 steps, update and target period 1, eps 0.01 for training after a linear '
-             'decay over 5k steps, 0.001 for evaluation, Adam 1e-4 with eps 1.5e-4, dueling and double '
-             'DQN, no noisy nets, no C51, uniform replay).',
-             '',
-             'Deviations from the published protocol and agent: after a life is lost (training only) the '
-             'env takes one no-op step before the next episode starts, as OpenAI Baselines and SB3 do, and '
-             'that step is not counted as an agent step (at most 4 per Breakout game and 2 per RoadRunner '
-             'game; Boxing, Freeway and Pong have no lives). The network is that of Dopamine\'s DrQ(eps) '
-             'config (Nature-DQN convs 8/4/3 with strides 4/2/1 -> 512 features -> linear value and '
-             'advantage branches) at half width (16/32/32 channels, 256 features), chosen for CPU time: at '
-             'full width an update costs about two and a half times the CPU of one on the DER encoder, at half '
-             'width about 1.35 times (section "Atari-100k agent: CPU per update"). Gradients '
-             'are clipped at norm 10. The '
-             'augmentation is random shifts only (Dopamine\'s DrQ code also scales intensities). Evaluation '
-             'uses 10 games per run, not 100.',
-             '']
-    others = load_other_agents(results_dir, agent)
-    if atari:
-        lines += atari_table(atari)
-        if others:
-            lines += ['', 'Other agents, same protocol (`python benchmarks/atari100k.py --game <Game> --seed <k> '
-                      '--agent <name>`; results in `benchmarks/results/atari100k-<name>/`; what each one is: the '
-                      'docstring of `benchmarks/atari100k.py`): evaluation mean +- std (seeds).', '']
-            lines += other_agents_table(agent, atari, others)
-        plots = plot_curves(atari, img_dir)
-        lines += ['', 'Learning curves (raw scores of training games, so life-loss episodes are joined into whole '
-                  'games):', '']
-        lines += [f'![{g}]({img_rel}/{name})' for g, name in plots.items()]
-    else:
-        lines.append(f'No Atari-100k result is stored yet (`benchmarks/results/atari100k-{agent}/` holds none'
-                     + (f'; {skipped["atari100k"]} smoke or short result(s) skipped' if skipped['atari100k'] else '') + ').')
-    lines += ['', ANCHOR_NOTES, '', '### MuJoCo', '',
-              'One command per row and seed: `python benchmarks/mujoco_vs_sb3.py --algo <sac|ppo> --env <id> --seed <k> '
-              '--with-sb3` (rlpipe, then Stable-Baselines3 with the same settings, each in a process of its own '
-              'with one torch thread). SAC: HalfCheetah-v5 and Hopper-v5, 100k env steps, the first 5k uniformly '
-              'random, then one update per env step, 256x256 nets, batch 256. PPO: Hopper-v5, 1M env steps, '
-              'RL-Zoo\'s tuned Hopper settings. Final return: the mean of 10 deterministic episodes of the final '
-              'policy, the same reset seeds for both frameworks. Wall: training time including the evaluations '
-              'during training, not the final evaluation; the load average at start and end is in each result.',
-              '']
-    if mujoco:
-        lines += mujoco_table(mujoco)
-        lines += ['', MUJOCO_NOTES]
-        plots = plot_mujoco_curves(mujoco, img_dir)
-        if plots:
-            lines += ['', 'Learning curves (mean return of 5 deterministic episodes):', '']
-            lines += [f'![{k}]({img_rel}/{name})' for k, name in plots.items()]
-    else:
-        lines.append('No MuJoCo result is stored yet (`benchmarks/results/mujoco/` holds none'
-                     + (f'; {skipped["mujoco"]} smoke result(s) skipped' if skipped['mujoco'] else '') + ').')
-    return '\n'.join(lines) + '\n'
-
-
-def update_page(page: str, body: str) -> None:
-    """Replace the body of ``SECTION`` in ``page`` (up to the next ``## `` heading) by ``body``."""
-    with open(page) as f:
-        text = f.read()
-    start = text.find('\n' + SECTION + '\n')
-    if start < 0:
-        raise ValueError(f'{page} has no line {SECTION!r}')
-    body_start = start + len(SECTION) + 2
-    nxt = text.find('\n## ', body_start)
-    end = len(text) if nxt < 0 else nxt + 1
-    text = text[:body_start] + '\n' + body + ('\n' if nxt >= 0 else '') + text[end:]
-    with open(page, 'w') as f:
-        f.write(text)
+    sections = {'atari100k': atari_section(atari, skipped['atari100k'], agent, load_anchors(), img_dir, img_rel, reps),
+                'mujoco': mujoco_section(mujoco, skipped['mujoco'], img_dir, img_rel, reps=reps)}
+    for key, marker in MARKERS.items():
+        template = template.replace(marker + '\n', '\n'.join(sections[key]) + '\n')
+    return template
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--results', default=os.path.join(ROOT, 'benchmarks', 'results'))
+    p.add_argument('--template', default=TEMPLATE, help='the page with its markers (default benchmarks/page_template.md)')
     p.add_argument('--page', default=os.path.join(ROOT, 'docs', 'benchmarks.md'))
     p.add_argument('--img-dir', default=None, help='where the PNGs go (default: img/ next to the page)')
+    p.add_argument('--reps', type=int, default=REPS, help='bootstrap resamples of the confidence intervals')
     args = p.parse_args(argv)
     img_dir = args.img_dir or os.path.join(os.path.dirname(os.path.abspath(args.page)), 'img')
     img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(args.page)))
-    update_page(args.page, render_section(args.results, img_dir, img_rel))
-    print(f'updated {args.page} (section "{SECTION}")')
+    with open(args.template) as f:
+        template = f.read()
+    text = render_page(template, args.results, img_dir, img_rel, reps=args.reps)
+    with open(args.page, 'w') as f:
+        f.write(text)
+    print(f'wrote {args.page} ({text.count(chr(10))} lines) and its pictures in {img_dir}')
     return 0
 
 

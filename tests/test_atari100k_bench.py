@@ -1,4 +1,5 @@
-"""benchmarks/atari100k.py (a smoke run, Ctrl-C and resume) and benchmarks/report.py (tables, plots, the page)."""
+"""benchmarks/atari100k.py (a smoke run, Ctrl-C and resume, the golden learning path) and the lab's variants of it
+(benchmarks/experiments/atari100k_variants.py). The page's report: tests/test_benchmarks_report.py."""
 import importlib.util
 import json
 import os
@@ -18,22 +19,6 @@ def _load(name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-@needs_atari
-@pytest.mark.timeout(180)
-def test_a_candidate_agent_writes_outside_the_table_and_learns_its_noise(tmp_path, monkeypatch):
-    bench = _load('atari100k')
-    monkeypatch.setattr(bench, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
-    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
-    assert bench.main(argv) == 0
-    assert not (tmp_path / f'atari100k-{bench.TABLE_AGENT}').exists()   # the table's directory is untouched
-    with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
-        r = json.load(f)
-    assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
-    moved = {name: abs_change for name, _, abs_change in r['weights_fingerprint']}
-    sigmas = [n for n in moved if n.endswith('weight_sigma')]
-    assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
 
 
 @pytest.mark.slow
@@ -101,136 +86,43 @@ def test_a_fixed_seed_run_is_repeatable(tmp_path):
     assert a['eval']['returns'] == b['eval']['returns'] and a['curve'] == b['curve']
 
 
-def _result(game, seed, mean, points, smoke=False, steps=100_000):
-    return {'benchmark': 'atari100k', 'game': game, 'seed': seed, 'smoke': smoke, 'eval': {'mean': mean},
-            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed, 'agent_steps': steps}
-
-
-PAGE = '# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n\nold text\n\n## Replay buffers\n\nkept\n'
-
-
-@pytest.mark.timeout(120)
-def test_report_renders_tables_plots_and_keeps_the_rest_of_the_page(tmp_path):
-    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
-    report = _load('report')
-    res = tmp_path / 'results'
-    table = res / f'atari100k-{report.table_agent()}'
-    table.mkdir(parents=True)
-    (res / 'mujoco').mkdir()
-    rows = [_result('Pong', 0, -10.0, [[1000, -21], [5000, -15]]), _result('Pong', 1, -14.0, [[900, -20]]),
-            _result('Breakout', 0, 10.5, [[800, 2], [2000, 8]]), _result('Freeway', 0, 99.0, [], smoke=True),
-            _result('Boxing', 0, 50.0, [[500, 1]], steps=10_240)]
-    for r in rows:
-        with open(table / f'{r["game"]}_seed{r["seed"]}.json', 'w') as f:
-            json.dump(r, f)
-    for i, (fw, ret) in enumerate([('rlpipe', 3000.0), ('rlpipe', 3400.0), ('sb3', 2900.0)]):
-        with open(res / 'mujoco' / f'sac_{i}.json', 'w') as f:
-            json.dump({'algo': 'sac', 'env': 'Hopper-v5', 'seed': i, 'framework': fw, 'final_return': ret,
-                       'wall': 1500.0}, f)
-    page = tmp_path / 'benchmarks.md'
-    page.write_text(PAGE)
-    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
-    text = page.read_text()
-    assert text.startswith('# Benchmarks\n\nintro\n\n## Atari-100k and MuJoCo\n')
-    assert text.endswith('## Replay buffers\n\nkept\n') and 'old text' not in text
-    pong = next(line for line in text.splitlines() if line.startswith('| Pong |'))
-    hns = (-12.0 + 20.7) / (14.6 + 20.7)
-    assert '-12.0 +- 2.8 (2)' in pong and f'{hns:.2f}' in pong and '| -19.3 |' in pong
-    assert '| Breakout | 10.5 +- 0.0 (1)' in text and 'Freeway |' not in text   # the smoke result is skipped
-    assert '| Boxing |' not in text                                               # and the short run
-    assert '| sac | Hopper-v5 | 3,200 +- 282.8 (2) | 2,900 +- 0.0 (1) | 25 min | 25 min | 1.00x |' in text
-    for game in ('Pong', 'Breakout'):
-        png = tmp_path / 'img' / f'atari100k_{game}.png'
-        assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-        assert f'](img/atari100k_{game}.png)' in text
-    # run again: the section is replaced, not duplicated
-    report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')])
-    assert page.read_text() == text
-
-
-@pytest.mark.timeout(120)
-def test_report_puts_other_agents_beside_the_table_agent(tmp_path):
-    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
-    report = _load('report')
-    res = tmp_path / 'results'
-    runs = {'atari100k-best': [_result('Pong', 0, -20.0, []), _result('Boxing', 0, 4.0, [])],
-            'atari100k-wide': [_result('Pong', 0, -10.0, []), _result('Pong', 1, -14.0, []),
-                               _result('Boxing', 2, 12.1, []), _result('Boxing', 3, 50.0, [], smoke=True)],
-            'atari100k-only_smoke': [_result('Pong', 0, 5.0, [], smoke=True)]}
-    for d, rs in runs.items():
-        (res / d).mkdir(parents=True)
-        for r in rs:
-            with open(res / d / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
-                json.dump(r, f)
-    text = report.render_section(str(res), str(tmp_path / 'img'), 'img', agent='best')
-    assert "Agent (`--agent best`, the default)" in text
-    assert '| agent | Boxing | Pong | mean HNS |' in text
-    table_hns = ((4.0 - 0.1) / 12.0 + (-20.0 + 20.7) / 35.3) / 2
-    wide_hns = ((12.1 - 0.1) / 12.0 + (-12.0 + 20.7) / 35.3) / 2
-    assert f"| the table's (`best`) | 4.0 (1) | -20.0 (1) | {table_hns:.2f} |" in text
-    assert '| `best` |' not in text                                        # not again among the others
-    assert f'| `wide` | 12.1 (1) | -12.0 +- 2.8 (2) | {wide_hns:.2f} |' in text   # its smoke run is left out
-    assert 'only_smoke' not in text
-
-
-def test_report_without_results_says_so(tmp_path):
-    report = _load('report')
-    page = tmp_path / 'benchmarks.md'
-    page.write_text(PAGE)
-    report.main(['--results', str(tmp_path / 'none'), '--page', str(page)])
-    text = page.read_text()
-    assert 'No Atari-100k result is stored yet' in text and 'No MuJoCo result is stored yet' in text
-    assert text.endswith('## Replay buffers\n\nkept\n')
-    assert not (tmp_path / 'img').exists() or not list((tmp_path / 'img').iterdir())
-
-
-def test_the_committed_page_is_what_report_renders_from_the_committed_results(tmp_path):
-    pytest.importorskip('matplotlib', reason="report.py draws the results' plots with matplotlib: pip install -e '.[bench]'")
-    report = _load('report')
-    page = tmp_path / 'benchmarks.md'
-    committed = open(os.path.join(ROOT, 'docs', 'benchmarks.md')).read()
-    page.write_text(committed)
-    report.main(['--results', os.path.join(ROOT, 'benchmarks', 'results'), '--page', str(page),
-                 '--img-dir', str(tmp_path / 'img')])
-    assert page.read_text() == committed, 'docs/benchmarks.md is stale: run python benchmarks/report.py'
-
-
 def test_every_stored_result_ran_the_settings_of_its_agent():
-    """benchmarks/results/atari100k-<name>/ holds runs of ``AGENTS[name]``: a settings change without new
-    runs, or a result in the wrong place, fails here; the table agent has runs of every game."""
+    """benchmarks/results/ holds the table agent's runs only, every one of ``AGENTS[TABLE_AGENT]``: a settings
+    change without new runs, or another agent's result there, fails here; it has runs of every game."""
     import glob
 
     bench = _load('atari100k')
+    assert list(bench.AGENTS) == [bench.TABLE_AGENT]       # the lab's variants live in benchmarks/experiments/
     results = os.path.join(ROOT, 'benchmarks', 'results')
-    checked, games = 0, {}
-    for d in sorted(glob.glob(os.path.join(results, 'atari100k*'))):
-        name = os.path.basename(d)
-        assert name.startswith('atari100k-'), f'{d}: results go to atari100k-<agent>/'
-        agent = name[len('atari100k-'):]
-        assert agent in bench.AGENTS, f'{d}: no agent {agent!r} in benchmarks/atari100k.py AGENTS'
-        for path in sorted(glob.glob(os.path.join(d, '*.json'))):
-            with open(path) as f:
-                r = json.load(f)
-            assert r['settings'] == bench.AGENTS[agent], path
-            checked += 1
-            games.setdefault(agent, set()).add(r['game'])
-    assert checked >= 15 and games[bench.TABLE_AGENT] == set(bench.GAMES)
+    dirs = sorted(glob.glob(os.path.join(results, 'atari100k*')))
+    assert [os.path.basename(d) for d in dirs] == [f'atari100k-{bench.TABLE_AGENT}']
+    games = set()
+    for path in sorted(glob.glob(os.path.join(dirs[0], '*.json'))):
+        with open(path) as f:
+            r = json.load(f)
+        assert r['settings'] == bench.AGENTS[bench.TABLE_AGENT] and r['agent_preset'] == bench.TABLE_AGENT, path
+        games.add(r['game'])
+    assert games == set(bench.GAMES)
 
 
 @needs_atari
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize('agent, golden_file', [('drq_eps', 'atari100k_smoke_pong_seed3_drq_eps.json'),
-                                                ('drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json')])
-def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path, agent, golden_file):
-    """A short fixed-seed run gives the numbers recorded with the code that produced the stored results
-    (the table's and a candidate's): a refactor of the data path, the network or the learner that
-    changes a transition or an update fails here."""
+def test_the_learning_path_is_the_one_the_stored_results_ran(tmp_path):
+    """A short fixed-seed run of the table agent gives the numbers recorded with the code that produced the
+    stored results: a refactor of the data path, the network or the learner that changes a transition or an
+    update fails here."""
     bench = _load('atari100k')
+    assert_matches_golden(bench.main, 'drq_eps_narrow', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json', tmp_path)
+
+
+def assert_matches_golden(main, agent, golden_file, tmp_path):
+    """``main`` (an Atari-100k command line) runs ``agent`` for 160 smoke steps on Pong seed 3 and gives the
+    updates, evaluation and weight changes stored in ``tests/golden/<golden_file>``."""
     with open(os.path.join(ROOT, 'tests', 'golden', golden_file)) as f:
         golden = json.load(f)
     argv = ['--game', 'Pong', '--seed', '3', '--smoke', '--steps', '160', '--out', str(tmp_path), '--no-progress',
             '--agent', agent]
-    assert bench.main(argv) == 0
+    assert main(argv) == 0
     with open(tmp_path / 'Pong_seed3.json') as f:
         r = json.load(f)
     assert r['updates'] == golden['updates']
@@ -254,27 +146,6 @@ def test_the_update_benchmark_times_the_network_of_the_agent_it_is_given(capsys)
     with pytest.raises(SystemExit):
         bench.main(['--agent', 'no_such_agent'])
     assert 'not an agent of benchmarks/atari100k.py' in capsys.readouterr().err
-
-
-@pytest.mark.timeout(120)
-def test_report_puts_mujoco_frameworks_side_by_side_with_curves_and_skips_smoke_runs(tmp_path):
-    pytest.importorskip('matplotlib', reason="report.py draws its plots with matplotlib: pip install -e '.[bench]'")
-    report = _load('report')
-    res = tmp_path / 'results'
-    (res / 'mujoco').mkdir(parents=True)
-    runs = [('rlpipe', 0, 1000.0, 600.0, False), ('rlpipe', 1, 1200.0, 720.0, False), ('sb3', 0, 900.0, 1200.0, False),
-            ('sb3', 1, 5000.0, 10.0, True)]
-    for fw, seed, ret, wall, smoke in runs:
-        with open(res / 'mujoco' / f'ppo_Hopper-v5_{fw}_seed{seed}{"_smoke" if smoke else ""}.json', 'w') as f:
-            json.dump({'algo': 'ppo', 'env': 'Hopper-v5', 'seed': seed, 'framework': fw, 'final_return': ret,
-                       'wall': wall, 'smoke': smoke, 'curve': {'points': [[50_000, ret / 2], [100_000, ret]]}}, f)
-    page = tmp_path / 'benchmarks.md'
-    page.write_text(PAGE)
-    assert report.main(['--results', str(res), '--page', str(page), '--img-dir', str(tmp_path / 'img')]) == 0
-    text = page.read_text()
-    assert '| ppo | Hopper-v5 | 1,100 +- 141.4 (2) | 900.0 +- 0.0 (1) | 11 min | 20 min | 0.55x |' in text
-    assert (tmp_path / 'img' / 'mujoco_ppo_Hopper-v5.png').read_bytes()[:4] == b'\x89PNG'
-    assert '](img/mujoco_ppo_Hopper-v5.png)' in text and '5,000' not in text
 
 
 @pytest.mark.multiprocess
@@ -302,11 +173,76 @@ def test_sigterm_to_a_background_run_saves_a_checkpoint(tmp_path):
     assert 'interrupted at agent step' in out and (tmp_path / 'Pong_seed2.ckpt').exists(), out[-2000:]
 
 
+def _variants():
+    """benchmarks/experiments/atari100k_variants.py, freshly loaded, with a fresh benchmarks.atari100k under it."""
+    sys.modules.pop('benchmarks.atari100k', None)
+    spec = importlib.util.spec_from_file_location(
+        'atari100k_variants', os.path.join(ROOT, 'benchmarks', 'experiments', 'atari100k_variants.py'))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@needs_atari
+@pytest.mark.timeout(120)
+def test_a_lab_variant_runs_through_the_table_runner_on_the_path_its_stored_results_ran(tmp_path):
+    """``drq_eps`` (the DER encoder), run by the lab's script, gives the numbers recorded with the code that
+    produced its stored results."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps', 'atari100k_smoke_pong_seed3_drq_eps.json', tmp_path)
+
+
+@needs_atari
+@pytest.mark.timeout(180)
+def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
+    lab = _variants()
+    monkeypatch.setattr(lab, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
+    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '200', '--agent', 'drq_eps_noisy', '--no-progress']
+    assert lab.main(argv) == 0
+    assert sorted(os.listdir(tmp_path)) == ['atari100k-drq_eps_noisy']   # the lab's directory, nothing else
+    with open(tmp_path / 'atari100k-drq_eps_noisy' / 'Pong_seed0.json') as f:
+        r = json.load(f)
+    assert r['agent_preset'] == 'drq_eps_noisy' and r['settings']['noisy_std'] == 0.1
+    assert r['agent'] == 'DrQ(eps) + noisy head'
+    moved = {name: abs_change for name, _, abs_change in r['weights_fingerprint']}
+    sigmas = [n for n in moved if n.endswith('weight_sigma')]
+    assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
+
+
+def test_the_lab_script_runs_only_its_variants_and_needs_one(capsys):
+    lab = _variants()
+    for argv in (['--game', 'Pong'], ['--game', 'Pong', '--agent', lab.atari100k.TABLE_AGENT]):
+        with pytest.raises(SystemExit):
+            lab.build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert 'the following arguments are required: --agent' in err and 'invalid choice' in err
+    args = lab.build_parser().parse_args(['--agent', 'drq_eps'])
+    assert args.results_root == lab.RESULTS_DIR and args.results_root.startswith(
+        os.path.join(ROOT, 'benchmarks', 'experiments', 'results'))
+
+
+def test_every_stored_lab_result_ran_the_settings_of_its_variant():
+    import glob
+
+    lab = _variants()
+    checked = 0
+    for d in sorted(glob.glob(lab.RESULTS_DIR + '-*')):
+        agent = os.path.basename(d)[len('atari100k-'):]
+        assert agent in lab.VARIANTS, f'{d}: no variant {agent!r} in benchmarks/experiments/atari100k_variants.py'
+        for path in sorted(glob.glob(os.path.join(d, '*.json'))):
+            with open(path) as f:
+                r = json.load(f)
+            assert r['settings'] == lab.VARIANTS[agent] and r.get('agent_preset', agent) == agent, path
+            assert r['agent'] == lab.VARIANT_NAMES[agent], path   # runs older than the field agent_preset
+            checked += 1
+    assert checked == 16                                   # drq_eps: 3 seeds x 5 games; drq_eps_noisy: Freeway 0
+
+
 def test_an_agent_setting_init_gets_that_initialisation():
     torch = pytest.importorskip('torch')
-    bench = _load('atari100k')
+    lab = _variants()
     torch.manual_seed(0)
-    xavier = bench.q_network(bench.AGENTS['drq_eps_narrow_xavier'], 3)
-    plain = bench.q_network(bench.AGENTS['drq_eps_narrow'], 3)
+    xavier = lab.atari100k.q_network(lab.VARIANTS['drq_eps_narrow_xavier'], 3)
+    plain = lab.atari100k.q_network(lab.atari100k.AGENTS[lab.atari100k.TABLE_AGENT], 3)
     assert all(torch.all(m.bias == 0) for m in xavier.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     assert not torch.all(plain.adv.bias == 0)

@@ -1,0 +1,72 @@
+"""Atari-100k with an agent the lab tried beside the table's: ``benchmarks/atari100k.py`` with one of these.
+
+    python benchmarks/experiments/atari100k_variants.py --game Freeway --seed 0 --agent drq_eps_noisy
+    python benchmarks/experiments/atari100k_variants.py --game Pong --seed 3 --smoke --agent drq_eps --out /tmp/res
+
+Every flag is ``benchmarks/atari100k.py``'s (protocol, checkpoints, the result's fields: its docstring);
+``--agent`` is required and picks one of :data:`VARIANTS`, whose results go to
+``benchmarks/experiments/results/atari100k-<agent>/``. None of them is on docs/benchmarks.md; what each
+one scored and why it lost: benchmarks/experiments/NOTES.md.
+
+- ``drq_eps``: the table agent's DrQ(eps) settings on data-efficient Rainbow's encoder (two 5x5 stride-5
+  convs, 256 hidden units per dueling branch); the table's agent until 2026-12-03.
+- ``drq_eps_noisy``: ``drq_eps`` with a noisy-net dueling head (``NoisyLinear``, sigma0 0.1 as in
+  data-efficient Rainbow): fresh noise on every forward pass while collecting and learning, the mean
+  weights in the final evaluation.
+- ``drq_eps_nature``: the network of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features).
+- ``drq_eps_narrow_xavier``: the table agent initialised as Dopamine's networks are (Xavier-uniform weights,
+  zero biases).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import atari100k  # noqa: E402  (after ROOT is on sys.path)
+
+#: Results of ``--agent <agent>`` go to ``RESULTS_DIR + '-<agent>'``.
+RESULTS_DIR = os.path.join(ROOT, 'benchmarks', 'experiments', 'results', 'atari100k')
+
+_TABLE = atari100k.AGENTS[atari100k.TABLE_AGENT]
+#: DrQ(eps)'s settings on the DER encoder: the table agent without its encoder's settings.
+DRQ_EPS: Dict[str, Any] = dict({k: v for k, v in _TABLE.items() if k not in ('encoder_channels', 'feature_dim', 'hidden')},
+                               encoder='der')
+
+#: The lab's agents: settings and the name their results carry.
+VARIANTS: Dict[str, Dict[str, Any]] = {
+    'drq_eps': DRQ_EPS,
+    'drq_eps_noisy': dict(DRQ_EPS, noisy_std=0.1),
+    'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
+    'drq_eps_narrow_xavier': dict(_TABLE, init='xavier'),
+}
+VARIANT_NAMES: Dict[str, str] = {
+    'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
+    'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
+    'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init',
+}
+
+
+def register() -> None:
+    """Add :data:`VARIANTS` to ``benchmarks/atari100k.py``'s ``AGENTS`` (and their names to ``AGENT_NAMES``)."""
+    atari100k.AGENTS.update(VARIANTS)
+    atari100k.AGENT_NAMES.update(VARIANT_NAMES)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``benchmarks/atari100k.py``'s command line, ``--agent`` one of :data:`VARIANTS` (required)."""
+    return atari100k.build_parser(agents=sorted(VARIANTS), default_agent=None, results_root=RESULTS_DIR, doc=__doc__)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    register()
+    return atari100k.main(argv, parser=build_parser())
+
+
+if __name__ == '__main__':
+    sys.exit(main())
