@@ -133,7 +133,10 @@ def dqn_config(a: Dict[str, Any], seed: int) -> Any:
                       'grad_clip': a['grad_clip'], 'truncation_as_terminal': False,
                       'learning_starts': a['learning_starts']},
             'collect': {'n_sample': 1},
-            'other': {'replay_buffer': {'replay_buffer_size': a['replay_size']}},
+            'other': {'replay_buffer': {'replay_buffer_size': a['replay_size']},
+                      # ez-greedy when the agent sets it (None: plain eps-greedy)
+                      'eps': {'repeat_exponent': a.get('eps_repeat_exponent'),
+                              'repeat_max': a.get('eps_repeat_max', 100)}},
         },
     }
     return compile_config(user, policy='dqn')
@@ -270,6 +273,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             policy.load_state_dict(state['policy'])
             ctx.env_step, ctx.train_iter, ctx.env_episode = state['env_step'], state['train_iter'], state['env_episode']
             collect.rng.bit_generator.state = state['collect_rng']
+            if 'collect_hold' in state:  # ez-greedy's held actions
+                collect.hold = tuple(np.asarray(h, dtype=np.int64) for h in state['collect_hold'])
             shift.load_state_dict(state['shift'])
             torch.set_rng_state(state['torch_rng'])
             curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
@@ -310,7 +315,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if interrupted:
         state = {'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
                  'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
-                 'collect_rng': collect.rng.bit_generator.state, 'shift': shift.state_dict(),
+                 'collect_rng': collect.rng.bit_generator.state,
+                 'collect_hold': [h.tolist() for h in collect.hold], 'shift': shift.state_dict(),
                  'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}
         saved: Optional[str] = None
         try:

@@ -209,6 +209,46 @@ def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypa
     assert len(sigmas) == 4 and all(moved[n] > 0 for n in sigmas)   # both dueling branches, both layers
 
 
+@pytest.mark.slow
+@needs_atari
+@pytest.mark.timeout(240)
+def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monkeypatch):
+    """``drq_eps_narrow_ez`` builds a collect mode with ez-greedy, and a Ctrl-C checkpoint keeps its held actions."""
+    import torch
+
+    lab = _variants()
+    bench = lab.atari100k
+    orig = bench.CurveRecorder.__call__
+    seen = {}
+
+    def interrupt(self, ctx):
+        orig(self, ctx)
+        if ctx.env_step == 150:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    argv = ['--game', 'Freeway', '--seed', '0', '--smoke', '--steps', '200', '--out', str(tmp_path), '--no-progress',
+            '--agent', 'drq_eps_narrow_ez']
+    assert lab.main(argv) == 130
+    state = torch.load(tmp_path / 'Freeway_seed0.ckpt', weights_only=True)
+    left, held = state['collect_hold']
+    assert len(left) == len(held) == 1 and 0 <= left[0] < 100 and 0 <= held[0] < 3
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    from pipeline.policy.dqn import DQNCollectMode
+    real_forward = DQNCollectMode.forward
+
+    def spy(self, obs, eps=0.0):
+        seen.setdefault('first', (self.repeat_exponent, self.repeat_max, [h.tolist() for h in self.hold]))
+        return real_forward(self, obs, eps)
+
+    monkeypatch.setattr(DQNCollectMode, 'forward', spy)
+    assert lab.main(argv) == 0
+    assert seen['first'] == (2.0, 100, [left, held])   # resumed with the held action, not a fresh draw
+    with open(tmp_path / 'Freeway_seed0.json') as f:
+        r = json.load(f)
+    assert r['agent_preset'] == 'drq_eps_narrow_ez' and r['settings']['eps_repeat_exponent'] == 2.0
+
+
 def test_the_lab_script_runs_only_its_variants_and_needs_one(capsys):
     lab = _variants()
     for argv in (['--game', 'Pong'], ['--game', 'Pong', '--agent', lab.atari100k.TABLE_AGENT]):
@@ -246,3 +286,20 @@ def test_an_agent_setting_init_gets_that_initialisation():
     plain = lab.atari100k.q_network(lab.atari100k.AGENTS[lab.atari100k.TABLE_AGENT], 3)
     assert all(torch.all(m.bias == 0) for m in xavier.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     assert not torch.all(plain.adv.bias == 0)
+
+
+@pytest.mark.slow
+@needs_atari
+@pytest.mark.timeout(180)
+def test_freeway_exploration_probe_tells_ez_greedy_from_eps_greedy(capsys):
+    """benchmarks/experiments/freeway_exploration.py: on seed 0, ez-greedy's held actions cross the road within
+    700 agent steps; eps-greedy's single random steps do not."""
+    spec = importlib.util.spec_from_file_location(
+        'freeway_exploration', os.path.join(ROOT, 'benchmarks', 'experiments', 'freeway_exploration.py'))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.table_eps(0) == 1.0 and probe.table_eps(1600) == 1.0 and probe.table_eps(6600) == pytest.approx(0.01)
+    assert probe.main(['--seeds', '0', '--steps', '700']) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith('eps-greedy: points per seed [0.0]') and '0 of 1 seeds scored' in out[0]
+    assert out[1].startswith('ez-greedy, exponent 2.0') and '1 of 1 seeds scored' in out[1]

@@ -16,6 +16,9 @@ one scored and why it lost: benchmarks/experiments/NOTES.md.
 - ``drq_eps_nature``: the network of Dopamine's DrQ(eps) config at full width (convs 32/64/64, 512 features).
 - ``drq_eps_narrow_xavier``: the table agent initialised as Dopamine's networks are (Xavier-uniform weights,
   zero biases).
+- ``drq_eps_narrow_ez``: the table agent exploring with temporally-extended eps-greedy ("ez-greedy", Dabney et
+  al. 2021; ``policy.other.eps.repeat_exponent``): an exploratory action is held for n ~ zeta(2) steps, at
+  most 100. A candidate for Freeway, where eps-greedy's single random steps rarely get the chicken across.
 """
 from __future__ import annotations
 
@@ -44,11 +47,13 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_noisy': dict(DRQ_EPS, noisy_std=0.1),
     'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
     'drq_eps_narrow_xavier': dict(_TABLE, init='xavier'),
+    'drq_eps_narrow_ez': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
     'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
     'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init',
+    'drq_eps_narrow_ez': 'DrQ(eps) on the half-width Nature encoder, ez-greedy',
 }
 
 
