@@ -28,7 +28,7 @@ import torch
 from .batching import SampledBatch
 from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
 from .collate import collate
-from .item import BufferedData, _Sampled, _SlotIds
+from .item import BufferedData, _Sampled
 from .sampler import Sampler, UniformSampler, check_priority, priority_array
 from .serialization import load_into_storage, storage_payload
 from .storage import SlotStorage
@@ -163,7 +163,7 @@ class DequeBuffer(Buffer):
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            res = s.take_ids(indices, ignore_insufficient, True, replace)
+            res = s.take_ids(indices, ignore_insufficient)
             w = smp.weights(res.slots) if len(res) else None
             if w is not None:  # the sampler's weights for exactly these items
                 for it, x in zip(res, w.tolist()):
@@ -285,8 +285,6 @@ class DequeBuffer(Buffer):
             raise ValueError(f"update_many got {len(data)} data values for {n} indices")
         s = self._s
         if data is None and meta is None:
-            if type(indices) is _SlotIds and getattr(indices, "version", None) == s.version:
-                return [True] * n  # a middleware vouches that these items are all still stored
             id2slot = s.id2slot
             return [i in id2slot for i in indices]
         if data is None and not s.groups and isinstance(meta, Mapping):

@@ -102,12 +102,6 @@ class _Sampled(list):
     columns: Optional[Dict[str, np.ndarray]]  # per-item values that go with the sample (IS weights)
 
 
-class _SlotIds(list):
-    """A list of indices that also carries their slots (a shortcut for middleware such as PER)."""
-
-    __slots__ = ("slots", "version")
-
-
 def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
     """Replace, in place, every item of ``items[start:]`` that is an object already seen in ``items``
     by a deep copy (data and meta), so that no two entries of a sample are the same object."""

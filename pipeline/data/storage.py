@@ -55,7 +55,7 @@ import torch
 
 from .columns import Columns, Unsupported
 from .group_index import GroupIndex, sample_groups
-from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, _SlotIds, copy_repeats
+from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -383,14 +383,8 @@ class SlotStorage:
 
     result = _result  # the public name (see the storage interface)
 
-    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True,
-                 replace: bool = True) -> _Sampled:
-        """The items of ``indices``. ``replace=False`` is a middleware's promise that its
-        :class:`_SlotIds` hold no index twice (caller-given lists are always checked for repeats)."""
-        if type(indices) is _SlotIds:
-            slots = indices.slots
-            if getattr(indices, "version", None) == self.version or self.slot_id[slots].tolist() == indices:
-                return self._result(slots, sync, replace)
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True) -> _Sampled:
+        """The items of ``indices`` (a repeated index gives a deep copy of the item after its first time)."""
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
