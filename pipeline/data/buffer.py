@@ -7,26 +7,26 @@ working on the right item after other items are deleted or evicted.
 A buffer is a composition of components: the *storage* (:mod:`.storage`, ``SlotStorage``: slots,
 FIFO eviction, order, columns, group indexes, with its interface for samplers and alternative
 storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
-``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The public API and
-the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping, ...) are in
-:mod:`.buffer_chain` (``Buffer``); what ``sample_batch`` returns in :mod:`.batching`
-(``SampledBatch``); the file format in :mod:`.serialization`.
+``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The buffer itself is
+the public API and the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping,
+...); what ``sample_batch`` returns is in :mod:`.batching` (``SampledBatch``); the file format in
+:mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
 from several threads are safe.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from .batching import SampledBatch
-from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
 from .collate import collate
 from .item import BufferedData, _Sampled
 from .sampler import Sampler, UniformSampler, check_priority, priority_array
@@ -37,8 +37,51 @@ __all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware"
 
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
 
+#: The actions that go through a buffer's middleware chain.
+ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
 
-class DequeBuffer(Buffer):
+#: ``mw(action, chain, *args, **kwargs)``: handle (or just pass on via ``chain(*args, **kwargs)``)
+#: one buffer action and return its result.
+Middleware = Callable[..., Any]
+
+
+def _check_size(name: str, value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
+    """``update_many``'s dict-of-columns meta, validated, as lists."""
+    cols = {}
+    for k, v in meta.items():
+        if isinstance(v, (np.ndarray, torch.Tensor)):
+            v = v.tolist()
+        elif isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            raise TypeError(f"update_many(meta={{{k!r}: ...}}) needs one value per index (a list or array), "
+                            f"got {type(v).__name__}")
+        v = list(v)
+        if len(v) != n:
+            raise ValueError(f"update_many(meta={{{k!r}: ...}}) has {len(v)} values for {n} indices")
+        cols[k] = v
+    return cols
+
+
+def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
+    """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
+    if meta is None:
+        return [None] * n
+    if isinstance(meta, Mapping):
+        cols = _meta_cols(meta, n)
+        keys = list(cols)
+        return [dict(zip(keys, row)) for row in zip(*cols.values())] if keys else [None] * n
+    rows = list(meta)
+    if len(rows) != n:
+        raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
+    return rows
+
+
+class DequeBuffer:
     """FIFO replay buffer holding at most ``size`` items.
 
     ``sampler``: which items ``sample``/``sample_batch`` draw (:mod:`pipeline.data.sampler`): a
@@ -56,6 +99,13 @@ class DequeBuffer(Buffer):
         buf.push({"obs": obs, "action": 1, ...}, meta={"env": 0})
         batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor, .weight
         buf.update_priority(batch.index, td_error.abs())
+
+    The middleware chain: a middleware is ``mw(action, chain, *args, **kwargs)`` where ``action`` is one of
+    :data:`ACTIONS`; it must call ``chain(*args, **kwargs)`` (possibly with changed arguments) to run the
+    rest of the chain and return a result. Middleware that does not handle an action must pass it on
+    unchanged. Arguments reaching the chain: ``push(data, meta)``, ``sample(size, indices=, replace=,
+    sample_range=, ignore_insufficient=, groupby=, unroll_len=, **extra)``, ``update(index, data, meta)``,
+    ``update_many(indices, data, meta)``, ``delete(indices)`` (always a list), ``clear()``.
     """
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
@@ -74,10 +124,130 @@ class DequeBuffer(Buffer):
                             f"got {type(sampler).__name__}")
         sampler.attach(self._s)
         self._sampler = sampler  # views share it
-        super().__init__(size, self._s.lock)
+        self.size = size
+        self._lock = self._s.lock
+        self._middleware: List[Middleware] = []
+        self._build_chains()
+
+    # ------------------------------------------------------------------ copies
+    _NOT_COPIED = ("_lock", "_chained", "_c_push", "_c_sample", "_c_update", "_c_update_many", "_c_delete", "_c_clear")
+
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` / ``pickle`` (in-process use): the copy is an independent buffer with
+        its own lock; its middleware are copied with it (middleware that refer to the buffer refer
+        to the copy). Middleware that cannot be copied (e.g. closures for pickle) raise."""
+        state = self.__dict__.copy()
+        for k in self._NOT_COPIED:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = self._copied_lock()
+        self._build_chains()
 
     def _copied_lock(self) -> Any:
         return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
+
+    # ------------------------------------------------------------------ middleware
+    def use(self, middleware: Middleware) -> "DequeBuffer":
+        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""
+        if not callable(middleware):
+            hint = " (a sampler is given to the buffer: DequeBuffer(size, sampler=...))" \
+                if hasattr(middleware, "draw") else ""
+            raise TypeError(f"use() needs a callable middleware(action, chain, *args, **kwargs), "
+                            f"got {type(middleware).__name__}{hint}")
+        with self._lock:
+            self._middleware.append(middleware)
+            self._build_chains()
+        return self
+
+    @property
+    def middleware(self) -> List[Middleware]:
+        """The middleware in use, in call order (a copy)."""
+        return list(self._middleware)
+
+    def _build_chains(self) -> None:
+        chained = self._middleware
+        self._chained = bool(chained)
+
+        def build(action: str, core: Callable) -> Callable:
+            fn = core
+            for mw in reversed(chained):
+                fn = functools.partial(mw, action, fn)
+            return fn
+
+        self._c_push = build("push", self._push)
+        self._c_sample = build("sample", self._sample)
+        self._c_update = build("update", self._update)
+        self._c_update_many = build("update_many", self._update_many)
+        self._c_delete = build("delete", self._delete)
+        self._c_clear = build("clear", self._clear)
+
+    # ------------------------------------------------------------------ public API
+    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> BufferedData:
+        """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
+        When the buffer is full the oldest item is evicted first."""
+        with self._lock:
+            return self._c_push(data, meta)
+
+    def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
+               replace: bool = False, sample_range: Optional[slice] = None,
+               ignore_insufficient: bool = False, groupby: Optional[str] = None,
+               unroll_len: Optional[int] = None, **kwargs: Any
+               ) -> Union[List[BufferedData], List[List[BufferedData]]]:
+        """Sample items.
+
+        - ``size``: how many items (or groups with ``groupby``); ``indices``: take exactly these
+          items instead (``KeyError`` for missing ones unless ``ignore_insufficient``).
+        - ``replace``: with replacement; without it no item is returned twice.
+        - ``sample_range``: a ``slice`` over the items in push order (oldest first), e.g.
+          ``slice(-1000, None)`` for the newest 1000.
+        - ``ignore_insufficient``: return fewer items instead of raising ``ValueError`` when there is
+          not enough data.
+        - ``groupby``: a meta key; returns a list of groups (lists of items in push order) instead;
+          with ``unroll_len`` each group is a random contiguous run of exactly ``unroll_len`` items
+          (groups shorter than that are not eligible); ``size=None`` returns every eligible group.
+        - extra keyword arguments are for middleware (e.g. ``train_iter_sample_data``).
+        """
+        with self._lock:
+            return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
+                                  ignore_insufficient=ignore_insufficient, groupby=groupby,
+                                  unroll_len=unroll_len, **kwargs)
+
+    def update(self, index: int, data: Any = None, meta: Optional[Dict[str, Any]] = None) -> bool:
+        """Replace the data (if not None) and merge ``meta`` into the meta of item ``index``.
+        Returns False if there is no such item (deleted or evicted)."""
+        with self._lock:
+            return self._c_update(index, data, meta)
+
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
+                    meta: Union[None, Sequence[Dict[str, Any]], Dict[str, Sequence[Any]]] = None
+                    ) -> List[bool]:
+        """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
+        index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
+        with self._lock:
+            return self._c_update_many(indices, data, meta)
+
+    def delete(self, indices: Union[int, Iterable[int]]) -> int:
+        """Delete one index or an iterable of indices; unknown ones are ignored. Returns how many
+        items were deleted."""
+        if isinstance(indices, (int, np.integer)):
+            ids = [int(indices)]
+        elif isinstance(indices, (np.ndarray, torch.Tensor)):
+            ids = indices.tolist()
+        else:
+            ids = list(indices)
+        with self._lock:
+            return self._c_delete(ids)
+
+    def clear(self) -> None:
+        """Delete everything."""
+        with self._lock:
+            self._c_clear()
+
+    def __len__(self) -> int:
+        return self.count()
 
     def __repr__(self) -> str:
         return (f"DequeBuffer(size={self.size}, count={self._s.count}, sampler={self._sampler!r}, "
@@ -420,3 +590,8 @@ class DequeBuffer(Buffer):
         if type(self._sampler) is not UniformSampler:
             out[f"sampler:{type(self._sampler).__name__}"] = self._sampler
         return out
+
+
+#: The former name of the buffer base class, now the same class: ``isinstance(x, Buffer)`` still holds for every
+#: buffer, and there is one buffer class with one middleware chain.
+Buffer = DequeBuffer
