@@ -18,7 +18,6 @@ from several threads are safe.
 from __future__ import annotations
 
 import functools
-import operator
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -338,7 +337,7 @@ class DequeBuffer:
             if w is not None:  # the sampler's weights for exactly these items
                 for it, x in zip(res, w.tolist()):
                     it.meta["priority_IS"] = x
-                res.columns = {"priority_IS": w}
+                res.weights = w
             return res
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
@@ -386,8 +385,7 @@ class DequeBuffer:
         """The stored items of the drawn ``slots`` (from the sampler: it may write their meta as it takes
         them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``: ``.weight`` has it)."""
         res = self._sampler.items(slots, weights, replace, not columns_only)
-        if weights is not None:
-            res.columns = {"priority_IS": weights}
+        res.weights = weights
         return res
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
@@ -491,19 +489,20 @@ class DequeBuffer:
                      ignore_insufficient: bool = False, **kwargs: Any) -> SampledBatch:
         """Sample ``size`` items and collate them into tensors.
 
-        The sampler draws slots, the storage's columns gather them (when the items share one structure:
-        dicts of tensors / arrays / numbers; otherwise :func:`collate` stacks the items), and the
-        sampler's importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
+        One route: the sampler draws slots and the storage turns them into the batch
+        (:meth:`SlotStorage.batch`: its columns gather the rows; only data the columns cannot hold, items
+        of other structures than the first, are stacked by :func:`collate`), and the sampler's
+        importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
         (``.data``, ``.index``, ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to
         sample.
 
         With middleware in the call chain the items come through the chain; the chain sees
         ``_columns_only=True``: a hint that per-item meta written only for the caller
-        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
+        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it. A middleware that hands out
+        items of its own (``clone_object``) gets them stacked as they are.
         """
         with self._lock:
             s = self._s
-            cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
             if not self._chained:
                 if kwargs:
                     raise TypeError(f"sample_batch() got unexpected keyword arguments {sorted(kwargs)} (extra "
@@ -511,40 +510,25 @@ class DequeBuffer:
                 slots, ids, w = self._draw(size, replace, sample_range, ignore_insufficient)
                 if not len(slots):
                     raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-                weight = None if w is None else torch.from_numpy(w)
-                if cols is not None and cols.ok.take(slots).all():
-                    return SampledBatch(cols.gather(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
-                                        weight, _storage=s, _slots=slots)
-                items = self._items(slots, w, replace, True)
-                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], weight, items)
+                return SampledBatch(s.batch(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
+                                    None if w is None else torch.from_numpy(w), _storage=s, _slots=slots)
             items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                    ignore_insufficient=ignore_insufficient, groupby=None,
                                    unroll_len=None, _columns_only=True, **kwargs)
             if not items:
                 raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-            data = None
+            index = [it.index for it in items]
+            if type(items) is _Sampled and items.stored():  # the stored items as the storage handed them out
+                # their rows still hold them unless a middleware pushed into their slots meanwhile
+                rows = items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index
+                w = items.weights
+                return SampledBatch(s.batch(items.slots, items, rows), index,
+                                    None if w is None else torch.from_numpy(w), items)
+            # a middleware built new items (e.g. clone_object): their data and meta are this call's
             weight = None
-            if type(items) is _Sampled:
-                ref = items.ref
-                same = len(ref) == len(items) and all(map(operator.is_, items, ref))
-                if same and items.version == s.version:  # nothing pushed/removed since: ids by slot
-                    index = s.slot_id[items.slots].tolist()
-                else:
-                    index = [it.index for it in items]
-                if cols is not None and same and (
-                        items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
-                    if cols.ok[items.slots].all():
-                        data = cols.gather(items.slots)
-                extra = items.columns
-                if extra and "priority_IS" in extra:
-                    weight = torch.from_numpy(extra["priority_IS"])
-            else:  # a middleware built a new list (e.g. clone_object): its meta is this call's
-                index = [it.index for it in items]
-                if "priority_IS" in items[0].meta:
-                    weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
-            if data is None:
-                data = collate([it.data for it in items])
-            return SampledBatch(data, index, weight, items)
+            if "priority_IS" in items[0].meta:
+                weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
+            return SampledBatch(collate([it.data for it in items]), index, weight, items)
 
     # ------------------------------------------------------------------ persistence
     def save_data(self, path: str) -> None:

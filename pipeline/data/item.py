@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -92,14 +93,19 @@ def peek_data(item: BufferedData) -> Any:
 
 
 class _Sampled(list):
-    """List of sampled items that remembers where they came from (for the fast batch path)."""
+    """The list of sampled items a storage hands out, with the slots they came from: what lets
+    ``sample_batch`` through a middleware chain still gather its batch from the storage's columns."""
 
-    __slots__ = ("slots", "ref", "pushes", "version", "columns")
+    __slots__ = ("slots", "ref", "pushes", "weights")
     slots: np.ndarray  # the items' slots
-    ref: tuple  # the items as the storage handed them out (a middleware may build a new list)
+    ref: tuple  # the items as the storage handed them out (a middleware may change the list)
     pushes: int  # the storage's push count then
-    version: int  # the storage's version then
-    columns: Optional[Dict[str, np.ndarray]]  # per-item values that go with the sample (IS weights)
+    weights: Optional[np.ndarray]  # the items' importance-sampling weights (prioritized sampling), else None
+
+    def stored(self) -> bool:
+        """True while the list holds exactly the items the storage handed out."""
+        ref = self.ref
+        return len(ref) == len(self) and all(map(operator.is_, self, ref))
 
 
 def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:

@@ -182,8 +182,7 @@ class PrioritizedSampler:
             else:
                 ext.take_items(s.items, slots, res, None, leaf, 1.0, 0.0, None, self._stale, self._raw)
             # ref (the items sample_batch checks a chain's result against) only when a batch is built
-            res.slots, res.ref, res.pushes, res.version, res.columns = (slots, () if meta_weights else tuple(res),
-                                                                        s.pushes, s.version, None)
+            res.slots, res.ref, res.pushes, res.weights = (slots, () if meta_weights else tuple(res), s.pushes, None)
         else:
             res = s.result(slots, False, False)
             self._write_meta(res, slots, w)

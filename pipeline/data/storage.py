@@ -48,11 +48,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, List, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
 
+from .collate import collate
 from .columns import Columns, Unsupported
 from .group_index import GroupIndex, sample_groups
 from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, copy_repeats
@@ -365,6 +366,20 @@ class SlotStorage:
             syncer.sync_meta(slots)
 
     # ------------------------------------------------------------------ sampling
+    def batch(self, slots: np.ndarray, items: Optional[Sequence[BufferedData]] = None, rows: bool = True) -> Any:
+        """The batch of a sample: the ``[B, ...]`` tensors of the items in ``slots`` (``sample_batch``'s one
+        route). The columns gather it when they hold every one of these rows (and ``rows``: the rows still
+        hold these items); only data they cannot hold (items whose structure differs from the first one's,
+        a storage without columns) is stacked from the items by :func:`~pipeline.data.collate.collate`
+        (``items``: the sample's items; default: the stored items of ``slots``)."""
+        cols = self.ensure_columns() if self.columnar is not False else None  # rows up to date
+        if rows and cols is not None and cols.ok.take(slots).all():
+            return cols.gather(slots)
+        if items is None:
+            it = self.items
+            items = [it[s] for s in slots.tolist()]  # type: ignore[misc]
+        return collate([x.data for x in items])
+
     def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> _Sampled:
         """The stored items of ``slots`` as a sample list; ``repeats``: ``slots`` may hold a slot
         twice, and every repeat then becomes a deep copy (see :class:`BufferedData`)."""
@@ -377,8 +392,7 @@ class SlotStorage:
         res.slots = slots
         res.ref = tuple(res)
         res.pushes = self.pushes
-        res.version = self.version
-        res.columns = None
+        res.weights = None
         return res
 
     result = _result  # the public name (see the storage interface)
