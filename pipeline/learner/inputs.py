@@ -1,12 +1,17 @@
 """The door into ``Learner.update``: which one of the seven input kinds was given, and turning it into the one
-form the learner's core trains on, ``module id -> batch`` with each module's row count (:class:`LearnerInputs`)."""
+form the learner's core trains on: a stream of minibatches, each ``module id -> batch`` with each module's row
+count (:meth:`LearnerInputs.minibatches`). Past the door the learner never sees which kind came in."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import torch
+
+from ..device import to_device
 from .batch import cat_rows, is_tree, num_rows, stack_transitions
+from .minibatch_plan import Minibatch, check_loop_args, plan_batch, plan_iterators
 from .training_data import INPUT_KINDS, TrainingData
 
 __all__ = ["LearnerInputs", "select_input", "normalize_timesteps", "stack_episodes", "TS_KEY"]
@@ -91,6 +96,35 @@ class LearnerInputs:
         self.single_id: Optional[str] = self.module_ids[0] if len(self.module_ids) == 1 else None
         self.episodes_to_batch = episodes_to_batch
         self.shared = shared
+
+    def minibatches(self, batch: Any, batches: Any, batch_refs: Any, episodes: Any, episodes_refs: Any,
+                    data_iterators: Any, training_data: Optional[TrainingData], *, num_total_minibatches: int,
+                    num_epochs: int, minibatch_size: Optional[int], shuffle_batch_per_epoch: bool,
+                    num_iters: Optional[int], device: Optional[torch.device],
+                    generator: Optional[torch.Generator]) -> Iterator[Minibatch]:
+        """The door: exactly one input of ``Learner.update`` (any kind) as the stream of minibatches its core
+        trains on, each ``(module id -> batch, module id -> rows, env rows)`` with its tensors on ``device``
+        (None: where they are). The input and the loop arguments are checked, and a batch is resolved (refs
+        solved, episodes stacked, moved to ``device`` once), before this returns; iterators are pulled as the
+        stream is read (:mod:`pipeline.learner.minibatch_plan`)."""
+        kind, data = select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
+        check_loop_args(kind, num_total_minibatches=num_total_minibatches, num_epochs=num_epochs,
+                        minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
+                        num_iters=num_iters)
+        if kind == "data_iterators":
+            assert data is not None and num_iters is not None  # checked above
+
+            def pulled(batches: List[Any]) -> ModuleBatches:
+                out = self.pulled(batches)
+                return out if device is None else to_device(out, device)
+
+            return plan_iterators(data.iterators(), num_iters, pulled, self.rows)
+        module_batches = self.module_batches(kind, batch, data)
+        if device is not None:  # the whole input, once per call (not per minibatch or field)
+            module_batches = to_device(module_batches, device)
+        return plan_batch(module_batches, self.rows(module_batches), num_total_minibatches=num_total_minibatches,
+                          num_epochs=num_epochs, minibatch_size=minibatch_size,
+                          shuffle_batch_per_epoch=shuffle_batch_per_epoch, generator=generator)
 
     def module_batches(self, kind: str, batch: Any, data: Optional[TrainingData]) -> ModuleBatches:
         """module id -> batch for a ``kind`` from :func:`select_input` (refs are solved here)."""

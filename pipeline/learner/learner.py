@@ -17,13 +17,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 import torch
 from torch import nn
 
-from ..device import DeviceLike, host_copy, module_device, place_module, resolve_device, to_device, to_host
+from ..device import DeviceLike, host_copy, module_device, place_module, resolve_device, to_host
 from .call_metrics import CallMetrics
 from .checkpoint import load_state_dir, save_state_dir
-from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, select_input, stack_episodes
+from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, stack_episodes
 from .metrics import MetricsLogger
 from .modules import ModuleSet, move_modules
-from .minibatch_plan import check_loop_args, plan_batch, plan_iterators
 from .optim import LRSchedule, ModuleOptimizers, OptimizerFactory, default_optimizer, total_norm
 from .training_data import TrainingData
 
@@ -262,32 +261,16 @@ class Learner:
         """
         if kwargs:
             raise TypeError(f"Learner.update got unexpected keyword arguments: {sorted(kwargs)}")
-        kind, data = select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
-        check_loop_args(
-            kind,
+        plan = self.inputs.minibatches(
+            batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data,
             num_total_minibatches=num_total_minibatches,
             num_epochs=num_epochs,
             minibatch_size=minibatch_size,
             shuffle_batch_per_epoch=shuffle_batch_per_epoch,
             num_iters=num_iters,
+            device=self._batch_device,
+            generator=self._generator,
         )
-        inputs = self.inputs
-        if kind == "data_iterators":
-            assert data is not None
-            plan = plan_iterators(data.iterators(), num_iters, self._pulled_to_module_batches, inputs.rows)
-        else:
-            module_batches = inputs.module_batches(kind, batch, data)
-            if self._batch_device is not None:  # the whole input, once per call (not per minibatch or field)
-                module_batches = to_device(module_batches, self._batch_device)
-            plan = plan_batch(
-                module_batches,
-                inputs.rows(module_batches),
-                num_total_minibatches=num_total_minibatches,
-                num_epochs=num_epochs,
-                minibatch_size=minibatch_size,
-                shuffle_batch_per_epoch=shuffle_batch_per_epoch,
-                generator=self._generator,
-            )
 
         ts = normalize_timesteps(timesteps)
         if self.optim.schedules:
@@ -399,11 +382,6 @@ class Learner:
     def restore_from_path(self, path: Union[str, os.PathLike]) -> None:
         """Load a checkpoint written by :meth:`save_to_path` (safe: no arbitrary unpickling)."""
         self.set_state(load_state_dir(path))
-
-    # ================================================================== internals
-    def _pulled_to_module_batches(self, pulled: List[Any]) -> Dict[str, Any]:
-        out = self.inputs.pulled(pulled)
-        return out if self._batch_device is None else to_device(out, self._batch_device)
 
     # ================================================================== device
     def to(self, device: DeviceLike) -> "Learner":
