@@ -27,7 +27,7 @@ class SampledBatch:
     __slots__ = ("data", "index", "weight", "_items", "_storage", "_slots")
 
     def __init__(self, data: Any, index: List[int], weight: Optional[torch.Tensor],
-                 items: Optional[List[BufferedData]] = None, *, _storage: Optional["SlotStorage"] = None,
+                 items: Optional[List[Optional[BufferedData]]] = None, *, _storage: Optional["SlotStorage"] = None,
                  _slots: Optional[np.ndarray] = None) -> None:
         self.data = data
         self.index = index
@@ -39,10 +39,11 @@ class SampledBatch:
     @property
     def items(self) -> List[Optional[BufferedData]]:
         if self._items is None:
-            s = self._storage
+            s, slots = self._storage, self._slots
+            assert s is not None and slots is not None  # given together when the items are not
             with s.lock:
                 out: List[Optional[BufferedData]] = []
-                for slot, idx in zip(self._slots.tolist(), self.index):
+                for slot, idx in zip(slots.tolist(), self.index):
                     it = s.items[slot]
                     if it is None or it.index != idx:
                         sl = s.id2slot.get(idx)

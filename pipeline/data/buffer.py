@@ -283,7 +283,7 @@ class DequeBuffer:
             slot = int(s.ordered_slots()[offset])
             if s.syncers:
                 s.sync(np.array([slot]))
-            return s.items[slot]
+            return s.item(slot)
 
     def get_by_index(self, index: int) -> Optional[BufferedData]:
         """The item with this ``index``, or None."""
@@ -404,7 +404,7 @@ class DequeBuffer:
             return False
         if meta is not None and not isinstance(meta, Mapping):
             raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
-        item = s.items[slot]
+        item = s.item(slot)
         if data is not None:
             item.data = data
             if s.columns is not None:
@@ -463,7 +463,7 @@ class DequeBuffer:
                 if slot is None:
                     out.append(False)
                     continue
-                m = items[slot].meta
+                m = items[slot].meta  # type: ignore[union-attr]  # a live index's slot holds its item
                 for k, col in cols:
                     m[k] = col[j]
                 out.append(True)

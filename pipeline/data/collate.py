@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ def _column(values: List[Any]) -> torch.Tensor:
     raise TypeError(f'cannot collate values of type {type(first).__name__}')
 
 
-def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Sequence[str] = None,
+def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Optional[Sequence[str]] = None,
                         as_tree: bool = False) -> Any:
     """Stack a list of transition dicts into one dict (or tree) of tensors with a batch axis.
 
@@ -143,7 +143,7 @@ def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Sequence[str] 
         raise ValueError('cannot collate an empty list of transitions')
     strict = keys is not None
     out: Dict[str, torch.Tensor] = {}
-    for k in (keys if strict else items[0].keys()):
+    for k in (keys if keys is not None else items[0].keys()):
         vals = [it[k] for it in items]
         try:
             out[k] = _column(vals)

@@ -4,12 +4,15 @@ Turning lists of transitions into batches otherwise lives in :mod:`pipeline.data
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Protocol, Tuple, Union
 
 import numpy as np
 import torch
 
-__all__ = ["Columns", "Unsupported"]
+__all__ = ["Columns", "ColumnStore", "Unsupported", "GatheredBatch"]
+
+#: What gathering rows gives: (nested) dicts of ``[B, ...]`` tensors, or one tensor when the items are single leaves.
+GatheredBatch = Union[Dict[Any, Any], torch.Tensor]
 
 
 class Unsupported(Exception):
@@ -25,6 +28,19 @@ _PY_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64}
 
 # how Columns.row rebuilds a leaf: a Python scalar, an array of >= 1 dims, a 0-d array, a numpy scalar, a tensor
 _ROW_PY, _ROW_ARR, _ROW_ARR0, _ROW_NPSCALAR, _ROW_TENSOR = range(5)
+
+
+class ColumnStore(Protocol):
+    """What a storage's columnar rows are to the buffer (``SlotStorage.columns``): ``ok`` says per slot whether
+    its row holds the item, ``write``/``write_many`` copy items in, ``gather`` builds the batch of some slots."""
+
+    ok: np.ndarray
+
+    def write(self, slot: int, data: Any) -> None: ...
+
+    def write_many(self, slots: List[int], datas: List[Any]) -> None: ...
+
+    def gather(self, slots: np.ndarray) -> GatheredBatch: ...
 
 
 class Columns:
@@ -133,17 +149,17 @@ class Columns:
             for d in datas:
                 if len(d) != n0:
                     raise KeyError
-            staged = []
+            staged: List[Tuple[np.ndarray, Union[np.ndarray, List[Any]]]] = []
             for path, kind, col, shape, dtype in self._leaves:
                 k = path[0]
                 vals = [d[k] for d in datas]
                 if kind == _TT:
-                    st = torch.stack(vals)
-                    if st.dtype is not dtype or st.shape[1:] != shape:
+                    tt = torch.stack(vals)
+                    if tt.dtype is not dtype or tt.shape[1:] != shape:
                         raise KeyError
-                    if st.requires_grad:
-                        st = st.detach()
-                    staged.append((col, st.numpy()))
+                    if tt.requires_grad:
+                        tt = tt.detach()
+                    staged.append((col, tt.numpy()))
                 elif kind == _PY:
                     for v in vals:
                         if type(v) is not dtype:
@@ -181,7 +197,7 @@ class Columns:
                 out[key] = torch.from_numpy(col[slot, ...].copy())
         return out
 
-    def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
+    def gather(self, slots: np.ndarray) -> GatheredBatch:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
         out: Dict[Any, Any] = {}
         for path, _kind, col, _shape, dtype in self._leaves:

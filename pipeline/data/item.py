@@ -38,7 +38,7 @@ class BufferedData:
     meta: Dict[str, Any]
 
 
-_DATA = BufferedData.data  # the slot descriptor: a RowItem keeps its _Row there
+_DATA: Any = BufferedData.__dict__["data"]  # the slot descriptor: a RowItem keeps its _Row there
 
 
 class _Row:
@@ -71,16 +71,22 @@ class RowItem(BufferedData):
     @data.setter
     def data(self, value: Any) -> None:
         _DATA.__set__(self, value)
-        self.__class__ = BufferedData
+        _become_plain(self)
 
     def detach(self) -> None:
         """Become a plain item holding its data (the caller holds the storage's lock)."""
         row = _DATA.__get__(self)
         _DATA.__set__(self, row.columns.row(row.slot))
-        self.__class__ = BufferedData
+        _become_plain(self)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return BufferedData, (self.data, self.index, self.meta)
+
+
+def _become_plain(item: BufferedData) -> None:
+    """Turn ``item`` (a :class:`RowItem`, or a storage's item of another kind) into a plain
+    :class:`BufferedData` holding what its data slot holds now."""
+    setattr(item, "__class__", BufferedData)
 
 
 def peek_data(item: BufferedData) -> Any:

@@ -87,6 +87,7 @@ class UniformSampler:
              ) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
         """``k`` uniformly drawn slots of ``pool`` (default: every occupied slot); no ids, no weights."""
         s = self.storage
+        assert s is not None, "UniformSampler: attach() it to a storage first"
         if pool is None:
             return s.dense[s.draw(s.count, k, replace)], None, None
         return pool[s.draw(len(pool), k, replace)], None, None
@@ -97,7 +98,9 @@ class UniformSampler:
 
     def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
         """The storage's sample list of ``slots`` (no weights to write)."""
-        return self.storage.result(slots, True, replace)
+        s = self.storage
+        assert s is not None, "UniformSampler: attach() it to a storage first"
+        return s.result(slots, True, replace)
 
     def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
         """Always raises: a uniform sampler has no priorities."""

@@ -18,7 +18,7 @@ from easydict import EasyDict
 
 from .columnar_io import decode_rows, encode_rows
 from .frame_file import frame_rows, frames_node, packed_rows
-from .frame_storage import _Packed
+from .frame_storage import FrameStorage, _Packed
 from .item import peek_data
 from .storage import SlotStorage
 
@@ -118,8 +118,7 @@ def storage_payload(s: "SlotStorage") -> dict:
 
 def _data_column(s: "SlotStorage", items: list) -> dict:
     node = None
-    if getattr(s, "pixel_keys", None) is not None:  # a FrameStorage: every frame once (frame_file)
-
+    if isinstance(s, FrameStorage):  # every frame once (frame_file)
         node = frames_node(s, items, encode)
     return node if node is not None else encode_rows([peek_data(it) for it in items], encode, "data")
 

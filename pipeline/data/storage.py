@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from .collate import collate
-from .columns import Columns, Unsupported
+from .columns import Columns, ColumnStore, Unsupported
 from .group_index import GroupIndex, sample_groups
 from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, copy_repeats
 
@@ -131,7 +131,7 @@ class SlotStorage:
         self.pushes = 0
         self.version = 0  # bumped by every push and removal: equal versions mean unchanged slots
         self.groups: Dict[str, GroupIndex] = {}
-        self.columns: Optional[Columns] = None
+        self.columns: Optional[ColumnStore] = None
         self.columns_unsupported = False
         self.pending: List[int] = []  # slots whose column rows are stale
         self._rbuf = np.zeros(0, dtype=np.int64)
@@ -197,9 +197,16 @@ class SlotStorage:
         if type(it) is RowItem and sys.getrefcount(it) > 3:  # the list, `it`, the call's argument
             it.detach()
 
+    def item(self, slot: int) -> BufferedData:
+        """The item of an occupied ``slot``."""
+        it = self.items[slot]
+        if it is None:
+            raise KeyError(f"slot {slot} holds no item")
+        return it
+
     def remove_slot(self, slot: int) -> None:
         self.release(slot)
-        item = self.items[slot]
+        item = self.item(slot)
         self.items[slot] = None
         self.version += 1
         del self.id2slot[item.index]
@@ -285,12 +292,13 @@ class SlotStorage:
         return self.order[self.otail:self.ohead]
 
     # ------------------------------------------------------------------ columns / groups
-    def ensure_columns(self) -> Optional[Columns]:
+    def ensure_columns(self) -> Optional[ColumnStore]:
         """Create the columns if needed and bring every live row up to date."""
-        if self.columns is None:
+        cols = self.columns
+        if cols is None:
             if self.columns_unsupported or not self.count:
                 return None
-            example = self.items[int(self.dense[0])].data
+            example = self.item(int(self.dense[0])).data
             try:
                 cols = self.make_columns(example)
             except Unsupported:
@@ -302,9 +310,9 @@ class SlotStorage:
             items = self.items
             slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
             self.pending = []
-            self.columns.write_many(slots, [items[s].data for s in slots])
+            cols.write_many(slots, [self.item(s).data for s in slots])  # holds no item: _bind counts references
             self._bind(slots)
-        return self.columns
+        return cols
 
     def _bind(self, slots: List[int]) -> None:
         """Let the flat dict items of ``slots`` (rows just written) keep their data only in the columns:
@@ -313,7 +321,7 @@ class SlotStorage:
         short-lived tensors, fragment the C heap, and a long run then grows by kilobytes per update
         (``benchmarks/bench_memory.py``). Items somebody else holds right now are left as they are."""
         cols = self.columns
-        if not getattr(cols, "rows", False):
+        if not isinstance(cols, Columns) or not cols.rows:
             return
         ok, items, lock = cols.ok, self.items, self.lock
         getrefcount = sys.getrefcount
@@ -350,7 +358,7 @@ class SlotStorage:
             self.groups[key] = gi
         return gi
 
-    def make_columns(self, example: Any) -> Columns:
+    def make_columns(self, example: Any) -> ColumnStore:
         """The columnar mirror for items shaped like ``example`` (raise ``Unsupported`` if none)."""
         return Columns(self.size, example)
 
