@@ -84,7 +84,7 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
         )
     if not leaves:
         raise ValueError(f"{where} is empty (no tensors); pass at least one tensor with a batch axis")
-    n = None
+    rows: Optional[int] = None
     for leaf in leaves:
         shape = (len(leaf),) if type(leaf) is list else getattr(leaf, "shape", None)  # lists: one entry per row
         if shape is None or len(shape) == 0:
@@ -92,14 +92,15 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
                 f"{where} holds a leaf without a batch axis ({type(leaf).__name__} "
                 f"{'scalar' if shape is not None else ''}); every leaf needs shape [B, ...]"
             )
-        if n is None:
-            n = shape[0]
-        elif shape[0] != n:
+        if rows is None:
+            rows = shape[0]
+        elif shape[0] != rows:
             raise ValueError(
-                f"{where} leaves disagree on the batch axis: {n} vs {shape[0]} rows; "
+                f"{where} leaves disagree on the batch axis: {rows} vs {shape[0]} rows; "
                 "every leaf must share its first dimension"
             )
-    return int(n)
+    assert rows is not None  # leaves is not empty
+    return int(rows)
 
 
 def slice_rows(batch: Any, start: int, stop: int) -> Any:

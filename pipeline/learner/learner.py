@@ -9,7 +9,9 @@ state and counters are its own (below); the directory format of ``save_to_path``
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
@@ -135,7 +137,13 @@ class Learner:
         out = {}
         for mid, f in fwd_out.items():
             loss = self.compute_loss_for_module(mid, batch[mid], f)
-            out[mid] = loss if type(loss) is _Tensor else self.call_metrics.split_loss(mid, loss, self.last_outputs)
+            if type(loss) is _Tensor:
+                out[mid] = loss
+            elif isinstance(loss, Mapping):
+                out[mid] = self.call_metrics.split_loss(mid, loss, self.last_outputs)
+            else:
+                raise TypeError(f"compute_loss_for_module({mid!r}) returned a {type(loss).__name__}; return a scalar "
+                                "tensor or a dict with 'total_loss'")
         return out
 
     def compute_gradients(self, losses: Dict[str, _Tensor]) -> Dict[str, List[nn.Parameter]]:
@@ -150,7 +158,7 @@ class Learner:
         if len(losses) == 1:
             (total,) = losses.values()
         else:
-            total = sum(losses.values())
+            total = functools.reduce(operator.add, losses.values())
         if not total.requires_grad:
             raise ValueError(
                 f"the loss of module(s) {list(losses)} does not depend on any trainable parameter "
