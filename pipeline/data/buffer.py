@@ -18,6 +18,7 @@ from several threads are safe.
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -28,7 +29,7 @@ import torch
 from .batching import SampledBatch
 from .collate import collate
 from .item import BufferedData, _Sampled
-from .sampler import Sampler, UniformSampler, check_priority, priority_array
+from .sampler import Priorities, Sampler, UniformSampler, check_priority, priority_array
 from .serialization import load_into_storage, storage_payload
 from .storage import SlotStorage
 
@@ -44,7 +45,7 @@ ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
 Middleware = Callable[..., Any]
 
 
-def _check_size(name: str, value: Any, minimum: int = 0) -> int:
+def _check_size(name: str, value: object, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -145,7 +146,7 @@ class DequeBuffer:
         self._lock = self._copied_lock()
         self._build_chains()
 
-    def _copied_lock(self) -> Any:
+    def _copied_lock(self) -> "threading.RLock":
         return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
 
     # ------------------------------------------------------------------ middleware
@@ -257,7 +258,7 @@ class DequeBuffer:
         """The sampler this buffer draws with (given to the constructor; shared with its views)."""
         return self._sampler
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
         list), for a buffer whose sampler keeps priorities. Returns one bool per index: was it stored.
         Raises ``TypeError`` for a buffer that samples uniformly, ``ValueError`` for a length mismatch or
@@ -357,7 +358,7 @@ class DequeBuffer:
         slots, _, w = self._draw(size, replace, sample_range, ignore_insufficient)
         return self._items(slots, w, replace, _columns_only)
 
-    def _draw(self, size: Any, replace: bool, sample_range: Optional[slice],
+    def _draw(self, size: int, replace: bool, sample_range: Optional[slice],
               ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
         """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
         of ``sample_range``."""

@@ -4,10 +4,15 @@ from __future__ import annotations
 import copy
 import operator
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import threading
+
+    from .columns import Columns
 
 __all__ = ["BufferedData", "RowItem", "copy_repeats"]
 
@@ -46,7 +51,7 @@ class _Row:
 
     __slots__ = ("columns", "slot", "lock")
 
-    def __init__(self, columns: Any, slot: int, lock: Any) -> None:
+    def __init__(self, columns: "Columns", slot: int, lock: "threading.RLock") -> None:
         self.columns, self.slot, self.lock = columns, slot, lock
 
 

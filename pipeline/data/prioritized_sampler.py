@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _accel
 from .item import BufferedData, _Sampled
-from .sampler import _bind, check_priority, priority_array
+from .sampler import Priorities, _bind, check_priority, priority_array
 from .segment_tree import SumMinTree
 from .storage import SlotStorage
 
@@ -264,7 +264,7 @@ class PrioritizedSampler:
             return None if slot is None else float(self._raw[slot])
 
     # ------------------------------------------------------------------ new priorities
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities (finite, ``>= 0``; an array, tensor or list with one value per index) for the
         items ``indices``. Returns one bool per index: was it stored (others are skipped).
         ``ValueError`` for a length mismatch or a NaN, infinite or negative priority (nothing written)."""

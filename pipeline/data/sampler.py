@@ -16,12 +16,20 @@ buffer calls it under the storage's lock.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import numpy as np
 
 from .item import _Sampled
 from .storage import SlotStorage
+
+if TYPE_CHECKING:
+    import torch
+
+    from .prioritized_sampler import PrioritizedSampler
+
+#: New priorities for some items, one each: an array, a tensor (any device, may require grad) or a list of numbers.
+Priorities = Union[np.ndarray, "torch.Tensor", Sequence[float]]
 
 __all__ = ["Sampler", "UniformSampler", "check_priority", "priority_array"]
 
@@ -56,7 +64,7 @@ class Sampler(Protocol):
         (``storage.result(slots, True, replace)``), their meta up to date; ``meta["priority_IS"]`` from
         ``weights`` too when ``meta_weights``."""
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices``; one bool per index: was it stored."""
 
     def state_dict(self) -> Dict[str, Any]:
@@ -102,7 +110,7 @@ class UniformSampler:
         assert s is not None, "UniformSampler: attach() it to a storage first"
         return s.result(slots, True, replace)
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """Always raises: a uniform sampler has no priorities."""
         raise TypeError("update_priority(): this buffer samples uniformly (UniformSampler) and keeps no priorities; "
                         "build it with DequeBuffer(size, sampler=PrioritizedSampler(...))")
@@ -115,7 +123,7 @@ class UniformSampler:
         """Nothing to restore."""
 
 
-def _bind(sampler: Any, storage: SlotStorage) -> bool:
+def _bind(sampler: Union["UniformSampler", "PrioritizedSampler"], storage: SlotStorage) -> bool:
     """Set ``sampler.storage``; False when it was already bound to ``storage`` (nothing to do)."""
     if sampler.storage is storage:
         return False
@@ -137,7 +145,7 @@ def check_priority(p: Any) -> float:
     return f
 
 
-def priority_array(priorities: Any, n: int, where: str = "update_priority") -> Tuple[np.ndarray, float, float]:
+def priority_array(priorities: Priorities, n: int, where: str = "update_priority") -> Tuple[np.ndarray, float, float]:
     """``priorities`` (array, tensor, list; possibly on another device or requiring grad) as a flat
     float64 array of length ``n`` with its min and max; ``ValueError`` for a length mismatch or a
     NaN, infinite or negative value."""

@@ -85,7 +85,7 @@ class SlotStorage:
         self.seed_seq = np.random.SeedSequence(seed)  # copies draw from its children (__getstate__)
         self.rng = np.random.default_rng(self.seed_seq)  # the same stream as default_rng(seed)
         self.columnar = columnar
-        self.listeners: List[Any] = []
+        self.listeners: List[StorageListener] = []
         self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
 
@@ -368,7 +368,7 @@ class SlotStorage:
         if hasattr(listener, "sync_meta"):
             self.syncers.append(listener)
 
-    def sync(self, slots: Any) -> None:
+    def sync(self, slots: np.ndarray) -> None:
         """Let middleware that writes meta lazily (PER priorities) bring these slots' meta up to date."""
         for syncer in self.syncers:
             syncer.sync_meta(slots)

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping as MappingT, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from pipeline.data.collate import stack_transitions  # noqa: F401 - the batch path lives there
+from pipeline.data.collate import is_tree, stack_transitions  # noqa: F401 - the batch path lives there
+
+if TYPE_CHECKING:
+    from treevalue import TreeValue
+
+#: One batch as the learner takes it: a :class:`~pipeline.data.records.TrainBatch` (field -> ``[B, ...]``
+#: tensor, possibly nested; non-numeric fields as lists of B values), a treetensor tree of such tensors, or
+#: (a single-module learner) one ``[B, ...]`` tensor.
+Batch = Union[MappingT[str, Any], "TreeValue", torch.Tensor]
+#: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time).
+ModuleBatches = Dict[str, Batch]
 
 __all__ = [
     "is_tree",
@@ -29,12 +39,6 @@ __all__ = [
     "stack_transitions",
     "RowStream",
 ]
-
-
-def is_tree(x: Any) -> bool:
-    """True for a treevalue / treetensor tree (without importing treetensor)."""
-    tv = sys.modules.get("treevalue")
-    return tv is not None and isinstance(x, tv.TreeValue)
 
 
 def _tree_leaves(tree: Any) -> list:

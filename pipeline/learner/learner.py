@@ -26,7 +26,8 @@ from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, stack_episodes
 from .metrics import MetricsLogger
 from .modules import ModuleSet, move_modules
 from .optim import LRSchedule, ModuleOptimizers, OptimizerFactory, default_optimizer, total_norm
-from .training_data import TrainingData
+from .batch import Batch, ModuleBatches
+from .training_data import DataIterators, Episode, TrainingData
 
 __all__ = ["Learner", "OptimizerFactory", "LRSchedule"]
 
@@ -222,7 +223,7 @@ class Learner:
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         """Restore what :meth:`get_extra_state` returned."""
 
-    def episodes_to_batch(self, episodes: List[Any]) -> Any:
+    def episodes_to_batch(self, episodes: List[Episode]) -> Batch:
         """Hook: turn a list of episodes into a batch (override for returns, advantages, ...).
 
         An episode is a sequence of transitions (dicts or trees) for a single-module learner,
@@ -234,12 +235,12 @@ class Learner:
     # ================================================================== update
     def update(
         self,
-        batch: Any = None,
-        batches: Optional[List[Any]] = None,
-        batch_refs: Optional[List[Any]] = None,
-        episodes: Optional[List[Any]] = None,
-        episodes_refs: Optional[List[Any]] = None,
-        data_iterators: Any = None,
+        batch: Optional[Batch] = None,
+        batches: Optional[List[Batch]] = None,
+        batch_refs: Optional[List[object]] = None,
+        episodes: Optional[List[Episode]] = None,
+        episodes_refs: Optional[List[object]] = None,
+        data_iterators: Optional[DataIterators] = None,
         training_data: Optional[TrainingData] = None,
         *,
         timesteps: Union[None, int, Mapping] = None,
@@ -410,7 +411,7 @@ class Learner:
         """Hook run by :meth:`to` after the move: refresh anything that holds parameter objects (e.g. lists
         of a target network's parameters)."""
 
-    def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
+    def _update_minibatch(self, mb: ModuleBatches, rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train
         call = self.call_metrics
         fwd_out = {mid: forward(mid, b) for mid, b in mb.items()}
