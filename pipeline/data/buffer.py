@@ -18,6 +18,7 @@ from several threads are safe.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import warnings
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ import torch
 
 from .batching import SampledBatch
 from .collate import collate
-from .item import BufferedData, _Sampled
+from .item import BufferedData
 from .sampler import Priorities, Sampler, UniformSampler, check_priority, priority_array
 from .serialization import load_into_storage, storage_payload
 from .storage import SlotStorage
@@ -127,6 +128,9 @@ class DequeBuffer:
         self.size = size
         self._lock = self._s.lock
         self._middleware: List[Middleware] = []
+        # sample_batch through a middleware chain: (the items as the storage handed them out, their slots, the
+        # storage's push count then, their IS weights or None), set by the chain's core, read and cleared at once
+        self._drawn: Optional[Tuple[Tuple[BufferedData, ...], np.ndarray, int, Optional[np.ndarray]]] = None
         self._build_chains()
 
     # ------------------------------------------------------------------ copies
@@ -333,12 +337,11 @@ class DequeBuffer:
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            res = s.take_ids(indices, ignore_insufficient)
-            w = smp.weights(res.slots) if len(res) else None
+            res, slots = s.take_ids(indices, ignore_insufficient)
+            w = smp.weights(slots) if len(res) else None
             if w is not None:  # the sampler's weights for exactly these items
                 for it, x in zip(res, w.tolist()):
                     it.meta["priority_IS"] = x
-                res.weights = w
             return res
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
@@ -382,11 +385,14 @@ class DequeBuffer:
             return _NO_SLOTS, [], None
         return self._sampler.draw(k, replace, pool)
 
-    def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, columns_only: bool) -> _Sampled:
+    def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+               columns_only: bool) -> List[BufferedData]:
         """The stored items of the drawn ``slots`` (from the sampler: it may write their meta as it takes
-        them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``: ``.weight`` has it)."""
+        them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``, which then finds the
+        draw in ``_drawn``: ``.weight`` has the weights)."""
         res = self._sampler.items(slots, weights, replace, not columns_only)
-        res.weights = weights
+        if columns_only:
+            self._drawn = (tuple(res), slots, self._s.pushes, weights)
         return res
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
@@ -513,17 +519,24 @@ class DequeBuffer:
                     raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
                 return SampledBatch(s.batch(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
                                     None if w is None else torch.from_numpy(w), _storage=s, _slots=slots)
-            items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
-                                   ignore_insufficient=ignore_insufficient, groupby=None,
-                                   unroll_len=None, _columns_only=True, **kwargs)
+            self._drawn = None
+            try:
+                items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
+                                       ignore_insufficient=ignore_insufficient, groupby=None,
+                                       unroll_len=None, _columns_only=True, **kwargs)
+                drawn = self._drawn
+            finally:
+                self._drawn = None  # holds no items once the call is over (RowItem binding counts references)
             if not items:
                 raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
             index = [it.index for it in items]
-            if type(items) is _Sampled and items.stored():  # the stored items as the storage handed them out
-                # their rows still hold them unless a middleware pushed into their slots meanwhile
-                rows = items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index
-                w = items.weights
-                return SampledBatch(s.batch(items.slots, items, rows), index,
+            if drawn is not None and len(drawn[0]) == len(items) and all(map(operator.is_, items, drawn[0])):
+                # the stored items as the storage handed them out; their rows still hold them unless a
+                # middleware pushed into their slots meanwhile
+                ref, slots, pushes, w = drawn
+                del drawn, ref
+                rows = pushes == s.pushes or s.slot_id[slots].tolist() == index
+                return SampledBatch(s.batch(slots, items, rows), index,
                                     None if w is None else torch.from_numpy(w), items)
             # a middleware built new items (e.g. clone_object): their data and meta are this call's
             weight = None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -101,22 +100,6 @@ def peek_data(item: BufferedData) -> Any:
         row = _DATA.__get__(item)
         return row.columns.row(row.slot)
     return item.data
-
-
-class _Sampled(list):
-    """The list of sampled items a storage hands out, with the slots they came from: what lets
-    ``sample_batch`` through a middleware chain still gather its batch from the storage's columns."""
-
-    __slots__ = ("slots", "ref", "pushes", "weights")
-    slots: np.ndarray  # the items' slots
-    ref: tuple  # the items as the storage handed them out (a middleware may change the list)
-    pushes: int  # the storage's push count then
-    weights: Optional[np.ndarray]  # the items' importance-sampling weights (prioritized sampling), else None
-
-    def stored(self) -> bool:
-        """True while the list holds exactly the items the storage handed out."""
-        ref = self.ref
-        return len(ref) == len(self) and all(map(operator.is_, self, ref))
 
 
 def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence,
 
 import numpy as np
 
-from .item import _Sampled
+from .item import BufferedData
 from .storage import SlotStorage
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ class Sampler(Protocol):
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """IS weights of these occupied slots without drawing (``sample(indices=...)``), or None."""
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+              meta_weights: bool) -> List[BufferedData]:
         """The stored items of the slots :meth:`draw` just returned, as the storage's sample list
         (``storage.result(slots, True, replace)``), their meta up to date; ``meta["priority_IS"]`` from
         ``weights`` too when ``meta_weights``."""
@@ -104,7 +105,8 @@ class UniformSampler:
         """None: uniform samples weigh 1."""
         return None
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+              meta_weights: bool) -> List[BufferedData]:
         """The storage's sample list of ``slots`` (no weights to write)."""
         s = self.storage
         assert s is not None, "UniformSampler: attach() it to a storage first"

@@ -48,7 +48,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ import torch
 from .collate import collate
 from .columns import Columns, ColumnStore, Unsupported
 from .group_index import GroupIndex, sample_groups
-from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, copy_repeats
+from .item import _DATA, BufferedData, RowItem, _Row, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -388,25 +388,23 @@ class SlotStorage:
             items = [it[s] for s in slots.tolist()]  # type: ignore[misc]
         return collate([x.data for x in items])
 
-    def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> _Sampled:
+    def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> List[BufferedData]:
         """The stored items of ``slots`` as a sample list; ``repeats``: ``slots`` may hold a slot
         twice, and every repeat then becomes a deep copy (see :class:`BufferedData`)."""
         if sync and self.syncers:
             self.sync(slots)
         sl = slots.tolist()
-        res = _Sampled(map(self.items.__getitem__, sl))
+        res: List[BufferedData] = list(map(self.items.__getitem__, sl))  # type: ignore[arg-type]  # occupied slots
         if repeats and len(sl) > 1 and len(set(sl)) < len(sl):
             copy_repeats(res)
-        res.slots = slots
-        res.ref = tuple(res)
-        res.pushes = self.pushes
-        res.weights = None
         return res
 
     result = _result  # the public name (see the storage interface)
 
-    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True) -> _Sampled:
-        """The items of ``indices`` (a repeated index gives a deep copy of the item after its first time)."""
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool,
+                 sync: bool = True) -> Tuple[List[BufferedData], np.ndarray]:
+        """The items of ``indices`` and their slots (a repeated index gives a deep copy of the item after its
+        first time)."""
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
@@ -421,7 +419,8 @@ class SlotStorage:
                 raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
                                "evicted); pass ignore_insufficient=True to skip missing indices") from None
             slots = [id2slot[i] for i in indices if i in id2slot]
-        return self._result(np.array(slots, dtype=np.int64), sync, True)
+        arr = np.array(slots, dtype=np.int64)
+        return self._result(arr, sync, True), arr
 
     def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                       sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
