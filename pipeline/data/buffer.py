@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import operator
 import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -30,13 +29,11 @@ import torch
 from .batching import SampledBatch
 from .collate import collate
 from .item import BufferedData
-from .sampler import Priorities, Sampler, UniformSampler, check_priority, priority_array
-from .serialization import load_into_storage, storage_payload
-from .storage import SlotStorage
+from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
+from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
+from .storage import SlotStorage, _meta_rows, delete_ids, update_item, update_items
 
 __all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
-
-_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 #: The actions that go through a buffer's middleware chain.
 ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
@@ -44,42 +41,6 @@ ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
 #: ``mw(action, chain, *args, **kwargs)``: handle (or just pass on via ``chain(*args, **kwargs)``)
 #: one buffer action and return its result.
 Middleware = Callable[..., Any]
-
-
-def _check_size(name: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
-    """``update_many``'s dict-of-columns meta, validated, as lists."""
-    cols = {}
-    for k, v in meta.items():
-        if isinstance(v, (np.ndarray, torch.Tensor)):
-            v = v.tolist()
-        elif isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
-            raise TypeError(f"update_many(meta={{{k!r}: ...}}) needs one value per index (a list or array), "
-                            f"got {type(v).__name__}")
-        v = list(v)
-        if len(v) != n:
-            raise ValueError(f"update_many(meta={{{k!r}: ...}}) has {len(v)} values for {n} indices")
-        cols[k] = v
-    return cols
-
-
-def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
-    """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
-    if meta is None:
-        return [None] * n
-    if isinstance(meta, Mapping):
-        cols = _meta_cols(meta, n)
-        keys = list(cols)
-        return [dict(zip(keys, row)) for row in zip(*cols.values())] if keys else [None] * n
-    rows = list(meta)
-    if len(rows) != n:
-        raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
-    return rows
 
 
 class DequeBuffer:
@@ -363,27 +324,7 @@ class DequeBuffer:
 
     def _draw(self, size: int, replace: bool, sample_range: Optional[slice],
               ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
-        """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
-        of ``sample_range``."""
-        s = self._s
-        if sample_range is not None and not isinstance(sample_range, slice):
-            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
-        k = size if type(size) is int and size >= 0 else _check_size("sample size", size)
-        if sample_range is None:
-            pool, n = None, s.count
-        else:
-            pool = s.ordered_slots()[sample_range].copy()
-            n = len(pool)
-        if k > 0 and (n == 0 or (not replace and k > n)):
-            if not ignore_insufficient:
-                where = "" if sample_range is None else f" in sample_range {sample_range}"
-                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
-                                 f"the buffer holds {n}{where}; push more data first or pass "
-                                 "ignore_insufficient=True")
-            k = 0 if n == 0 else (k if replace else n)
-        if k == 0:
-            return _NO_SLOTS, [], None
-        return self._sampler.draw(k, replace, pool)
+        return draw_slots(self._s, self._sampler, size, replace, sample_range, ignore_insufficient)
 
     def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
                columns_only: bool) -> List[BufferedData]:
@@ -399,95 +340,39 @@ class DequeBuffer:
         p = None
         if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
             p = check_priority(meta["priority"])  # before anything is written
-        ok = self._update_item(index, data, meta)
+        ok = update_item(self._s, index, data, meta)
         if ok and p is not None:
             self._sampler.update_priority([index], [p])
         return ok
 
-    def _update_item(self, index: int, data: Any, meta: Optional[Mapping]) -> bool:
-        s = self._s
-        slot = s.id2slot.get(index)
-        if slot is None:
-            return False
-        if meta is not None and not isinstance(meta, Mapping):
-            raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
-        item = s.item(slot)
-        if data is not None:
-            item.data = data
-            if s.columns is not None:
-                s.columns.ok[slot] = False
-                s.pending.append(slot)
-        if meta:
-            item.meta.update(meta)
-            if s.groups:
-                for key, gi in list(s.groups.items()):
-                    if key in meta:
-                        try:
-                            gi.move(item)
-                        except TypeError:
-                            del s.groups[key]
-        return True
+    def _delete(self, indices: List[int]) -> int:
+        return delete_ids(self._s, indices)
 
     def _update_many(self, indices: Sequence[int], data: Any = None, meta: Any = None) -> List[bool]:
         if isinstance(indices, (np.ndarray, torch.Tensor)):
             indices = indices.tolist()
         smp = self._sampler
         if meta is None or not smp.wants_priorities:
-            return self._update_items(indices, data, meta)
+            return update_items(self._s, indices, data, meta)
         if type(meta) is dict and data is None and len(meta) == 1 and "priority" in meta:
             return smp.update_priority(indices, meta["priority"])  # the learner's write-back
         # priorities in meta go to the sampler (checked before anything is written); the rest to the items
         if isinstance(meta, Mapping):
             if "priority" not in meta:
-                return self._update_items(indices, data, meta)
+                return update_items(self._s, indices, data, meta)
             rest = {k: v for k, v in meta.items() if k != "priority"}
             if data is None and not rest:
                 return smp.update_priority(indices, meta["priority"])
             pri = priority_array(meta["priority"], len(indices), "update_many")[0]
-            ok = self._update_items(indices, data, rest or None)
+            ok = update_items(self._s, indices, data, rest or None)
             smp.update_priority(indices, pri)
             return ok
         rows = _meta_rows(meta, len(indices))
         sub = [(i, check_priority(m["priority"])) for i, m in zip(indices, rows) if m and "priority" in m]
-        ok = self._update_items(indices, data, rows)
+        ok = update_items(self._s, indices, data, rows)
         if sub:
             smp.update_priority([i for i, _ in sub], [p for _, p in sub])
         return ok
-
-    def _update_items(self, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
-        n = len(indices)
-        if data is not None and len(data) != n:
-            raise ValueError(f"update_many got {len(data)} data values for {n} indices")
-        s = self._s
-        if data is None and meta is None:
-            id2slot = s.id2slot
-            return [i in id2slot for i in indices]
-        if data is None and not s.groups and isinstance(meta, Mapping):
-            cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
-            id2slot, items, out = s.id2slot, s.items, []
-            for j, i in enumerate(indices):
-                slot = id2slot.get(i)
-                if slot is None:
-                    out.append(False)
-                    continue
-                m = items[slot].meta  # type: ignore[union-attr]  # a live index's slot holds its item
-                for k, col in cols:
-                    m[k] = col[j]
-                out.append(True)
-            return out
-        rows = _meta_rows(meta, n)
-        datas = data if data is not None else [None] * n
-        return [self._update_item(i, d, m) for i, d, m in zip(indices, datas, rows)]
-
-    def _delete(self, indices: List[int]) -> int:
-        s = self._s
-        n = 0
-        for i in indices:
-            slot = s.id2slot.get(i)
-            if slot is not None:
-                s.remove_slot(slot)
-                n += 1
-        return n
 
     def _clear(self) -> None:
         self._s.clear()
@@ -553,7 +438,8 @@ class DequeBuffer:
         saved with the items."""
         with self._lock:
             payload = storage_payload(self._s)
-            payload["middleware"] = {key: obj.state_dict() for key, obj in self._stateful().items()}
+            payload["middleware"] = {key: obj.state_dict()
+                                     for key, obj in stateful_parts(self._middleware, self._sampler).items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
@@ -565,29 +451,7 @@ class DequeBuffer:
         former ``PriorityExperienceReplay`` middleware loads its items and their ``meta["priority"]``,
         not that state (``max_priority``, the IS-weight annealing count): a ``UserWarning`` says so."""
         states = load_into_storage(self._s, path, self._lock)
-        for key, obj in self._stateful().items():
-            state = states.get(key)
-            if state is not None:
-                try:
-                    obj.load_state_dict(state)
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
-                                     f"({type(e).__name__}: {e}); the items were loaded") from None
-        if self._sampler.wants_priorities and not any(k.startswith("sampler:") for k in states):
-            old = [k for k in states if k.endswith(":PriorityExperienceReplay")]
-            if old:
-                warnings.warn(f"load_data({path!r}): the items and their meta['priority'] were loaded, not the "
-                              f"state of the removed {old[0]} middleware (max_priority, IS-weight annealing "
-                              "count): they start again", UserWarning, stacklevel=2)
-
-    def _stateful(self) -> Dict[str, Any]:
-        """What ``save_data`` saves the state of: middleware at their place in the chain, and the sampler
-        (``"sampler:<class>"``; a uniform sampler has no state)."""
-        out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
-               if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
-        if type(self._sampler) is not UniformSampler:
-            out[f"sampler:{type(self._sampler).__name__}"] = self._sampler
-        return out
+        restore_states(states, stateful_parts(self._middleware, self._sampler), path, self._sampler.wants_priorities)
 
 
 #: The former name of the buffer base class, now the same class: ``isinstance(x, Buffer)`` still holds for every

@@ -162,3 +162,36 @@ def priority_array(priorities: Priorities, n: int, where: str = "update_priority
     if not (lo >= 0 and hi < math.inf):
         raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
     return arr, lo, hi
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+
+
+def _check_size(name: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def draw_slots(s: SlotStorage, sampler: "Sampler", size: int, replace: bool, sample_range: Optional[slice],
+               ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+    """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
+    of ``sample_range`` (``_NO_SLOTS`` when there is nothing to draw and that is allowed)."""
+    if sample_range is not None and not isinstance(sample_range, slice):
+        raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+    k = size if type(size) is int and size >= 0 else _check_size("sample size", size)
+    if sample_range is None:
+        pool, n = None, s.count
+    else:
+        pool = s.ordered_slots()[sample_range].copy()
+        n = len(pool)
+    if k > 0 and (n == 0 or (not replace and k > n)):
+        if not ignore_insufficient:
+            where = "" if sample_range is None else f" in sample_range {sample_range}"
+            raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
+                             f"the buffer holds {n}{where}; push more data first or pass "
+                             "ignore_insufficient=True")
+        k = 0 if n == 0 else (k if replace else n)
+    if k == 0:
+        return _NO_SLOTS, [], None
+    return sampler.draw(k, replace, pool)

@@ -427,4 +427,95 @@ class SlotStorage:
         return sample_groups(self, size, key, unroll_len, replace, sample_range, ignore_insufficient)
 
 
+# ---------------------------------------------------------------------- item updates (the buffer's update/delete)
+def update_item(s: SlotStorage, index: int, data: Any, meta: Optional[Mapping]) -> bool:
+    """``update(index, data, meta)`` on the storage: new data (its row rewritten at the next batch), meta merged
+    (group indexes re-filed); False when no item has this index."""
+    slot = s.id2slot.get(index)
+    if slot is None:
+        return False
+    if meta is not None and not isinstance(meta, Mapping):
+        raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
+    item = s.item(slot)
+    if data is not None:
+        item.data = data
+        if s.columns is not None:
+            s.columns.ok[slot] = False
+            s.pending.append(slot)
+    if meta:
+        item.meta.update(meta)
+        if s.groups:
+            for key, gi in list(s.groups.items()):
+                if key in meta:
+                    try:
+                        gi.move(item)
+                    except TypeError:
+                        del s.groups[key]
+    return True
 
+
+def update_items(s: SlotStorage, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
+    """``update_many`` on the storage (``meta``: one dict per index, or a dict of columns); one bool per index."""
+    n = len(indices)
+    if data is not None and len(data) != n:
+        raise ValueError(f"update_many got {len(data)} data values for {n} indices")
+    if data is None and meta is None:
+        id2slot = s.id2slot
+        return [i in id2slot for i in indices]
+    if data is None and not s.groups and isinstance(meta, Mapping):
+        cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
+        id2slot, items, out = s.id2slot, s.items, []
+        for j, i in enumerate(indices):
+            slot = id2slot.get(i)
+            if slot is None:
+                out.append(False)
+                continue
+            m = items[slot].meta  # type: ignore[union-attr]  # a live index's slot holds its item
+            for k, col in cols:
+                m[k] = col[j]
+            out.append(True)
+        return out
+    rows = _meta_rows(meta, n)
+    datas = data if data is not None else [None] * n
+    return [update_item(s, i, d, m) for i, d, m in zip(indices, datas, rows)]
+
+
+def delete_ids(s: SlotStorage, indices: List[int]) -> int:
+    """Remove the items of ``indices`` (unknown ones are skipped); how many were removed."""
+    n = 0
+    for i in indices:
+        slot = s.id2slot.get(i)
+        if slot is not None:
+            s.remove_slot(slot)
+            n += 1
+    return n
+
+
+def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
+    """``update_many``'s dict-of-columns meta, validated, as lists."""
+    cols = {}
+    for k, v in meta.items():
+        if isinstance(v, (np.ndarray, torch.Tensor)):
+            v = v.tolist()
+        elif isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            raise TypeError(f"update_many(meta={{{k!r}: ...}}) needs one value per index (a list or array), "
+                            f"got {type(v).__name__}")
+        v = list(v)
+        if len(v) != n:
+            raise ValueError(f"update_many(meta={{{k!r}: ...}}) has {len(v)} values for {n} indices")
+        cols[k] = v
+    return cols
+
+
+def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
+    """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
+    if meta is None:
+        return [None] * n
+    if isinstance(meta, Mapping):
+        cols = _meta_cols(meta, n)
+        keys = list(cols)
+        return [dict(zip(keys, row)) for row in zip(*cols.values())] if keys else [None] * n
+    rows = list(meta)
+    if len(rows) != n:
+        raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
+    return rows
