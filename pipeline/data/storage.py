@@ -327,7 +327,7 @@ class SlotStorage:
         getrefcount = sys.getrefcount
         for s in slots:
             it = items[s]
-            if ok[s] and type(it) is BufferedData and type(_DATA.__get__(it)) is dict and getrefcount(it) <= 3:
+            if ok[s] and type(it) is BufferedData and cols.plain(_DATA.__get__(it)) and getrefcount(it) <= 3:
                 _DATA.__set__(it, _Row(cols, s, lock))
                 it.__class__ = RowItem
 
