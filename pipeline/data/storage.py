@@ -7,8 +7,10 @@ Layout (all operations O(1) except where noted):
 * an order array (slots in push order, with tombstones for deleted items) gives FIFO eviction,
   ``get(offset)`` and ``sample_range``; it is compacted with one vectorised numpy pass, lazily,
   only when an ordered operation runs after an interior delete;
-* optional numpy columns (:class:`~pipeline.data.columns.Columns`) mirror the data when items
-  share a structure, so ``sample_batch`` gathers tensors without touching Python objects;
+* numpy columns (:class:`~pipeline.data.columns.Columns`, made at the first ``sample_batch`` or push)
+  hold the data of items that share the first item's structure, so ``sample_batch`` gathers tensors
+  without touching Python objects; dict items (flat or nested plain dicts) then live in their row only
+  (:class:`~pipeline.data.item.RowItem`: ``data`` rebuilt from the row when read);
 * ``groupby`` indexes (meta key -> group -> ids in push order, :mod:`.group_index`) are built on
   first use and then kept up to date incrementally.
 
@@ -23,9 +25,10 @@ buffer view), ``rng`` (the buffer's ``numpy.random.Generator``), ``items`` (slot
 ``slot_id`` (slot -> item index, -1 when free), ``id2slot`` (index -> slot), ``version`` (changes
 at every push or removal: equal versions mean the same slots hold the same items), ``pushes``.
 
-Methods: ``ordered_slots()`` (occupied slots oldest first), ``result(slots, sync=True,
-repeats=False)`` (the stored items of these slots as a sample list; ``repeats``: a slot may appear
-twice, and its repeats become deep copies), ``sync(slots)`` (let lazy meta writers bring these
+Methods: ``ordered_slots()`` (occupied slots oldest first), ``item(slot)`` (the item of an occupied
+slot), ``result(slots, sync=True, repeats=False)`` (the stored items of these slots as a sample list;
+``repeats``: a slot may appear twice, and its repeats become deep copies), ``batch(slots)`` (the
+``[B, ...]`` tensors of these slots: ``sample_batch``'s one route), ``sync(slots)`` (let lazy meta writers bring these
 slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
 contents: how ``load_data`` swaps in a fully decoded file; listeners then get ``on_clear()`` and
 ``on_load()``). ``copy.deepcopy``/``pickle`` give a storage with its own lock.
@@ -39,8 +42,8 @@ is handed out.
 To store data differently (fewer bytes per item, shared frames), subclass :class:`SlotStorage` and
 pass an instance as ``DequeBuffer(size, storage=...)``. ``push(data, meta)`` stores an item and
 returns it; ``items[slot].data`` is what ``sample()`` hands out; :meth:`SlotStorage.make_columns`
-builds the columnar mirror that ``sample_batch`` gathers from (anything with ``ok`` (bool per
-slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -> batch``; raise
+builds the columns that ``sample_batch`` gathers from (a :class:`~pipeline.data.columns.ColumnStore`:
+``ok`` (bool per slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -> batch``; raise
 :class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
 """
 from __future__ import annotations
