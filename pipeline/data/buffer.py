@@ -9,7 +9,7 @@ FIFO eviction, order, columns, group indexes, with its interface for samplers an
 storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
 ``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The buffer itself is
 the public API and the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping,
-...); what ``sample_batch`` returns is in :mod:`.batching` (``SampledBatch``); the file format in
+...); what ``sample_batch`` returns is in :mod:`.item` (``SampledBatch``); the file format in
 :mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
@@ -26,9 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
-from .batching import SampledBatch
 from .collate import collate
-from .item import BufferedData
+from .item import BufferedData, SampledBatch
 from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
 from .storage import SlotStorage, _meta_rows, delete_ids, update_item, update_items
