@@ -6,11 +6,14 @@ up to date incrementally by the storage's push/remove/update.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .item import BufferedData, copy_repeats
+
+if TYPE_CHECKING:
+    from .storage import SlotStorage  # which imports this module
 
 _MISSING = object()
 
@@ -91,24 +94,7 @@ class GroupIndex:
         return g.ids[g.head:]
 
 
-class GroupedStorage(Protocol):
-    """What :func:`sample_groups` uses of a storage (``SlotStorage`` is one): its slots' items, the live ids'
-    slots, its group indexes, its order, its random stream and its lazily written meta."""
-
-    id2slot: Dict[int, int]
-    rng: np.random.Generator
-    syncers: List[Any]
-
-    def group_index(self, key: str) -> GroupIndex: ...
-
-    def item(self, slot: int) -> BufferedData: ...
-
-    def ordered_slots(self) -> np.ndarray: ...
-
-    def sync(self, slots: Any) -> None: ...
-
-
-def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
+def sample_groups(st: SlotStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                   sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
     """``sample(groupby=key)``: groups of live items by ``meta[key]`` (see ``Buffer.sample``)."""
     need = 1 if unroll_len is None else unroll_len
