@@ -1,7 +1,8 @@
 """`Learner`: owns torch modules and their optimizers and runs exact epoch/minibatch updates.
 
-The learner holds two collaborators: :class:`~pipeline.learner.inputs.LearnerInputs`, the door that turns
-each input kind of :meth:`Learner.update` into ``module id -> batch`` (the core sees nothing else), and
+The learner holds two collaborators: :class:`~pipeline.learner.inputs.LearnerInputs`, the door whose one
+function (``minibatches``) turns each input kind of :meth:`Learner.update` into a stream of ``module id ->
+minibatch`` (the core sees nothing else), and
 :class:`~pipeline.learner.call_metrics.CallMetrics`, what one call accumulates and returns. Its weights,
 state and counters are its own (below); the directory format of ``save_to_path`` is in
 :mod:`pipeline.learner.checkpoint`."""
