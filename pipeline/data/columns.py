@@ -57,7 +57,8 @@ class Columns:
         self.ok = np.zeros(capacity, dtype=bool)
         self._leaves: List[tuple] = []  # (path, kind, column, shape, dtype)
         self._dicts: List[tuple] = []  # (path, nkeys) of every dict node, for structure checks
-        self._nodes: List[Tuple[tuple, int]] = []  # every node in the example's order: (path, leaf number or -1: a dict)
+        # every node in the example's order: (path, its number in _leaves, or -1 for a dict)
+        self._nodes: List[Tuple[tuple, int]] = []
         self._build((), example)
         if not self._leaves:
             raise Unsupported("no leaves")

@@ -28,8 +28,8 @@ at every push or removal: equal versions mean the same slots hold the same items
 Methods: ``ordered_slots()`` (occupied slots oldest first), ``item(slot)`` (the item of an occupied
 slot), ``result(slots, sync=True, repeats=False)`` (the stored items of these slots as a sample list;
 ``repeats``: a slot may appear twice, and its repeats become deep copies), ``batch(slots)`` (the
-``[B, ...]`` tensors of these slots: ``sample_batch``'s one route), ``sync(slots)`` (let lazy meta writers bring these
-slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
+``[B, ...]`` tensors of these slots: ``sample_batch``'s one route), ``sync(slots)`` (let lazy meta
+writers bring these slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
 contents: how ``load_data`` swaps in a fully decoded file; listeners then get ``on_clear()`` and
 ``on_load()``). ``copy.deepcopy``/``pickle`` give a storage with its own lock.
 
@@ -43,8 +43,8 @@ To store data differently (fewer bytes per item, shared frames), subclass :class
 pass an instance as ``DequeBuffer(size, storage=...)``. ``push(data, meta)`` stores an item and
 returns it; ``items[slot].data`` is what ``sample()`` hands out; :meth:`SlotStorage.make_columns`
 builds the columns that ``sample_batch`` gathers from (a :class:`~pipeline.data.columns.ColumnStore`:
-``ok`` (bool per slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -> batch``; raise
-:class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
+``ok`` (bool per slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) ->
+batch``; raise :class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
 """
 from __future__ import annotations
 
