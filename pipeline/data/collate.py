@@ -45,8 +45,8 @@ def _numeric(values: Sequence[Any], first: Any) -> torch.Tensor:
 
 
 def is_tree(x: object) -> TypeGuard[TreeValue]:
-    """True for a treevalue / treetensor tree (without importing treetensor: a tree can only exist if
-    treevalue was imported already)."""
+    """True for a ``treevalue`` tree (what treetensor builds on), found without importing treevalue: a tree can
+    only exist if it was imported already."""
     tv = sys.modules.get("treevalue")
     return tv is not None and isinstance(x, tv.TreeValue)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from treevalue import TreeValue
 
 #: One batch as the learner takes it: a :class:`~pipeline.data.records.TrainBatch` (field -> ``[B, ...]``
-#: tensor, possibly nested; non-numeric fields as lists of B values), a treetensor tree of such tensors, or
+#: tensor, possibly nested; non-numeric fields as lists of B values), a tree (treevalue) of such tensors, or
 #: (a single-module learner) one ``[B, ...]`` tensor.
 Batch = Union[MappingT[str, Any], "TreeValue", torch.Tensor]
 #: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time).
