@@ -34,15 +34,16 @@ torch: Any = None
 collate: Any = None
 wants_priorities: Any = None
 samples_by_priority: Any = None
+sample_arguments: Any = None
 
 
 def _load() -> None:
-    global torch, collate, wants_priorities, samples_by_priority
+    global torch, collate, wants_priorities, samples_by_priority, sample_arguments
     if wants_priorities is None:
         # lazy: `import middleware` loads no torch and no buffers
         import torch  # lazy: see above
         from pipeline.data.collate import collate  # lazy: see above
-        from pipeline.data.protocols import samples_by_priority, wants_priorities  # lazy
+        from pipeline.data.protocols import sample_arguments, samples_by_priority, wants_priorities  # lazy
 
 
 def uses_per(buffer_: Any) -> bool:
@@ -51,17 +52,6 @@ def uses_per(buffer_: Any) -> bool:
     (:class:`pipeline.data.protocols.PriorityFeedback`)."""
     _load()
     return wants_priorities(buffer_)
-
-
-def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
-    """Extra ``sample`` arguments the buffer's middleware ask for (``SampleArguments``: e.g.
-    ``staleness_check`` needs the current train iteration)."""
-    out: Dict[str, Any] = {}
-    for m in getattr(buffer_, 'middleware', ()):
-        fn = getattr(m, 'sample_kwargs', None)
-        if fn is not None:
-            out.update(fn(ctx.train_iter))
-    return out
 
 
 @for_roles(Role.LEARNER, reads=["transitions|episodes", "train_iter"], writes=["@buffer"])
@@ -180,7 +170,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
     (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
     the importance-sampling weights (None without prioritized replay)."""
-    kw = _sample_kwargs(buffer_, ctx)
+    kw = sample_arguments(buffer_, ctx.train_iter)  # e.g. staleness_check needs the train iteration
     # a BatchSampling buffer (pipeline.data.protocols); checked by attribute: isinstance against a
     # runtime Protocol walks its members on every call
     if callable(getattr(buffer_, 'sample_batch', None)):

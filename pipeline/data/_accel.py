@@ -8,6 +8,7 @@ buffer. Both paths draw from the same laws; for one seed they return different s
 """
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 from typing import Optional
@@ -20,7 +21,7 @@ def load() -> Optional[ModuleType]:
     if os.environ.get("RLPIPE_NO_EXT", "") not in ("", "0"):
         return None
     try:
-        from . import _per_kernels  # optional: built by setup.py build_ext
+        _per_kernels = importlib.import_module(f"{__package__}._per_kernels")  # optional: built by setup.py build_ext
     except ImportError:
         return None
     from .buffer import BufferedData  # lazy: pipeline.data.buffer imports this module

@@ -7,38 +7,42 @@ working on the right item after other items are deleted or evicted.
 A buffer is a composition of components: the *storage* (:mod:`.storage`, ``SlotStorage``: slots,
 FIFO eviction, order, columns, group indexes, with its interface for samplers and alternative
 storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
-``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The public API and
-the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping, ...) are in
-:mod:`.buffer_chain` (``Buffer``); what ``sample_batch`` returns in :mod:`.batching`
-(``SampledBatch``); the file format in :mod:`.serialization`.
+``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The buffer itself is
+the public API and the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping,
+...); what ``sample_batch`` returns is in :mod:`.item` (``SampledBatch``); the file format in
+:mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
 from several threads are safe.
 """
 from __future__ import annotations
 
+import functools
 import operator
-import warnings
+import threading
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from .batching import SampledBatch
-from .buffer_chain import ACTIONS, Buffer, Middleware, _check_size, _meta_cols, _meta_rows
 from .collate import collate
-from .item import BufferedData, _Sampled, _SlotIds
-from .sampler import Sampler, UniformSampler, check_priority, priority_array
-from .serialization import load_into_storage, storage_payload
-from .storage import SlotStorage
+from .item import BufferedData, SampledBatch
+from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
+from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
+from .storage import SlotStorage, _meta_rows, delete_ids, update_item, update_items
 
 __all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 
-_NO_SLOTS = np.zeros(0, dtype=np.int64)
+#: The actions that go through a buffer's middleware chain.
+ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
+
+#: ``mw(action, chain, *args, **kwargs)``: handle (or just pass on via ``chain(*args, **kwargs)``)
+#: one buffer action and return its result.
+Middleware = Callable[..., Any]
 
 
-class DequeBuffer(Buffer):
+class DequeBuffer:
     """FIFO replay buffer holding at most ``size`` items.
 
     ``sampler``: which items ``sample``/``sample_batch`` draw (:mod:`pipeline.data.sampler`): a
@@ -56,6 +60,13 @@ class DequeBuffer(Buffer):
         buf.push({"obs": obs, "action": 1, ...}, meta={"env": 0})
         batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor, .weight
         buf.update_priority(batch.index, td_error.abs())
+
+    The middleware chain: a middleware is ``mw(action, chain, *args, **kwargs)`` where ``action`` is one of
+    :data:`ACTIONS`; it must call ``chain(*args, **kwargs)`` (possibly with changed arguments) to run the
+    rest of the chain and return a result. Middleware that does not handle an action must pass it on
+    unchanged. Arguments reaching the chain: ``push(data, meta)``, ``sample(size, indices=, replace=,
+    sample_range=, ignore_insufficient=, groupby=, unroll_len=, **extra)``, ``update(index, data, meta)``,
+    ``update_many(indices, data, meta)``, ``delete(indices)`` (always a list), ``clear()``.
     """
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
@@ -74,10 +85,133 @@ class DequeBuffer(Buffer):
                             f"got {type(sampler).__name__}")
         sampler.attach(self._s)
         self._sampler = sampler  # views share it
-        super().__init__(size, self._s.lock)
+        self.size = size
+        self._lock = self._s.lock
+        self._middleware: List[Middleware] = []
+        # sample_batch through a middleware chain: (the items as the storage handed them out, their slots, the
+        # storage's push count then, their IS weights or None), set by the chain's core, read and cleared at once
+        self._drawn: Optional[Tuple[Tuple[BufferedData, ...], np.ndarray, int, Optional[np.ndarray]]] = None
+        self._build_chains()
 
-    def _copied_lock(self) -> Any:
+    # ------------------------------------------------------------------ copies
+    _NOT_COPIED = ("_lock", "_chained", "_c_push", "_c_sample", "_c_update", "_c_update_many", "_c_delete", "_c_clear")
+
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` / ``pickle`` (in-process use): the copy is an independent buffer with
+        its own lock; its middleware are copied with it (middleware that refer to the buffer refer
+        to the copy). Middleware that cannot be copied (e.g. closures for pickle) raise."""
+        state = self.__dict__.copy()
+        for k in self._NOT_COPIED:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = self._copied_lock()
+        self._build_chains()
+
+    def _copied_lock(self) -> "threading.RLock":
         return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
+
+    # ------------------------------------------------------------------ middleware
+    def use(self, middleware: Middleware) -> "DequeBuffer":
+        """Append ``middleware`` to this buffer's chain (the first one used runs first); returns self."""
+        if not callable(middleware):
+            hint = " (a sampler is given to the buffer: DequeBuffer(size, sampler=...))" \
+                if hasattr(middleware, "draw") else ""
+            raise TypeError(f"use() needs a callable middleware(action, chain, *args, **kwargs), "
+                            f"got {type(middleware).__name__}{hint}")
+        with self._lock:
+            self._middleware.append(middleware)
+            self._build_chains()
+        return self
+
+    @property
+    def middleware(self) -> List[Middleware]:
+        """The middleware in use, in call order (a copy)."""
+        return list(self._middleware)
+
+    def _build_chains(self) -> None:
+        chained = self._middleware
+        self._chained = bool(chained)
+
+        def build(action: str, core: Callable) -> Callable:
+            fn = core
+            for mw in reversed(chained):
+                fn = functools.partial(mw, action, fn)
+            return fn
+
+        self._c_push = build("push", self._push)
+        self._c_sample = build("sample", self._sample)
+        self._c_update = build("update", self._update)
+        self._c_update_many = build("update_many", self._update_many)
+        self._c_delete = build("delete", self._delete)
+        self._c_clear = build("clear", self._clear)
+
+    # ------------------------------------------------------------------ public API
+    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> BufferedData:
+        """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
+        When the buffer is full the oldest item is evicted first."""
+        with self._lock:
+            return self._c_push(data, meta)
+
+    def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
+               replace: bool = False, sample_range: Optional[slice] = None,
+               ignore_insufficient: bool = False, groupby: Optional[str] = None,
+               unroll_len: Optional[int] = None, **kwargs: Any
+               ) -> Union[List[BufferedData], List[List[BufferedData]]]:
+        """Sample items.
+
+        - ``size``: how many items (or groups with ``groupby``); ``indices``: take exactly these
+          items instead (``KeyError`` for missing ones unless ``ignore_insufficient``).
+        - ``replace``: with replacement; without it no item is returned twice.
+        - ``sample_range``: a ``slice`` over the items in push order (oldest first), e.g.
+          ``slice(-1000, None)`` for the newest 1000.
+        - ``ignore_insufficient``: return fewer items instead of raising ``ValueError`` when there is
+          not enough data.
+        - ``groupby``: a meta key; returns a list of groups (lists of items in push order) instead;
+          with ``unroll_len`` each group is a random contiguous run of exactly ``unroll_len`` items
+          (groups shorter than that are not eligible); ``size=None`` returns every eligible group.
+        - extra keyword arguments are for middleware (e.g. ``train_iter_sample_data``).
+        """
+        with self._lock:
+            return self._c_sample(size, indices=indices, replace=replace, sample_range=sample_range,
+                                  ignore_insufficient=ignore_insufficient, groupby=groupby,
+                                  unroll_len=unroll_len, **kwargs)
+
+    def update(self, index: int, data: Any = None, meta: Optional[Dict[str, Any]] = None) -> bool:
+        """Replace the data (if not None) and merge ``meta`` into the meta of item ``index``.
+        Returns False if there is no such item (deleted or evicted)."""
+        with self._lock:
+            return self._c_update(index, data, meta)
+
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
+                    meta: Union[None, Sequence[Dict[str, Any]], Dict[str, Sequence[Any]]] = None
+                    ) -> List[bool]:
+        """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
+        index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
+        with self._lock:
+            return self._c_update_many(indices, data, meta)
+
+    def delete(self, indices: Union[int, Iterable[int]]) -> int:
+        """Delete one index or an iterable of indices; unknown ones are ignored. Returns how many
+        items were deleted."""
+        if isinstance(indices, (int, np.integer)):
+            ids = [int(indices)]
+        elif isinstance(indices, (np.ndarray, torch.Tensor)):
+            ids = indices.tolist()
+        else:
+            ids = list(indices)
+        with self._lock:
+            return self._c_delete(ids)
+
+    def clear(self) -> None:
+        """Delete everything."""
+        with self._lock:
+            self._c_clear()
+
+    def __len__(self) -> int:
+        return self.count()
 
     def __repr__(self) -> str:
         return (f"DequeBuffer(size={self.size}, count={self._s.count}, sampler={self._sampler!r}, "
@@ -88,7 +222,7 @@ class DequeBuffer(Buffer):
         """The sampler this buffer draws with (given to the constructor; shared with its views)."""
         return self._sampler
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
         list), for a buffer whose sampler keeps priorities. Returns one bool per index: was it stored.
         Raises ``TypeError`` for a buffer that samples uniformly, ``ValueError`` for a length mismatch or
@@ -114,7 +248,7 @@ class DequeBuffer(Buffer):
             slot = int(s.ordered_slots()[offset])
             if s.syncers:
                 s.sync(np.array([slot]))
-            return s.items[slot]
+            return s.item(slot)
 
     def get_by_index(self, index: int) -> Optional[BufferedData]:
         """The item with this ``index``, or None."""
@@ -163,12 +297,11 @@ class DequeBuffer(Buffer):
         if indices is not None:
             if groupby is not None:
                 raise ValueError("sample(): pass either indices or groupby, not both")
-            res = s.take_ids(indices, ignore_insufficient, True, replace)
-            w = smp.weights(res.slots) if len(res) else None
+            res, slots = s.take_ids(indices, ignore_insufficient)
+            w = smp.weights(slots) if len(res) else None
             if w is not None:  # the sampler's weights for exactly these items
                 for it, x in zip(res, w.tolist()):
                     it.meta["priority_IS"] = x
-                res.columns = {"priority_IS": w}
             return res
         if unroll_len is not None:
             unroll_len = _check_size("unroll_len", unroll_len, 1)
@@ -188,133 +321,57 @@ class DequeBuffer(Buffer):
         slots, _, w = self._draw(size, replace, sample_range, ignore_insufficient)
         return self._items(slots, w, replace, _columns_only)
 
-    def _draw(self, size: Any, replace: bool, sample_range: Optional[slice],
+    def _draw(self, size: int, replace: bool, sample_range: Optional[slice],
               ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
-        """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
-        of ``sample_range``."""
-        s = self._s
-        if sample_range is not None and not isinstance(sample_range, slice):
-            raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
-        k = size if type(size) is int and size >= 0 else _check_size("sample size", size)
-        if sample_range is None:
-            pool, n = None, s.count
-        else:
-            pool = s.ordered_slots()[sample_range].copy()
-            n = len(pool)
-        if k > 0 and (n == 0 or (not replace and k > n)):
-            if not ignore_insufficient:
-                where = "" if sample_range is None else f" in sample_range {sample_range}"
-                raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
-                                 f"the buffer holds {n}{where}; push more data first or pass "
-                                 "ignore_insufficient=True")
-            k = 0 if n == 0 else (k if replace else n)
-        if k == 0:
-            return _NO_SLOTS, [], None
-        return self._sampler.draw(k, replace, pool)
+        return draw_slots(self._s, self._sampler, size, replace, sample_range, ignore_insufficient)
 
-    def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, columns_only: bool) -> _Sampled:
+    def _items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+               columns_only: bool) -> List[BufferedData]:
         """The stored items of the drawn ``slots`` (from the sampler: it may write their meta as it takes
-        them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``: ``.weight`` has it)."""
+        them); ``meta["priority_IS"]`` too unless ``columns_only`` (``sample_batch``, which then finds the
+        draw in ``_drawn``: ``.weight`` has the weights)."""
         res = self._sampler.items(slots, weights, replace, not columns_only)
-        if weights is not None:
-            res.columns = {"priority_IS": weights}
+        if columns_only:
+            self._drawn = (tuple(res), slots, self._s.pushes, weights)
         return res
 
     def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
         p = None
         if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
             p = check_priority(meta["priority"])  # before anything is written
-        ok = self._update_item(index, data, meta)
+        ok = update_item(self._s, index, data, meta)
         if ok and p is not None:
             self._sampler.update_priority([index], [p])
         return ok
 
-    def _update_item(self, index: int, data: Any, meta: Optional[Mapping]) -> bool:
-        s = self._s
-        slot = s.id2slot.get(index)
-        if slot is None:
-            return False
-        if meta is not None and not isinstance(meta, Mapping):
-            raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
-        item = s.items[slot]
-        if data is not None:
-            item.data = data
-            if s.columns is not None:
-                s.columns.ok[slot] = False
-                s.pending.append(slot)
-        if meta:
-            item.meta.update(meta)
-            if s.groups:
-                for key, gi in list(s.groups.items()):
-                    if key in meta:
-                        try:
-                            gi.move(item)
-                        except TypeError:
-                            del s.groups[key]
-        return True
+    def _delete(self, indices: List[int]) -> int:
+        return delete_ids(self._s, indices)
 
     def _update_many(self, indices: Sequence[int], data: Any = None, meta: Any = None) -> List[bool]:
         if isinstance(indices, (np.ndarray, torch.Tensor)):
             indices = indices.tolist()
         smp = self._sampler
         if meta is None or not smp.wants_priorities:
-            return self._update_items(indices, data, meta)
+            return update_items(self._s, indices, data, meta)
         if type(meta) is dict and data is None and len(meta) == 1 and "priority" in meta:
             return smp.update_priority(indices, meta["priority"])  # the learner's write-back
         # priorities in meta go to the sampler (checked before anything is written); the rest to the items
         if isinstance(meta, Mapping):
             if "priority" not in meta:
-                return self._update_items(indices, data, meta)
+                return update_items(self._s, indices, data, meta)
             rest = {k: v for k, v in meta.items() if k != "priority"}
             if data is None and not rest:
                 return smp.update_priority(indices, meta["priority"])
             pri = priority_array(meta["priority"], len(indices), "update_many")[0]
-            ok = self._update_items(indices, data, rest or None)
+            ok = update_items(self._s, indices, data, rest or None)
             smp.update_priority(indices, pri)
             return ok
         rows = _meta_rows(meta, len(indices))
         sub = [(i, check_priority(m["priority"])) for i, m in zip(indices, rows) if m and "priority" in m]
-        ok = self._update_items(indices, data, rows)
+        ok = update_items(self._s, indices, data, rows)
         if sub:
             smp.update_priority([i for i, _ in sub], [p for _, p in sub])
         return ok
-
-    def _update_items(self, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
-        n = len(indices)
-        if data is not None and len(data) != n:
-            raise ValueError(f"update_many got {len(data)} data values for {n} indices")
-        s = self._s
-        if data is None and meta is None:
-            if type(indices) is _SlotIds and getattr(indices, "version", None) == s.version:
-                return [True] * n  # a middleware vouches that these items are all still stored
-            id2slot = s.id2slot
-            return [i in id2slot for i in indices]
-        if data is None and not s.groups and isinstance(meta, Mapping):
-            cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
-            id2slot, items, out = s.id2slot, s.items, []
-            for j, i in enumerate(indices):
-                slot = id2slot.get(i)
-                if slot is None:
-                    out.append(False)
-                    continue
-                m = items[slot].meta
-                for k, col in cols:
-                    m[k] = col[j]
-                out.append(True)
-            return out
-        rows = _meta_rows(meta, n)
-        datas = data if data is not None else [None] * n
-        return [self._update_item(i, d, m) for i, d, m in zip(indices, datas, rows)]
-
-    def _delete(self, indices: List[int]) -> int:
-        s = self._s
-        n = 0
-        for i in indices:
-            slot = s.id2slot.get(i)
-            if slot is not None:
-                s.remove_slot(slot)
-                n += 1
-        return n
 
     def _clear(self) -> None:
         self._s.clear()
@@ -323,19 +380,20 @@ class DequeBuffer(Buffer):
                      ignore_insufficient: bool = False, **kwargs: Any) -> SampledBatch:
         """Sample ``size`` items and collate them into tensors.
 
-        The sampler draws slots, the storage's columns gather them (when the items share one structure:
-        dicts of tensors / arrays / numbers; otherwise :func:`collate` stacks the items), and the
-        sampler's importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
+        One route: the sampler draws slots and the storage turns them into the batch
+        (:meth:`SlotStorage.batch`: its columns gather the rows; only data the columns cannot hold, items
+        of other structures than the first, are stacked by :func:`collate`), and the sampler's
+        importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
         (``.data``, ``.index``, ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to
         sample.
 
         With middleware in the call chain the items come through the chain; the chain sees
         ``_columns_only=True``: a hint that per-item meta written only for the caller
-        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it.
+        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it. A middleware that hands out
+        items of its own (``clone_object``) gets them stacked as they are.
         """
         with self._lock:
             s = self._s
-            cols = s.ensure_columns() if s.columnar is not False else None  # rows up to date
             if not self._chained:
                 if kwargs:
                     raise TypeError(f"sample_batch() got unexpected keyword arguments {sorted(kwargs)} (extra "
@@ -343,40 +401,32 @@ class DequeBuffer(Buffer):
                 slots, ids, w = self._draw(size, replace, sample_range, ignore_insufficient)
                 if not len(slots):
                     raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-                weight = None if w is None else torch.from_numpy(w)
-                if cols is not None and cols.ok.take(slots).all():
-                    return SampledBatch(cols.gather(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
-                                        weight, _storage=s, _slots=slots)
-                items = self._items(slots, w, replace, True)
-                return SampledBatch(collate([it.data for it in items]), [it.index for it in items], weight, items)
-            items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
-                                   ignore_insufficient=ignore_insufficient, groupby=None,
-                                   unroll_len=None, _columns_only=True, **kwargs)
+                return SampledBatch(s.batch(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
+                                    None if w is None else torch.from_numpy(w), _storage=s, _slots=slots)
+            self._drawn = None
+            try:
+                items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
+                                       ignore_insufficient=ignore_insufficient, groupby=None,
+                                       unroll_len=None, _columns_only=True, **kwargs)
+                drawn = self._drawn
+            finally:
+                self._drawn = None  # holds no items once the call is over (RowItem binding counts references)
             if not items:
                 raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-            data = None
+            index = [it.index for it in items]
+            if drawn is not None and len(drawn[0]) == len(items) and all(map(operator.is_, items, drawn[0])):
+                # the stored items as the storage handed them out; their rows still hold them unless a
+                # middleware pushed into their slots meanwhile
+                ref, slots, pushes, w = drawn
+                del drawn, ref
+                rows = pushes == s.pushes or s.slot_id[slots].tolist() == index
+                return SampledBatch(s.batch(slots, items, rows), index,
+                                    None if w is None else torch.from_numpy(w), items)
+            # a middleware built new items (e.g. clone_object): their data and meta are this call's
             weight = None
-            if type(items) is _Sampled:
-                ref = items.ref
-                same = len(ref) == len(items) and all(map(operator.is_, items, ref))
-                if same and items.version == s.version:  # nothing pushed/removed since: ids by slot
-                    index = s.slot_id[items.slots].tolist()
-                else:
-                    index = [it.index for it in items]
-                if cols is not None and same and (
-                        items.pushes == s.pushes or s.slot_id[items.slots].tolist() == index):
-                    if cols.ok[items.slots].all():
-                        data = cols.gather(items.slots)
-                extra = items.columns
-                if extra and "priority_IS" in extra:
-                    weight = torch.from_numpy(extra["priority_IS"])
-            else:  # a middleware built a new list (e.g. clone_object): its meta is this call's
-                index = [it.index for it in items]
-                if "priority_IS" in items[0].meta:
-                    weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
-            if data is None:
-                data = collate([it.data for it in items])
-            return SampledBatch(data, index, weight, items)
+            if "priority_IS" in items[0].meta:
+                weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
+            return SampledBatch(collate([it.data for it in items]), index, weight, items)
 
     # ------------------------------------------------------------------ persistence
     def save_data(self, path: str) -> None:
@@ -387,7 +437,8 @@ class DequeBuffer(Buffer):
         saved with the items."""
         with self._lock:
             payload = storage_payload(self._s)
-            payload["middleware"] = {key: obj.state_dict() for key, obj in self._stateful().items()}
+            payload["middleware"] = {key: obj.state_dict()
+                                     for key, obj in stateful_parts(self._middleware, self._sampler).items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
@@ -399,26 +450,9 @@ class DequeBuffer(Buffer):
         former ``PriorityExperienceReplay`` middleware loads its items and their ``meta["priority"]``,
         not that state (``max_priority``, the IS-weight annealing count): a ``UserWarning`` says so."""
         states = load_into_storage(self._s, path, self._lock)
-        for key, obj in self._stateful().items():
-            state = states.get(key)
-            if state is not None:
-                try:
-                    obj.load_state_dict(state)
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
-                                     f"({type(e).__name__}: {e}); the items were loaded") from None
-        if self._sampler.wants_priorities and not any(k.startswith("sampler:") for k in states):
-            old = [k for k in states if k.endswith(":PriorityExperienceReplay")]
-            if old:
-                warnings.warn(f"load_data({path!r}): the items and their meta['priority'] were loaded, not the "
-                              f"state of the removed {old[0]} middleware (max_priority, IS-weight annealing "
-                              "count): they start again", UserWarning, stacklevel=2)
+        restore_states(states, stateful_parts(self._middleware, self._sampler), path, self._sampler.wants_priorities)
 
-    def _stateful(self) -> Dict[str, Any]:
-        """What ``save_data`` saves the state of: middleware at their place in the chain, and the sampler
-        (``"sampler:<class>"``; a uniform sampler has no state)."""
-        out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(self._middleware)
-               if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
-        if type(self._sampler) is not UniformSampler:
-            out[f"sampler:{type(self._sampler).__name__}"] = self._sampler
-        return out
+
+#: The former name of the buffer base class, now the same class: ``isinstance(x, Buffer)`` still holds for every
+#: buffer, and there is one buffer class with one middleware chain.
+Buffer = DequeBuffer

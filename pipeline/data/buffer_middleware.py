@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from .buffer import Buffer, BufferedData
-from .buffer_chain import _args2, _args3
 
 __all__ = [
     "clone_object",
@@ -339,3 +338,16 @@ def sample_range_view(buffer: Buffer, start: Optional[int], stop: Optional[int] 
     the caller passes its own ``sample_range``. E.g. ``buf.view().use(sample_range_view(buf, -1000))``
     is a view that samples only the newest 1000 items."""
     return SampleRangeView(start, stop)
+
+
+def _args2(args: tuple, kwargs: dict, a: str, b: str) -> tuple:
+    x = args[0] if len(args) > 0 else kwargs.get(a)
+    y = args[1] if len(args) > 1 else kwargs.get(b)
+    return x, y
+
+
+def _args3(args: tuple, kwargs: dict, a: str, b: str, c: str) -> tuple:
+    x = args[0] if len(args) > 0 else kwargs.get(a)
+    y = args[1] if len(args) > 1 else kwargs.get(b)
+    z = args[2] if len(args) > 2 else kwargs.get(c)
+    return x, y, z

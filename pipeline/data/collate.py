@@ -19,10 +19,14 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from treevalue import TreeValue
+    from typing_extensions import TypeGuard
 
 __all__ = ["collate", "collate_transitions", "stack_transitions", "to_treetensor"]
 
@@ -40,8 +44,10 @@ def _numeric(values: Sequence[Any], first: Any) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _is_tree(x: Any) -> bool:
-    tv = sys.modules.get("treevalue")  # a tree can only exist if treevalue was imported already
+def is_tree(x: object) -> TypeGuard[TreeValue]:
+    """True for a ``treevalue`` tree (what treetensor builds on), found without importing treevalue: a tree can
+    only exist if it was imported already."""
+    tv = sys.modules.get("treevalue")
     return tv is not None and isinstance(x, tv.TreeValue)
 
 
@@ -132,7 +138,7 @@ def _column(values: List[Any]) -> torch.Tensor:
     raise TypeError(f'cannot collate values of type {type(first).__name__}')
 
 
-def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Sequence[str] = None,
+def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Optional[Sequence[str]] = None,
                         as_tree: bool = False) -> Any:
     """Stack a list of transition dicts into one dict (or tree) of tensors with a batch axis.
 
@@ -143,7 +149,7 @@ def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Sequence[str] 
         raise ValueError('cannot collate an empty list of transitions')
     strict = keys is not None
     out: Dict[str, torch.Tensor] = {}
-    for k in (keys if strict else items[0].keys()):
+    for k in (keys if keys is not None else items[0].keys()):
         vals = [it[k] for it in items]
         try:
             out[k] = _column(vals)
@@ -175,7 +181,7 @@ def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> 
     if not transitions:
         raise ValueError(f"{where} has no transitions")
     first = transitions[0]
-    if _is_tree(first):
+    if is_tree(first):
         import treetensor.torch as ttorch  # lazy: treetensor is slow to import
 
         return ttorch.stack(list(transitions), dim=0)

@@ -4,12 +4,15 @@ Turning lists of transitions into batches otherwise lives in :mod:`pipeline.data
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Protocol, Tuple, Union
 
 import numpy as np
 import torch
 
-__all__ = ["Columns", "Unsupported"]
+__all__ = ["Columns", "ColumnStore", "Unsupported", "GatheredBatch"]
+
+#: What gathering rows gives: (nested) dicts of ``[B, ...]`` tensors, or one tensor when the items are single leaves.
+GatheredBatch = Union[Dict[Any, Any], torch.Tensor]
 
 
 class Unsupported(Exception):
@@ -27,6 +30,19 @@ _PY_DTYPES = {bool: np.bool_, int: np.int64, float: np.float64}
 _ROW_PY, _ROW_ARR, _ROW_ARR0, _ROW_NPSCALAR, _ROW_TENSOR = range(5)
 
 
+class ColumnStore(Protocol):
+    """What a storage's columnar rows are to the buffer (``SlotStorage.columns``): ``ok`` says per slot whether
+    its row holds the item, ``write``/``write_many`` copy items in, ``gather`` builds the batch of some slots."""
+
+    ok: np.ndarray
+
+    def write(self, slot: int, data: Any) -> None: ...
+
+    def write_many(self, slots: List[int], datas: List[Any]) -> None: ...
+
+    def gather(self, slots: np.ndarray) -> GatheredBatch: ...
+
+
 class Columns:
     """Preallocated numpy columns mirroring the data of every slot of a buffer.
 
@@ -41,20 +57,24 @@ class Columns:
         self.ok = np.zeros(capacity, dtype=bool)
         self._leaves: List[tuple] = []  # (path, kind, column, shape, dtype)
         self._dicts: List[tuple] = []  # (path, nkeys) of every dict node, for structure checks
+        # every node in the example's order: (path, its number in _leaves, or -1 for a dict)
+        self._nodes: List[Tuple[tuple, int]] = []
         self._build((), example)
         if not self._leaves:
             raise Unsupported("no leaves")
         self._flat = all(len(p) <= 1 for p, *_ in self._leaves)
-        # a flat dict can be rebuilt from its row alone (Columns.row), so the buffer need not keep it
-        self.rows = bool(self._dicts) and self._flat and type(example) is dict
+        # a dict of plain dicts, none empty (so the columns check its whole structure), can be rebuilt from its row
+        # alone (Columns.row), so the buffer need not keep it (see plain())
+        self.rows = bool(self._dicts) and all(n for _, n in self._dicts) and self.plain(example)
         self._row_spec = [(p[0], mode, col) for (p, _k, col, _s, _d), mode in zip(self._leaves, self._modes)] \
-            if self.rows else []
+            if self.rows and len(self._dicts) == 1 else []  # a flat dict: one pass over its fields
 
     def _build(self, path: tuple, x: Any) -> None:
         if not path:
             self._modes: List[int] = []
         if isinstance(x, Mapping):
             self._dicts.append((path, len(x)))
+            self._nodes.append((path, -1))
             for k, v in x.items():
                 self._build(path + (k,), v)
             return
@@ -69,16 +89,19 @@ class Columns:
             col = np.zeros((self.capacity,) + tuple(x.shape), dtype=np_dtype)
             self._leaves.append((path, _TT, col, x.shape, x.dtype))
             self._modes.append(_ROW_TENSOR)
+            self._nodes.append((path, len(self._leaves) - 1))
         elif t is np.ndarray or isinstance(x, np.generic):
             if x.dtype.kind not in "biuf":
                 raise Unsupported(f"dtype {x.dtype}")
             col = np.zeros((self.capacity,) + x.shape, dtype=x.dtype)
             self._leaves.append((path, _NP, col, x.shape, x.dtype))
             self._modes.append(_ROW_NPSCALAR if t is not np.ndarray else _ROW_ARR if x.ndim else _ROW_ARR0)
+            self._nodes.append((path, len(self._leaves) - 1))
         elif t in _PY_DTYPES:
             col = np.zeros(self.capacity, dtype=_PY_DTYPES[t])
             self._leaves.append((path, _PY, col, (), t))
             self._modes.append(_ROW_PY)
+            self._nodes.append((path, len(self._leaves) - 1))
         else:
             raise Unsupported(f"leaf type {t.__name__}")
 
@@ -133,17 +156,17 @@ class Columns:
             for d in datas:
                 if len(d) != n0:
                     raise KeyError
-            staged = []
+            staged: List[Tuple[np.ndarray, Union[np.ndarray, List[Any]]]] = []
             for path, kind, col, shape, dtype in self._leaves:
                 k = path[0]
                 vals = [d[k] for d in datas]
                 if kind == _TT:
-                    st = torch.stack(vals)
-                    if st.dtype is not dtype or st.shape[1:] != shape:
+                    tt = torch.stack(vals)
+                    if tt.dtype is not dtype or tt.shape[1:] != shape:
                         raise KeyError
-                    if st.requires_grad:
-                        st = st.detach()
-                    staged.append((col, st.numpy()))
+                    if tt.requires_grad:
+                        tt = tt.detach()
+                    staged.append((col, tt.numpy()))
                 elif kind == _PY:
                     for v in vals:
                         if type(v) is not dtype:
@@ -163,10 +186,25 @@ class Columns:
             col[idx] = v
         self.ok[idx] = True
 
+    def plain(self, data: Any) -> bool:
+        """True when ``data``'s dict nodes (at the layout's places) are all plain ``dict`` s: what :meth:`row`
+        rebuilds exactly (an item of the layout, ``ok`` in its row)."""
+        if type(data) is not dict:
+            return False
+        for path, _n in self._dicts[1:]:
+            v = data
+            for k in path:
+                v = v[k]
+            if type(v) is not dict:
+                return False
+        return True
+
     def row(self, slot: int) -> Dict[Any, Any]:
-        """The item of row ``slot`` rebuilt as the flat dict that was written there (only when
-        :attr:`rows`): Python scalars and numpy scalars as they were pushed, arrays and tensors as
-        new copies of the row."""
+        """The item of row ``slot`` rebuilt as the dict that was written there, nested dicts and keys in the
+        first item's order (only when :attr:`rows`): Python scalars and numpy scalars as they were pushed,
+        arrays and tensors as new copies of the row."""
+        if not self._row_spec:
+            return self._nested_row(slot)
         out: Dict[Any, Any] = {}
         for key, mode, col in self._row_spec:
             if mode == _ROW_PY:
@@ -181,7 +219,30 @@ class Columns:
                 out[key] = torch.from_numpy(col[slot, ...].copy())
         return out
 
-    def gather(self, slots: np.ndarray) -> Dict[Any, Any]:
+    def _nested_row(self, slot: int) -> Dict[Any, Any]:
+        out: Dict[Any, Any] = {}
+        leaves, modes = self._leaves, self._modes
+        for path, leaf in self._nodes[1:]:  # the root is out
+            parent = out
+            for k in path[:-1]:
+                parent = parent[k]
+            if leaf < 0:
+                parent[path[-1]] = {}
+                continue
+            col, mode = leaves[leaf][2], modes[leaf]
+            if mode == _ROW_PY:
+                parent[path[-1]] = col[slot].item()
+            elif mode == _ROW_ARR:
+                parent[path[-1]] = col[slot].copy()
+            elif mode == _ROW_NPSCALAR:
+                parent[path[-1]] = col[slot]
+            elif mode == _ROW_ARR0:
+                parent[path[-1]] = col[slot, ...].copy()
+            else:
+                parent[path[-1]] = torch.from_numpy(col[slot, ...].copy())
+        return out
+
+    def gather(self, slots: np.ndarray) -> GatheredBatch:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
         out: Dict[Any, Any] = {}
         for path, _kind, col, _shape, dtype in self._leaves:

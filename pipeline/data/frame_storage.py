@@ -26,13 +26,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .columns import Columns, Unsupported
-from .item import BufferedData
+from .columns import Columns, ColumnStore, GatheredBatch, Unsupported
+from .item import _DATA, BufferedData, _become_plain
 from .storage import SlotStorage
 
 __all__ = ['FrameStorage', 'FramePool']
 
-_RAW = BufferedData.data  # the slot descriptor: a FrameItem keeps its packed record there
+_RAW = _DATA  # the slot descriptor: a FrameItem keeps its packed record there
 
 
 class FramePool:
@@ -62,7 +62,7 @@ class FramePool:
 
         Frames are found again by a CRC-32 of their bytes and confirmed by an exact comparison."""
         frame = np.ascontiguousarray(frame)
-        key = zlib.crc32(frame)
+        key = zlib.crc32(frame.data)
         fid = self._by_key.get(key)
         if fid is not None and self.frames[fid].tobytes() == frame.tobytes():
             self.refs[fid] += 1
@@ -118,7 +118,7 @@ class _Packed:
     def unpack(self) -> Dict[str, Any]:
         st = self.storage
         out = dict(self.rest)
-        frames = st.pool.frames.take(self.ids, axis=0)
+        frames = st.frame_pool.frames.take(self.ids, axis=0)
         n = st.stack_len
         for j, k in enumerate(st.pixel_keys):
             out[k] = frames[j * n:(j + 1) * n]
@@ -168,10 +168,11 @@ class _FrameColumns:
     def nbytes(self) -> int:
         return self.ids.nbytes + sum(leaf[2].nbytes for leaf in self.rest._leaves)
 
-    def gather(self, slots: np.ndarray) -> Dict[str, Any]:
+    def gather(self, slots: np.ndarray) -> GatheredBatch:
         st = self.storage
         out = self.rest.gather(slots)
-        frames = st.pool.frames
+        assert isinstance(out, dict)  # the small fields of a dict transition
+        frames = st.frame_pool.frames
         ids = self.ids.take(slots, axis=0)                      # [B, K * n]
         stacked = frames.take(ids.reshape(-1), axis=0).reshape(ids.shape + frames.shape[1:])
         n = st.stack_len
@@ -226,7 +227,8 @@ class FrameStorage(SlotStorage):
         if not self.key_order:
             self.key_order = list(data.keys())
             self.stack_len = lens.pop()
-        ids = np.concatenate([self.pool.add_stack(stacks[k]) for k in self.pixel_keys]).astype(np.int32)
+        pool = self.frame_pool
+        ids = np.concatenate([pool.add_stack(stacks[k]) for k in self.pixel_keys]).astype(np.int32)
         return _Packed(rest, ids, self)
 
     def _stack(self, key: str, v: Any) -> np.ndarray:
@@ -243,7 +245,15 @@ class FrameStorage(SlotStorage):
         return a
 
     def unpack_release(self, packed: _Packed) -> None:
-        self.pool.release(packed.ids)
+        self.frame_pool.release(packed.ids)
+
+    @property
+    def frame_pool(self) -> FramePool:
+        """The pool, once the first transition fixed the frames' shape and dtype."""
+        pool = self.pool
+        if pool is None:
+            raise RuntimeError("FrameStorage: no frame pool before the first push")
+        return pool
 
     # ------------------------------------------------------------------ storage overrides
     def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
@@ -257,12 +267,12 @@ class FrameStorage(SlotStorage):
         return item
 
     def remove_slot(self, slot: int) -> None:
-        item = self.items[slot]
+        item = self.item(slot)
         packed = _RAW.__get__(item)
         super().remove_slot(slot)
         if sys.getrefcount(item) > 2:  # someone still holds the item (a sample, a group index): keep its data
             _RAW.__set__(item, packed.unpack())
-            item.__class__ = BufferedData
+            _become_plain(item)
         self.unpack_release(packed)
 
     def clear(self) -> None:
@@ -288,7 +298,7 @@ class FrameStorage(SlotStorage):
             super().adopt(other)
             for slot in self.dense[:self.count].tolist():
                 _RAW.__get__(self.items[slot]).storage = self
-            if self.columns is not None:
+            if isinstance(self.columns, _FrameColumns):
                 self.columns.storage = self
             return
         version, pushes = self.version, self.pushes
@@ -308,27 +318,30 @@ class FrameStorage(SlotStorage):
         self.pushes = pushes + other.pushes + 1
         self.groups = {}
 
-    def ensure_columns(self) -> Optional[Any]:
+    def ensure_columns(self) -> Optional[ColumnStore]:
         """As :meth:`SlotStorage.ensure_columns`, writing the packed records (no stacks rebuilt)."""
         if self.columns is None:
             if self.columns_unsupported or not self.count:
                 return None
             try:
-                self.columns = _FrameColumns(self, self.size, _RAW.__get__(self.items[int(self.dense[0])]))
+                cols: ColumnStore = _FrameColumns(self, self.size, _RAW.__get__(self.items[int(self.dense[0])]))
             except Unsupported:
                 self.columns_unsupported = True
                 return None
+            self.columns = cols
             self.pending = self.dense[: self.count].tolist()
+        else:
+            cols = self.columns
         if self.pending:
             items = self.items
             slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
             self.pending = []
-            self.columns.write_many(slots, [_RAW.__get__(items[s]) for s in slots])
-        return self.columns
+            cols.write_many(slots, [_RAW.__get__(items[s]) for s in slots])
+        return cols
 
     def memory_bytes(self) -> int:
         """Bytes held: frames in use plus the per-slot columns (Python objects not counted)."""
         n = 0 if self.pool is None else self.pool.nbytes
-        if self.columns is not None:
+        if isinstance(self.columns, _FrameColumns):
             n += self.columns.nbytes()
         return n

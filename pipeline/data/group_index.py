@@ -6,11 +6,14 @@ up to date incrementally by the storage's push/remove/update.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .item import BufferedData, copy_repeats
+
+if TYPE_CHECKING:
+    from .storage import SlotStorage  # which imports this module
 
 _MISSING = object()
 
@@ -91,30 +94,13 @@ class GroupIndex:
         return g.ids[g.head:]
 
 
-class GroupedStorage(Protocol):
-    """What :func:`sample_groups` uses of a storage (``SlotStorage`` is one): its slots' items, the live ids'
-    slots, its group indexes, its order, its random stream and its lazily written meta."""
-
-    items: List[Optional[BufferedData]]
-    id2slot: Dict[int, int]
-    rng: np.random.Generator
-    syncers: List[Any]
-
-    def group_index(self, key: str) -> GroupIndex: ...
-
-    def ordered_slots(self) -> np.ndarray: ...
-
-    def sync(self, slots: Any) -> None: ...
-
-
-def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
+def sample_groups(st: SlotStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                   sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
     """``sample(groupby=key)``: groups of live items by ``meta[key]`` (see ``Buffer.sample``)."""
     need = 1 if unroll_len is None else unroll_len
-    items = st.items
+    cand: List[Tuple[List[int], int]] = []  # each eligible group: its ids in push order, from position head on
     if sample_range is None:
         gi = st.group_index(key)
-        cand = []
         for g in gi.groups.values():
             if g.live() >= need:
                 if g.dead:
@@ -122,12 +108,11 @@ def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len:
                     g.ids = [i for i in g.ids[g.head:] if i in alive]
                     g.head = 0
                     g.dead = 0
-                cand.append(g)
-        lists = None
+                cand.append((g.ids, g.head))
     else:
         by: Dict[Any, List[int]] = {}
         for s in st.ordered_slots()[sample_range].tolist():
-            it = items[s]
+            it = st.item(s)
             v = it.meta.get(key, _MISSING)
             if v is _MISSING:
                 continue
@@ -135,8 +120,7 @@ def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len:
                 by.setdefault(v, []).append(it.index)
             except TypeError:
                 raise TypeError(f"meta[{key!r}] = {v!r} is not hashable; groupby needs hashable values") from None
-        lists = [ids for ids in by.values() if len(ids) >= need]
-        cand = lists
+        cand = [(ids, 0) for ids in by.values() if len(ids) >= need]
     n = len(cand)
     if size is None:
         chosen = range(n)
@@ -153,28 +137,24 @@ def sample_groups(st: GroupedStorage, size: Optional[int], key: str, unroll_len:
             return []
         chosen = (st.rng.integers(0, n, k) if replace else st.rng.choice(n, k, replace=False)).tolist()
     id2slot = st.id2slot
-    out = []
+    out: List[List[BufferedData]] = []
     for c in chosen:
-        g = cand[c]
-        if lists is None:
-            ids, head, length = g.ids, g.head, len(g.ids) - g.head
-        else:
-            ids, head, length = g, 0, len(g)
+        ids, head = cand[c]
         if unroll_len is None:
             window = ids[head:]
         else:
-            start = head + int(st.rng.integers(0, length - unroll_len + 1))
+            start = head + int(st.rng.integers(0, len(ids) - head - unroll_len + 1))
             window = ids[start:start + unroll_len]
-        out.append([items[id2slot[i]] for i in window])
+        out.append([st.item(id2slot[i]) for i in window])
     if st.syncers and out:
         st.sync(np.array([id2slot[it.index] for g in out for it in g], dtype=np.int64))
     if replace and len(out) > 1:  # a group (or overlapping windows) drawn twice: copies, not aliases
         seen = 0
         flat = [it for g in out for it in g]
         copy_repeats(flat)
-        for g in out:
-            g[:] = flat[seen:seen + len(g)]
-            seen += len(g)
+        for window_items in out:
+            window_items[:] = flat[seen:seen + len(window_items)]
+            seen += len(window_items)
     return out
 
 

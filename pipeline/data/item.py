@@ -1,14 +1,21 @@
-"""What a buffer stores and returns: :class:`BufferedData` and the sample lists the storage builds."""
+"""What a buffer stores and returns: :class:`BufferedData` (and :class:`RowItem`, one living in its columnar row),
+the sample lists the storage builds, and :class:`SampledBatch` (what ``sample_batch`` returns)."""
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
-__all__ = ["BufferedData", "RowItem", "copy_repeats"]
+if TYPE_CHECKING:
+    import threading
+
+    from .columns import Columns
+    from .storage import SlotStorage
+
+__all__ = ["BufferedData", "RowItem", "SampledBatch", "copy_repeats"]
 
 
 @dataclass(slots=True, eq=False)
@@ -37,7 +44,7 @@ class BufferedData:
     meta: Dict[str, Any]
 
 
-_DATA = BufferedData.data  # the slot descriptor: a RowItem keeps its _Row there
+_DATA: Any = BufferedData.__dict__["data"]  # the slot descriptor: a RowItem keeps its _Row there
 
 
 class _Row:
@@ -45,7 +52,7 @@ class _Row:
 
     __slots__ = ("columns", "slot", "lock")
 
-    def __init__(self, columns: Any, slot: int, lock: Any) -> None:
+    def __init__(self, columns: "Columns", slot: int, lock: "threading.RLock") -> None:
         self.columns, self.slot, self.lock = columns, slot, lock
 
 
@@ -70,16 +77,22 @@ class RowItem(BufferedData):
     @data.setter
     def data(self, value: Any) -> None:
         _DATA.__set__(self, value)
-        self.__class__ = BufferedData
+        _become_plain(self)
 
     def detach(self) -> None:
         """Become a plain item holding its data (the caller holds the storage's lock)."""
         row = _DATA.__get__(self)
         _DATA.__set__(self, row.columns.row(row.slot))
-        self.__class__ = BufferedData
+        _become_plain(self)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return BufferedData, (self.data, self.index, self.meta)
+
+
+def _become_plain(item: BufferedData) -> None:
+    """Turn ``item`` (a :class:`RowItem`, or a storage's item of another kind) into a plain
+    :class:`BufferedData` holding what its data slot holds now."""
+    setattr(item, "__class__", BufferedData)
 
 
 def peek_data(item: BufferedData) -> Any:
@@ -89,23 +102,6 @@ def peek_data(item: BufferedData) -> Any:
         row = _DATA.__get__(item)
         return row.columns.row(row.slot)
     return item.data
-
-
-class _Sampled(list):
-    """List of sampled items that remembers where they came from (for the fast batch path)."""
-
-    __slots__ = ("slots", "ref", "pushes", "version", "columns")
-    slots: np.ndarray  # the items' slots
-    ref: tuple  # the items as the storage handed them out (a middleware may build a new list)
-    pushes: int  # the storage's push count then
-    version: int  # the storage's version then
-    columns: Optional[Dict[str, np.ndarray]]  # per-item values that go with the sample (IS weights)
-
-
-class _SlotIds(list):
-    """A list of indices that also carries their slots (a shortcut for middleware such as PER)."""
-
-    __slots__ = ("slots", "version")
 
 
 def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
@@ -144,3 +140,51 @@ def deep_copy(x: Any) -> Any:
     if t is tuple:
         return tuple(deep_copy(v) for v in x)
     return copy.deepcopy(x)
+
+
+class SampledBatch:
+    """Result of :meth:`DequeBuffer.sample_batch`.
+
+    ``data``: the sampled data collated into (nested dicts of) torch tensors with a leading batch
+    dimension; ``index``: the items' indices (for ``update``/``update_many``); ``weight``: float32
+    tensor ``[B]`` of importance-sampling weights when prioritized replay is in use, else ``None``;
+    ``items``: the sampled :class:`BufferedData` objects (built on first access when the buffer has
+    no middleware; an item evicted or deleted before that access shows up as ``None``).
+    """
+
+    __slots__ = ("data", "index", "weight", "_items", "_storage", "_slots")
+
+    def __init__(self, data: Any, index: List[int], weight: Optional[torch.Tensor],
+                 items: Optional[List[Optional[BufferedData]]] = None, *, _storage: Optional["SlotStorage"] = None,
+                 _slots: Optional[np.ndarray] = None) -> None:
+        self.data = data
+        self.index = index
+        self.weight = weight
+        self._items = items
+        self._storage = _storage
+        self._slots = _slots
+
+    @property
+    def items(self) -> List[Optional[BufferedData]]:
+        if self._items is None:
+            s, slots = self._storage, self._slots
+            assert s is not None and slots is not None  # given together when the items are not
+            with s.lock:
+                out: List[Optional[BufferedData]] = []
+                for slot, idx in zip(slots.tolist(), self.index):
+                    it = s.items[slot]
+                    if it is None or it.index != idx:
+                        sl = s.id2slot.get(idx)
+                        it = None if sl is None else s.items[sl]
+                    out.append(it)
+                if s.syncers:
+                    live = [s.id2slot[it.index] for it in out if it is not None]
+                    if live:
+                        s.sync(np.array(live, dtype=np.int64))
+                copy_repeats(out)  # sample_batch(replace=True): repeats are copies
+            self._items = out
+            self._storage = self._slots = None
+        return self._items
+
+    def __repr__(self) -> str:
+        return f"SampledBatch(index={self.index!r}, weight={self.weight!r}, data={self.data!r})"

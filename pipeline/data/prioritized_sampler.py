@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _accel
-from .item import BufferedData, _Sampled
-from .sampler import _bind, check_priority, priority_array
+from .item import BufferedData
+from .sampler import Priorities, _bind, check_priority, priority_array
 from .segment_tree import SumMinTree
 from .storage import SlotStorage
 
@@ -160,7 +160,8 @@ class PrioritizedSampler:
             return out
         return np.multiply(np.power(leaf.take(slots), -b), mn ** b, dtype=np.float32)
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+              meta_weights: bool) -> List[BufferedData]:
         """The stored items of the slots just drawn (the storage's sample list), their lazily kept
         ``meta["priority"]`` written, and ``meta["priority_IS"]`` from ``weights`` when ``meta_weights``.
         With the compiled kernels one pass takes the items and writes their meta."""
@@ -174,16 +175,13 @@ class PrioritizedSampler:
             return res
         ext = self._ext
         if ext is not None:
-            res = _Sampled()
+            res = []
             leaf = self._tree._leaf
             if w is not None:  # rewrites the same weights (same leaves, min and beta) into meta
                 mn, b = self._wargs
                 ext.take_items(s.items, slots, res, None, leaf, mn, b, w, self._stale, self._raw)
             else:
                 ext.take_items(s.items, slots, res, None, leaf, 1.0, 0.0, None, self._stale, self._raw)
-            # ref (the items sample_batch checks a chain's result against) only when a batch is built
-            res.slots, res.ref, res.pushes, res.version, res.columns = (slots, () if meta_weights else tuple(res),
-                                                                        s.pushes, s.version, None)
         else:
             res = s.result(slots, False, False)
             self._write_meta(res, slots, w)
@@ -265,7 +263,7 @@ class PrioritizedSampler:
             return None if slot is None else float(self._raw[slot])
 
     # ------------------------------------------------------------------ new priorities
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities (finite, ``>= 0``; an array, tensor or list with one value per index) for the
         items ``indices``. Returns one bool per index: was it stored (others are skipped).
         ``ValueError`` for a length mismatch or a NaN, infinite or negative priority (nothing written)."""

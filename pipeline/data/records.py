@@ -9,8 +9,11 @@
 
 They are :class:`typing.TypedDict` s: the names and types are for readers and type checkers; at run
 time each is a plain ``dict`` (``batch["obs"]`` as always, no conversion and no copy on the way).
-What goes in between (the buffer's :class:`~pipeline.data.SampledBatch`, the learner's per-module
-minibatches and :class:`~pipeline.learner.Stats`) is internal to the buffer and the learner.
+In between: a stored Transition lives in the buffer's columnar rows (``sample()`` items rebuild it from
+there); ``sample_batch`` gathers a TrainBatch's fields from those rows in one route (its
+:class:`~pipeline.data.SampledBatch` carries them with the items' indices and weights); the learner's
+one door (``LearnerInputs.minibatches``) turns any input into minibatches of the same fields; the
+learner's metrics (:class:`~pipeline.learner.Stats`) become the TrainOutput's floats.
 
 A pipeline that carries more per transition (e.g. a behaviour policy's ``logp``) declares it the same
 way and the extra keys travel through n-step, the buffer and the fetcher into the batch::

@@ -16,12 +16,20 @@ buffer calls it under the storage's lock.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import numpy as np
 
-from .item import _Sampled
+from .item import BufferedData
 from .storage import SlotStorage
+
+if TYPE_CHECKING:
+    import torch
+
+    from .prioritized_sampler import PrioritizedSampler
+
+#: New priorities for some items, one each: an array, a tensor (any device, may require grad) or a list of numbers.
+Priorities = Union[np.ndarray, "torch.Tensor", Sequence[float]]
 
 __all__ = ["Sampler", "UniformSampler", "check_priority", "priority_array"]
 
@@ -51,12 +59,13 @@ class Sampler(Protocol):
     def weights(self, slots: np.ndarray) -> Optional[np.ndarray]:
         """IS weights of these occupied slots without drawing (``sample(indices=...)``), or None."""
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+              meta_weights: bool) -> List[BufferedData]:
         """The stored items of the slots :meth:`draw` just returned, as the storage's sample list
         (``storage.result(slots, True, replace)``), their meta up to date; ``meta["priority_IS"]`` from
         ``weights`` too when ``meta_weights``."""
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices``; one bool per index: was it stored."""
 
     def state_dict(self) -> Dict[str, Any]:
@@ -87,6 +96,7 @@ class UniformSampler:
              ) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
         """``k`` uniformly drawn slots of ``pool`` (default: every occupied slot); no ids, no weights."""
         s = self.storage
+        assert s is not None, "UniformSampler: attach() it to a storage first"
         if pool is None:
             return s.dense[s.draw(s.count, k, replace)], None, None
         return pool[s.draw(len(pool), k, replace)], None, None
@@ -95,11 +105,14 @@ class UniformSampler:
         """None: uniform samples weigh 1."""
         return None
 
-    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool, meta_weights: bool) -> _Sampled:
+    def items(self, slots: np.ndarray, weights: Optional[np.ndarray], replace: bool,
+              meta_weights: bool) -> List[BufferedData]:
         """The storage's sample list of ``slots`` (no weights to write)."""
-        return self.storage.result(slots, True, replace)
+        s = self.storage
+        assert s is not None, "UniformSampler: attach() it to a storage first"
+        return s.result(slots, True, replace)
 
-    def update_priority(self, indices: Sequence[int], priorities: Any) -> List[bool]:
+    def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """Always raises: a uniform sampler has no priorities."""
         raise TypeError("update_priority(): this buffer samples uniformly (UniformSampler) and keeps no priorities; "
                         "build it with DequeBuffer(size, sampler=PrioritizedSampler(...))")
@@ -112,7 +125,7 @@ class UniformSampler:
         """Nothing to restore."""
 
 
-def _bind(sampler: Any, storage: SlotStorage) -> bool:
+def _bind(sampler: Union["UniformSampler", "PrioritizedSampler"], storage: SlotStorage) -> bool:
     """Set ``sampler.storage``; False when it was already bound to ``storage`` (nothing to do)."""
     if sampler.storage is storage:
         return False
@@ -134,7 +147,7 @@ def check_priority(p: Any) -> float:
     return f
 
 
-def priority_array(priorities: Any, n: int, where: str = "update_priority") -> Tuple[np.ndarray, float, float]:
+def priority_array(priorities: Priorities, n: int, where: str = "update_priority") -> Tuple[np.ndarray, float, float]:
     """``priorities`` (array, tensor, list; possibly on another device or requiring grad) as a flat
     float64 array of length ``n`` with its min and max; ``ValueError`` for a length mismatch or a
     NaN, infinite or negative value."""
@@ -149,3 +162,36 @@ def priority_array(priorities: Any, n: int, where: str = "update_priority") -> T
     if not (lo >= 0 and hi < math.inf):
         raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value)")
     return arr, lo, hi
+
+
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+
+
+def _check_size(name: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def draw_slots(s: SlotStorage, sampler: "Sampler", size: int, replace: bool, sample_range: Optional[slice],
+               ignore_insufficient: bool) -> Tuple[np.ndarray, Optional[List[int]], Optional[np.ndarray]]:
+    """The sampler's ``(slots, ids or None, IS weights or None)`` for ``size`` items of the buffer or
+    of ``sample_range`` (``_NO_SLOTS`` when there is nothing to draw and that is allowed)."""
+    if sample_range is not None and not isinstance(sample_range, slice):
+        raise TypeError(f"sample_range must be a slice (e.g. slice(-1000, None)), got {sample_range!r}")
+    k = size if type(size) is int and size >= 0 else _check_size("sample size", size)
+    if sample_range is None:
+        pool, n = None, s.count
+    else:
+        pool = s.ordered_slots()[sample_range].copy()
+        n = len(pool)
+    if k > 0 and (n == 0 or (not replace and k > n)):
+        if not ignore_insufficient:
+            where = "" if sample_range is None else f" in sample_range {sample_range}"
+            raise ValueError(f"cannot sample {k} items{'' if replace else ' without replacement'}: "
+                             f"the buffer holds {n}{where}; push more data first or pass "
+                             "ignore_insufficient=True")
+        k = 0 if n == 0 else (k if replace else n)
+    if k == 0:
+        return _NO_SLOTS, [], None
+    return sampler.draw(k, replace, pool)

@@ -9,8 +9,9 @@ tagged so that they come back as the same types.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable, Dict, Sequence
 
 import numpy as np
 import torch
@@ -18,8 +19,9 @@ from easydict import EasyDict
 
 from .columnar_io import decode_rows, encode_rows
 from .frame_file import frame_rows, frames_node, packed_rows
-from .frame_storage import _Packed
+from .frame_storage import FrameStorage, _Packed
 from .item import peek_data
+from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage
 
 _TAG = "__rlpipe__"
@@ -118,8 +120,7 @@ def storage_payload(s: "SlotStorage") -> dict:
 
 def _data_column(s: "SlotStorage", items: list) -> dict:
     node = None
-    if getattr(s, "pixel_keys", None) is not None:  # a FrameStorage: every frame once (frame_file)
-
+    if isinstance(s, FrameStorage):  # every frame once (frame_file)
         node = frames_node(s, items, encode)
     return node if node is not None else encode_rows([peek_data(it) for it in items], encode, "data")
 
@@ -232,3 +233,33 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
             listener.on_clear()
             listener.on_load()
     return states
+
+
+def stateful_parts(middleware: Sequence[Callable[..., Any]], sampler: Sampler) -> Dict[str, Any]:
+    """What ``save_data`` saves the state of: middleware with ``state_dict``/``load_state_dict`` at their place in
+    the chain (``"<i>:<class>"``), and the sampler (``"sampler:<class>"``; a uniform sampler has no state)."""
+    out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(middleware)
+                           if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
+    if type(sampler) is not UniformSampler:
+        out[f"sampler:{type(sampler).__name__}"] = sampler
+    return out
+
+
+def restore_states(states: Dict[str, Any], parts: Dict[str, Any], path: str, wants_priorities: bool) -> None:
+    """``load_data``: give each of ``parts`` (:func:`stateful_parts`) its state saved in ``path``, if any; a
+    ``UserWarning`` when a prioritized buffer's file holds the state of the removed ``PriorityExperienceReplay``
+    middleware instead of a sampler's."""
+    for key, obj in parts.items():
+        state = states.get(key)
+        if state is not None:
+            try:
+                obj.load_state_dict(state)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
+                                 f"({type(e).__name__}: {e}); the items were loaded") from None
+    if wants_priorities and not any(k.startswith("sampler:") for k in states):
+        old = [k for k in states if k.endswith(":PriorityExperienceReplay")]
+        if old:
+            warnings.warn(f"load_data({path!r}): the items and their meta['priority'] were loaded, not the "
+                          f"state of the removed {old[0]} middleware (max_priority, IS-weight annealing "
+                          "count): they start again", UserWarning, stacklevel=3)

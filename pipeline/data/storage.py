@@ -7,8 +7,10 @@ Layout (all operations O(1) except where noted):
 * an order array (slots in push order, with tombstones for deleted items) gives FIFO eviction,
   ``get(offset)`` and ``sample_range``; it is compacted with one vectorised numpy pass, lazily,
   only when an ordered operation runs after an interior delete;
-* optional numpy columns (:class:`~pipeline.data.columns.Columns`) mirror the data when items
-  share a structure, so ``sample_batch`` gathers tensors without touching Python objects;
+* numpy columns (:class:`~pipeline.data.columns.Columns`, made at the first ``sample_batch`` or push)
+  hold the data of items that share the first item's structure, so ``sample_batch`` gathers tensors
+  without touching Python objects; dict items (flat or nested plain dicts) then live in their row only
+  (:class:`~pipeline.data.item.RowItem`: ``data`` rebuilt from the row when read);
 * ``groupby`` indexes (meta key -> group -> ids in push order, :mod:`.group_index`) are built on
   first use and then kept up to date incrementally.
 
@@ -23,10 +25,11 @@ buffer view), ``rng`` (the buffer's ``numpy.random.Generator``), ``items`` (slot
 ``slot_id`` (slot -> item index, -1 when free), ``id2slot`` (index -> slot), ``version`` (changes
 at every push or removal: equal versions mean the same slots hold the same items), ``pushes``.
 
-Methods: ``ordered_slots()`` (occupied slots oldest first), ``result(slots, sync=True,
-repeats=False)`` (the stored items of these slots as a sample list; ``repeats``: a slot may appear
-twice, and its repeats become deep copies), ``sync(slots)`` (let lazy meta writers bring these
-slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
+Methods: ``ordered_slots()`` (occupied slots oldest first), ``item(slot)`` (the item of an occupied
+slot), ``result(slots, sync=True, repeats=False)`` (the stored items of these slots as a sample list;
+``repeats``: a slot may appear twice, and its repeats become deep copies), ``batch(slots)`` (the
+``[B, ...]`` tensors of these slots: ``sample_batch``'s one route), ``sync(slots)`` (let lazy meta
+writers bring these slots' meta up to date), ``add_listener(listener)``, ``adopt(other)`` (take another storage's
 contents: how ``load_data`` swaps in a fully decoded file; listeners then get ``on_clear()`` and
 ``on_load()``). ``copy.deepcopy``/``pickle`` give a storage with its own lock.
 
@@ -39,23 +42,24 @@ is handed out.
 To store data differently (fewer bytes per item, shared frames), subclass :class:`SlotStorage` and
 pass an instance as ``DequeBuffer(size, storage=...)``. ``push(data, meta)`` stores an item and
 returns it; ``items[slot].data`` is what ``sample()`` hands out; :meth:`SlotStorage.make_columns`
-builds the columnar mirror that ``sample_batch`` gathers from (anything with ``ok`` (bool per
-slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) -> batch``; raise
-:class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
+builds the columns that ``sample_batch`` gathers from (a :class:`~pipeline.data.columns.ColumnStore`:
+``ok`` (bool per slot), ``write(slot, data)``, ``write_many(slots, datas)`` and ``gather(slots) ->
+batch``; raise :class:`~pipeline.data.columns.Unsupported` for data it cannot hold).
 """
 from __future__ import annotations
 
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, List, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import numpy as np
 import torch
 
-from .columns import Columns, Unsupported
+from .collate import collate
+from .columns import Columns, ColumnStore, Unsupported
 from .group_index import GroupIndex, sample_groups
-from .item import _DATA, BufferedData, RowItem, _Row, _Sampled, _SlotIds, copy_repeats
+from .item import _DATA, BufferedData, RowItem, _Row, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -84,7 +88,7 @@ class SlotStorage:
         self.seed_seq = np.random.SeedSequence(seed)  # copies draw from its children (__getstate__)
         self.rng = np.random.default_rng(self.seed_seq)  # the same stream as default_rng(seed)
         self.columnar = columnar
-        self.listeners: List[Any] = []
+        self.listeners: List[StorageListener] = []
         self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
 
@@ -130,7 +134,7 @@ class SlotStorage:
         self.pushes = 0
         self.version = 0  # bumped by every push and removal: equal versions mean unchanged slots
         self.groups: Dict[str, GroupIndex] = {}
-        self.columns: Optional[Columns] = None
+        self.columns: Optional[ColumnStore] = None
         self.columns_unsupported = False
         self.pending: List[int] = []  # slots whose column rows are stale
         self._rbuf = np.zeros(0, dtype=np.int64)
@@ -196,9 +200,16 @@ class SlotStorage:
         if type(it) is RowItem and sys.getrefcount(it) > 3:  # the list, `it`, the call's argument
             it.detach()
 
+    def item(self, slot: int) -> BufferedData:
+        """The item of an occupied ``slot``."""
+        it = self.items[slot]
+        if it is None:
+            raise KeyError(f"slot {slot} holds no item")
+        return it
+
     def remove_slot(self, slot: int) -> None:
         self.release(slot)
-        item = self.items[slot]
+        item = self.item(slot)
         self.items[slot] = None
         self.version += 1
         del self.id2slot[item.index]
@@ -284,12 +295,13 @@ class SlotStorage:
         return self.order[self.otail:self.ohead]
 
     # ------------------------------------------------------------------ columns / groups
-    def ensure_columns(self) -> Optional[Columns]:
+    def ensure_columns(self) -> Optional[ColumnStore]:
         """Create the columns if needed and bring every live row up to date."""
-        if self.columns is None:
+        cols = self.columns
+        if cols is None:
             if self.columns_unsupported or not self.count:
                 return None
-            example = self.items[int(self.dense[0])].data
+            example = self.item(int(self.dense[0])).data
             try:
                 cols = self.make_columns(example)
             except Unsupported:
@@ -301,9 +313,9 @@ class SlotStorage:
             items = self.items
             slots = [s for s in dict.fromkeys(self.pending) if items[s] is not None]
             self.pending = []
-            self.columns.write_many(slots, [items[s].data for s in slots])
+            cols.write_many(slots, [self.item(s).data for s in slots])  # holds no item: _bind counts references
             self._bind(slots)
-        return self.columns
+        return cols
 
     def _bind(self, slots: List[int]) -> None:
         """Let the flat dict items of ``slots`` (rows just written) keep their data only in the columns:
@@ -312,13 +324,13 @@ class SlotStorage:
         short-lived tensors, fragment the C heap, and a long run then grows by kilobytes per update
         (``benchmarks/bench_memory.py``). Items somebody else holds right now are left as they are."""
         cols = self.columns
-        if not getattr(cols, "rows", False):
+        if not isinstance(cols, Columns) or not cols.rows:
             return
         ok, items, lock = cols.ok, self.items, self.lock
         getrefcount = sys.getrefcount
         for s in slots:
             it = items[s]
-            if ok[s] and type(it) is BufferedData and type(_DATA.__get__(it)) is dict and getrefcount(it) <= 3:
+            if ok[s] and type(it) is BufferedData and cols.plain(_DATA.__get__(it)) and getrefcount(it) <= 3:
                 _DATA.__set__(it, _Row(cols, s, lock))
                 it.__class__ = RowItem
 
@@ -349,7 +361,7 @@ class SlotStorage:
             self.groups[key] = gi
         return gi
 
-    def make_columns(self, example: Any) -> Columns:
+    def make_columns(self, example: Any) -> ColumnStore:
         """The columnar mirror for items shaped like ``example`` (raise ``Unsupported`` if none)."""
         return Columns(self.size, example)
 
@@ -359,38 +371,43 @@ class SlotStorage:
         if hasattr(listener, "sync_meta"):
             self.syncers.append(listener)
 
-    def sync(self, slots: Any) -> None:
+    def sync(self, slots: np.ndarray) -> None:
         """Let middleware that writes meta lazily (PER priorities) bring these slots' meta up to date."""
         for syncer in self.syncers:
             syncer.sync_meta(slots)
 
     # ------------------------------------------------------------------ sampling
-    def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> _Sampled:
+    def batch(self, slots: np.ndarray, items: Optional[Sequence[BufferedData]] = None, rows: bool = True) -> Any:
+        """The batch of a sample: the ``[B, ...]`` tensors of the items in ``slots`` (``sample_batch``'s one
+        route). The columns gather it when they hold every one of these rows (and ``rows``: the rows still
+        hold these items); only data they cannot hold (items whose structure differs from the first one's,
+        a storage without columns) is stacked from the items by :func:`~pipeline.data.collate.collate`
+        (``items``: the sample's items; default: the stored items of ``slots``)."""
+        cols = self.ensure_columns() if self.columnar is not False else None  # rows up to date
+        if rows and cols is not None and cols.ok.take(slots).all():
+            return cols.gather(slots)
+        if items is None:
+            it = self.items
+            items = [it[s] for s in slots.tolist()]  # type: ignore[misc]
+        return collate([x.data for x in items])
+
+    def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> List[BufferedData]:
         """The stored items of ``slots`` as a sample list; ``repeats``: ``slots`` may hold a slot
         twice, and every repeat then becomes a deep copy (see :class:`BufferedData`)."""
         if sync and self.syncers:
             self.sync(slots)
         sl = slots.tolist()
-        res = _Sampled(map(self.items.__getitem__, sl))
+        res: List[BufferedData] = list(map(self.items.__getitem__, sl))  # type: ignore[arg-type]  # occupied slots
         if repeats and len(sl) > 1 and len(set(sl)) < len(sl):
             copy_repeats(res)
-        res.slots = slots
-        res.ref = tuple(res)
-        res.pushes = self.pushes
-        res.version = self.version
-        res.columns = None
         return res
 
     result = _result  # the public name (see the storage interface)
 
-    def take_ids(self, indices: Iterable[int], ignore_missing: bool, sync: bool = True,
-                 replace: bool = True) -> _Sampled:
-        """The items of ``indices``. ``replace=False`` is a middleware's promise that its
-        :class:`_SlotIds` hold no index twice (caller-given lists are always checked for repeats)."""
-        if type(indices) is _SlotIds:
-            slots = indices.slots
-            if getattr(indices, "version", None) == self.version or self.slot_id[slots].tolist() == indices:
-                return self._result(slots, sync, replace)
+    def take_ids(self, indices: Iterable[int], ignore_missing: bool,
+                 sync: bool = True) -> Tuple[List[BufferedData], np.ndarray]:
+        """The items of ``indices`` and their slots (a repeated index gives a deep copy of the item after its
+        first time)."""
         if isinstance(indices, (int, np.integer)):
             raise TypeError("sample(indices=...) takes a list of indices, not a single index")
         if isinstance(indices, np.ndarray):
@@ -405,11 +422,103 @@ class SlotStorage:
                 raise KeyError(f"no item with index {e.args[0]!r} in the buffer (never pushed, deleted or "
                                "evicted); pass ignore_insufficient=True to skip missing indices") from None
             slots = [id2slot[i] for i in indices if i in id2slot]
-        return self._result(np.array(slots, dtype=np.int64), sync, True)
+        arr = np.array(slots, dtype=np.int64)
+        return self._result(arr, sync, True), arr
 
     def sample_groups(self, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                       sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
         return sample_groups(self, size, key, unroll_len, replace, sample_range, ignore_insufficient)
 
 
+# ---------------------------------------------------------------------- item updates (the buffer's update/delete)
+def update_item(s: SlotStorage, index: int, data: Any, meta: Optional[Mapping]) -> bool:
+    """``update(index, data, meta)`` on the storage: new data (its row rewritten at the next batch), meta merged
+    (group indexes re-filed); False when no item has this index."""
+    slot = s.id2slot.get(index)
+    if slot is None:
+        return False
+    if meta is not None and not isinstance(meta, Mapping):
+        raise TypeError(f"update(meta=...) must be a dict or None, got {type(meta).__name__}")
+    item = s.item(slot)
+    if data is not None:
+        item.data = data
+        if s.columns is not None:
+            s.columns.ok[slot] = False
+            s.pending.append(slot)
+    if meta:
+        item.meta.update(meta)
+        if s.groups:
+            for key, gi in list(s.groups.items()):
+                if key in meta:
+                    try:
+                        gi.move(item)
+                    except TypeError:
+                        del s.groups[key]
+    return True
 
+
+def update_items(s: SlotStorage, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
+    """``update_many`` on the storage (``meta``: one dict per index, or a dict of columns); one bool per index."""
+    n = len(indices)
+    if data is not None and len(data) != n:
+        raise ValueError(f"update_many got {len(data)} data values for {n} indices")
+    if data is None and meta is None:
+        id2slot = s.id2slot
+        return [i in id2slot for i in indices]
+    if data is None and not s.groups and isinstance(meta, Mapping):
+        cols = [(k, rows_k) for k, rows_k in _meta_cols(meta, n).items()]
+        id2slot, items, out = s.id2slot, s.items, []
+        for j, i in enumerate(indices):
+            slot = id2slot.get(i)
+            if slot is None:
+                out.append(False)
+                continue
+            m = items[slot].meta  # type: ignore[union-attr]  # a live index's slot holds its item
+            for k, col in cols:
+                m[k] = col[j]
+            out.append(True)
+        return out
+    rows = _meta_rows(meta, n)
+    datas = data if data is not None else [None] * n
+    return [update_item(s, i, d, m) for i, d, m in zip(indices, datas, rows)]
+
+
+def delete_ids(s: SlotStorage, indices: List[int]) -> int:
+    """Remove the items of ``indices`` (unknown ones are skipped); how many were removed."""
+    n = 0
+    for i in indices:
+        slot = s.id2slot.get(i)
+        if slot is not None:
+            s.remove_slot(slot)
+            n += 1
+    return n
+
+
+def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
+    """``update_many``'s dict-of-columns meta, validated, as lists."""
+    cols = {}
+    for k, v in meta.items():
+        if isinstance(v, (np.ndarray, torch.Tensor)):
+            v = v.tolist()
+        elif isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            raise TypeError(f"update_many(meta={{{k!r}: ...}}) needs one value per index (a list or array), "
+                            f"got {type(v).__name__}")
+        v = list(v)
+        if len(v) != n:
+            raise ValueError(f"update_many(meta={{{k!r}: ...}}) has {len(v)} values for {n} indices")
+        cols[k] = v
+    return cols
+
+
+def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
+    """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
+    if meta is None:
+        return [None] * n
+    if isinstance(meta, Mapping):
+        cols = _meta_cols(meta, n)
+        keys = list(cols)
+        return [dict(zip(keys, row)) for row in zip(*cols.values())] if keys else [None] * n
+    rows = list(meta)
+    if len(rows) != n:
+        raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
+    return rows

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping as MappingT, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from pipeline.data.collate import stack_transitions  # noqa: F401 - the batch path lives there
+from pipeline.data.collate import is_tree, stack_transitions  # noqa: F401 - the batch path lives there
+
+if TYPE_CHECKING:
+    from treevalue import TreeValue
+
+#: One batch as the learner takes it: a :class:`~pipeline.data.records.TrainBatch` (field -> ``[B, ...]``
+#: tensor, possibly nested; non-numeric fields as lists of B values), a tree (treevalue) of such tensors, or
+#: (a single-module learner) one ``[B, ...]`` tensor.
+Batch = Union[MappingT[str, Any], "TreeValue", torch.Tensor]
+#: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time).
+ModuleBatches = Dict[str, Batch]
 
 __all__ = [
     "is_tree",
@@ -29,12 +39,6 @@ __all__ = [
     "stack_transitions",
     "RowStream",
 ]
-
-
-def is_tree(x: Any) -> bool:
-    """True for a treevalue / treetensor tree (without importing treetensor)."""
-    tv = sys.modules.get("treevalue")
-    return tv is not None and isinstance(x, tv.TreeValue)
 
 
 def _tree_leaves(tree: Any) -> list:
@@ -84,7 +88,7 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
         )
     if not leaves:
         raise ValueError(f"{where} is empty (no tensors); pass at least one tensor with a batch axis")
-    n = None
+    rows: Optional[int] = None
     for leaf in leaves:
         shape = (len(leaf),) if type(leaf) is list else getattr(leaf, "shape", None)  # lists: one entry per row
         if shape is None or len(shape) == 0:
@@ -92,14 +96,15 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
                 f"{where} holds a leaf without a batch axis ({type(leaf).__name__} "
                 f"{'scalar' if shape is not None else ''}); every leaf needs shape [B, ...]"
             )
-        if n is None:
-            n = shape[0]
-        elif shape[0] != n:
+        if rows is None:
+            rows = shape[0]
+        elif shape[0] != rows:
             raise ValueError(
-                f"{where} leaves disagree on the batch axis: {n} vs {shape[0]} rows; "
+                f"{where} leaves disagree on the batch axis: {rows} vs {shape[0]} rows; "
                 "every leaf must share its first dimension"
             )
-    return int(n)
+    assert rows is not None  # leaves is not empty
+    return int(rows)
 
 
 def slice_rows(batch: Any, start: int, stop: int) -> Any:

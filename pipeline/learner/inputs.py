@@ -1,29 +1,32 @@
 """The door into ``Learner.update``: which one of the seven input kinds was given, and turning it into the one
-form the learner's core trains on, ``module id -> batch`` with each module's row count (:class:`LearnerInputs`)."""
+form the learner's core trains on: a stream of minibatches, each ``module id -> batch`` with each module's row
+count (:meth:`LearnerInputs.minibatches`). Past the door the learner never sees which kind came in."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .batch import cat_rows, is_tree, num_rows, stack_transitions
-from .training_data import INPUT_KINDS, TrainingData
+import torch
+
+from ..device import to_device
+from .batch import Batch, ModuleBatches, cat_rows, is_tree, num_rows, stack_transitions
+from .minibatch_plan import Minibatch, check_loop_args, plan_batch, plan_iterators
+from .training_data import INPUT_KINDS, DataIterators, Episode, TrainingData
 
 __all__ = ["LearnerInputs", "select_input", "normalize_timesteps", "stack_episodes", "TS_KEY"]
 
 #: the timestep a learner's lr schedules are evaluated at
 TS_KEY = "num_env_steps_sampled_lifetime"
 
-ModuleBatches = Dict[str, Any]
-
 
 def select_input(
-    batch: Any,
-    batches: Any,
-    batch_refs: Any,
-    episodes: Any,
-    episodes_refs: Any,
-    data_iterators: Any,
+    batch: Optional[Batch],
+    batches: Optional[List[Batch]],
+    batch_refs: Optional[List[object]],
+    episodes: Optional[List[Episode]],
+    episodes_refs: Optional[List[object]],
+    data_iterators: Optional[DataIterators],
     training_data: Optional[TrainingData],
 ) -> Tuple[str, Optional[TrainingData]]:
     """``(kind, data)`` for exactly one given input; ``data`` is None for a plain ``batch=``."""
@@ -39,7 +42,7 @@ def select_input(
     return data.kind, data  # .kind raises ValueError unless exactly one was given
 
 
-def normalize_timesteps(timesteps: Any) -> Dict[str, Any]:
+def normalize_timesteps(timesteps: Union[None, int, Mapping[str, Any]]) -> Dict[str, Any]:
     """``update``'s ``timesteps`` (None, an int or a mapping) as a dict."""
     if timesteps is None:
         return {}
@@ -50,7 +53,7 @@ def normalize_timesteps(timesteps: Any) -> Dict[str, Any]:
     raise TypeError(f"timesteps must be a dict like {{'{TS_KEY}': n}} or an int, got {type(timesteps).__name__}")
 
 
-def stack_episodes(episodes: List[Any], module_ids: Sequence[str]) -> ModuleBatches:
+def stack_episodes(episodes: List[Episode], module_ids: Sequence[str]) -> ModuleBatches:
     """The default ``Learner.episodes_to_batch``: every transition of a module stacked along a new batch axis,
     episodes one after another. An episode is a sequence of transitions (dicts or trees) for a single-module
     learner, or a mapping module id -> sequence of transitions."""
@@ -75,7 +78,7 @@ def stack_episodes(episodes: List[Any], module_ids: Sequence[str]) -> ModuleBatc
     return {mid: stack_transitions(tr, where=f"episodes for module {mid!r}") for mid, tr in per_module.items()}
 
 
-def _is_batch_like(x: Any) -> bool:
+def _is_batch_like(x: object) -> bool:
     return isinstance(x, Mapping) or is_tree(x)
 
 
@@ -85,21 +88,54 @@ class LearnerInputs:
     is the learner's hook that turns a list of episodes into a batch; with ``shared`` a batch that is not keyed by
     module ids goes to every module."""
 
-    def __init__(self, module_ids: Sequence[str], episodes_to_batch: Callable[[List[Any]], Any],
+    def __init__(self, module_ids: Sequence[str], episodes_to_batch: Callable[[List[Episode]], Batch],
                  shared: bool = False) -> None:
         self.module_ids = list(module_ids)
         self.single_id: Optional[str] = self.module_ids[0] if len(self.module_ids) == 1 else None
         self.episodes_to_batch = episodes_to_batch
         self.shared = shared
 
-    def module_batches(self, kind: str, batch: Any, data: Optional[TrainingData]) -> ModuleBatches:
+    def minibatches(self, batch: Optional[Batch], batches: Optional[List[Batch]],
+                    batch_refs: Optional[List[object]], episodes: Optional[List[Episode]],
+                    episodes_refs: Optional[List[object]], data_iterators: Optional[DataIterators],
+                    training_data: Optional[TrainingData], *, num_total_minibatches: int,
+                    num_epochs: int, minibatch_size: Optional[int], shuffle_batch_per_epoch: bool,
+                    num_iters: Optional[int], device: Optional[torch.device],
+                    generator: Optional[torch.Generator]) -> Iterator[Minibatch]:
+        """The door: exactly one input of ``Learner.update`` (any kind) as the stream of minibatches its core
+        trains on, each ``(module id -> batch, module id -> rows, env rows)`` with its tensors on ``device``
+        (None: where they are). The input and the loop arguments are checked, and a batch is resolved (refs
+        solved, episodes stacked, moved to ``device`` once), before this returns; iterators are pulled as the
+        stream is read (:mod:`pipeline.learner.minibatch_plan`)."""
+        kind, data = select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
+        check_loop_args(kind, num_total_minibatches=num_total_minibatches, num_epochs=num_epochs,
+                        minibatch_size=minibatch_size, shuffle_batch_per_epoch=shuffle_batch_per_epoch,
+                        num_iters=num_iters)
+        if kind == "data_iterators":
+            assert data is not None and num_iters is not None  # checked above
+
+            def pulled(batches: List[Batch]) -> ModuleBatches:
+                out = self.pulled(batches)
+                return out if device is None else to_device(out, device)
+
+            return plan_iterators(data.iterators(), num_iters, pulled, self.rows)
+        module_batches = self.module_batches(kind, batch, data)
+        if device is not None:  # the whole input, once per call (not per minibatch or field)
+            module_batches = to_device(module_batches, device)
+        return plan_batch(module_batches, self.rows(module_batches), num_total_minibatches=num_total_minibatches,
+                          num_epochs=num_epochs, minibatch_size=minibatch_size,
+                          shuffle_batch_per_epoch=shuffle_batch_per_epoch, generator=generator)
+
+    def module_batches(self, kind: str, batch: Optional[Batch], data: Optional[TrainingData]) -> ModuleBatches:
         """module id -> batch for a ``kind`` from :func:`select_input` (refs are solved here)."""
         if kind == "batch":
-            return self.as_module_batches(batch if data is None else data.batch)
+            given = batch if data is None else data.batch
+            assert given is not None  # the kind says it was given
+            return self.as_module_batches(given)
         assert data is not None
         return self.resolve(data.solve_refs())
 
-    def as_module_batches(self, batch: Any) -> ModuleBatches:
+    def as_module_batches(self, batch: Batch) -> ModuleBatches:
         """Normalize one batch to a dict module id -> per-module batch."""
         single = self.single_id
         if type(batch) is dict and single is not None and single not in batch:
@@ -150,6 +186,7 @@ class LearnerInputs:
         """``module id -> batch`` for a :class:`TrainingData` whose refs are solved."""
         kind = data.kind
         if kind == "batch":
+            assert data.batch is not None  # the kind says it was given
             return self.as_module_batches(data.batch)
         if kind == "batches":
             if not isinstance(data.batches, (list, tuple)) or not data.batches:
@@ -161,6 +198,6 @@ class LearnerInputs:
             return self.as_module_batches(self.episodes_to_batch(list(data.episodes)))
         raise ValueError(f"cannot turn {kind} into a batch")  # pragma: no cover (refs solved before)
 
-    def pulled(self, batches: List[Any]) -> ModuleBatches:
+    def pulled(self, batches: List[Batch]) -> ModuleBatches:
         """One batch pulled from each of ``data_iterators`` as one ``module id -> batch``."""
         return self.combine([self.as_module_batches(b) for b in batches])

@@ -1,7 +1,8 @@
 """`Learner`: owns torch modules and their optimizers and runs exact epoch/minibatch updates.
 
-The learner holds two collaborators: :class:`~pipeline.learner.inputs.LearnerInputs`, the door that turns
-each input kind of :meth:`Learner.update` into ``module id -> batch`` (the core sees nothing else), and
+The learner holds two collaborators: :class:`~pipeline.learner.inputs.LearnerInputs`, the door whose one
+function (``minibatches``) turns each input kind of :meth:`Learner.update` into a stream of ``module id ->
+minibatch`` (the core sees nothing else), and
 :class:`~pipeline.learner.call_metrics.CallMetrics`, what one call accumulates and returns. Its weights,
 state and counters are its own (below); the directory format of ``save_to_path`` is in
 :mod:`pipeline.learner.checkpoint`."""
@@ -9,7 +10,9 @@ state and counters are its own (below); the directory format of ``save_to_path``
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import operator
 import os
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
@@ -17,15 +20,15 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 import torch
 from torch import nn
 
-from ..device import DeviceLike, host_copy, module_device, place_module, resolve_device, to_device, to_host
+from ..device import DeviceLike, host_copy, module_device, place_module, resolve_device, to_host
 from .call_metrics import CallMetrics
 from .checkpoint import load_state_dir, save_state_dir
-from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, select_input, stack_episodes
+from .inputs import TS_KEY, LearnerInputs, normalize_timesteps, stack_episodes
 from .metrics import MetricsLogger
 from .modules import ModuleSet, move_modules
-from .minibatch_plan import check_loop_args, plan_batch, plan_iterators
 from .optim import LRSchedule, ModuleOptimizers, OptimizerFactory, default_optimizer, total_norm
-from .training_data import TrainingData
+from .batch import Batch, ModuleBatches
+from .training_data import DataIterators, Episode, TrainingData
 
 __all__ = ["Learner", "OptimizerFactory", "LRSchedule"]
 
@@ -139,8 +142,13 @@ class Learner:
         out = {}
         for mid, f in fwd_out.items():
             loss = self.compute_loss_for_module(mid, batch[mid], f)
-            out[mid] = loss if type(loss) is _Tensor or callable(loss) else \
-                self.call_metrics.split_loss(mid, loss, self.last_outputs)
+            if type(loss) is _Tensor or callable(loss):
+                out[mid] = loss
+            elif isinstance(loss, Mapping):
+                out[mid] = self.call_metrics.split_loss(mid, loss, self.last_outputs)
+            else:
+                raise TypeError(f"compute_loss_for_module({mid!r}) returned a {type(loss).__name__}; return a scalar "
+                                "tensor, a dict with 'total_loss', or a function of no arguments returning either")
         return out
 
     def compute_gradients(self, losses: Dict[str, _Tensor]) -> Dict[str, List[nn.Parameter]]:
@@ -155,7 +163,7 @@ class Learner:
         if len(losses) == 1:
             (total,) = losses.values()
         else:
-            total = sum(losses.values())
+            total = functools.reduce(operator.add, losses.values())
         if not total.requires_grad:
             raise ValueError(
                 f"the loss of module(s) {list(losses)} does not depend on any trainable parameter "
@@ -219,7 +227,7 @@ class Learner:
     def set_extra_state(self, state: Dict[str, Any]) -> None:
         """Restore what :meth:`get_extra_state` returned."""
 
-    def episodes_to_batch(self, episodes: List[Any]) -> Any:
+    def episodes_to_batch(self, episodes: List[Episode]) -> Batch:
         """Hook: turn a list of episodes into a batch (override for returns, advantages, ...).
 
         An episode is a sequence of transitions (dicts or trees) for a single-module learner,
@@ -231,12 +239,12 @@ class Learner:
     # ================================================================== update
     def update(
         self,
-        batch: Any = None,
-        batches: Optional[List[Any]] = None,
-        batch_refs: Optional[List[Any]] = None,
-        episodes: Optional[List[Any]] = None,
-        episodes_refs: Optional[List[Any]] = None,
-        data_iterators: Any = None,
+        batch: Optional[Batch] = None,
+        batches: Optional[List[Batch]] = None,
+        batch_refs: Optional[List[object]] = None,
+        episodes: Optional[List[Episode]] = None,
+        episodes_refs: Optional[List[object]] = None,
+        data_iterators: Optional[DataIterators] = None,
         training_data: Optional[TrainingData] = None,
         *,
         timesteps: Union[None, int, Mapping] = None,
@@ -266,32 +274,16 @@ class Learner:
         """
         if kwargs:
             raise TypeError(f"Learner.update got unexpected keyword arguments: {sorted(kwargs)}")
-        kind, data = select_input(batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data)
-        check_loop_args(
-            kind,
+        plan = self.inputs.minibatches(
+            batch, batches, batch_refs, episodes, episodes_refs, data_iterators, training_data,
             num_total_minibatches=num_total_minibatches,
             num_epochs=num_epochs,
             minibatch_size=minibatch_size,
             shuffle_batch_per_epoch=shuffle_batch_per_epoch,
             num_iters=num_iters,
+            device=self._batch_device,
+            generator=self._generator,
         )
-        inputs = self.inputs
-        if kind == "data_iterators":
-            assert data is not None
-            plan = plan_iterators(data.iterators(), num_iters, self._pulled_to_module_batches, inputs.rows)
-        else:
-            module_batches = inputs.module_batches(kind, batch, data)
-            if self._batch_device is not None:  # the whole input, once per call (not per minibatch or field)
-                module_batches = to_device(module_batches, self._batch_device)
-            plan = plan_batch(
-                module_batches,
-                inputs.rows(module_batches),
-                num_total_minibatches=num_total_minibatches,
-                num_epochs=num_epochs,
-                minibatch_size=minibatch_size,
-                shuffle_batch_per_epoch=shuffle_batch_per_epoch,
-                generator=self._generator,
-            )
 
         ts = normalize_timesteps(timesteps)
         if self.optim.schedules:
@@ -404,11 +396,6 @@ class Learner:
         """Load a checkpoint written by :meth:`save_to_path` (safe: no arbitrary unpickling)."""
         self.set_state(load_state_dir(path))
 
-    # ================================================================== internals
-    def _pulled_to_module_batches(self, pulled: List[Any]) -> Dict[str, Any]:
-        out = self.inputs.pulled(pulled)
-        return out if self._batch_device is None else to_device(out, self._batch_device)
-
     # ================================================================== device
     def to(self, device: DeviceLike) -> "Learner":
         """Move the learner to ``device``: its modules, every other ``nn.Module`` it holds (e.g. a target
@@ -428,7 +415,7 @@ class Learner:
         """Hook run by :meth:`to` after the move: refresh anything that holds parameter objects (e.g. lists
         of a target network's parameters)."""
 
-    def _update_minibatch(self, mb: Dict[str, Any], rows: Dict[str, int], env_rows: int) -> Optional[bool]:
+    def _update_minibatch(self, mb: ModuleBatches, rows: Dict[str, int], env_rows: int) -> Optional[bool]:
         forward = self.forward_train
         fwd_out = {mid: forward(mid, b) for mid, b in mb.items()}
         losses = self.compute_losses(mb, fwd_out)

@@ -96,12 +96,12 @@ class LearnerGroup:
         self._max_in_flight = max_requests_in_flight
         if num_learners > 0:
             self._start_actors(learner_factory, num_cpus_per_learner, num_gpus_per_learner, torch_threads, start_timeout)
-            self._learner = None
+            self._learner: Optional[Learner] = None
             return
         learner = learner_factory()
         if not isinstance(learner, Learner):
             raise TypeError(f"learner_factory returned {type(learner).__name__}, not a Learner")
-        self._learner: Optional[Learner] = learner
+        self._learner = learner
 
     def _start_actors(
         self, factory: Callable, cpus: float, gpus: float, threads: Optional[int], timeout: float

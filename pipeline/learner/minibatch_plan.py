@@ -15,25 +15,26 @@ count, and the env steps the update counts (the largest module's rows).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from .batch import RowStream
+from .batch import Batch, ModuleBatches, RowStream
 
 __all__ = ["check_loop_args", "plan_batch", "plan_iterators"]
 
-Minibatch = Tuple[Dict[str, Any], Dict[str, int], int]
+#: One update's input: module id -> minibatch, module id -> its rows, the env steps the update counts.
+Minibatch = Tuple[ModuleBatches, Dict[str, int], int]
 
 
 def check_loop_args(
     kind: str,
     *,
-    num_total_minibatches: Any,
-    num_epochs: Any,
-    minibatch_size: Any,
+    num_total_minibatches: object,
+    num_epochs: object,
+    minibatch_size: object,
     shuffle_batch_per_epoch: bool,
-    num_iters: Any,
+    num_iters: object,
 ) -> None:
     """Raise ValueError for loop arguments that do not make a plan for this input ``kind``."""
     if type(num_total_minibatches) is not int or num_total_minibatches < 0:
@@ -55,7 +56,7 @@ def check_loop_args(
 
 
 def plan_batch(
-    module_batches: Dict[str, Any],
+    module_batches: ModuleBatches,
     rows: Dict[str, int],
     *,
     num_total_minibatches: int,
@@ -80,10 +81,10 @@ def plan_batch(
 
 
 def plan_iterators(
-    iterators: List[Iterator[Any]],
+    iterators: List[Iterator[Batch]],
     num_iters: int,
-    to_module_batches: Callable[[List[Any]], Dict[str, Any]],
-    count_rows: Callable[[Dict[str, Any]], Dict[str, int]],
+    to_module_batches: Callable[[List[Batch]], ModuleBatches],
+    count_rows: Callable[[ModuleBatches], Dict[str, int]],
 ) -> Iterator[Minibatch]:
     """One minibatch per pull of every iterator, at most ``num_iters``; stops at the first exhausted one."""
     for _ in range(num_iters):

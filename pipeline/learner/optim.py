@@ -39,7 +39,8 @@ def default_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.
     """``torch.optim.Adam(params, lr)`` with the fastest kernels for ``params`` (:func:`kernel_kwargs`:
     fused on the CPU and CUDA)."""
     params = list(params)
-    return torch.optim.Adam(params, lr=lr, **kernel_kwargs(params))
+    kernels = kernel_kwargs(params)
+    return torch.optim.Adam(params, lr=lr, foreach=kernels.get("foreach"), fused=kernels.get("fused"))
 
 
 def make_schedule(spec: LRSchedule, where: str) -> Callable[[int], float]:
@@ -75,6 +76,7 @@ def total_norm(grads: List[torch.Tensor]) -> float:
     """Global L2 norm of a list of gradient tensors, as a float (one sync)."""
     if len(grads) == 1:
         return float(torch.linalg.vector_norm(grads[0]))
+    norms: Sequence[torch.Tensor]
     try:
         norms = torch._foreach_norm(grads)
     except (AttributeError, RuntimeError):

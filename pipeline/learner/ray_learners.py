@@ -168,7 +168,7 @@ class LearnerWorker:
                 offset += n
 
     # ------------------------------------------------------------------ training
-    def update(self, kind: str, payload: Any, kwargs: Dict[str, Any]) -> dict:
+    def update(self, kind: str, payload: Any, kwargs: Dict[str, Any]) -> Optional[dict]:
         """Resolve the input, keep this rank's shard and run ``Learner.update`` on it."""
         learner = self.learner
         if kind in ("batch_refs", "episodes_refs"):

@@ -102,12 +102,8 @@ class Stats:
         # window 1 keeps its single value in _value (no deque: cheap to create on the hot path)
         self._values: Optional[deque] = deque(maxlen=window) if window is not None and window > 1 else None
         self._value: Optional[float] = None
-        if throughput:
-            self._tp_time = _now()
-            self._tp_value = 0.0
-        else:
-            self._tp_time = None
-            self._tp_value = None
+        self._tp_time: Optional[float] = _now() if throughput else None
+        self._tp_value: Optional[float] = 0.0 if throughput else None
         if init_value is not None:
             self.push(init_value)
 
@@ -162,6 +158,7 @@ class Stats:
             self._value = cur + v
         elif method == "mean":
             c = self.ema_coeff
+            assert c is not None  # set for every mean without a window
             self._value = (1.0 - c) * cur + c * v
         elif method == "min":
             if v < cur or math.isnan(v):
@@ -194,6 +191,7 @@ class Stats:
         if throughput:
             if not self.throughput:
                 raise ValueError("peek(throughput=True) needs Stats(..., reduce='sum', throughput=True)")
+            assert self._tp_time is not None and self._tp_value is not None  # throughput stats have both
             dt = _now() - self._tp_time
             inc = self.peek() - self._tp_value
             return inc / dt if dt > 0 else 0.0
@@ -235,6 +233,7 @@ class Stats:
         """
         out = Stats._like(self)
         if self._values is not None:
+            assert out._values is not None  # the same window
             out._values.extend(self._values)
         else:
             out._value = self._value

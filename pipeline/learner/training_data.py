@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, List, Optional
+from typing import Iterable, List, Mapping as MappingT, Optional, Sequence, Union
 
-from .batch import is_tree
+from .batch import Batch, is_tree
+
+#: One episode: its transitions in order (dicts or trees), or module id -> such a sequence.
+Episode = Union[Sequence[object], MappingT[str, Sequence[object]]]
+#: ``data_iterators``: an iterator of batches, or a list of iterators (or iterables) of batches.
+DataIterators = Union[Iterator[Batch], Sequence[Iterable[Batch]]]
 
 __all__ = ["TrainingData", "INPUT_KINDS", "ray_get"]
 
@@ -18,7 +23,7 @@ _RAY_HINT = (
 )
 
 
-def ray_get(refs: Any, *, what: str = "batch_refs") -> Any:
+def ray_get(refs: Sequence[object], *, what: str = "batch_refs") -> List[object]:
     """``ray.get(refs)``, with a clear ImportError when Ray is not installed."""
     try:
         import ray  # optional dependency
@@ -27,7 +32,7 @@ def ray_get(refs: Any, *, what: str = "batch_refs") -> Any:
     return ray.get(refs)
 
 
-def _as_list(value: Any, what: str) -> list:
+def _as_list(value: object, what: str) -> List[object]:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise TypeError(f"{what} must be a list, got {type(value).__name__}")
@@ -47,12 +52,12 @@ class TrainingData:
       the next batch from every iterator (concatenated). Needs ``num_iters`` in ``update``.
     """
 
-    batch: Any = None
-    batches: Optional[List[Any]] = None
-    batch_refs: Optional[List[Any]] = None
-    episodes: Optional[List[Any]] = None
-    episodes_refs: Optional[List[Any]] = None
-    data_iterators: Any = None
+    batch: Optional[Batch] = None
+    batches: Optional[List[Batch]] = None
+    batch_refs: Optional[List[object]] = None  # Ray object refs
+    episodes: Optional[List[Episode]] = None
+    episodes_refs: Optional[List[object]] = None  # Ray object refs
+    data_iterators: Optional[DataIterators] = None
 
     def given(self) -> List[str]:
         """Names of the input kinds that are set (not None)."""
@@ -116,7 +121,7 @@ class TrainingData:
         )
 
 
-def _looks_like_episode(x: Any) -> bool:
+def _looks_like_episode(x: object) -> bool:
     """An episode is a list/tuple of transitions or a mapping module_id -> such a list."""
     if isinstance(x, (list, tuple)):
         return True

@@ -62,6 +62,48 @@ def test_items_live_in_the_columns_and_read_back_exactly():
     assert type(held) is BufferedData  # held meanwhile: left as it was (its data dict is the caller's)
     assert type(storage.items[storage.id2slot[51]]) is RowItem
 
+def _same_nested(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        if type(b[k]) is dict:
+            assert type(a[k]) is dict, k
+            _same_nested(a[k], b[k])
+        else:
+            _same({k: a[k]}, {k: b[k]})
+
+
+def test_nested_dict_items_live_in_the_columns_too_and_read_back_exactly():
+    rng = np.random.default_rng(3)
+    pushed = [{"obs": {"image": rng.integers(0, 255, (2, 3), dtype=np.uint8), "state": torch.rand(4)},
+               "action": i, "reward": 0.1 * i, "goal": {"xy": {"x": np.float32(i), "y": 0.5 * i}}, "done": i % 2 == 0}
+              for i in range(12)]
+    buf = DequeBuffer(16, seed=0)
+    for t in pushed:
+        buf.push(copy.deepcopy(t))
+    batch = buf.sample_batch(5)
+    storage = buf.storage
+    assert all(type(storage.items[s]) is RowItem for s in storage.dense[:storage.count].tolist())
+    assert batch.data["goal"]["xy"]["x"].shape == (5,) and batch.data["obs"]["image"].shape == (5, 2, 3)
+    for it, t in zip(buf.sample(indices=list(range(12))), pushed):
+        _same_nested(it.data, t)  # keys in push order at every level, leaves of their pushed types
+
+
+def test_items_the_columns_cannot_rebuild_exactly_keep_their_own_data():
+    from easydict import EasyDict
+    inner = DequeBuffer(4, seed=0)
+    empty = DequeBuffer(4, seed=0)
+    for i in range(4):
+        inner.push({"obs": EasyDict({"a": np.full(2, i)}), "reward": 1.0})  # an inner mapping that is not a dict
+        empty.push({"x": np.full(2, i), "info": {}})  # an empty dict: no column holds it
+    for buf in (inner, empty):
+        assert buf.sample_batch(2).data["x" if buf is empty else "reward"].shape[0] == 2
+        storage = buf.storage
+        assert storage.columns is not None
+        assert not any(type(storage.items[s]) is RowItem for s in storage.dense[:storage.count].tolist())
+    assert type(inner.get(0).data["obs"]) is EasyDict
+    assert empty.get(3).data["info"] == {} and list(empty.get(3).data) == ["x", "info"]
+
+
 def test_an_evicted_item_held_elsewhere_keeps_its_data():
     buf, pushed = _filled(n=10, size=10)
     held_lazy = buf.sample(indices=[0])[0]       # never read: still a RowItem when evicted

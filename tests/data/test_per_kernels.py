@@ -16,7 +16,7 @@ import torch
 
 from kernel_switch import kernels, use_kernel
 from pipeline.data import DequeBuffer, PrioritizedSampler, _accel
-from pipeline.data.buffer import BufferedData, _Sampled
+from pipeline.data.buffer import BufferedData
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_no_reference_leaks_or_thefts(ext):
     before_idx = [sys.getrefcount(i) for i in idx_objs]
 
     def once():
-        res, ids = _Sampled(), []
+        res, ids = [], []
         w = np.empty(len(slots), np.float32)
         a["stale"][slots[:3]] = True
         ext.take_items(items, slots, res, ids, a["leaf"], 0.5, 0.4, w, a["stale"], a["raw"])
@@ -218,7 +218,7 @@ def test_take_items_writes_weights_meta_and_lazy_priorities(ext):
     items = _items(n)
     slots = np.array([7, 2, 5], dtype=np.int64)
     a["stale"][[2, 3]] = True
-    res, ids = _Sampled(), []
+    res, ids = [], []
     w = np.empty(3, np.float32)
     ext.take_items(items, slots, res, ids, a["leaf"], 0.25, 0.7, w, a["stale"], a["raw"])
     expect = (a["leaf"][slots] / 0.25) ** -0.7

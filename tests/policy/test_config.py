@@ -11,7 +11,9 @@ def test_defaults_match_di_engine_cartpole_dqn():
     assert cfg.policy.model.encoder_hidden_size_list == [128, 128, 64] and cfg.policy.model.dueling
     assert cfg.policy.learn.target_update_freq == 100
     assert cfg.policy.other.replay_buffer.replay_buffer_size == 20000
-    assert cfg.policy.other.eps == {'type': 'exp', 'start': 0.95, 'end': 0.1, 'decay': 10000}
+    # DI-engine's schedule, and ez-greedy (rlpipe's addition) off
+    assert cfg.policy.other.eps == {'type': 'exp', 'start': 0.95, 'end': 0.1, 'decay': 10000,
+                                    'repeat_exponent': None, 'repeat_max': 100}
 
 
 def test_merge_overrides_without_touching_inputs():
