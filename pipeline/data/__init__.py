@@ -18,7 +18,7 @@ What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, an
 Prioritized replay's hot loops are compiled (``_per_kernels.c``, built by ``pip install -e .``)
 when a C compiler was available, else numpy does the same work; ``RLPIPE_NO_EXT=1`` forces numpy.
 """
-from .buffer import ACTIONS, Buffer, BufferedData, DequeBuffer, Middleware, SampledBatch
+from .buffer import ACTIONS, BufferedData, DequeBuffer, Middleware, SampledBatch
 from .buffer_middleware import (
     clone_object,
     group_sample,
@@ -35,7 +35,6 @@ from .storage import SlotStorage, StorageListener
 
 __all__ = [
     "ACTIONS",
-    "Buffer",
     "BufferedData",
     "DequeBuffer",
     "Middleware",

@@ -32,7 +32,7 @@ from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_pri
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
 from .storage import SlotStorage, _meta_rows, delete_ids, update_item, update_items
 
-__all__ = ["Buffer", "DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
+__all__ = ["DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 
 #: The actions that go through a buffer's middleware chain.
 ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
@@ -452,7 +452,3 @@ class DequeBuffer:
         states = load_into_storage(self._s, path, self._lock)
         restore_states(states, stateful_parts(self._middleware, self._sampler), path, self._sampler.wants_priorities)
 
-
-#: The former name of the buffer base class, now the same class: ``isinstance(x, Buffer)`` still holds for every
-#: buffer, and there is one buffer class with one middleware chain.
-Buffer = DequeBuffer

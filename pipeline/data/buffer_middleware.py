@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from .buffer import Buffer, BufferedData
+from .buffer import BufferedData, DequeBuffer
 
 __all__ = [
     "clone_object",
@@ -88,7 +88,7 @@ class UseTimeCheck(_BufferMiddleware):
 
     __name__ = "use_time_check_mw"
 
-    def __init__(self, buffer: Buffer, max_use: float) -> None:
+    def __init__(self, buffer: DequeBuffer, max_use: float) -> None:
         if not (isinstance(max_use, (int, float)) and max_use >= 1):
             raise ValueError(f"use_time_check: max_use must be a number >= 1, got {max_use!r}")
         self.buffer = buffer
@@ -121,7 +121,7 @@ class UseTimeCheck(_BufferMiddleware):
         return chain(*args, **kwargs)
 
 
-def use_time_check(buffer: Buffer, max_use: float = float("inf")) -> Callable:
+def use_time_check(buffer: DequeBuffer, max_use: float = float("inf")) -> Callable:
     """Delete an item once it has been sampled ``max_use`` times.
 
     Push sets ``meta["use_count"] = 0``; every time an item is returned by ``sample`` its
@@ -139,7 +139,7 @@ class StalenessCheck(_BufferMiddleware):
     __name__ = "staleness_check_mw"
     KEY = "train_iter_data_collected"
 
-    def __init__(self, buffer: Buffer, max_staleness: float) -> None:
+    def __init__(self, buffer: DequeBuffer, max_staleness: float) -> None:
         if not (isinstance(max_staleness, (int, float)) and max_staleness >= 0):
             raise ValueError(f"staleness_check: max_staleness must be a number >= 0, got {max_staleness!r}")
         self.buffer = buffer
@@ -182,7 +182,7 @@ class StalenessCheck(_BufferMiddleware):
         return chain(*args, **kwargs)
 
 
-def staleness_check(buffer: Buffer, max_staleness: float = float("inf")) -> Callable:
+def staleness_check(buffer: DequeBuffer, max_staleness: float = float("inf")) -> Callable:
     """Drop data collected too many training iterations ago.
 
     Push needs ``meta["train_iter_data_collected"]`` (the learner's train iteration when the data
@@ -195,7 +195,7 @@ def staleness_check(buffer: Buffer, max_staleness: float = float("inf")) -> Call
     return StalenessCheck(buffer, max_staleness)
 
 
-def _all_items(buffer: Buffer) -> List[BufferedData]:
+def _all_items(buffer: DequeBuffer) -> List[BufferedData]:
     return [buffer.get(k) for k in range(buffer.count())]
 
 
@@ -333,7 +333,7 @@ class SampleRangeView(_BufferMiddleware):
         return chain(*args, **kwargs)
 
 
-def sample_range_view(buffer: Buffer, start: Optional[int], stop: Optional[int] = None) -> Callable:
+def sample_range_view(buffer: DequeBuffer, start: Optional[int], stop: Optional[int] = None) -> Callable:
     """Restrict sampling to ``slice(start, stop)`` of the items in push order (oldest first) unless
     the caller passes its own ``sample_range``. E.g. ``buf.view().use(sample_range_view(buf, -1000))``
     is a view that samples only the newest 1000 items."""

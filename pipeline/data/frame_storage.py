@@ -127,7 +127,7 @@ class _Packed:
 
 class FrameItem(BufferedData):
     """A stored item whose ``data`` is rebuilt from the frame pool on every read (assigning
-    ``data``, as ``Buffer.update`` does, packs the new data)."""
+    ``data``, as ``DequeBuffer.update`` does, packs the new data)."""
 
     __slots__ = ()
 

@@ -96,7 +96,7 @@ class GroupIndex:
 
 def sample_groups(st: SlotStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
                   sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
-    """``sample(groupby=key)``: groups of live items by ``meta[key]`` (see ``Buffer.sample``)."""
+    """``sample(groupby=key)``: groups of live items by ``meta[key]`` (see ``DequeBuffer.sample``)."""
     need = 1 if unroll_len is None else unroll_len
     cand: List[Tuple[List[int], int]] = []  # each eligible group: its ids in push order, from position head on
     if sample_range is None:

@@ -26,7 +26,7 @@ class BufferedData:
 
     * ``sample()`` / ``get()`` / ``get_by_index()`` return the stored :class:`BufferedData` objects
       themselves (no copy, for speed): changing ``item.data`` or ``item.meta`` in place changes what
-      the buffer holds. Change stored items through :meth:`Buffer.update` instead.
+      the buffer holds. Change stored items through :meth:`DequeBuffer.update` instead.
     * Once its rows are written (``sample_batch``), a flat dict item lives in the buffer's columns
       only (a :class:`RowItem`); reading its ``data`` rebuilds an equal dict (arrays as new copies)
       that the item keeps from then on. In-place changes to it are not seen by ``sample_batch``.
