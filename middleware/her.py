@@ -8,7 +8,7 @@ and trains on the flattened, collated transitions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -19,7 +19,11 @@ from pipeline.runtime.protocols import EpisodeRelabeler
 from pipeline.runtime.roles import Role, for_roles
 
 from .functional import evaluator
+from .functional.data_processor import BatchSource
 from .learner import TrainRounds
+
+if TYPE_CHECKING:
+    from pipeline.data.records import TrainBatch
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
 
@@ -39,6 +43,14 @@ def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
     )
 
 
+class HerEnhancer(Protocol):
+    """What :func:`her_data_enhancer` returns: the middleware and its batches as a batch source (``source``)."""
+
+    source: BatchSource
+
+    def __call__(self, ctx: OnlineRLContext) -> None: ...
+
+
 @for_roles(Role.LEARNER, reads=["@buffer"], writes=["train_data"])
 def her_data_enhancer(
     cfg: Mapping,
@@ -46,7 +58,7 @@ def her_data_enhancer(
     her_reward_model: Any,
     episode_size: Optional[int] = None,
     seed: Optional[int] = None,
-) -> Callable[[Any], None]:
+) -> HerEnhancer:
     """Sample whole episodes from ``buffer_``, relabel them and collate a training batch.
 
     Reads the buffer only. Writes ``ctx.train_data``: a ``treetensor.torch.Tensor`` batch of the
@@ -67,7 +79,7 @@ def her_data_enhancer(
         batch_size = cfg["policy"]["learn"].get("batch_size")
     rng = np.random.default_rng(seed)
 
-    def _sample(ctx: OnlineRLContext) -> Any:
+    def _sample(ctx: OnlineRLContext) -> Optional[TrainBatch]:
         from pipeline.data.collate import collate_transitions, to_treetensor  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
@@ -90,18 +102,18 @@ def her_data_enhancer(
     def _enhance(ctx: OnlineRLContext) -> None:
         ctx.train_data = _sample(ctx)
 
-    _enhance.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-    _enhance.source = _HerSource(_sample)  # type: ignore[attr-defined]
-    return _enhance
+    setattr(_enhance, '__provided__', buffered(buffer_))  # a buffer filled before the run needs no pusher (fields check)
+    setattr(_enhance, 'source', _HerSource(_sample))
+    return cast(HerEnhancer, _enhance)  # a function with a ``source`` attribute
 
 
 class _HerSource:
     """``her_data_enhancer``'s batches as a batch source for ``TrainRounds`` (nothing to do once trained)."""
 
-    def __init__(self, sample: Callable[[Any], Any]) -> None:
+    def __init__(self, sample: Callable[[OnlineRLContext], Optional[TrainBatch]]) -> None:
         self._sample = sample
 
-    def next(self, ctx: Any) -> Tuple[Any, None]:
+    def next(self, ctx: OnlineRLContext) -> Tuple[Optional[TrainBatch], None]:
         return self._sample(ctx), None
 
 
@@ -161,7 +173,7 @@ def goal_success_evaluator(
     n_episode: int = 50,
     eval_freq: int = 100,
     stop_success: Optional[float] = None,
-) -> Callable[[Any], None]:
+) -> Callable[[OnlineRLContext], None]:
     """Evaluate a goal-reaching policy's success rate every ``eval_freq`` train iterations.
 
     For goal envs with rewards ``0`` (goal reached) / ``-1`` (not yet), like those in

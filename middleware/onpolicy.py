@@ -15,7 +15,7 @@ axis ``N``: ``obs [T, N, ...]``, ``action``, ``logp``, ``value``, ``reward``, ``
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, cast
 
 import numpy as np
 
@@ -214,7 +214,8 @@ class OnPolicyTrainer:
         out = flatten_update_result(result, self.learner)
         ret, val = r['return'], r['value']
         var = float(np.var(ret))
-        out['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
+        metrics = cast(Dict[str, Any], out)  # a metric TrainOutput does not name
+        metrics['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
         if self.obs_norm is not None:
             self.obs_norm.update(r['obs'].reshape((-1,) + r['obs'].shape[2:]))
         ctx.train_output = [out]

@@ -88,7 +88,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
             }
             seq = next(self._seq)
             if self.storage is not None:
-                batch = {'file': self._write_file(batch, seq)}
+                batch = {'file': self._write_file(self.storage, batch, seq)}
             batch['node'] = self.node_id
             batch['inc'] = self.incarnation
             batch['seq'] = seq
@@ -148,10 +148,10 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
                 log.error('ContextExchanger: node %d dropped its oldest kept batch: no learner for a long time and '
                           'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
-    def _write_file(self, batch: Dict[str, Any], seq: int) -> str:
+    def _write_file(self, storage: str, batch: Dict[str, Any], seq: int) -> str:
 
         name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
-        path = os.path.join(self.storage, name)
+        path = os.path.join(storage, name)
         with open(path + '.tmp', 'wb') as f:
             f.write(codec.dumps(batch))
         os.replace(path + '.tmp', path)

@@ -159,9 +159,10 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             if int(b.get('inc', 0)) == self._incarnation.get(sender):  # acknowledged to that incarnation
                 self._consumed[sender] = max(self._consumed.get(sender, 0), int(b['seq']))
             if 'file' in b:
-                b = self._read_file(sender, b['file'])
-                if b is None:
+                loaded = self._read_file(sender, b['file'])
+                if loaded is None:
                     continue
+                b = loaded
             if b.get('transitions') is not None:
                 transitions.extend(unpack_rows(b['transitions']))
             if b.get('episodes') is not None:
@@ -218,7 +219,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             why = 'this learner has no storage= directory (give the same one to every ContextExchanger)'
         else:
             why = f'only batch files (ctx-*.rlp) directly inside storage {self._storage_dir!r} are read'
-        if data is None:
+        if data is None or path is None:  # (data is None whenever path is)
             self.stats['refused_files'] += 1
             log.error('ContextExchanger: refused the batch file %r named by node %d: %s', ref, sender, why)
             return None

@@ -97,7 +97,7 @@ class PeerTable:
     (outside the lock) when a live peer is lost (``dead``: declared dead, it may come back; else it left)."""
 
     def __init__(self, router: Any, waiter: 'Waiter',
-                 on_lost: Optional[Callable[[int, Set[str]], None]] = None) -> None:
+                 on_lost: Optional[Callable[[int, Set[str], bool], None]] = None) -> None:
         self.router, self._w, self._on_lost_cb = router, waiter, on_lost
         self.alive: Dict[int, Set[str]] = {}
         self.lost: Set[int] = set()
