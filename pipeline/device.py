@@ -214,6 +214,7 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
                 changed[k] = nv
         if not changed:
             return obj
+        out: Any  # a mapping of obj's own type, written below
         if type(obj) is dict:
             out = dict(obj)
         else:

@@ -260,7 +260,12 @@ def env_section(env_id: Optional[str], *, collector_env_num: int, evaluator_env_
     }
 
 
-def iter_specs(schema: Mapping, prefix: str = '') -> Iterator[Tuple[str, Spec]]:
+SchemaTree = Dict[str, Any]
+"""A config schema: key -> :class:`Spec` or a nested schema (nested to varying depths, so the values are
+``Any``: a schema module assigns into its sections, e.g. ``CQL_CONFIG['policy']['learn']['cql_alpha']``)."""
+
+
+def iter_specs(schema: Mapping[str, Any], prefix: str = '') -> Iterator[Tuple[str, Spec]]:
     """``(dotted path, spec)`` for every leaf of ``schema``."""
     for key, node in schema.items():
         path = f'{prefix}{key}'
@@ -270,7 +275,7 @@ def iter_specs(schema: Mapping, prefix: str = '') -> Iterator[Tuple[str, Spec]]:
             yield from iter_specs(node, path + '.')
 
 
-def spec_at(schema: Mapping, path: str) -> Any:
+def spec_at(schema: Mapping[str, Any], path: str) -> Any:
     """The spec or section at a dotted ``path`` (KeyError if the schema has none)."""
     node: Any = schema
     for part in path.split('.'):
@@ -278,12 +283,12 @@ def spec_at(schema: Mapping, path: str) -> Any:
     return node
 
 
-def defaults(schema: Mapping) -> Dict[str, Any]:
+def defaults(schema: Mapping[str, Any]) -> Dict[str, Any]:
     """The default config of ``schema`` as nested plain dicts (fresh copies)."""
     return {k: copy.deepcopy(v.default) if isinstance(v, Spec) else defaults(v) for k, v in schema.items()}
 
 
-def free_form_paths(schema: Mapping) -> List[str]:
+def free_form_paths(schema: Mapping[str, Any]) -> List[str]:
     """Dotted paths of the :class:`FreeForm` entries (any keys are accepted below them)."""
     return [p for p, s in iter_specs(schema) if isinstance(s, FreeForm)]
 

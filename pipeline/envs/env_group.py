@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -100,10 +100,13 @@ class EnvGroup(gym.Env):
         self.single_action_space = env0.action_space
         self.observation_space = gym.vector.utils.batch_space(env0.observation_space, size)
         self.action_space = gym.vector.utils.batch_space(env0.action_space, size)
-        self._obs = gym.vector.utils.create_empty_array(env0.observation_space, size, np.zeros)
+        # rows of the batched observation: an array (a group slices it by rows, so its envs' spaces are arrays)
+        self._obs = cast(np.ndarray, gym.vector.utils.create_empty_array(env0.observation_space, size, np.zeros))
         self._all = np.arange(len(fns), dtype=np.int64)
 
-    def reset(self, *, seed: Optional[Sequence[int]] = None, options: Any = None) -> Tuple[Any, dict]:
+    # One seed per env of the group, where gym.Env.reset takes one int: the manager's backend is the only caller.
+    def reset(self, *, seed: Optional[Sequence[int]] = None,  # type: ignore[override]
+              options: object = None) -> Tuple[np.ndarray, Dict[str, object]]:
         first = self._envs.reset(seed)
         self._obs[:len(first)] = first
         return self._obs, {}

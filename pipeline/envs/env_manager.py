@@ -19,9 +19,12 @@ backend does); their public names are importable from here too.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 from .backend_protocol import EnvBackend
 from .backends import BACKENDS, check_backend_args, make_backend
@@ -95,8 +98,9 @@ class EnvManager:
         self._keep_infos = keep_infos
         self._backend: EnvBackend = make_backend(env, env_num, backend, seed, max_episode_steps, dict(env_kwargs or {}),
                                                  step_timeout, start_method, workers, local_envs)
-        self.observation_space = self._backend.observation_space
-        self.action_space = self._backend.action_space
+        # every backend sets its spaces (EnvBackend names only methods, so that issubclass works with it)
+        self.observation_space: gym.Space = getattr(self._backend, 'observation_space')
+        self.action_space: gym.Space = getattr(self._backend, 'action_space')
         self._obs: Optional[np.ndarray] = None
         self._ep_return = np.zeros(env_num, dtype=np.float64)
         self._ep_len = np.zeros(env_num, dtype=np.int64)
@@ -232,9 +236,8 @@ class EnvManager:
         elif span is not None:
             # the array the last step of exactly these envs returned, when they have not moved since: then
             # a transition's obs and the previous transition's next_obs share memory, as in lock step
-            obs = self._run_obs.get(span)
-            if obs is None:
-                obs = obs_all[span[0]:span[1]]
+            run_obs = self._run_obs.get(span)
+            obs = run_obs if run_obs is not None else obs_all[span[0]:span[1]]
         else:
             obs = obs_all[ids]
             span = (-1, -1)
@@ -347,10 +350,12 @@ class EnvManager:
             raise ValueError('halves() needs env_num >= 2')
         mid = self.env_num // 2
         k = getattr(self._backend, 'group_size', None)
-        if getattr(self._backend, 'split', None):  # local envs | worker envs
-            mid = self._backend.split
-        elif self.backend == 'subprocess' and k is not None and getattr(self._backend, 'workers', 1) > 1:
-            bounds = [w * k for w in range(1, self._backend.workers)]
+        split = getattr(self._backend, 'split', None)
+        workers = getattr(self._backend, 'workers', 1)
+        if split:  # local envs | worker envs
+            mid = split
+        elif self.backend == 'subprocess' and k is not None and workers > 1:
+            bounds = [w * k for w in range(1, workers)]
             mid = min(bounds, key=lambda b: (abs(b - self.env_num / 2), b))
         return self._all_ids[:mid].copy(), self._all_ids[mid:].copy()
 

@@ -88,13 +88,15 @@ def _raw_layout(pool: Any) -> Optional[_RawLayout]:
     infos = {k[5:]: i for i, k in enumerate(states) if k.startswith('info:') and '.' not in k}
     if 'elapsed_step' in states:
         infos['elapsed_step'] = states.index('elapsed_step')
-    return _RawLayout(*(states.index(k) for k in need), infos)
+    obs, reward, done, trunc, env_id = (states.index(k) for k in need)
+    return _RawLayout(obs, reward, done, trunc, env_id, infos)
 
 
 class EnvPoolBackend:
     """``env_num`` env slots played by EnvPool task ``task_id`` (see the module docstring)."""
 
     name = 'envpool'
+    _pool: Any = None  # the EnvPool pool (envpool has no type hints); built by _make
 
     def __init__(self, task_id: Any, env_num: int, seed: Optional[int],
                  env_kwargs: Optional[Dict[str, Any]] = None,
@@ -114,8 +116,7 @@ class EnvPoolBackend:
         self._kwargs = dict(env_kwargs or {})
         if max_episode_steps is not None:
             self._kwargs['max_episode_steps'] = int(max_episode_steps)
-        self._seed = None
-        self._pool = None
+        self._seed: Optional[int] = None
         self._requests: Deque[Tuple[np.ndarray, np.ndarray, bool]] = deque()  # step_async calls, oldest first
         self._spares = min(env_num, MAX_SPARES)
         self._make(seed)

@@ -17,7 +17,7 @@ so hindsight relabelling can recompute rewards and terminations for any goal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -269,10 +269,16 @@ class FlattenGoalObservation(gym.ObservationWrapper):
                 "FlattenGoalObservation needs a goal env with a Dict observation space holding "
                 f"'observation', 'achieved_goal' and 'desired_goal'; got {space!r}"
             )
-        o, g = space["observation"], space["desired_goal"]
+        boxes: List[spaces.Box] = []
+        for k in ("observation", "achieved_goal", "desired_goal"):
+            box = space[k]
+            if not isinstance(box, spaces.Box):
+                raise ValueError(f"FlattenGoalObservation needs a Box space for {k!r}; got {box!r}")
+            boxes.append(box)
+        o, _, g = boxes
         self.goal_layout = GoalLayout(int(np.prod(o.shape)), int(np.prod(g.shape)))
-        lows = [np.ravel(space[k].low) for k in ("observation", "achieved_goal", "desired_goal")]
-        highs = [np.ravel(space[k].high) for k in ("observation", "achieved_goal", "desired_goal")]
+        lows = [np.ravel(b.low) for b in boxes]
+        highs = [np.ravel(b.high) for b in boxes]
         self.observation_space = spaces.Box(
             np.concatenate(lows).astype(np.float32), np.concatenate(highs).astype(np.float32), dtype=np.float32
         )
@@ -281,10 +287,10 @@ class FlattenGoalObservation(gym.ObservationWrapper):
         return self.goal_layout.flatten(observation)
 
     def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
-        return self.env.unwrapped.compute_reward(achieved_goal, desired_goal, info)
+        return getattr(self.env.unwrapped, "compute_reward")(achieved_goal, desired_goal, info)  # a goal env's
 
     def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
-        return self.env.unwrapped.compute_terminated(achieved_goal, desired_goal, info)
+        return getattr(self.env.unwrapped, "compute_terminated")(achieved_goal, desired_goal, info)
 
 
 def register_goal_envs() -> None:

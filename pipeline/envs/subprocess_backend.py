@@ -114,7 +114,11 @@ class SubprocessBackend:
         self._procs = self._vec.processes
         self._unlink_names()  # every worker made its envs (AsyncVectorEnv checked their spaces): none needs a name
         # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
-        self.observation_space, self.action_space = worker_fns[0].parent_spaces
+        parent_spaces = worker_fns[0].parent_spaces
+        if parent_spaces is None:  # pragma: no cover - AsyncVectorEnv made a group here, which sets them
+            self.close()
+            raise RuntimeError('subprocess backend: the envs\' spaces were not read in this process')
+        self.observation_space, self.action_space = parent_spaces
         shm = self._vec.observations
         if not isinstance(shm, np.ndarray):
             self.close()
@@ -292,7 +296,7 @@ class SubprocessBackend:
         ``poll`` waits for all of them, with one deadline for the whole step."""
         pipes = self._pipes
         poller = select.poll()
-        fd_of = {}
+        fd_of: Dict[int, int] = {}
         for j, w in enumerate(ws):
             fd = pipes[w].fileno()
             fd_of[fd] = j
@@ -303,18 +307,18 @@ class SubprocessBackend:
             if not events:
                 self._fail(self._hung_worker_error(ws[min(fd_of.values())]))
             for fd, _ in events:
-                j = fd_of.pop(fd, None)
-                if j is None:
+                k = fd_of.pop(fd, None)
+                if k is None:
                     continue
                 poller.unregister(fd)
-                w = ws[j]
+                w = ws[k]
                 try:
                     result, ok = pipes[w].recv()
                 except (EOFError, OSError) as e:
                     self._fail(self._dead_worker_error(w), e)
                 if not ok:
                     self._fail(self._raised_error(w))
-                yield j, result
+                yield k, result
 
     def _fail(self, err: EnvWorkerError, cause: Optional[BaseException] = None) -> None:
         self._broken = f'env {err.env_index} failed'
@@ -336,6 +340,8 @@ class SubprocessBackend:
 
     def _raised_error(self, w: int) -> EnvWorkerError:
         try:
+            if self._vec is None:  # pragma: no cover - a worker's error comes after the envs were made
+                raise queue.Empty
             _, exctype, value, trace = self._vec.error_queue.get(timeout=_CLOSE_TIMEOUT)
         except queue.Empty:
             return EnvWorkerError(self._env_of(w), f'raised an exception{self._where(w)} (its traceback did '
@@ -363,7 +369,8 @@ class SubprocessBackend:
         if hasattr(signal, 'SIGUSR1'):
             before = len(self._read_trace(w))
             try:
-                os.kill(proc.pid, signal.SIGUSR1)
+                if proc.pid is not None:  # (alive: it has one)
+                    os.kill(proc.pid, signal.SIGUSR1)
             except OSError:  # pragma: no cover
                 pass
             end = time.monotonic() + 2.0

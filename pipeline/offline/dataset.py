@@ -180,7 +180,8 @@ class OfflineDataset:
 
     def save(self, path: str) -> None:
         """Write the columns to an ``.npz`` file (read back with :func:`pipeline.offline.load_npz`)."""
-        np.savez(path, **self.columns)
+        # the columns as keyword arrays: numpy's stub types **kwds as its allow_pickle flag too
+        np.savez(path, **self.columns)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         starts, _ = self.episode_bounds()

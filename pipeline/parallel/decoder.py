@@ -264,7 +264,7 @@ def _decode_small_event(meta: bytes, p: int) -> Any:
         event = str(meta[p + 10:q], "utf-8", "surrogatepass")
         n = _unpack_I(meta, q + 1)[0]
         q += 5
-        args = []
+        args: List[object] = []
         append = args.append
         for _ in range(n):
             if q >= end:

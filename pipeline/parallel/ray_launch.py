@@ -142,6 +142,8 @@ class NodeActor:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         spec = configure_from_env()
+        if spec is None:  # cannot happen: NODE_ENV was set just above
+            raise RuntimeError(f"ray node: ${NODE_ENV} names no node")
         if not logging.getLogger().handlers:
             logging.basicConfig(level=os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
                                 format=f"[node {spec.node_id}] %(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -105,8 +105,8 @@ class DQNLearner(Learner):
             raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
         self.train_iter = 0  # number of update() calls (learner iterations)
         self._target_is_online = self.target_update_type == 'hard' and self.target_update_freq == 1
-        self._online_params = list(model.parameters())
-        self._target_params = list(self.target_model.parameters())
+        self._online_params: List[torch.Tensor] = list(model.parameters())
+        self._target_params: List[torch.Tensor] = list(self.target_model.parameters())
 
     # -- Learner hooks -------------------------------------------------------------
     def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
@@ -130,6 +130,7 @@ class DQNLearner(Learner):
             if self.truncation_as_terminal and 'truncated' in keys:
                 done = done | batch['truncated']
             done = done.to(q_a.dtype)
+            gamma: Union[float, torch.Tensor]
             if 'nstep' in keys:
                 gamma = torch.pow(self.gamma, batch['nstep'].to(q_a.dtype))
             elif self.nstep > 1:

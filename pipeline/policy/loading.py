@@ -20,7 +20,7 @@ older file without them, and never from an id of the form ``module:Name`` (gymna
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, MutableMapping, Optional, Tuple
 
 import torch
 from easydict import EasyDict
@@ -45,7 +45,7 @@ def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
     existed is dropped. The device the checkpoint was trained on does not matter."""
     out = EasyDict(copy.deepcopy(dict(cfg)))
     section = out.get('policy')
-    if isinstance(section, Mapping):
+    if isinstance(section, MutableMapping):
         section.pop('cuda', None)
         section['device'] = device if isinstance(device, str) else 'auto'
     return out
@@ -203,7 +203,7 @@ def policy_from_saved(saved: SavedPolicy, device: DeviceLike = 'auto', env_id: O
     return policy
 
 
-def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
+def _sac_shapes(cfg: Any, actor_sd: Mapping[str, Any]) -> Tuple[Optional[int], Optional[int]]:
     """``(obs_shape, action_shape)`` for ``SACPolicy``: the config's, else read off the actor's weights
     (the examples size the networks from the env's spaces and leave them out of the config)."""
     model = cfg.get('policy', cfg).get('model', {}) or {}

@@ -14,7 +14,7 @@ Config: :data:`PPO_CONFIG` (defaults, types, ranges: the RL-Zoo CartPole-v1 sett
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -126,10 +126,11 @@ class PPOLearner(Learner):
     def forward_train(self, module_id: str, batch: Any) -> Any:
         return self.model(batch['obs'])
 
-    def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: Any) -> Dict[str, torch.Tensor]:
+    def compute_loss_for_module(self, module_id: str, batch: Any,
+                                fwd_out: Any) -> Dict[str, Union[torch.Tensor, float]]:
         pi_out, value = fwd_out
-        out = ppo_loss(pi_out, value, batch, getattr(self.model, 'log_std', None), self.clip_range,
-                       self.clip_range_vf, self.vf_coef, self.ent_coef, self.normalize_advantage)
+        out: Dict[str, Union[torch.Tensor, float]] = {**ppo_loss(pi_out, value, batch, getattr(self.model, 'log_std', None), self.clip_range,
+                       self.clip_range_vf, self.vf_coef, self.ent_coef, self.normalize_advantage)}
         out['clip_range'] = self.clip_range
         if self.target_kl is not None and float(out['approx_kl']) > 1.5 * self.target_kl:
             self.kl_stops += 1
@@ -175,9 +176,9 @@ class PPOCollectMode(ActingMode):
 
     def _generator_on(self, device: torch.device) -> Optional[torch.Generator]:
         """The sampler's generator on ``device`` (made, seeded with ``seed``, when the model moved there)."""
-        g = self.generator
-        if g is not None and g.device != device:
-            g = self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        g, seed = self.generator, self.seed
+        if g is not None and g.device != device and seed is not None:  # (a generator has a seed)
+            g = self.generator = torch.Generator(device=device).manual_seed(seed)
         return g
 
     def forward(self, obs: Any) -> Dict[str, np.ndarray]:

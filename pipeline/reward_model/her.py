@@ -169,12 +169,12 @@ class HerRewardModel:
             return new
         sl = self.goal_layout.desired
         if isinstance(obs, torch.Tensor):
-            new = obs.clone()
-            new[sl] = torch.as_tensor(goal, dtype=obs.dtype)
-            return new
-        new = np.array(obs, copy=True)
-        new[sl] = goal
-        return new
+            row = obs.clone()
+            row[sl] = torch.as_tensor(goal, dtype=obs.dtype)
+            return row
+        arr = np.array(obs, copy=True)
+        arr[sl] = goal
+        return arr
 
     # ---------------------------------------------------------------- relabelling
     def goal_indices(self, episode_len: int) -> Tuple[np.ndarray, np.ndarray]:

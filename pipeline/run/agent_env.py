@@ -132,18 +132,18 @@ def _first_spec(vec: Any) -> Any:
 def maker_name(env: Any) -> str:
     """The name an env made by a user's callable goes by in the config (``env.env_id``): its spec's id, else
     its class name (e.g. ``'MyEnv'``)."""
-    spec = getattr(env, 'spec', None)
-    if getattr(spec, 'id', None):
-        return str(spec.id)
+    spec_id = getattr(getattr(env, 'spec', None), 'id', None)
+    if spec_id:
+        return str(spec_id)
     return _name(getattr(env, 'unwrapped', env))
 
 
 def time_limit(env: Any) -> Optional[int]:
     """The time limit of an env made by a user's callable: its spec's ``max_episode_steps``, else that of a
     ``TimeLimit`` wrapper around it; None when it has none."""
-    spec = getattr(env, 'spec', None)
-    if getattr(spec, 'max_episode_steps', None):
-        return int(spec.max_episode_steps)
+    spec_limit = getattr(getattr(env, 'spec', None), 'max_episode_steps', None)
+    if spec_limit:
+        return int(spec_limit)
     while env is not None:
         limit = getattr(env, '_max_episode_steps', None)
         if isinstance(limit, int) and limit > 0:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import numbers
 import os
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -123,7 +123,8 @@ class Agent:
             if not isinstance(config, Mapping):
                 raise AgentError(f'config must be a dict of overrides, got {type(config).__name__}')
             _merge(user, config)
-        self._device = None if device is None or isinstance(device, str) else device
+        # a torch.device goes to the policy as it is; a name is in the config
+        self._device: DeviceLike = None if device is None or isinstance(device, str) else device
         if isinstance(device, str):
             _merge(user, {'policy': {'device': device}})
         problems = config_problems(user, self.algo, env_check=source.maker is None)
@@ -181,7 +182,7 @@ class Agent:
         """The example's user config (a fresh copy) that ``config`` overrides."""
         raise NotImplementedError
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: Any, device: DeviceLike) -> Any:
         """The policy for ``cfg`` on ``device`` (``None``: the config's), sized by the env's spaces."""
         raise NotImplementedError
 
@@ -317,7 +318,7 @@ class Agent:
         return {'env_step': int(ctx.env_step), 'train_iter': int(ctx.train_iter), 'last_eval': last,
                 'solved': stop is not None and last >= stop, 'interrupted': interrupted}
 
-    def learn(self, total_timesteps: int, progress_bar: bool = False, stop_value: Optional[float] = None,
+    def learn(self, total_timesteps: Union[int, float], progress_bar: bool = False, stop_value: Optional[float] = None,
               log_dir: Optional[str] = None, threads: Optional[int] = 1,
               reset_num_timesteps: Optional[bool] = None, **kwargs: Any) -> 'Agent':
         """Stable-Baselines3's ``learn``: :meth:`train` for ``total_timesteps`` more env steps (an int, or an
@@ -440,7 +441,7 @@ class DQN(Agent):
     def settings(cls) -> Dict[str, Any]:
         return copy.deepcopy(DQN_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: Any, device: DeviceLike) -> Any:
         from ..policy import DQNPolicy  # lazy: the policies load torch
         from ..policy.common import discrete_action_count  # lazy: the policies load torch
 
@@ -474,7 +475,7 @@ class PPO(Agent):
     def settings(cls) -> Dict[str, Any]:
         return copy.deepcopy(PPO_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: Any, device: DeviceLike) -> Any:
         from ..policy.ppo import PPOPolicy  # lazy: the policies load torch
 
         return PPOPolicy(cfg, self.observation_space, self.action_space, seed=cfg.seed, device=device)
@@ -511,7 +512,7 @@ class SAC(Agent):
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'),
                            **dict(self.cfg.env.get('env_kwargs') or {}))
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: Any, device: DeviceLike) -> Any:
         import gymnasium as gym  # lazy: importing the agents does not load gymnasium
 
         from ..policy.sac import SACPolicy  # lazy: the policies load torch

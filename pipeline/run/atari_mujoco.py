@@ -188,8 +188,8 @@ def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_s
     """One Atari env as the evaluator sees it (whole games, raw score), for ``--play``."""
     from ..envs.atari import make_atari_env  # lazy: loads gymnasium and ale-py
 
-    return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps,
-                          **({'render_mode': render_mode} if render_mode else {}))
+    extra: Dict[str, Any] = {'render_mode': render_mode} if render_mode else {}  # to gymnasium.make
+    return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps, **extra)
 
 
 def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import MAX_LOADED_PARAMS
 from ..config import parse_override
@@ -49,7 +49,9 @@ class ExampleParser(argparse.ArgumentParser):
         #: called with the parsed namespace, in order (e.g. ``add_env_flags``' per-env run folder name)
         self.after_parse: List[Callable[[argparse.Namespace], None]] = []
 
-    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
+    # one signature for argparse's three overloads (the namespace given, or a new Namespace)
+    def parse_known_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                         namespace: Optional[argparse.Namespace] = None) -> Tuple[argparse.Namespace, List[str]]:
         ns, rest = super().parse_known_args(args, namespace)
         ns._argv = list(sys.argv[1:] if args is None else args)
         ns._script = self.script or sys.argv[0]

@@ -5,7 +5,7 @@ so it lives here, above them. Importing this module loads neither torch nor gymn
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 from contexts import OfflineRLContext
 from middleware import evaluate_episodes, interaction_evaluator, termination_checker, trainer
@@ -52,7 +52,7 @@ def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, eval
             task.use(mw)
         task.use(termination_checker(max_train_iter=max_train_iter))
         task.run()
-        ctx = task.ctx
+        ctx = cast(OfflineRLContext, task.ctx)  # the context started above, renewed step by step
     if evaluator_env is not None and ctx.last_eval_iter != ctx.train_iter:
         rets, _ = evaluate_episodes(policy.eval_mode, evaluator_env, int(cfg.env.n_evaluator_episode))
         returns['value'] = rets

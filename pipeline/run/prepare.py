@@ -157,7 +157,7 @@ class RunInfo:
         self.save_config(cfg)
         if not quiet:
             note = ''
-            if self.continues():
+            if self.resume and self.continues():
                 note = f' (continued from {os.path.relpath(self.resume, self.dir)})'
             elif self.resume:
                 note = f' (new: {self.resume} is not in a run folder\'s ckpt/, so this run does not continue one)'
