@@ -74,7 +74,7 @@ class Context:
             new._kept_keys = kept
         return new
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         return getattr(self, key, default)
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_su
 log = logging.getLogger(__name__)
 
 
-def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
+def _relabel_fn(her_reward_model: object) -> Callable[[Any], Any]:
     """Its ``relabel(episodes)`` (``pipeline.runtime.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
     if isinstance(her_reward_model, EpisodeRelabeler):
         return her_reward_model.relabel
@@ -143,10 +143,10 @@ class HERLearner(TrainRounds):
     def __init__(
         self,
         cfg: Mapping,
-        learner: Any,
-        buffer_: Any,
-        her_reward_model: Any,
-        reward_model: Optional[Any] = None,
+        learner: object,
+        buffer_: object,
+        her_reward_model: object,
+        reward_model: object = None,
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
@@ -155,7 +155,7 @@ class HERLearner(TrainRounds):
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
 
-def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
+def goal_success_rate(policy: object, env: object, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
     return _success_rate(*evaluator.evaluate_episodes(policy, env, n_episode))
@@ -168,8 +168,8 @@ def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
-    policy: Any,
-    env: Any,
+    policy: object,
+    env: object,
     n_episode: int = 50,
     eval_freq: int = 100,
     stop_success: Optional[float] = None,

@@ -106,7 +106,7 @@ class OffPolicyLearner(TrainRounds):
     Role: LEARNER.
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, buffer_: Any, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: object, buffer_: object, reward_model: object = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
         super().__init__(cfg, learner, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,

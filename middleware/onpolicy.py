@@ -187,7 +187,7 @@ class OnPolicyTrainer:
     ``explained_variance``, ...), and advances ``ctx.train_iter`` by one. Role: LEARNER.
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, log_freq: int = 50) -> None:
+    def __init__(self, cfg: Mapping, learner: object, log_freq: int = 50) -> None:
         if not hasattr(learner, 'update'):
             raise TypeError(f'OnPolicyTrainer needs a learner with update(...) (e.g. PPOPolicy.learn_mode); '
                             f'got {type(learner).__name__}')

@@ -48,7 +48,7 @@ class CheckpointError(ValueError):
     """A file that is not a usable checkpoint (missing, corrupt, unsafe, or with bad counters)."""
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return float(v)  # -inf is a plain float: fine for weights_only loading
     return v
@@ -112,24 +112,24 @@ def read_checkpoint(path: str) -> Dict[str, Any]:
     return state
 
 
-def _kept_fields(ctx: Any) -> frozenset:
+def _kept_fields(ctx: object) -> frozenset:
     return frozenset(getattr(ctx, '_kept_keys', ())) | frozenset(getattr(type(ctx), '_default_kept', ()))
 
 
-def _field_defaults(ctx: Any) -> Dict[str, Any]:
+def _field_defaults(ctx: object) -> Dict[str, Any]:
     if dataclasses.is_dataclass(ctx):
         return {f.name: f.default for f in dataclasses.fields(ctx) if f.default is not dataclasses.MISSING}
     return {}
 
 
-def restore_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> None:
+def restore_counters(ctx: object, counters: Mapping[str, Any], source: str = 'checkpoint') -> None:
     """Set the context's kept fields from ``counters``, after checking all of them
     (:func:`check_counters`)."""
     for k, v in check_counters(ctx, counters, source).items():
         setattr(ctx, k, v)
 
 
-def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> Dict[str, Any]:
+def check_counters(ctx: object, counters: Mapping[str, Any], source: str = 'checkpoint') -> Dict[str, Any]:
     """The checked counters that may be set on ``ctx`` (nothing is set here).
 
     Only fields the context keeps across steps load (``OnlineRLContext``: ``env_step``,
@@ -192,7 +192,7 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = No
     return state
 
 
-def to_plain(obj: Any) -> Any:
+def to_plain(obj: object) -> Any:
     """Nested mappings/sequences of plain values (for JSON and for ``weights_only`` checkpoints)."""
     if isinstance(obj, Mapping):
         return {str(k): to_plain(v) for k, v in obj.items()}

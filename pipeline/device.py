@@ -45,7 +45,7 @@ class DeviceError(ValueError):
     """A device setting that is misspelt or names a device this machine does not have (one line)."""
 
 
-def device_spec_problem(value: Any) -> Optional[str]:
+def device_spec_problem(value: object) -> Optional[str]:
     """None when ``value`` is a device setting (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'``; any case),
     else what is wrong. Does not import torch and does not look at the machine (:func:`device_problem` does)."""
     if not isinstance(value, str):
@@ -183,7 +183,7 @@ def place_module(module: Any, device: 'torch.device') -> Any:
     return module
 
 
-def obs_tensor(obs: Any, device: 'torch.device', dtype: Optional['torch.dtype'] = None) -> 'torch.Tensor':
+def obs_tensor(obs: object, device: 'torch.device', dtype: Optional['torch.dtype'] = None) -> 'torch.Tensor':
     """Observations (a numpy array from the envs, or a tensor) as one tensor on ``device``: a single
     conversion (and, off the CPU, a single host-to-device copy) per step."""
     import torch  # lazy: this module is on the --help path
@@ -191,7 +191,7 @@ def obs_tensor(obs: Any, device: 'torch.device', dtype: Optional['torch.dtype'] 
     return torch.as_tensor(obs, dtype=dtype, device=device)
 
 
-def _is_tree(x: Any) -> bool:
+def _is_tree(x: object) -> bool:
     tv = sys.modules.get('treevalue')
     return tv is not None and isinstance(x, tv.TreeValue)
 
@@ -240,7 +240,7 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
     return obj
 
 
-def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None) -> Any:
+def to_device(obj: object, device: DeviceLike, non_blocking: Optional[bool] = None) -> Any:
     """``obj`` (a tensor, or dicts / lists / tuples / treetensor trees of them) with every tensor on
     ``device``, each moved once (a tensor reached twice is moved once). Towards a CUDA device, CPU tensors
     go through pinned memory with ``non_blocking=True`` (``non_blocking``: force it on or off). Tensors
@@ -262,7 +262,7 @@ def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None)
     return _map_tensors(obj, move, {})
 
 
-def host_copy(obj: Any) -> Any:
+def host_copy(obj: object) -> Any:
     """``obj`` with every tensor replaced by a detached copy on the CPU (a snapshot that later updates on
     any device do not change)."""
     def copy_(t: Any) -> Any:
@@ -271,7 +271,7 @@ def host_copy(obj: Any) -> Any:
     return _map_tensors(obj, copy_, {})
 
 
-def to_host(obj: Any) -> Any:
+def to_host(obj: object) -> Any:
     """``obj`` with every tensor that is not on the CPU copied to the CPU (detached); CPU tensors and
     everything else are kept as they are (the same object when nothing had to move)."""
     def move(t: Any) -> Any:

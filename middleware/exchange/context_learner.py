@@ -184,7 +184,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         self.stats['batches_merged'] += len(batches)
         self.stats['env_steps_received'] += d_step
 
-    def _storage_file(self, ref: Any) -> Optional[str]:
+    def _storage_file(self, ref: object) -> Optional[str]:
         """The path of a batch file a message names, or None unless it is a collector's batch file directly
         inside this exchanger's ``storage`` directory (a bare name, or a path whose directory is it)."""
         if self._storage_dir is None or not isinstance(ref, str):
@@ -196,7 +196,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             return None
         return os.path.join(self._storage_dir, name)
 
-    def _read_file(self, sender: int, ref: Any) -> Optional[Dict[str, Any]]:
+    def _read_file(self, sender: int, ref: object) -> Optional[Dict[str, Any]]:
         """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
         a regular batch file inside ``storage``: a message never makes the learner open or delete anything
         else."""

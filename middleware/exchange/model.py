@@ -35,11 +35,11 @@ class PeriodicalModelExchanger:
     ``task.void()``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: Any, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
+    def __init__(self, model: object, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
                  wait_timeout: float = 10.0, event_name: str = EV_MODEL) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'{type(self).__name__}: model must be a torch.nn.Module (state_dict/load_state_dict); '
@@ -93,7 +93,7 @@ class PeriodicalModelExchanger:
                 self._newest = (version, msg['state'])
             self._w.cv.notify_all()
 
-    def _on_lost(self, node_id: int, *_: Any, **__: Any) -> None:
+    def _on_lost(self, node_id: int, *_: object, **__: object) -> None:
         with self._w.cv:
             self._senders.discard(int(node_id))
             self._w.cv.notify_all()
@@ -149,7 +149,7 @@ class ModelExchanger(PeriodicalModelExchanger):
     before acting. ``stale_toleration`` as in ``PeriodicalModelExchanger``. In a single process it is
     ``task.void()``."""
 
-    def __init__(self, model: Any, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
+    def __init__(self, model: object, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
                  period: int = 1) -> None:
         mode = 'send' if Role.LEARNER in current_task().roles else 'receive'
         super().__init__(model, mode=mode, period=period, stale_toleration=stale_toleration,

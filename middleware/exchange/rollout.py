@@ -68,11 +68,11 @@ class RolloutExchanger:
             again every this many seconds (a message sent before a peer connected is lost).
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: Any, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
+    def __init__(self, model: object, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'RolloutExchanger: model must be an nn.Module, got {type(model).__name__}')
         task = current_task()
@@ -175,7 +175,7 @@ class RolloutExchanger:
         return Fields.of(reads=["eval_value?"], writes=["train_iter", "env_step", "env_episode"],
                          owner="RolloutExchanger")
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: object) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)
         if self.is_collector:
@@ -365,7 +365,7 @@ class RolloutExchanger:
         if current_task().finish:
             log.debug('RolloutExchanger (evaluator %d) at finish: %s', self.node_id, self.stats)
 
-    def _final(self, ctx: Any) -> None:
+    def _final(self, ctx: object) -> None:
         """Finishing: give a live evaluator up to 3 s to deliver a last result, then load it."""
         if not self.is_evaluator and any('evaluator' in r for r in self._roles.values()):
             n = self._evals.n

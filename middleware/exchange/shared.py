@@ -96,7 +96,7 @@ class PeerTable:
     ``joined`` those that joined since the owner last cleared it; ``on_lost(node_id, roles, dead)`` runs
     (outside the lock) when a live peer is lost (``dead``: declared dead, it may come back; else it left)."""
 
-    def __init__(self, router: Any, waiter: 'Waiter',
+    def __init__(self, router: object, waiter: 'Waiter',
                  on_lost: Optional[Callable[[int, Set[str], bool], None]] = None) -> None:
         self.router, self._w, self._on_lost_cb = router, waiter, on_lost
         self.alive: Dict[int, Set[str]] = {}
@@ -114,18 +114,18 @@ class PeerTable:
     def with_role(self, role: str) -> List[int]:
         return [i for i, r in self.alive.items() if role in r]
 
-    def on_joined(self, node_id: int, *_: Any, **__: Any) -> None:
+    def on_joined(self, node_id: int, *_: object, **__: object) -> None:
         with self._w.cv:
             self.alive[int(node_id)] = peer_roles(self.router, int(node_id))
             self.lost.discard(int(node_id))
             self.joined.add(int(node_id))
             self._w.cv.notify_all()
 
-    def on_dead(self, node_id: int, *_: Any, **__: Any) -> None:
+    def on_dead(self, node_id: int, *_: object, **__: object) -> None:
         """Declared dead by the bus: it may come back (then ``on_joined``: a revived peer is alive again)."""
         self.on_lost(node_id, dead=True)
 
-    def on_lost(self, node_id: int, *_: Any, dead: bool = False, **__: Any) -> None:
+    def on_lost(self, node_id: int, *_: object, dead: bool = False, **__: object) -> None:
         node_id = int(node_id)
         with self._w.cv:
             roles = self.alive.pop(node_id, None)

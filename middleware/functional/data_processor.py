@@ -48,7 +48,7 @@ def _load() -> None:
         from pipeline.data.protocols import samples_by_priority, wants_priorities  # lazy
 
 
-def uses_per(buffer_: Any) -> bool:
+def uses_per(buffer_: object) -> bool:
     """True when ``buffer_`` takes priorities back: its sampler (``PrioritizedSampler``) or a
     middleware with ``wants_priorities = True``
     (:class:`pipeline.data.protocols.PriorityFeedback`)."""
@@ -56,7 +56,7 @@ def uses_per(buffer_: Any) -> bool:
     return wants_priorities(buffer_)
 
 
-def _sample_kwargs(buffer_: Any, ctx: RLContext) -> Dict[str, Any]:
+def _sample_kwargs(buffer_: object, ctx: RLContext) -> Dict[str, Any]:
     """Extra ``sample`` arguments the buffer's middleware ask for (``SampleArguments``: e.g.
     ``staleness_check`` needs the current train iteration)."""
     out: Dict[str, Any] = {}
@@ -137,7 +137,7 @@ class _Share(NamedTuple):
     span: Optional[slice]  # its rows in a concatenated batch (weighted list), else None: the whole batch
 
 
-def _normalise_buffers(buffer_: Any, batch_size: int, min_count: int) -> Tuple[str, List[_Share]]:
+def _normalise_buffers(buffer_: object, batch_size: int, min_count: int) -> Tuple[str, List[_Share]]:
     """``('single' | 'list' | 'dict', shares)`` for one buffer, a list of ``(buffer, weight)`` pairs or a
     dict of buffers. A weighted list splits one batch of ``batch_size`` rows by the weights; every buffer
     of a dict gives a whole batch."""
@@ -211,7 +211,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     return data, [it.index for it in items], weight
 
 
-def _with_priority_fields(data: Dict[str, Any], index: Any, weight: Any) -> TrainBatch:
+def _with_priority_fields(data: Dict[str, Any], index: object, weight: object) -> TrainBatch:
     """A copy of ``data`` with ``weight`` and ``indices`` (the batch's fields when sampled with priorities)."""
     out = dict(data)
     out['weight'] = weight
@@ -249,7 +249,7 @@ def _assemble(kind: str, shares: List[_Share], sampled: List[Any]) -> Any:
     return _cat([data for data, _, _ in parts])
 
 
-def last_train_output(train_output: Any) -> Optional[TrainOutput]:
+def last_train_output(train_output: object) -> Optional[TrainOutput]:
     """The last update's :class:`~pipeline.data.records.TrainOutput` from ``ctx.train_output`` (a list
     of them; a bare dict, as ported DI-engine trainers write, is taken as it is), or None."""
     if isinstance(train_output, MappingABC):
@@ -259,7 +259,7 @@ def last_train_output(train_output: Any) -> Optional[TrainOutput]:
     return None
 
 
-def _priority_for(out: Any, key: Any) -> Any:
+def _priority_for(out: object, key: object) -> Any:
     """``out['priority']``; for a buffer of a dict, that module's own (``out[key]['priority']``) first."""
     if not isinstance(out, MappingABC):
         return None
@@ -332,7 +332,7 @@ class ReplaySource:
     as lists), with ``weight`` and ``indices`` added when the buffer samples with priorities.
     """
 
-    def __init__(self, cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False) -> None:
+    def __init__(self, cfg: Mapping, buffer_: object, data_shortage_warning: bool = False) -> None:
         _load()
         learn = cfg['policy']['learn']
         self.batch_size = int(learn['batch_size'])

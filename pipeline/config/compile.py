@@ -97,7 +97,7 @@ def get_default_config(policy: str = 'dqn') -> EasyDict:
     return EasyDict(S.defaults(found[0]))
 
 
-def _type_ok(default: Any, value: Any, path: str) -> Optional[str]:
+def _type_ok(default: object, value: object, path: str) -> Optional[str]:
     """For keys without a schema: None if ``value`` fits ``default``'s type, else a message."""
     if value is None or default is None:
         return None  # None means "unset / use the fallback"; a None default says nothing about the type
@@ -171,7 +171,7 @@ def find_keys(tree: Mapping, name: str, near: str = '') -> Tuple[List[str], str]
     return ordered([p for p in paths if p.rsplit('.', 1)[-1] in close]), ''
 
 
-def _unknown_key(path: str, key: Any, here: Mapping, root: Mapping, prefix: str) -> str:
+def _unknown_key(path: str, key: object, here: Mapping, root: Mapping, prefix: str) -> str:
     """The message for a key the config does not have: close keys at the same level, else the full keys
     deeper or elsewhere in the tree it likely means (``learning_rate`` -> ``policy.learn.learning_rate``)."""
     close = difflib.get_close_matches(str(key), [str(k) for k in here], n=3, cutoff=0.6)
@@ -260,7 +260,7 @@ def merge_config(default: Mapping, user: Optional[Mapping]) -> EasyDict:
     return EasyDict(out)
 
 
-def _to_dict(x: Any) -> Any:
+def _to_dict(x: object) -> Any:
     if isinstance(x, Mapping):
         return {k: _to_dict(v) for k, v in x.items()}
     if isinstance(x, list):

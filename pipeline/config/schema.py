@@ -40,7 +40,7 @@ class Spec:
 
     type_name = 'a value'
 
-    def __init__(self, default: Any, *, optional: bool = False, doc: str = '') -> None:
+    def __init__(self, default: object, *, optional: bool = False, doc: str = '') -> None:
         self.default = default
         self.optional = optional or default is None
         self.doc = doc
@@ -49,13 +49,13 @@ class Spec:
         """What is allowed, in words (e.g. ``'an int >= 1'``)."""
         return self.type_name + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return True
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return True
 
-    def problem(self, value: Any, path: str) -> Optional[str]:
+    def problem(self, value: object, path: str) -> Optional[str]:
         """None if ``value`` is allowed, else a message naming ``path`` and the allowed values."""
         if value is None:
             return None if self.optional else f'{path}: expected {self.allowed()}, got None'
@@ -67,7 +67,7 @@ class Spec:
 
 
 class _Number(Spec):
-    def __init__(self, default: Any, *, min: Optional[float] = None, max: Optional[float] = None,
+    def __init__(self, default: object, *, min: Optional[float] = None, max: Optional[float] = None,
                  gt: Optional[float] = None, lt: Optional[float] = None, optional: bool = False,
                  doc: str = '') -> None:
         super().__init__(default, optional=optional, doc=doc)
@@ -100,7 +100,7 @@ class Int(_Number):
 
     type_name = 'an int'
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -119,7 +119,7 @@ class Float(_Number):
     def allowed(self) -> str:
         return ('a float' if self.allow_inf else 'a finite float') + super().allowed()[len(self.type_name):]
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     def range_ok(self, value: Any) -> bool:
@@ -132,7 +132,7 @@ class Float(_Number):
 class Bool(Spec):
     type_name = 'a bool'
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, bool)
 
 
@@ -148,10 +148,10 @@ class Str(Spec):
     def allowed(self) -> str:
         return ('a str' if self.allow_empty else 'a non-empty str') + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return self.allow_empty or bool(value)
 
 
@@ -168,7 +168,7 @@ class Choice(Spec):
     def allowed(self) -> str:
         return 'one of ' + ', '.join(repr(c) for c in self.choices) + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
     def range_ok(self, value: Any) -> bool:
@@ -186,10 +186,10 @@ class Device(Spec):
     def allowed(self) -> str:
         return DEVICE_CHOICES + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return device_spec_problem(value) is None
 
 
@@ -205,7 +205,7 @@ class IntList(Spec):
     def allowed(self) -> str:
         return f'a non-empty list of ints >= {self.item_min}' + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, (list, tuple))
 
     def range_ok(self, value: Any) -> bool:
@@ -219,10 +219,10 @@ class Shape(IntList):
     def allowed(self) -> str:
         return 'an int >= 1 or a non-empty list of ints >= 1' + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, (list, tuple))
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         if isinstance(value, int):
             return value >= 1
         return super().range_ok(value)
@@ -237,7 +237,7 @@ class FreeForm(Spec):
         super().__init__({} if default is None else dict(default), **kw)
         self.optional = kw.get('optional', False)
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, Mapping)
 
 

@@ -39,7 +39,7 @@ class EpisodicLifeEnv(gym.Wrapper):
         self._lives = 0
         self._game_over = True
 
-    def step(self, action: Any) -> Tuple[Any, SupportsFloat, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[Any, SupportsFloat, bool, bool, Dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._game_over = bool(terminated or truncated)
         lives = _lives(self.env)
@@ -62,7 +62,7 @@ class EpisodicLifeEnv(gym.Wrapper):
 
 def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, noop_max: int = 30,
                    frame_skip: int = 4, screen_size: int = 84, frame_stack: int = 4,
-                   max_episode_steps: Optional[int] = None, **kwargs: Any) -> gym.Env:
+                   max_episode_steps: Optional[int] = None, **kwargs: object) -> gym.Env:
     """An Atari env with the standard preprocessing (see the module docstring).
 
     ``env_id``: a ``...NoFrameskip-v4`` id or an ``ALE/...-v5`` id (made with ``frameskip=1`` and

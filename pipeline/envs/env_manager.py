@@ -170,7 +170,7 @@ class EnvManager:
         self._ep_len[:] = 0
         return self._obs
 
-    def step(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> EnvStep:
+    def step(self, actions: object, env_ids: Optional[Sequence[int]] = None) -> EnvStep:
         """Step the envs in ``env_ids`` (default: all) with ``actions`` (one row per env).
 
         Finished episodes are reset at once: their final observation is ``EnvStep.next_obs`` and
@@ -185,7 +185,7 @@ class EnvManager:
         # nothing in flight: the backend's one-call step (no request queue, no in-flight bookkeeping)
         return self._finish(ids, obs, actions, span, self._backend.step(ids, actions, self._keep_infos))
 
-    def step_async(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> None:
+    def step_async(self, actions: object, env_ids: Optional[Sequence[int]] = None) -> None:
         """Start stepping the envs in ``env_ids`` (default: all) with ``actions`` and return at once;
         :meth:`step_wait` returns the ``EnvStep``.
 
@@ -212,7 +212,7 @@ class EnvManager:
             busy[ids] = True
         self._pending.append((ids, obs, actions, span))
 
-    def _prepare(self, actions: Any, env_ids: Optional[Sequence[int]]
+    def _prepare(self, actions: object, env_ids: Optional[Sequence[int]]
                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]:
         """Check a step request: ``(ids, obs, actions, span)`` with ``obs`` the observations the actions
         are taken in and ``span`` None for all envs, ``(start, stop)`` for a run of consecutive envs,
@@ -243,7 +243,7 @@ class EnvManager:
             span = (-1, -1)
         return ids, obs, actions, span
 
-    def _checked_ids(self, env_ids: Any) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
+    def _checked_ids(self, env_ids: object) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
         """``env_ids`` as a read-only int64 array, checked (in range, no repeats), and ``(start, stop)``
         when it is a run of consecutive ids (else None). Cached: a collector passes the same few sets."""
         key = None
@@ -375,7 +375,7 @@ class EnvManager:
     def __enter__(self) -> 'EnvManager':
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:

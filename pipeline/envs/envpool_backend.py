@@ -98,7 +98,7 @@ class EnvPoolBackend:
     name = 'envpool'
     _pool: Any = None  # the EnvPool pool (envpool has no type hints); built by _make
 
-    def __init__(self, task_id: Any, env_num: int, seed: Optional[int],
+    def __init__(self, task_id: object, env_num: int, seed: Optional[int],
                  env_kwargs: Optional[Dict[str, Any]] = None,
                  max_episode_steps: Optional[int] = None) -> None:
         envpool = import_envpool()
@@ -165,7 +165,7 @@ class EnvPoolBackend:
             self._ready_obs[j] = obs[j].copy()
         return obs[:self._env_num].copy()
 
-    def _actions(self, actions: Any) -> np.ndarray:
+    def _actions(self, actions: object) -> np.ndarray:
         """The actions as one C-contiguous array of EnvPool's action dtype and shape."""
         a = np.asarray(actions, dtype=self._act_dtype)
         shape = (len(a),) + self._act_shape
@@ -284,7 +284,7 @@ class EnvPoolBackend:
             self._pool = None
 
 
-def _rows(order: Any, env_id: np.ndarray) -> np.ndarray:
+def _rows(order: object, env_id: np.ndarray) -> np.ndarray:
     """Positions in EnvPool's answer (``info['env_id']`` order) of the envs we asked for."""
     lookup = {e: k for k, e in enumerate(np.asarray(order).tolist())}
     return np.fromiter((lookup[e] for e in env_id.tolist()), dtype=np.int64, count=len(env_id))

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def _as_goal_array(x: Any, goal_dim: int, name: str) -> np.ndarray:
+def _as_goal_array(x: object, goal_dim: int, name: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float32)
     if arr.ndim == 0 or arr.shape[-1] != goal_dim:
         raise ValueError(
@@ -55,7 +55,7 @@ class GoalEnv(gym.Env):
     def _success(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_reward(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Reward for reaching ``achieved_goal`` when aiming at ``desired_goal``.
 
         Vectorised: inputs of shape ``(goal_dim,)`` or ``(N, goal_dim)`` give a scalar array or an
@@ -66,7 +66,7 @@ class GoalEnv(gym.Env):
         d = _as_goal_array(desired_goal, self.goal_dim, "desired_goal")
         return self._success(a, d).astype(np.float32) - 1.0
 
-    def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_terminated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Whether the episode ends (vectorised like :meth:`compute_reward`).
 
         True on success when the env was built with ``terminate_on_success=True``, else always False.
@@ -76,7 +76,7 @@ class GoalEnv(gym.Env):
         s = self._success(a, d)
         return s if self.terminate_on_success else np.zeros_like(s)
 
-    def compute_truncated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_truncated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Truncation never depends on the goal here (time limits are applied by the env itself)."""
         a = _as_goal_array(achieved_goal, self.goal_dim, "achieved_goal")
         return np.zeros(a.shape[:-1], dtype=bool)
@@ -208,7 +208,7 @@ class PointGoalEnv(GoalEnv):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
         a = np.asarray(action, dtype=np.float32).reshape(-1)
         if a.shape != (2,) or not np.all(np.isfinite(a)):
             raise ValueError(f"action must be 2 finite floats, got {action!r}")
@@ -286,10 +286,10 @@ class FlattenGoalObservation(gym.ObservationWrapper):
     def observation(self, observation: Dict[str, Any]) -> np.ndarray:
         return self.goal_layout.flatten(observation)
 
-    def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_reward(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         return getattr(self.env.unwrapped, "compute_reward")(achieved_goal, desired_goal, info)  # a goal env's
 
-    def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_terminated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         return getattr(self.env.unwrapped, "compute_terminated")(achieved_goal, desired_goal, info)
 
 

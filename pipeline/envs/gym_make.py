@@ -14,7 +14,7 @@ from .mujoco_log import log_mujoco_warnings
 __all__ = ['make_gym_env', 'GymEnvFn', 'env_id_module']
 
 
-def env_id_module(env_id: Any) -> Optional[str]:
+def env_id_module(env_id: object) -> Optional[str]:
     """The module that ``gymnasium.make(env_id)`` would import first, or ``None``: an id of the form
     ``module:Name`` makes gymnasium import ``module`` (running its code) before it looks the name up. Loaders
     of files from elsewhere refuse such an id unless the user names it (see ``pipeline.policy.loading``)."""
@@ -49,7 +49,7 @@ def _register_ale() -> bool:
     return True
 
 
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
+def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: object) -> Any:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
     try:

@@ -18,7 +18,7 @@ from .mujoco_log import log_mujoco_warnings
 __all__ = ['MujocoEnvFn', 'RescaledEnvFn', 'make_mujoco_env', 'rescaled_float32', 'log_mujoco_warnings']
 
 
-def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
+def make_mujoco_env(env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: object) -> Any:
     """gymnasium MuJoCo env ``env_id`` with float32 observations and actions in ``[-1, 1]``."""
     return rescaled_float32(make_gym_env(env_id, max_episode_steps, **kwargs), repr(env_id))
 
@@ -42,7 +42,7 @@ def _to_float32(obs: np.ndarray) -> np.ndarray:
 class MujocoEnvFn:
     """Picklable :func:`make_mujoco_env` call."""
 
-    def __init__(self, env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: Any) -> None:
+    def __init__(self, env_id: str = 'HalfCheetah-v5', max_episode_steps: Optional[int] = None, **kwargs: object) -> None:
         self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
 
     def __call__(self) -> Any:

@@ -285,7 +285,7 @@ class SubprocessBackend:
             raise RuntimeError(f'the env manager is unusable after an earlier failure ({self._broken}); '
                                f'close() it and create a new one')
 
-    def _send(self, w: int, msg: Any) -> None:
+    def _send(self, w: int, msg: object) -> None:
         try:
             self._pipes[w].send(msg)
         except (OSError, ValueError) as e:

@@ -106,7 +106,7 @@ class BCPolicy(Policy):
 
     config_schema = BC_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
+    def __init__(self, cfg: Mapping, obs_shape: object = None, action_shape: object = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

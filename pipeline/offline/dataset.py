@@ -47,7 +47,7 @@ def normalise_columns(columns: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     return out
 
 
-def validate_columns(columns: Any, where: str = 'dataset', require_end: bool = True) -> int:
+def validate_columns(columns: object, where: str = 'dataset', require_end: bool = True) -> int:
     """Check a dict of arrays and return its number of rows.
 
     Raises :class:`DatasetError` with one message naming the first problem found: not a mapping,

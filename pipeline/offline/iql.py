@@ -112,7 +112,7 @@ class IQLLearner(Learner):
         self.truncation_as_terminal = bool(lc['truncation_as_terminal'])
         self.train_iter = 0
 
-    def forward_train(self, module_id: str, batch: Any) -> Any:
+    def forward_train(self, module_id: str, batch: object) -> Any:
         return None  # the losses share forward passes: everything happens in compute_losses
 
     def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
@@ -189,7 +189,7 @@ class IQLPolicy(Policy):
 
     config_schema = IQL_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
+    def __init__(self, cfg: Mapping, obs_shape: object = None, action_shape: object = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

@@ -109,7 +109,7 @@ class _Encoder:
                 enc(k, depth)
             enc(v, depth)
 
-    def enc_other(self, obj: Any, depth: int) -> None:
+    def enc_other(self, obj: object, depth: int) -> None:
         np, torch = self.np, self.torch
         if np is not None and isinstance(obj, np.ndarray):
             arr = self._np_checked(obj)
@@ -177,7 +177,7 @@ class _Encoder:
         self.raw(memoryview(flat.numpy()).cast("B"))
 
 
-def encode(obj: Any) -> Tuple[bytes, List[Buffer]]:
+def encode(obj: object) -> Tuple[bytes, List[Buffer]]:
     """Encode ``obj``; return ``(meta, out_of_band_buffers)``. Raises ``EncodeError`` for unsupported types."""
     e = _Encoder()
     e.enc(obj, 0)

@@ -36,6 +36,8 @@ from .sending import send_nowait
 from .wire import _INF, K_ACK, K_HELLO
 
 if TYPE_CHECKING:
+    import zmq
+
     from .connector import Connector
     from .liveness import Membership, Peers
     from .node_state import NodeState
@@ -64,7 +66,7 @@ def seed_addresses(node_id: int, group: Mapping[int, str], topology: str, attach
 class _Probe:
     __slots__ = ("address", "sock", "token", "last_sent")
 
-    def __init__(self, address: str, sock: Any, token: int) -> None:
+    def __init__(self, address: str, sock: zmq.Socket, token: int) -> None:
         self.address = address
         self.sock = sock
         self.token = token

@@ -131,7 +131,7 @@ class NodeActor:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, spec_json: str, main: str, package: str, main_args: Sequence[str], restarts: int,
-            workdir: Optional[str] = None, control: Any = None) -> Any:
+            workdir: Optional[str] = None, control: object = None) -> Any:
         """Configure the router from the spec and call the entry script's main; returns what it returns.
         ``control``: a :class:`JobControl` actor; when the driver ends the job through it, the node finishes."""
         os.environ[NODE_ENV] = spec_json

@@ -126,7 +126,7 @@ class Reader:
         self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
         self._rcvtimeo = -2  # the PULL socket's current RCVTIMEO (ms; -1: none)
 
-    def attach(self, pull: Any, delivered: Optional[Dict[str, int]], wire_size: Callable[[int], int]) -> None:
+    def attach(self, pull: object, delivered: Optional[Dict[str, int]], wire_size: Callable[[int], int]) -> None:
         """The bound PULL socket to read, and the transport guard's count of bytes read per connection (None
         where connections are not watched) with the wire size of a frame."""
         self._pull = pull

@@ -325,7 +325,7 @@ class Framer:
             return
         self.assemblies.start(key, _Assembly(seq, _AESGCM(self.otk_mac(body[:_NONCE])).encrypt, sizes))
 
-    def on_chunk(self, first: bytes, data: Any) -> Optional[Assembled]:
+    def on_chunk(self, first: bytes, data: object) -> Optional[Assembled]:
         """One chunk (``is_chunk``): found by its (unauthenticated) header among the unfinished messages,
         then MAC-checked with that message's one-time key before a byte of it is kept. Returns the message
         when this chunk completed it (for the reader to deliver), else None."""

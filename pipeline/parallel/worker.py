@@ -56,7 +56,7 @@ def die_with_parent() -> None:
 def _install_signal_handlers() -> None:
     state = {"stopping": False}
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: object) -> None:
         if state["stopping"]:
             return  # already shutting down; the launcher kills us if that takes too long
         state["stopping"] = True

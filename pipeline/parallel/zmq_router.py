@@ -118,12 +118,12 @@ class _OfNode(Generic[_T]):
         self._name = name
 
     @overload
-    def __get__(self, router: None, owner: Any = None) -> _OfNode[_T]: ...
+    def __get__(self, router: None, owner: object = None) -> _OfNode[_T]: ...
 
     @overload
-    def __get__(self, router: ZmqRouter, owner: Any = None) -> _T: ...
+    def __get__(self, router: ZmqRouter, owner: object = None) -> _T: ...
 
-    def __get__(self, router: Optional[ZmqRouter], owner: Any = None) -> Any:
+    def __get__(self, router: Optional[ZmqRouter], owner: object = None) -> Any:
         return self if router is None else getattr(router._node, self._name)
 
     def __set__(self, router: ZmqRouter, value: _T) -> None:

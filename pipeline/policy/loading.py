@@ -54,7 +54,7 @@ def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
 _KINDS = ('dqn', 'sac', 'ppo')
 
 
-def env_id_refusal(where: str, env_id: Any, how: str) -> Optional[str]:
+def env_id_refusal(where: str, env_id: object, how: str) -> Optional[str]:
     """A one-line refusal when a file's ``env_id`` would make gymnasium import a module (``module:Name``),
     else ``None``; ``how`` says how the user names the env themselves (an argument or a flag)."""
     module = env_id_module(env_id)

@@ -156,7 +156,7 @@ def sampling_seed(seed: Optional[int]) -> Optional[int]:
     return int(np.random.SeedSequence([int(seed), 0x5A3]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
-def _as_float_obs(obs: Any, device: Optional[torch.device] = None) -> torch.Tensor:
+def _as_float_obs(obs: object, device: Optional[torch.device] = None) -> torch.Tensor:
     x = torch.as_tensor(obs, device=device)
     return x if x.dtype == torch.float32 else x.float()
 
@@ -166,7 +166,7 @@ class PPOCollectMode(ActingMode):
     (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces. It acts on the
     model's device; with a ``seed`` the samples come from a generator on that device seeded with it."""
 
-    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None, seed: Optional[int] = None) -> None:
+    def __init__(self, model: ActorCritic, low: object = None, high: object = None, seed: Optional[int] = None) -> None:
         self.model = model
         self.continuous = model.continuous
         self.low = None if low is None else np.asarray(low, dtype=np.float32)
@@ -192,7 +192,7 @@ class PPOCollectMode(ActingMode):
         env_a = np.clip(a, self.low, self.high) if self.continuous and self.low is not None else a
         return {'env_action': env_a, 'action': a, 'logp': logp.numpy(), 'value': value.numpy()}
 
-    def value(self, obs: Any) -> np.ndarray:
+    def value(self, obs: object) -> np.ndarray:
         """Critic values ``[N]`` of observations ``[N, ...]``."""
         with torch.no_grad():
             return self.model.value(_as_float_obs(obs, module_device(self.model))).cpu().numpy()

@@ -32,7 +32,7 @@ HER_STRATEGIES = ("future", "final", "episode")
 _GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def _to_numpy(x: object) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
@@ -44,7 +44,7 @@ def _stack(values: Sequence[Any]) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values])
 
 
-def _like(template: Any, arr: np.ndarray) -> Any:
+def _like(template: object, arr: np.ndarray) -> Any:
     """Convert a numpy row back to the kind of ``template`` (tensor, array or scalar)."""
     if isinstance(template, torch.Tensor):
         return torch.as_tensor(arr, dtype=template.dtype).reshape(template.shape)
@@ -57,7 +57,7 @@ def _like(template: Any, arr: np.ndarray) -> Any:
     return float(arr)
 
 
-def _episode_sampling(episode_size: Any, sample_per_episode: Any) -> Tuple[int, Optional[int]]:
+def _episode_sampling(episode_size: object, sample_per_episode: object) -> Tuple[int, Optional[int]]:
     """``(episode_size, sample_per_episode)`` checked: positive integers (``sample_per_episode`` may be None)."""
     if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
         raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
@@ -94,7 +94,7 @@ class HerRewardModel:
         strategy: str = "future",
         k: int = 4,
         compute_terminated: Optional[Callable[..., Any]] = None,
-        goal_layout: Any = None,
+        goal_layout: object = None,
         keep_original: bool = True,
         episode_size: int = 16,
         sample_per_episode: Optional[int] = None,
@@ -154,7 +154,7 @@ class HerRewardModel:
             return _stack([o["desired_goal"] for o in obs_rows]).reshape(len(obs_rows), -1).astype(np.float32)
         return _stack(obs_rows)[:, self.goal_layout.desired].astype(np.float32)
 
-    def _check_dict(self, obs: Any) -> None:
+    def _check_dict(self, obs: object) -> None:
         if not isinstance(obs, Mapping) or not all(k in obs for k in _GOAL_KEYS):
             raise ValueError(
                 "HER needs goal-env observations: dicts with 'observation', 'achieved_goal' and "
@@ -264,7 +264,7 @@ class HerRewardModel:
             out.append(new)
         return out
 
-    def train(self, data: Any) -> None:
+    def train(self, data: object) -> None:
         """Nothing to learn: relabelling is a pure function of the episode (kept for the interface)."""
         return None
 

@@ -153,7 +153,7 @@ class RndRewardModel:
         self.last_loss: Optional[float] = None
 
     # ------------------------------------------------------------------ internals
-    def _obs(self, data: Any) -> torch.Tensor:
+    def _obs(self, data: object) -> torch.Tensor:
         obs = _column(data, self.obs_key)
         obs = obs.reshape(obs.shape[0], -1)
         if obs.shape[1] != self.obs_dim:
@@ -177,7 +177,7 @@ class RndRewardModel:
         return err
 
     # ------------------------------------------------------------------ interface
-    def train(self, data: Any) -> float:
+    def train(self, data: object) -> float:
         """Train the predictor on ``data``'s observations; returns the last loss.
 
         Also updates the observation statistics (before the step, so the first call already
@@ -203,7 +203,7 @@ class RndRewardModel:
         self.last_loss = loss_v
         return loss_v
 
-    def estimate(self, train_data: Any) -> Any:
+    def estimate(self, train_data: object) -> Any:
         """Combined reward for ``train_data``, returned in a new batch (the input is not modified).
 
         The raw intrinsic rewards of this batch update the running reward statistics, then they are

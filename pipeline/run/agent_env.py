@@ -44,11 +44,11 @@ class EnvRefusal(ValueError):
     """What an agent cannot take as its env; the message is one line."""
 
 
-def _name(obj: Any) -> str:
+def _name(obj: object) -> str:
     return type(obj).__name__
 
 
-def _is_sb3_vec_env(obj: Any) -> bool:
+def _is_sb3_vec_env(obj: object) -> bool:
     return all(hasattr(obj, a) for a in ('num_envs', 'get_attr', 'step_async', 'step_wait', 'env_method'))
 
 
@@ -76,7 +76,7 @@ def _refuse_specless(what: str, agent: str, example: str) -> EnvRefusal:
                       f'e.g. agents.{agent}({example})')
 
 
-def env_source(env: Any, agent: str) -> EnvSource:
+def env_source(env: object, agent: str) -> EnvSource:
     """What ``env`` (an id, an env, a vector env or a callable; see the module doc) tells an agent named ``agent``
     (``'DQN'``, for the messages) about making its envs. Raises :class:`EnvRefusal` (one line) otherwise."""
     if isinstance(env, str):
@@ -109,7 +109,7 @@ def env_source(env: Any, agent: str) -> EnvSource:
                      f'that returns an env; got {_name(env)}')
 
 
-def _gymnasium_if_loaded(obj: Any) -> Any:
+def _gymnasium_if_loaded(obj: object) -> Any:
     """gymnasium, when ``obj`` could be a gymnasium object (it is loaded then); None for other objects."""
     import sys
 
@@ -129,7 +129,7 @@ def _first_spec(vec: Any) -> Any:
     return specs[0] if specs else None
 
 
-def maker_name(env: Any) -> str:
+def maker_name(env: object) -> str:
     """The name an env made by a user's callable goes by in the config (``env.env_id``): its spec's id, else
     its class name (e.g. ``'MyEnv'``)."""
     spec_id = getattr(getattr(env, 'spec', None), 'id', None)
@@ -138,7 +138,7 @@ def maker_name(env: Any) -> str:
     return _name(getattr(env, 'unwrapped', env))
 
 
-def time_limit(env: Any) -> Optional[int]:
+def time_limit(env: object) -> Optional[int]:
     """The time limit of an env made by a user's callable: its spec's ``max_episode_steps``, else that of a
     ``TimeLimit`` wrapper around it; None when it has none."""
     spec_limit = getattr(getattr(env, 'spec', None), 'max_episode_steps', None)
@@ -162,7 +162,7 @@ _OTHER_POLICIES = {
 }
 
 
-def sb3_policy_name(first: Any) -> Optional[str]:
+def sb3_policy_name(first: object) -> Optional[str]:
     """The Stable-Baselines3 policy name ``first`` gives (``'MlpPolicy'``, or an SB3 policy class's name), or
     None when ``first`` is not one (then it is the env)."""
     if isinstance(first, str):
@@ -196,7 +196,7 @@ _SB3_KEYWORDS = {
 }
 
 
-def _nested(path: str, value: Any) -> str:
+def _nested(path: str, value: object) -> str:
     parts = path.split('.')
     text = repr(value)
     for p in reversed(parts):
@@ -204,7 +204,7 @@ def _nested(path: str, value: Any) -> str:
     return text
 
 
-def sb3_keyword_refusal(key: str, value: Any, agent: str, algo: str, net: str) -> Optional[str]:
+def sb3_keyword_refusal(key: str, value: object, agent: str, algo: str, net: str) -> Optional[str]:
     """The one-line answer to a keyword ``key=value`` that ``agents.<agent>(...)`` does not take but
     Stable-Baselines3's constructor does: the config entry that sets it here (found in ``algo``'s schema, e.g.
     ``learning_rate`` -> ``policy.learn.learning_rate``, SB3's ``gamma`` -> ``policy.discount_factor``) or what to

@@ -72,9 +72,9 @@ class Agent:
     _verbose: int = 0
     _log_dir: Optional[str] = None
 
-    def __init__(self, policy_or_env: Any = None, env: Any = None, seed: int = 0,
+    def __init__(self, policy_or_env: object = None, env: object = None, seed: int = 0,
                  config: Optional[Mapping[str, Any]] = None, device: DeviceLike = None, verbose: int = 0,
-                 tensorboard_log: Optional[str] = None, **kwargs: Any) -> None:
+                 tensorboard_log: Optional[str] = None, **kwargs: object) -> None:
         """The env (``policy_or_env``, or ``env``): a registered gymnasium id (default :attr:`default_env`), an env
         made by ``gymnasium.make`` or a vectorised env (gymnasium's or Stable-Baselines3's: the agent makes its
         envs from the ``spec``: id, ``make`` arguments, time limit), or a callable returning an env (called for
@@ -138,7 +138,7 @@ class Agent:
         self._setup(cfg, spaces)
 
     @classmethod
-    def _sb3_arguments(cls, first: Any, env: Any, policy: Any) -> Any:
+    def _sb3_arguments(cls, first: object, env: object, policy: object) -> Any:
         """The env among the first two arguments: ``(env)``, ``(env=...)`` or Stable-Baselines3's
         ``('MlpPolicy', env)`` / ``(policy='MlpPolicy', env=...)``; a refused SB3 policy name or a second env
         is an ``AgentError``."""
@@ -182,11 +182,11 @@ class Agent:
         """The example's user config (a fresh copy) that ``config`` overrides."""
         raise NotImplementedError
 
-    def _build_policy(self, cfg: Any, device: DeviceLike) -> Any:
+    def _build_policy(self, cfg: object, device: DeviceLike) -> Any:
         """The policy for ``cfg`` on ``device`` (``None``: the config's), sized by the env's spaces."""
         raise NotImplementedError
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: object, evaluator_env: object) -> None:
         raise NotImplementedError
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -215,7 +215,7 @@ class Agent:
                             **dict(self.cfg.env.get('env_kwargs') or {}), **mode)
 
     # ------------------------------------------------------------------ shared
-    def _setup(self, cfg: Any, spaces: Optional[Tuple[Any, Any]] = None) -> None:
+    def _setup(self, cfg: object, spaces: Optional[Tuple[Any, Any]] = None) -> None:
         """Take ``cfg`` and the env's spaces (``spaces``, else those of ``cfg.env.env_id``, made once), check
         that the agents can act on them, and build the policy."""
         self._set_spaces(cfg, spaces)
@@ -320,7 +320,7 @@ class Agent:
 
     def learn(self, total_timesteps: Union[int, float], progress_bar: bool = False, stop_value: Optional[float] = None,
               log_dir: Optional[str] = None, threads: Optional[int] = 1,
-              reset_num_timesteps: Optional[bool] = None, **kwargs: Any) -> 'Agent':
+              reset_num_timesteps: Optional[bool] = None, **kwargs: object) -> 'Agent':
         """Stable-Baselines3's ``learn``: :meth:`train` for ``total_timesteps`` more env steps (an int, or an
         integral float such as ``1e5``), with ``progress_bar`` as ``progress``; returns the agent (so that
         ``agents.PPO('MlpPolicy', env).learn(10_000)`` chains), where ``train`` returns the run's figures.
@@ -348,7 +348,7 @@ class Agent:
                    threads=threads)
         return self
 
-    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: object, deterministic: bool = True) -> np.ndarray:
         """The action for one observation (shaped like the env's), or the actions for a batch of them
         (one more leading axis). ``deterministic=False`` samples as training does (DQN: eps-greedy with the
         final eps). The actions fit the env as gymnasium makes it (``env.step(action)``). Unlike
@@ -480,7 +480,7 @@ class PPO(Agent):
 
         return PPOPolicy(cfg, self.observation_space, self.action_space, seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: object, evaluator_env: object) -> None:
         use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:

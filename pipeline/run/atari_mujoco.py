@@ -127,8 +127,8 @@ def compile_run_config(run: RunInfo, policy: str) -> Any:
     return compile_or_exit(run.user_config, policy)
 
 
-def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
-                 buffer: Any = None, spaces: Optional[Tuple[Any, Any]] = None) -> Any:
+def checkpointer(run: RunInfo, policy: object, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
+                 buffer: object = None, spaces: Optional[Tuple[Any, Any]] = None) -> Any:
     """A ``CkptSaver`` under the run folder (made now) that saves the config (and the env's ``spaces``,
     ``(observation_space, action_space)``) with the weights and resumes from ``--resume`` (a checkpoint
     that does not fit the policy ends the run with its reason)."""

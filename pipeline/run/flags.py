@@ -92,7 +92,7 @@ class _DeviceAction(argparse.Action):
     it names; torch is imported only for a ``cuda`` value); a bad one ends the run with one line and exit
     status 2."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: Optional[str] = None) -> None:
         problem = device_problem(values, option_string or self.dest)
         if problem is not None:

@@ -21,7 +21,7 @@ ENV_FLAG_HINT = 'name it yourself: --set env.env_id=<that id>'
 PARAMS_FLAG_HINT = 'raise the limit: --max-params N'
 
 
-def play_env_refusal(path: str, saved_env_id: Any, named_env_id: Any) -> Optional[str]:
+def play_env_refusal(path: str, saved_env_id: object, named_env_id: object) -> Optional[str]:
     """``--play``'s one-line refusal of a file whose env id has the form ``module:Name`` (making it would
     import ``module``), unless the run names that very id (``--set env.env_id=...`` or ``--env``)."""
     from ..policy.loading import env_id_refusal  # lazy: the policies load torch
@@ -31,7 +31,7 @@ def play_env_refusal(path: str, saved_env_id: Any, named_env_id: Any) -> Optiona
     return env_id_refusal(repr(path), saved_env_id, ENV_FLAG_HINT)
 
 
-def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: Any) -> Any:
+def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: object) -> Any:
     """``--play CKPT``: the policy rebuilt from the file (its config checked, sized from its stored spaces,
     refused above ``--max-params``) on ``--device``; its ``saved_config`` names the env. Bad input (a
     damaged or edited file, a ``module:Name`` env id the run does not name) ends the run with one line."""
