@@ -103,7 +103,7 @@ class OnlineRLContext(Context):
     train_iter: int = 0
     train_data: Optional[TrainBatch] = None
     train_output: Optional[List[TrainOutput]] = None
-    collect_kwargs: Dict[str, Any] = field(default_factory=dict)
+    collect_kwargs: Dict[str, object] = field(default_factory=dict)
     obs: object = None
     action: object = None
     inference_output: object = None
@@ -112,7 +112,7 @@ class OnlineRLContext(Context):
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")
-    eval_output: Optional[Dict[str, Any]] = None
+    eval_output: Optional[Dict[str, object]] = None
     info_for_logging: Dict[str, Any] = field(default_factory=dict)
 
     _default_kept = ("env_step", "env_episode", "train_iter", "last_eval_iter", "last_eval_value")
@@ -135,7 +135,7 @@ class OfflineRLContext(Context):
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")
-    eval_output: Optional[Dict[str, Any]] = None
+    eval_output: Optional[Dict[str, object]] = None
     info_for_logging: Dict[str, Any] = field(default_factory=dict)
 
     _default_kept = ("trained_env_step", "train_epoch", "train_iter", "last_eval_iter", "last_eval_value")
