@@ -14,7 +14,7 @@ from contexts import OnlineRLContext
 
 __all__ = ['EnvStepper', 'log_finished']
 
-_NO_KWARGS: Mapping[str, Any] = {}
+_NO_KWARGS: Mapping[str, object] = {}
 
 
 def log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
@@ -62,9 +62,9 @@ class EnvStepper:
         #: steps per round of all envs: 2 when overlapped (two halves), else 1
         self.parts = 2 if self.overlap else 1
         # (ids, rows of env.obs: a slice, so the policy gets a view, not a copy), made at the first step
-        self._halves: Optional[Tuple[Tuple[Any, slice], ...]] = None
+        self._halves: Optional[Tuple[Tuple[object, slice], ...]] = None
         self._waiting: Optional[int] = None  # the half whose step is in flight
-        self._out: List[Any] = [None, None]  # each half's forward output, while its step is in flight
+        self._out: List[object] = [None, None]  # each half's forward output, while its step is in flight
 
     def reset_if_needed(self, drop_in_flight: bool = False) -> bool:
         """Reset the env and the policy's per-env state before the first step (with ``drop_in_flight``
@@ -78,7 +78,7 @@ class EnvStepper:
             self._reset()
         return True
 
-    def step(self, ctx: OnlineRLContext, kwargs: Mapping[str, Any] = _NO_KWARGS,
+    def step(self, ctx: OnlineRLContext, kwargs: Mapping[str, object] = _NO_KWARGS,
              start_next: bool = True) -> Tuple[Any, Any]:
         """One step of every env (lock step) or of one half (overlap): ``(EnvStep, forward output)``.
 
@@ -98,7 +98,7 @@ class EnvStepper:
                 self._reset([e.env_id for e in finished])
         return step, out
 
-    def _start(self, h: int, kwargs: Mapping[str, Any]) -> None:
+    def _start(self, h: int, kwargs: Mapping[str, object]) -> None:
         """Choose half ``h``'s actions now and start its step."""
         ids, rows = self._halves[h]  # type: ignore[index]
         env = self.env
@@ -107,7 +107,7 @@ class EnvStepper:
         env.step_async(out if key is None else out[key], ids)
         self._out[h] = out
 
-    def _overlapped(self, kwargs: Mapping[str, Any], start_next: bool) -> Tuple[Any, Any]:
+    def _overlapped(self, kwargs: Mapping[str, object], start_next: bool) -> Tuple[Any, Any]:
         env = self.env
         if self._halves is None:
             self._halves = tuple((h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves())

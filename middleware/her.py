@@ -55,7 +55,7 @@ class HerEnhancer(Protocol):
 def her_data_enhancer(
     cfg: Mapping,
     buffer_: Any,
-    her_reward_model: Any,
+    her_reward_model: object,
     episode_size: Optional[int] = None,
     seed: Optional[int] = None,
 ) -> HerEnhancer:

@@ -34,7 +34,7 @@ class TrainRounds:
     round's output (empty when nothing was trained).
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, source: BatchSource, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: Any, source: BatchSource, reward_model: Optional[object] = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[TrainBatch], TrainBatch]] = None) -> None:
         if not callable(getattr(source, 'next', None)):

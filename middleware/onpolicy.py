@@ -122,7 +122,7 @@ class RolloutCollector:
 
 
 @for_roles(Role.LEARNER, reads=["rollout"])  # adds keys to the rollout dict in place
-def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
+def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[object], None]:
     """Add GAE(lambda) advantages and value targets to ``ctx.rollout``.
 
     Uses ``cfg.policy.discount_factor`` and ``cfg.policy.gae_lambda``; a truncated episode
@@ -144,7 +144,7 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
         raise ValueError('policy.learn.normalize_reward needs gae_estimator(cfg, model) with a model that has '
                          'ret_norm (e.g. PPOPolicy.model)')
 
-    def _gae(ctx: Any) -> None:
+    def _gae(ctx: object) -> None:
         r = getattr(ctx, 'rollout', None)
         if r is None:
             return

@@ -10,7 +10,7 @@ __all__ = ["reward_estimator"]
 
 
 @for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
-def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> Callable[[Any], None]:
+def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> Callable[[object], None]:
     """Put ``reward_model``'s reward into ``ctx.train_data`` (after the fetcher, before the trainer).
 
     Reads ``ctx.train_data`` (does nothing when it is None). Writes ``ctx.train_data``: the new batch
@@ -28,7 +28,7 @@ def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> 
     return reward_step(reward_model, train=train, require_train=train)
 
 
-def _training_step(reward_model: object) -> Optional[Callable[[Any], Any]]:
+def _training_step(reward_model: object) -> Optional[Callable[[object], object]]:
     """``reward_model.train`` if it is a training step (an ``nn.Module``'s own ``train()`` is the mode switch)."""
     fn = getattr(reward_model, "train", None)
     if fn is None:

@@ -83,7 +83,7 @@ def device_problem(value: Any, what: str = 'device') -> Optional[str]:
     return _cuda_problem(v, what) if v.startswith('cuda') else None
 
 
-def ray_gpu_ids() -> Optional[List[Any]]:
+def ray_gpu_ids() -> Optional[List[object]]:
     """The GPU ids Ray assigned to this process when it is a Ray actor (``ray.get_gpu_ids()``: ``[]`` for an
     actor without GPUs), None outside a Ray actor (Ray is never imported here)."""
     ray = sys.modules.get('ray')
@@ -196,7 +196,7 @@ def _is_tree(x: object) -> bool:
     return tv is not None and isinstance(x, tv.TreeValue)
 
 
-def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
+def _map_tensors(obj: object, fn: Any, memo: Dict[int, object]) -> Any:
     """``obj`` with every tensor ``t`` replaced by ``fn(t)`` (``memo``: one call per tensor object); the same
     object when nothing changed (containers are copied only where a leaf changed)."""
     import torch  # lazy: this module is on the --help path
@@ -262,10 +262,10 @@ def to_device(obj: object, device: DeviceLike, non_blocking: Optional[bool] = No
     return _map_tensors(obj, move, {})
 
 
-def host_copy(obj: object) -> Any:
+def host_copy(obj: object) -> object:
     """``obj`` with every tensor replaced by a detached copy on the CPU (a snapshot that later updates on
     any device do not change)."""
-    def copy_(t: Any) -> Any:
+    def copy_(t: Any) -> object:
         return t.detach().clone() if t.device.type == 'cpu' else t.detach().cpu()
 
     return _map_tensors(obj, copy_, {})
@@ -274,7 +274,7 @@ def host_copy(obj: object) -> Any:
 def to_host(obj: object) -> Any:
     """``obj`` with every tensor that is not on the CPU copied to the CPU (detached); CPU tensors and
     everything else are kept as they are (the same object when nothing had to move)."""
-    def move(t: Any) -> Any:
+    def move(t: Any) -> object:
         return t if t.device.type == 'cpu' else t.detach().cpu()
 
     return _map_tensors(obj, move, {})

@@ -226,7 +226,7 @@ class ContextExchanger:
             self._w.cv.notify_all()
 
     # ----------------------------------------------------------------- the middleware
-    def __fields__(self, roles: Set[Any]) -> Fields:
+    def __fields__(self, roles: Set[object]) -> Fields:
         """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
         counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
         if self.is_learner:

@@ -79,7 +79,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
         traj, eps = ctx.transitions, ctx.episodes
         if d_step or d_episode or traj or eps:
             info = ctx.info_for_logging
-            batch: Dict[str, Any] = {
+            batch: Dict[str, object] = {
                 'env_step': int(d_step), 'env_episode': int(d_episode),
                 'transitions': pack_rows(list(traj)) if traj else None,
                 'episodes': [pack_rows(list(e)) for e in eps] if eps else None,
@@ -148,7 +148,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
                 log.error('ContextExchanger: node %d dropped its oldest kept batch: no learner for a long time and '
                           'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
-    def _write_file(self, storage: str, batch: Dict[str, Any], seq: int) -> str:
+    def _write_file(self, storage: str, batch: Dict[str, object], seq: int) -> str:
 
         name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
         path = os.path.join(storage, name)

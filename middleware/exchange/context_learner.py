@@ -26,7 +26,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
     role_name = 'learner'
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._queue: Deque[Tuple[int, Dict[str, Any]]] = deque()
+        self._queue: Deque[Tuple[int, Dict[str, object]]] = deque()
         self._last_seq: Dict[Tuple[int, int], int] = {}  # (collector id, incarnation) -> last batch seq
         self._incarnation: Dict[int, int] = {}  # collector id -> its newest incarnation (a restart is a new one)
         # collector id -> sequence number of the last batch of its newest incarnation consumed: a collector's
@@ -150,8 +150,8 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             self.stats['wait_timeouts'] += 1
 
     def _merge(self, ctx: Any, batches: List[Tuple[int, Dict[str, Any]]]) -> None:
-        transitions: List[Any] = []
-        episodes: List[Any] = []
+        transitions: List[object] = []
+        episodes: List[object] = []
         returns: List[float] = []
         lengths: List[int] = []
         d_step = d_episode = 0

@@ -63,11 +63,11 @@ class PeriodicalModelExchanger:
         self.version = -1
         self.stats: Dict[str, int] = {'sent': 0, 'received': 0, 'loaded': 0, 'waits': 0, 'wait_timeouts': 0}
         self._w = Waiter()
-        self._newest: Optional[Tuple[int, Dict[str, Any]]] = None
+        self._newest: Optional[Tuple[int, Dict[str, object]]] = None
         self._uses = 0
         self._senders: Set[int] = set()
         self._had_sender = False
-        self._sender_inc: Dict[int, Any] = {}  # sender node -> its incarnation (a restarted sender is a new one)
+        self._sender_inc: Dict[int, object] = {}  # sender node -> its incarnation (a restarted sender is a new one)
         self._restarted = False  # the newest version comes from a restarted sender: load it even if older
         self.incarnation = int(getattr(self.router, 'session', 0) or 0)
         if mode == 'receive':

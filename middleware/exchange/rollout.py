@@ -89,7 +89,7 @@ class RolloutExchanger:
                                       'rollouts_kept': 0, 'kept_sent': 0, 'kept_dropped': 0,
                                       'unsent_at_finish': 0}
         self._w = Waiter()
-        self._rollouts: Dict[int, Dict[str, Any]] = {}   # learner: collector id -> rollout of this version
+        self._rollouts: Dict[int, Dict[str, object]] = {}   # learner: collector id -> rollout of this version
         self._weights: Optional[Dict[str, Any]] = None   # others: newest weights message
         self._kept: Optional[Dict[str, Any]] = None      # collector: the newest rollout no learner got yet
         self._evals = Newest(self._w)                    # evaluation results
@@ -162,7 +162,7 @@ class RolloutExchanger:
         self.stats['weights_sent'] += 1
 
     # ------------------------------------------------------------------ the middleware
-    def __fields__(self, roles: Set[Any]) -> Fields:
+    def __fields__(self, roles: Set[object]) -> Fields:
         """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
         evals = ["last_eval_value", "last_eval_iter"]
         if self.is_learner:
@@ -269,7 +269,7 @@ class RolloutExchanger:
         ctx.env_episode = max(int(ctx.env_episode), int(msg['env_episode']))
         return True
 
-    def _send_rollout(self, msg: Dict[str, Any]) -> bool:
+    def _send_rollout(self, msg: Dict[str, object]) -> bool:
         """Send ``msg`` to every live learner; False when none is alive or none took it (the bus declared
         it dead between our look and the send: the bus counts it undeliverable)."""
         with self._w.cv:

@@ -28,13 +28,13 @@ def current_task() -> Any:
     return task
 
 
-def host_state(model: Any) -> Dict[str, Any]:
+def host_state(model: Any) -> Dict[str, object]:
     """``model.state_dict()`` as host tensors to send (detached; copied off a GPU, as they are on the CPU): the
     receiver loads them onto its own model's device."""
     return {k: v.detach() if v.device.type == 'cpu' else v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def inactive_void(name: str) -> Any:
+def inactive_void(name: str) -> object:
     """``task.void()`` when this process has no peers (single-process run), else None."""
     task = current_task()
     if not task.router.is_active:
@@ -74,7 +74,7 @@ class Newest:
         self.n = 0          # messages arrived
         self.taken = 0      # the count at the last take
 
-    def put(self, msg: Dict[str, Any]) -> None:
+    def put(self, msg: Dict[str, object]) -> None:
         with self._w.cv:
             self.msg = msg
             self.n += 1
@@ -222,7 +222,7 @@ class Waiter:
                 self.cv.wait(min(POLL, left))
 
 
-def pack_rows(rows: List[Any]) -> Any:
+def pack_rows(rows: List[Any]) -> object:
     """A list of same-keyed dicts -> columns (numpy rows of one shape/dtype stacked): fewer, larger wire
     items. Anything else is sent as is."""
     if not rows or not isinstance(rows[0], dict):
@@ -233,7 +233,7 @@ def pack_rows(rows: List[Any]) -> Any:
     ks = set(keys)
     if not all(type(r) is dict and r.keys() == ks for r in rows):
         return rows
-    cols: Dict[str, Any] = {}
+    cols: Dict[str, object] = {}
     for k in keys:
         vals = [r[k] for r in rows]
         v0 = vals[0]
@@ -245,7 +245,7 @@ def pack_rows(rows: List[Any]) -> Any:
     return {'__columns__': keys, 'n': len(rows), 'cols': cols}
 
 
-def unpack_rows(packed: Any) -> List[Any]:
+def unpack_rows(packed: Any) -> List[object]:
     """The inverse of ``pack_rows``."""
     if not isinstance(packed, dict) or '__columns__' not in packed:
         return list(packed) if packed is not None else []

@@ -56,10 +56,10 @@ def uses_per(buffer_: object) -> bool:
     return wants_priorities(buffer_)
 
 
-def _sample_kwargs(buffer_: object, ctx: RLContext) -> Dict[str, Any]:
+def _sample_kwargs(buffer_: object, ctx: RLContext) -> Dict[str, object]:
     """Extra ``sample`` arguments the buffer's middleware ask for (``SampleArguments``: e.g.
     ``staleness_check`` needs the current train iteration)."""
-    out: Dict[str, Any] = {}
+    out: Dict[str, object] = {}
     for m in getattr(buffer_, 'middleware', ()):
         fn = getattr(m, 'sample_kwargs', None)
         if fn is not None:
@@ -130,7 +130,7 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
 class _Share(NamedTuple):
     """One buffer's part of every batch: the form all buffer setups are normalised to."""
 
-    key: Any              # its key in a dict of buffers (the batch is nested under it), else None
+    key: object              # its key in a dict of buffers (the batch is nested under it), else None
     buffer: Any
     rows: int             # rows it gives to each batch (0: none, for a tiny weight)
     need: int             # items it must hold before a batch is drawn
@@ -179,7 +179,7 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any, Any]:
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, object], object, object]:
     """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
     (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
     the importance-sampling weights (None without prioritized replay)."""
@@ -211,7 +211,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     return data, [it.index for it in items], weight
 
 
-def _with_priority_fields(data: Dict[str, Any], index: object, weight: object) -> TrainBatch:
+def _with_priority_fields(data: Mapping[str, object], index: object, weight: object) -> TrainBatch:
     """A copy of ``data`` with ``weight`` and ``indices`` (the batch's fields when sampled with priorities)."""
     out = dict(data)
     out['weight'] = weight
@@ -219,7 +219,7 @@ def _with_priority_fields(data: Dict[str, Any], index: object, weight: object) -
     return cast('TrainBatch', out)  # the batch's fields plus the two above
 
 
-def _cat(parts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+def _cat(parts: Sequence[Mapping[str, Any]]) -> Dict[str, object]:
     keys = parts[0].keys()
     for p in parts[1:]:
         if p.keys() != keys:
@@ -270,7 +270,7 @@ def _priority_for(out: object, key: object) -> Any:
     return out.get('priority')
 
 
-def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None:
+def _write_priorities(buffer_: Any, index: Sequence[int], priority: object) -> None:
     if isinstance(priority, torch.Tensor):
         priority = priority.detach().cpu().numpy()
     priority = np.asarray(priority, dtype=np.float64).reshape(-1)
@@ -371,7 +371,7 @@ class FetchMiddleware(Protocol):
 
 
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
-def offpolicy_data_fetcher(cfg: Mapping[str, Any], buffer_: Buffers, data_shortage_warning: bool = False
+def offpolicy_data_fetcher(cfg: Mapping[str, object], buffer_: Buffers, data_shortage_warning: bool = False
                            ) -> FetchMiddleware:
     """Sample one training batch of ``cfg.policy.learn.batch_size`` rows from ``buffer_``.
 

@@ -30,7 +30,7 @@ class NStepAccumulator:
             raise ValueError(f'nstep must be >= 1, got {nstep}')
         self.nstep = int(nstep)
         self.gamma = float(gamma)
-        self._pending: Dict[Any, Deque[Transition]] = {}
+        self._pending: Dict[object, Deque[Transition]] = {}
         # gamma**j for j < nstep, each the previous times gamma (the products a running factor would give)
         self._discount = [1.0]
         for _ in range(1, self.nstep):

@@ -43,13 +43,13 @@ def flatten_update_result(result: object, learner: object = None) -> TrainOutput
     modules = [k for k in result if k != _ALL]
     last = getattr(learner, 'last_outputs', None) or {}
 
-    def peek_all(d: Mapping[str, Any]) -> Dict[str, Any]:
+    def peek_all(d: Mapping[str, object]) -> Dict[str, object]:
         out = {}
         for k, v in d.items():
             out[k] = v.peek() if hasattr(v, 'peek') else v
         return out
 
-    out: Dict[str, Any]
+    out: Dict[str, object]
     if len(modules) == 1:
         mid = modules[0]
         out = peek_all(result[mid])
@@ -70,7 +70,7 @@ def flatten_update_result(result: object, learner: object = None) -> TrainOutput
 
 
 @for_roles(Role.LEARNER, reads=["train_data", "env_step?"], writes=["train_output", "train_iter"])
-def trainer(cfg: Mapping[str, Any], learner: TrainablePolicy, log_freq: int = 100) -> TrainMiddleware:
+def trainer(cfg: Mapping[str, object], learner: TrainablePolicy, log_freq: int = 100) -> TrainMiddleware:
     """One training iteration on ``ctx.train_data``.
 
     Reads ``ctx.train_data`` (a :class:`~pipeline.data.records.TrainBatch`; does nothing when it is

@@ -112,7 +112,7 @@ class Float(_Number):
 
     type_name = 'float'
 
-    def __init__(self, default: Any, *, allow_inf: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, *, allow_inf: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.allow_inf = allow_inf
 
@@ -141,7 +141,7 @@ class Str(Spec):
 
     type_name = 'str'
 
-    def __init__(self, default: Any, *, allow_empty: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, *, allow_empty: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.allow_empty = allow_empty
 
@@ -160,7 +160,7 @@ class Choice(Spec):
 
     type_name = 'str'
 
-    def __init__(self, default: Any, choices: Sequence[str], *, ignore_case: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, choices: Sequence[str], *, ignore_case: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.choices = tuple(choices)
         self.ignore_case = ignore_case
@@ -198,7 +198,7 @@ class IntList(Spec):
 
     type_name = 'list'
 
-    def __init__(self, default: Any, *, item_min: int = 1, **kw: Any) -> None:
+    def __init__(self, default: object, *, item_min: int = 1, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.item_min = item_min
 
@@ -275,7 +275,7 @@ def iter_specs(schema: Mapping[str, Any], prefix: str = '') -> Iterator[Tuple[st
             yield from iter_specs(node, path + '.')
 
 
-def spec_at(schema: Mapping[str, Any], path: str) -> Any:
+def spec_at(schema: Mapping[str, object], path: str) -> object:
     """The spec or section at a dotted ``path`` (KeyError if the schema has none)."""
     node: Any = schema
     for part in path.split('.'):
@@ -283,12 +283,12 @@ def spec_at(schema: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def defaults(schema: Mapping[str, Any]) -> Dict[str, Any]:
+def defaults(schema: Mapping[str, Any]) -> Dict[str, object]:
     """The default config of ``schema`` as nested plain dicts (fresh copies)."""
     return {k: copy.deepcopy(v.default) if isinstance(v, Spec) else defaults(v) for k, v in schema.items()}
 
 
-def free_form_paths(schema: Mapping[str, Any]) -> List[str]:
+def free_form_paths(schema: Mapping[str, object]) -> List[str]:
     """Dotted paths of the :class:`FreeForm` entries (any keys are accepted below them)."""
     return [p for p, s in iter_specs(schema) if isinstance(s, FreeForm)]
 

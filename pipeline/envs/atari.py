@@ -39,7 +39,7 @@ class EpisodicLifeEnv(gym.Wrapper):
         self._lives = 0
         self._game_over = True
 
-    def step(self, action: object) -> Tuple[Any, SupportsFloat, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[object, SupportsFloat, bool, bool, Dict[str, object]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._game_over = bool(terminated or truncated)
         lives = _lives(self.env)
@@ -48,7 +48,7 @@ class EpisodicLifeEnv(gym.Wrapper):
         self._lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs: Any) -> Tuple[Any, Dict[str, Any]]:
+    def reset(self, **kwargs: Any) -> Tuple[object, Dict[str, object]]:
         if self._game_over:
             obs, info = self.env.reset(**kwargs)
         else:
@@ -124,7 +124,7 @@ def envpool_atari_task(env_id: str) -> str:
     return name
 
 
-def envpool_atari_kwargs(training: bool = True) -> Dict[str, Any]:
+def envpool_atari_kwargs(training: bool = True) -> Dict[str, object]:
     """EnvPool options matching :func:`make_atari_env` (no fire reset, no sticky actions, 30 no-ops,
     frame skip 4, 84x84 gray, 4 stacked frames, 27k-step limit; episodic life and sign-clipped
     rewards when ``training``). Note EnvPool reports the clipped return, not the raw score."""

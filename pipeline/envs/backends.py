@@ -29,7 +29,7 @@ def check_backend_args(env_num: int, backend: str, local_envs: int) -> None:
 
 
 def env_fns(env: object, env_num: int, max_episode_steps: Optional[int],
-            env_kwargs: Dict[str, Any]) -> List[Callable[[], Any]]:
+            env_kwargs: Dict[str, object]) -> List[Callable[[], object]]:
     """One env factory per env: ``env``'s list itself, ``env_num`` times a callable, or a gymnasium id made
     into a picklable factory (made once here, so that a bad id fails at once)."""
     if isinstance(env, (list, tuple)):
@@ -46,7 +46,7 @@ def env_fns(env: object, env_num: int, max_episode_steps: Optional[int],
 
 
 def make_backend(env: object, env_num: int, backend: str, seed: Optional[int], max_episode_steps: Optional[int],
-                 env_kwargs: Dict[str, Any], step_timeout: Optional[float], start_method: Optional[str],
+                 env_kwargs: Dict[str, object], step_timeout: Optional[float], start_method: Optional[str],
                  workers: Optional[int], local_envs: int) -> EnvBackend:
     """The backend ``backend`` over ``env_num`` copies of ``env`` (see :class:`pipeline.envs.EnvManager` for
     the arguments)."""

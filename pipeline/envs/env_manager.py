@@ -84,9 +84,9 @@ class EnvManager:
         mgr.close()
     """
 
-    def __init__(self, env: Union[EnvSpec, Sequence[Callable[[], Any]]], env_num: int = 1,
+    def __init__(self, env: Union[EnvSpec, Sequence[Callable[[], object]]], env_num: int = 1,
                  seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
-                 env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False,
+                 env_kwargs: Optional[Dict[str, object]] = None, keep_infos: bool = False,
                  backend: str = 'sync', step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None, local_envs: int = 0) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:

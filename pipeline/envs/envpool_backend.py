@@ -99,7 +99,7 @@ class EnvPoolBackend:
     _pool: Any = None  # the EnvPool pool (envpool has no type hints); built by _make
 
     def __init__(self, task_id: object, env_num: int, seed: Optional[int],
-                 env_kwargs: Optional[Dict[str, Any]] = None,
+                 env_kwargs: Optional[Dict[str, object]] = None,
                  max_episode_steps: Optional[int] = None) -> None:
         envpool = import_envpool()
         if not isinstance(task_id, str):

@@ -124,7 +124,7 @@ class BitFlipEnv(GoalEnv):
         }
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
         super().reset(seed=seed)
         self._state = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
         self._goal = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
@@ -133,7 +133,7 @@ class BitFlipEnv(GoalEnv):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
+    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, object]]:
         a = int(np.asarray(action).reshape(-1)[0]) if np.ndim(action) else int(action)
         if not 0 <= a < self.n_bits:
             raise ValueError(f"action must be an integer in [0, {self.n_bits}), got {action!r}")
@@ -199,7 +199,7 @@ class PointGoalEnv(GoalEnv):
         }
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
         super().reset(seed=seed)
         self._pos = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
         self._goal = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
@@ -208,7 +208,7 @@ class PointGoalEnv(GoalEnv):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: object) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, object]]:
         a = np.asarray(action, dtype=np.float32).reshape(-1)
         if a.shape != (2,) or not np.all(np.isfinite(a)):
             raise ValueError(f"action must be 2 finite floats, got {action!r}")
@@ -240,7 +240,7 @@ class GoalLayout:
     def size(self) -> int:
         return self.obs_dim + 2 * self.goal_dim
 
-    def flatten(self, obs: Dict[str, Any]) -> np.ndarray:
+    def flatten(self, obs: Dict[str, object]) -> np.ndarray:
         """``{"observation", "achieved_goal", "desired_goal"}`` -> flat float32 vector(s)."""
         return np.concatenate(
             [
@@ -283,7 +283,7 @@ class FlattenGoalObservation(gym.ObservationWrapper):
             np.concatenate(lows).astype(np.float32), np.concatenate(highs).astype(np.float32), dtype=np.float32
         )
 
-    def observation(self, observation: Dict[str, Any]) -> np.ndarray:
+    def observation(self, observation: Dict[str, object]) -> np.ndarray:
         return self.goal_layout.flatten(observation)
 
     def compute_reward(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:

@@ -49,7 +49,7 @@ def _register_ale() -> bool:
     return True
 
 
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: object) -> Any:
+def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: object) -> gym.Env:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
     try:
@@ -83,8 +83,8 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs:
 class GymEnvFn:
     """A picklable ``make_gym_env`` call (subprocess workers may be started with spawn)."""
 
-    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, Any]) -> None:
+    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, object]) -> None:
         self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
 
-    def __call__(self) -> Any:
+    def __call__(self) -> gym.Env:
         return make_gym_env(self.env_id, self.max_episode_steps, **self.kwargs)

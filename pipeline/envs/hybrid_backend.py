@@ -30,7 +30,7 @@ class HybridBackend:
 
     name = 'subprocess'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], local: int, step_timeout: Optional[float] = 60.0,
+    def __init__(self, fns: Sequence[Callable[[], object]], local: int, step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
         if not 0 < local < len(fns):
             raise ValueError(f'local_envs must be between 1 and env_num - 1 ({len(fns) - 1}), got {local}')

@@ -63,7 +63,7 @@ class SubprocessBackend:
 
     name = 'subprocess'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], step_timeout: Optional[float] = 60.0,
+    def __init__(self, fns: Sequence[Callable[[], object]], step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None, first: int = 0) -> None:
         # ``first``: the manager's index of env 0 here (errors name envs by the manager's index)
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode
@@ -207,7 +207,7 @@ class SubprocessBackend:
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
         infos: Optional[List[Any]] = [None] * n if keep_infos else None
-        finals: List[Tuple[int, Any, dict]] = []
+        finals: List[Tuple[int, object, dict]] = []
         # each worker's answer is taken in as it arrives, while the others are still stepping
         for j, answer in self._answers([w for w, _, _, _ in plan]):
             w, _, pos, src = plan[j]

@@ -16,7 +16,7 @@ __all__ = ['OfflineDataset', 'ChunkedDataset', 'DatasetError', 'REQUIRED_KEYS', 
            'open_directory', 'load_npz', 'load_dataset', 'from_buffer', 'from_buffer_file', 'from_minari']
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in ('from_buffer', 'from_buffer_file'):
         from . import buffer_reader  # lazy: this package loads numpy only (docstring)
         return getattr(buffer_reader, name)
@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'pipeline.offline' has no attribute {name!r}")
 
 
-def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished: str = 'error') -> Any:
+def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished: str = 'error') -> object:
     """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
     or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
     directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""

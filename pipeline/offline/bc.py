@@ -85,7 +85,7 @@ class BCEvalMode(ActingMode):
     def __init__(self, model: BCModel) -> None:
         self.model = model
 
-    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+    def forward(self, obs: object, **_: object) -> np.ndarray:
         with torch.no_grad():
             out = self.model(obs_tensor(obs, module_device(self.model), torch.float32))
         return out.argmax(-1).cpu().numpy() if self.model.discrete else out.cpu().numpy()

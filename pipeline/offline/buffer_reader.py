@@ -24,7 +24,7 @@ from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset
 __all__ = ['from_buffer', 'from_buffer_file']
 
 
-def _column(values: List[Any], key: str, where: str) -> np.ndarray:
+def _column(values: List[object], key: str, where: str) -> np.ndarray:
     try:
         return np.stack([np.asarray(v.numpy() if hasattr(v, 'numpy') else v) for v in values])
     except ValueError as e:

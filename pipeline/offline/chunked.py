@@ -123,7 +123,7 @@ def _episode_cuts(terminated: np.ndarray, truncated: np.ndarray, rows_per_chunk:
     return cuts
 
 
-def save_chunks(dataset: Union[OfflineDataset, Dict[str, Any]], directory: str, rows_per_chunk: int) -> List[str]:
+def save_chunks(dataset: Union[OfflineDataset, Dict[str, object]], directory: str, rows_per_chunk: int) -> List[str]:
     """Write ``dataset`` to ``directory`` as ``.npz`` chunks of whole episodes of about
     ``rows_per_chunk`` rows each, plus :data:`INDEX_FILE`. Returns the chunk paths."""
     ds = dataset if isinstance(dataset, OfflineDataset) else OfflineDataset(dataset)

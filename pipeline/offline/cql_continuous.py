@@ -82,7 +82,7 @@ class ContinuousCQLLearner(SACLearner):
             total = total + (torch.logsumexp(w, dim=1) - math.log(3 * n) - dq).mean()
         return total
 
-    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, object]) -> Dict[str, Any]:
         out = super().compute_losses(batch, fwd_out)
         b = batch['critic']
         action = b['action'].float()

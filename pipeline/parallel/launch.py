@@ -85,7 +85,7 @@ class NodeSpec:
         d["peers"] = {int(k): v for k, v in d["peers"].items()}
         return cls(**d)
 
-    def router_kwargs(self) -> Dict[str, Any]:
+    def router_kwargs(self) -> Dict[str, object]:
         kwargs = asdict(self) | {"peers": dict(self.peers)}
         del kwargs["ipc_dir"]
         return kwargs

@@ -88,7 +88,7 @@ class Peers(Dict[int, Peer]):
         with self.lock:
             return sorted(i for i, p in self.items() if p.alive)
 
-    def info(self, node_id: int) -> Dict[str, Any]:
+    def info(self, node_id: int) -> Dict[str, object]:
         """What a peer announced: address, labels, roles, and whether it is alive."""
         with self.lock:
             p = self[node_id]

@@ -138,7 +138,7 @@ class Reader:
             self._pull.setsockopt(_zmq.RCVTIMEO, ms)
             self._rcvtimeo = ms
 
-    def _read(self, until: Callable[[], Any], deadline: float = _INF) -> bool:
+    def _read(self, until: Callable[[], object], deadline: float = _INF) -> bool:
         """Receive and handle messages until ``until()`` is true (returns True), ``deadline`` passes or the
         router stops. The caller holds the read token.
 
@@ -282,7 +282,7 @@ class Reader:
         if owner is not None and owner != self.receiver and owner != threading.get_ident():
             self._waker.send()  # a waiter blocked in recv
 
-    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+    def wait(self, until: Callable[[], object], timeout: float) -> bool:
         """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops.
         Returns ``bool(until())`` at the end. ``until`` must have no side effects (it is called repeatedly).
 
@@ -341,7 +341,7 @@ class Reader:
             if last and now - entered > _PARK:
                 self._park.set()  # a long wait: the receiver thread may be asleep for _PARK s; read again now
 
-    def _wait_without_reading(self, until: Callable[[], Any], timeout: float) -> bool:
+    def _wait_without_reading(self, until: Callable[[], object], timeout: float) -> bool:
         """``wait`` for a thread that cannot read: inside ``on_message`` (the reader is busy in it), or with
         the router not running. Sleeps in slices, woken by the reader's deliveries and by ``wake()``."""
         monotonic = time.monotonic
@@ -400,7 +400,7 @@ class Delivery:
         self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
         self.deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
 
-    def handle(self, first: bytes, extra: Sequence[Any]) -> None:
+    def handle(self, first: bytes, extra: Sequence[object]) -> None:
         """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
         (``Reader._read`` does the same for a single frame, with the common case inline.)"""
         framer = self._framer

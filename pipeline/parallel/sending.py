@@ -33,7 +33,7 @@ class BackpressureTimeout(TimeoutError):
     """A peer did not accept a message within ``send_timeout`` seconds (it is alive but not reading)."""
 
 
-def send_nowait(sock: Any, frames: List[Any]) -> bool:
+def send_nowait(sock: Any, frames: List[object]) -> bool:
     """Send a one-frame message if ``sock`` takes it now; False if its queue is full."""
     zmq = _zmq
     try:
@@ -138,7 +138,7 @@ class Sender:
                 f"largest part {biggest} bytes (max_message_size {self.max_message_size}, max_frame_size "
                 f"{self.max_frame_size}); raise both caps on every node (ZmqRouter arguments) or send less")
 
-    def send_to(self, p: Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
+    def send_to(self, p: Peer, kind: int, meta: bytes, buffers: Sequence[object], digest: bytes,
                  what: str, timeout: Optional[float] = None, to_dead: bool = False) -> bool:
         """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
         ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout.
@@ -200,7 +200,7 @@ class Sender:
             stats["control_sent"] += 1
         return ok
 
-    def send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[Peer],
+    def send(self, sock: Any, frames: List[object], block_until: float, peer: Optional[Peer],
               flushing: bool = False) -> bool:
         """Send one message; under backpressure wait in short slices until ``block_until``.
         Returns False if the peer died or the router stopped meanwhile."""

@@ -100,7 +100,7 @@ _compare_digest = hmac.compare_digest
 _INF = float("inf")
 
 
-def keyed_hmac(key: bytes) -> Tuple[Callable[[Any], bytes], Callable[[Any, Any], bytes]]:
+def keyed_hmac(key: bytes) -> Tuple[Callable[[object], bytes], Callable[[object, object], bytes]]:
     """HMAC-SHA256 under ``key`` (RFC 2104, the value ``hmac.digest(key, msg, "sha256")`` gives) as two
     functions, of one part and of two parts (hashed one after the other, not joined). The inner and outer
     padded-key states are hashed once here; a message then costs two copies of a SHA-256 state."""
@@ -128,7 +128,7 @@ def keyed_hmac(key: bytes) -> Tuple[Callable[[Any], bytes], Callable[[Any, Any],
     return mac, mac2
 
 
-def _payload_tag(otk_mac: Callable[[Any], bytes], nonce: bytes, buffers: Sequence[Any]) -> bytes:
+def _payload_tag(otk_mac: Callable[[object], bytes], nonce: bytes, buffers: Sequence[object]) -> bytes:
     """The tags of the extra frames, bound into the MAC of the first frame: AES-GMAC (AES-GCM with no
     plaintext) of each frame under a one-time key derived from the message's random ``nonce`` with
     ``otk_mac`` (HMAC-SHA256 under the payload key), frame ``i`` under GCM nonce ``i``. The frames are read
@@ -168,7 +168,7 @@ Header = Tuple[bytes, int, int, int, int, int, int, int, int]
 Assembled = Tuple[bytes, List[Any], int, int]
 
 
-def is_chunk(first: bytes, extra: Sequence[Any]) -> bool:
+def is_chunk(first: bytes, extra: Sequence[object]) -> bool:
     """Whether a message is a chunk of a chunked message (recognised by its unauthenticated kind byte; it is
     checked against the head it claims to belong to: ``Framer.on_chunk``), rather than one for ``open``."""
     return len(first) >= _MIN_FRAME and first[_KIND_AT] == K_CHUNK and len(extra) == 1
@@ -203,7 +203,7 @@ class Framer:
         self.assembly_timeout = assembly_timeout
 
     def frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
-               buffers: Sequence[Any], digest: bytes) -> List[Any]:
+               buffers: Sequence[object], digest: bytes) -> List[object]:
         """The frames of one message. With ``buffers``, ``digest`` is ``nonce + tag`` (``seal``): the nonce
         travels after the header, the tag is covered by the MAC but not sent (the receiver recomputes it)."""
         node = self._node
@@ -221,7 +221,7 @@ class Framer:
         nonce = _urandom(_NONCE)
         gmac = _AESGCM(self.otk_mac(nonce)).encrypt
         parts = [meta, *buffers]
-        chunks: List[Tuple[Any, bytes]] = []
+        chunks: List[Tuple[object, bytes]] = []
         for part in parts:
             mv = memoryview(part).cast("B")  # slices of it are views, not copies
             for off in range(0, len(mv), CHUNK):
@@ -241,12 +241,12 @@ class Framer:
             out.append([mac2(h, tag) + h, data])
         return out
 
-    def seal(self, buffers: Sequence[Any]) -> bytes:
+    def seal(self, buffers: Sequence[object]) -> bytes:
         """``nonce + tag`` for a message carrying ``buffers`` as extra frames (see ``_payload_tag``)."""
         nonce = _urandom(_NONCE)
         return nonce + _payload_tag(self.otk_mac, nonce, buffers)
 
-    def open(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+    def open(self, first: bytes, extra: Sequence[object]) -> Optional[Header]:
         """Check one message that is not a chunk (``is_chunk``: MAC, header, receiver, sequence number) and
         return its header fields; None when it was dropped (and counted). Nothing in the message is parsed
         before the MAC check passes."""
@@ -264,7 +264,7 @@ class Framer:
             return None
         return self.check_header(first, extra)
 
-    def check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+    def check_header(self, first: bytes, extra: Sequence[object]) -> Optional[Header]:
         """``open`` after the MAC check passed: the header fields, or None when the message was dropped."""
         node = self._node
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)

@@ -3,7 +3,7 @@ and ``collate_transitions`` re-exported from :mod:`pipeline.data.collate`."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 from pipeline.data.collate import collate_transitions
 

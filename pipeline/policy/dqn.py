@@ -179,7 +179,7 @@ class DQNLearner(Learner):
         """The Q-network's optimizer."""
         return self.optimizers[self.module_id]
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         """Target net and DQN iteration counter (tensors and plain values only)."""
         return {'target_model': self.target_model.state_dict(), 'train_iter': int(self.train_iter)}
 
@@ -224,7 +224,7 @@ class DQNCollectMode(ActingMode):
                         return t.device
         return module_device(self.model)  # a model without tensors
 
-    def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
+    def forward(self, obs: object, eps: float = 0.0) -> np.ndarray:
         x = obs_tensor(obs, self._device())
         if eps > 0.0:
             n = x.shape[0]
@@ -256,7 +256,7 @@ class DQNEvalMode(ActingMode):
         self.model = model
         self._noisy = has_noise(model)
 
-    def forward(self, obs: Any) -> np.ndarray:
+    def forward(self, obs: object) -> np.ndarray:
         x = obs_tensor(obs, module_device(self.model))
         if x.dtype != torch.float32:
             x = x.float()

@@ -123,7 +123,7 @@ class PPOLearner(Learner):
         # floored so that a clip range never reaches 0 (SB3's schedule reaches 0 at the very end)
         self.clip_range = max(float(self.clip_schedule(int(t))), 1e-8)
 
-    def forward_train(self, module_id: str, batch: Any) -> Any:
+    def forward_train(self, module_id: str, batch: Any) -> object:
         return self.model(batch['obs'])
 
     def compute_loss_for_module(self, module_id: str, batch: Any,
@@ -138,7 +138,7 @@ class PPOLearner(Learner):
             self.stop_update()
         return out
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         return {'kl_stops': int(self.kl_stops)}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
@@ -181,7 +181,7 @@ class PPOCollectMode(ActingMode):
             g = self.generator = torch.Generator(device=device).manual_seed(seed)
         return g
 
-    def forward(self, obs: Any) -> Dict[str, np.ndarray]:
+    def forward(self, obs: object) -> Dict[str, np.ndarray]:
         dev = module_device(self.model)
         with torch.no_grad():
             pi_out, value = self.model(_as_float_obs(obs, dev))
@@ -204,7 +204,7 @@ class PPOEvalMode(ActingMode):
     def __init__(self, model: ActorCritic, low: Any = None, high: Any = None) -> None:
         self.model, self.low, self.high = model, low, high
 
-    def forward(self, obs: Any) -> np.ndarray:
+    def forward(self, obs: object) -> np.ndarray:
         with torch.no_grad():
             out = self.model.policy_out(_as_float_obs(obs, module_device(self.model)))
         if self.model.continuous:

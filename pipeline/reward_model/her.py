@@ -44,7 +44,7 @@ def _stack(values: Sequence[Any]) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values])
 
 
-def _like(template: object, arr: np.ndarray) -> Any:
+def _like(template: object, arr: np.ndarray) -> object:
     """Convert a numpy row back to the kind of ``template`` (tensor, array or scalar)."""
     if isinstance(template, torch.Tensor):
         return torch.as_tensor(arr, dtype=template.dtype).reshape(template.shape)
@@ -90,10 +90,10 @@ class HerRewardModel:
 
     def __init__(
         self,
-        compute_reward: Callable[..., Any],
+        compute_reward: Callable[..., object],
         strategy: str = "future",
         k: int = 4,
-        compute_terminated: Optional[Callable[..., Any]] = None,
+        compute_terminated: Optional[Callable[..., object]] = None,
         goal_layout: object = None,
         keep_original: bool = True,
         episode_size: int = 16,
@@ -120,7 +120,7 @@ class HerRewardModel:
         self._rng = np.random.default_rng(seed)
 
     @classmethod
-    def from_env(cls, env: Any, strategy: str = "future", k: int = 4, **kwargs: Any) -> "HerRewardModel":
+    def from_env(cls, env: object, strategy: str = "future", k: int = 4, **kwargs: Any) -> "HerRewardModel":
         """Build from a goal env (or a :class:`FlattenGoalObservation`-wrapped one).
 
         Takes ``compute_reward``, ``compute_terminated`` (if the env has it) and ``goal_layout`` (if the
@@ -162,7 +162,7 @@ class HerRewardModel:
                 f"{type(obs).__name__}"
             )
 
-    def _with_goal(self, obs: Any, goal: np.ndarray) -> Any:
+    def _with_goal(self, obs: Any, goal: np.ndarray) -> object:
         if self.goal_layout is None:
             new = dict(obs)
             new["desired_goal"] = _like(obs["desired_goal"], goal)
@@ -198,7 +198,7 @@ class HerRewardModel:
             j = self._rng.integers(0, T, size=t.shape[0])
         return t, j
 
-    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, object]]]) -> List[Dict[str, object]]:
         """Relabel ``episodes`` (a list of episodes, or one episode) and flatten them.
 
         Returns a new list of transition dicts (the input is never modified): per episode, the
@@ -210,12 +210,12 @@ class HerRewardModel:
             return []
         if isinstance(episodes[0], Mapping):  # a single episode
             episodes = [episodes]  # type: ignore[list-item]
-        out: List[Dict[str, Any]] = []
+        out: List[Dict[str, object]] = []
         for ep in episodes:
             out.extend(self._relabel_episode(ep))
         return out
 
-    def _relabel_episode(self, episode: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    def _relabel_episode(self, episode: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
         T = len(episode)
         if T == 0:
             return []
@@ -248,7 +248,7 @@ class HerRewardModel:
         if self.compute_terminated is not None:
             dones = np.asarray(self.compute_terminated(achieved, goals, None), dtype=bool).reshape(-1)
 
-        out: List[Dict[str, Any]] = [dict(episode[i]) for i in keep_orig]
+        out: List[Dict[str, object]] = [dict(episode[i]) for i in keep_orig]
         for i in range(t_idx.shape[0]):
             src = episode[t_idx[i]]
             new = dict(src)
@@ -287,9 +287,9 @@ class NoRelabel:
         self.episode_size, self.sample_per_episode = _episode_sampling(episode_size, sample_per_episode)
         self._rng = np.random.default_rng(seed)
 
-    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, object]]]) -> List[Dict[str, object]]:
         """Copies of the transitions of ``episodes`` (``sample_per_episode`` of each at most)."""
-        out: List[Dict[str, Any]] = []
+        out: List[Dict[str, object]] = []
         for ep in episodes:
             rows = [dict(t) for t in ep]
             if self.sample_per_episode is not None and len(rows) > self.sample_per_episode:

@@ -35,9 +35,9 @@ class EnvSource(NamedTuple):
     (None: the id's own limit) and ``maker`` (the callable the user gave, else None)."""
 
     env_id: str
-    kwargs: Dict[str, Any]
+    kwargs: Dict[str, object]
     max_episode_steps: Optional[int] = None
-    maker: Optional[Callable[..., Any]] = None
+    maker: Optional[Callable[..., object]] = None
 
 
 class EnvRefusal(ValueError):
@@ -120,7 +120,7 @@ def _gymnasium_if_loaded(obj: object) -> Any:
     return gymnasium
 
 
-def _first_spec(vec: Any) -> Any:
+def _first_spec(vec: Any) -> object:
     """The spec of a vector env's first env (``get_attr('spec')``), or None."""
     try:
         specs = vec.get_attr('spec')

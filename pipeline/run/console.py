@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from ..runtime import node
 from ..runtime.node import LOG_LEVEL_ENV, RAY_NODE_ENV, node_is_quiet

@@ -100,7 +100,7 @@ class _DeviceAction(argparse.Action):
         setattr(namespace, self.dest, str(values).strip().lower())
 
 
-def add_device_flags(parser: Any, acting: bool = False) -> Any:
+def add_device_flags(parser: Any, acting: bool = False) -> object:
     """Add ``--device`` (default None: the config's ``policy.device``, ``auto``) to ``parser`` (a parser or an
     argument group) and, with ``acting``, ``--acting-device`` (where a node of a multi-node run that does not
     learn acts; default the CPU). The one definition every example and benchmark uses; a bad value (e.g.
@@ -115,9 +115,9 @@ def add_device_flags(parser: Any, acting: bool = False) -> Any:
     return parser
 
 
-def device_overrides(args: argparse.Namespace) -> Dict[str, Any]:
+def device_overrides(args: argparse.Namespace) -> Dict[str, object]:
     """The ``policy`` config entries that ``--device`` / ``--acting-device`` set (only those given)."""
-    out: Dict[str, Any] = {}
+    out: Dict[str, object] = {}
     if getattr(args, 'device', None) is not None:
         out['device'] = args.device
     if getattr(args, 'acting_device', None) is not None:

@@ -16,8 +16,8 @@ from ..runtime import task
 __all__ = ['use_offline', 'train_offline']
 
 
-def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, drop_last: bool = False,
-                max_episode_return: Any = 'auto') -> Any:
+def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: object = None, drop_last: bool = False,
+                max_episode_return: Any = 'auto') -> object:
     """Add an offline pipeline's middleware to the running task (inside ``with task.start(ctx=OfflineRLContext())``):
     :func:`middleware.offline.offline_data_fetcher` and :func:`middleware.trainer` (LEARNER), then the
     :func:`middleware.interaction_evaluator` on ``evaluator_env`` every ``cfg.policy.eval.evaluator.eval_freq``
@@ -31,14 +31,14 @@ def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, 
     return evaluator
 
 
-def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, evaluator_env: Any = None,
-                  extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+def train_offline(cfg: Any, policy: Any, dataset: object, max_train_iter: int, evaluator_env: object = None,
+                  extra_middleware: Optional[List[Any]] = None) -> Dict[str, object]:
     """Run :func:`use_offline` for ``max_train_iter`` train iterations (plus ``extra_middleware``, e.g. a
     logger or a ``CkptSaver``, after it) and return the last context's ``train_iter``, ``train_epoch``,
     ``last_eval_value`` and ``eval_returns``: the returns of an evaluation of the final weights (run
     after the last iteration when the evaluator had not just evaluated them; None without
     ``evaluator_env``)."""
-    returns: Dict[str, Any] = {'value': None}
+    returns: Dict[str, object] = {'value': None}
 
     def _keep_eval(ctx: Any) -> None:
         eo = ctx.get('eval_output')

@@ -125,7 +125,7 @@ def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = Fals
         usage_error(format_problems(problems, hint))
 
 
-def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
+def compile_or_exit(user: Optional[Mapping], policy: str) -> object:
     """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
     refuses), or a ``policy.device`` this machine does not have (e.g. ``cuda`` without a GPU; on a node that
     does not learn, ``policy.acting_device``), ends the run like :func:`precheck_config` does."""
