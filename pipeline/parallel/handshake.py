@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 from . import codec
+from .codec_format import Buffer
 from .sending import send_nowait
 from .wire import _INF, K_ACK, K_HELLO
 
@@ -117,7 +118,7 @@ class Handshake:
         return {"address": node.address, "labels": sorted(node.labels), "roles": sorted(node.roles),
                 "topology": self.topology, "time": time.time()}
 
-    def hello_frames(self, token: int) -> List[object]:
+    def hello_frames(self, token: int) -> List[Buffer]:
         msg = self.announce()
         msg["token"] = token
         return self._framer.frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")

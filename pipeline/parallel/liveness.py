@@ -112,7 +112,7 @@ class Membership:
         self._assemblies, self._notices, self._ending = assemblies, notices, ending
         self._stop_on_peer_failure = stop_on_peer_failure
 
-    def register(self, node_id: int, session: int, info: Dict[str, Any], sock: Any = None) -> Peer:
+    def register(self, node_id: int, session: int, info: Dict[str, Any], sock: Optional[zmq.Socket] = None) -> Peer:
         """Create or refresh the peer entry for (node_id, session); caller holds the state lock. The entry of a
         known incarnation is kept (a dead one is revived), so its sequence numbers never restart."""
         me = self._node

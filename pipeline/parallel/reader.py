@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 import zmq as _zmq
 
 from . import codec
+from .codec_format import Buffer
 from .decoder import _decode_small_event
 from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT,
                    _unpack_seq, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX, Header,
@@ -63,7 +64,7 @@ class Waker:
         self._sock: Any = None
         self._lock = threading.Lock()
 
-    def connect(self, ctx: Any) -> None:
+    def connect(self, ctx: _zmq.Context) -> None:
         self._sock = ctx.socket(_zmq.PUSH)
         self._sock.setsockopt(_zmq.SNDHWM, 2)
         self._sock.setsockopt(_zmq.LINGER, 0)
@@ -400,7 +401,7 @@ class Delivery:
         self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
         self.deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
 
-    def handle(self, first: bytes, extra: Sequence[object]) -> None:
+    def handle(self, first: bytes, extra: Sequence[Buffer]) -> None:
         """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
         (``Reader._read`` does the same for a single frame, with the common case inline.)"""
         framer = self._framer
@@ -412,7 +413,7 @@ class Delivery:
             return
         self.act(first, extra, framer.open(first, extra))
 
-    def act(self, first: bytes, extra: Sequence[Any], header: Optional[Header]) -> None:
+    def act(self, first: bytes, extra: Sequence[Buffer], header: Optional[Header]) -> None:
         """Act on a message that passed ``Framer.open`` (``header``: its fields; None: it was dropped)."""
         if header is None:
             return
@@ -460,7 +461,7 @@ class Delivery:
             self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
         self.deliver_notices()
 
-    def on_data(self, first: bytes, extra: Sequence[Any], sender: int, session: int, start: int) -> None:
+    def on_data(self, first: bytes, extra: Sequence[Buffer], sender: int, session: int, start: int) -> None:
         """Decode and deliver an authenticated data message (its body starts at ``first[start]``)."""
         small = None if extra else _decode_small_event(first, start)  # leaves only: nothing to import, quick
         if small is not None:

@@ -64,7 +64,7 @@ class TransportGuard:
     can send. A peer that sent such a frame and closed its side before the guard looked (within ``_TICK``),
     leaving nothing unread, is not told apart. Linux TCP only, like the bound."""
 
-    def __init__(self, ctx: Any, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
+    def __init__(self, ctx: zmq.Context, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
                  stats: Optional[Dict[str, int]] = None, max_peer_bytes: int = 64 << 20,
                  handshake_timeout: float = 5.0, on_cut: Optional[Callable[[str, str], None]] = None,
                  on_closed: Optional[Callable[[str, str], None]] = None) -> None:
@@ -104,7 +104,7 @@ class TransportGuard:
             return lambda n: n + 33 + (2 if n + 33 < 256 else 9)
         return lambda n: n + (2 if n < 256 else 9)
 
-    def server(self, pull: Any) -> None:
+    def server(self, pull: zmq.Socket) -> None:
         """Configure the PULL socket (before ``bind``) and watch its handshakes."""
         pull.setsockopt(zmq.ZAP_DOMAIN, b"rlpipe")
         if self.bus_auth == "curve":
