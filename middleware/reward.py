@@ -33,7 +33,7 @@ def _training_step(reward_model: object) -> Optional[Callable[[object], object]]
     fn = getattr(reward_model, "train", None)
     if fn is None:
         return None
-    import torch.nn as nn  # already imported by pipeline
+    import torch.nn as nn  # lazy: `import middleware` loads no torch (a reward model has loaded it)
 
     if isinstance(reward_model, nn.Module) and getattr(type(reward_model), "train", None) is nn.Module.train:
         return None

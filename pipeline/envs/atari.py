@@ -71,8 +71,8 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
     steps (default: ALE's own limit of 108k frames). ``kwargs`` go to ``gymnasium.make``.
     """
     try:
-        import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with OpenCV)
-        import ale_py  # noqa: F401
+        import cv2  # noqa: F401  (optional extra: atari; gymnasium's AtariPreprocessing resizes with OpenCV)
+        import ale_py  # noqa: F401  (optional extra: atari)
     except ImportError as e:
         raise ImportError(ATARI_MISSING) from e
 

@@ -33,7 +33,7 @@ def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
             return 'atari'
     if env_id.startswith('ALE/') or 'NoFrameskip' in env_id:
         try:
-            import ale_py  # noqa: F401
+            import ale_py  # noqa: F401  (optional extra: atari; is it installed?)
         except ImportError:
             return 'atari'
     return None

@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from .backend_protocol import StepArrays
 from .env_group import EnvMarks, WorkerEnvFn, pack_array
@@ -66,8 +67,6 @@ class SubprocessBackend:
     def __init__(self, fns: Sequence[Callable[[], object]], step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None, first: int = 0) -> None:
         # ``first``: the manager's index of env 0 here (errors name envs by the manager's index)
-        from gymnasium.vector import AsyncVectorEnv, AutoresetMode
-
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f'step_timeout must be > 0 seconds or None, got {step_timeout!r}')
         n = len(fns)

@@ -16,9 +16,11 @@ until an env object is looked at.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from ..config import find_keys
+from ..config.policy_schemas import SCHEMAS
 from ..config.schema import defaults
 
 __all__ = ['EnvSource', 'env_source', 'sb3_policy_name', 'sb3_keyword_refusal', 'RECORDING_WRAPPERS']
@@ -111,11 +113,9 @@ def env_source(env: object, agent: str) -> EnvSource:
 
 def _gymnasium_if_loaded(obj: object) -> Any:
     """gymnasium, when ``obj`` could be a gymnasium object (it is loaded then); None for other objects."""
-    import sys
-
     if 'gymnasium' not in sys.modules:
         return None
-    import gymnasium
+    import gymnasium  # here: only once something else loaded it (this module does not)
 
     return gymnasium
 
@@ -209,8 +209,6 @@ def sb3_keyword_refusal(key: str, value: object, agent: str, algo: str, net: str
     Stable-Baselines3's constructor does: the config entry that sets it here (found in ``algo``'s schema, e.g.
     ``learning_rate`` -> ``policy.learn.learning_rate``, SB3's ``gamma`` -> ``policy.discount_factor``) or what to
     do instead; None for a keyword neither has (then Python's own TypeError is the answer)."""
-    from ..config.policy_schemas import SCHEMAS
-
     found, note = find_keys(defaults(SCHEMAS[algo]), key) if algo in SCHEMAS else ([], '')
     if found and (note or found[0].rsplit('.', 1)[-1] == key):
         also = f' (or {", ".join(found[1:])})' if len(found) > 1 else ''
