@@ -25,10 +25,11 @@ from __future__ import annotations
 import copy
 import numbers
 import os
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
+from easydict import EasyDict
 
 from contexts import OnlineRLContext
 from middleware import online_logger, termination_checker
@@ -47,6 +48,11 @@ from .play import play_policy
 from .precheck import config_problems, format_problems
 from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, dqn_buffer, sac_policy_settings, use_dqn, use_ppo, use_sac
 from .script import run_pipeline
+
+if TYPE_CHECKING:  # they load torch, which importing the agents does not
+    from ..data import DequeBuffer
+    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy.sac import SACPolicy
 
 __all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']
 
@@ -186,11 +192,11 @@ class Agent:
         """The example's user config (a fresh copy) that ``config`` overrides."""
         raise NotImplementedError
 
-    def _build_policy(self, cfg: object, device: DeviceLike) -> Any:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> Any:  # the algorithm's own Policy subclass
         """The policy for ``cfg`` on ``device`` (``None``: the config's), sized by the env's spaces."""
         raise NotImplementedError
 
-    def _use(self, collector_env: object, evaluator_env: object) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         raise NotImplementedError
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -246,7 +252,7 @@ class Agent:
         except DeviceError as e:  # e.g. 'cuda' on a machine without a GPU
             raise AgentError(str(e)) from None
         self._ctx = OnlineRLContext()
-        self._buffer: object = None
+        self._buffer: Optional[DequeBuffer] = None
 
     def _check_env(self) -> None:
         """``AgentError`` when this agent's env must not be made (a loaded file's ``module:Name`` id)."""
@@ -439,7 +445,7 @@ class DQN(Agent):
     def settings(cls) -> Dict[str, object]:
         return copy.deepcopy(DQN_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: DeviceLike) -> object:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> DQNPolicy:
         from ..policy import DQNPolicy  # lazy: the policies load torch
         from ..policy.common import discrete_action_count  # lazy: the policies load torch
 
@@ -450,7 +456,7 @@ class DQN(Agent):
             raise AgentError(str(e).splitlines()[0]) from None
         return DQNPolicy(cfg, seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: object, evaluator_env: object) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         if self._buffer is None:
             self._buffer = dqn_buffer(self.cfg)
         cfg = self._train_cfg
@@ -473,12 +479,12 @@ class PPO(Agent):
     def settings(cls) -> Dict[str, object]:
         return copy.deepcopy(PPO_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: DeviceLike) -> object:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> PPOPolicy:
         from ..policy.ppo import PPOPolicy  # lazy: the policies load torch
 
         return PPOPolicy(cfg, self.observation_space, self.action_space, seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: object, evaluator_env: object) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -508,7 +514,7 @@ class SAC(Agent):
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'),
                            **dict(self.cfg.env.get('env_kwargs') or {}))
 
-    def _build_policy(self, cfg: Any, device: DeviceLike) -> object:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> SACPolicy:
         from ..policy.sac import SACPolicy  # lazy: the policies load torch
 
         if not isinstance(self.action_space, gym.spaces.Box):
@@ -519,7 +525,7 @@ class SAC(Agent):
         return SACPolicy(cfg, obs_shape=int(np.prod(self.observation_space.shape)),
                          action_shape=int(np.prod(self.action_space.shape)), seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: object, evaluator_env: object) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         from ..data import DequeBuffer  # lazy: the replay buffers load torch
 
         if self._buffer is None:

@@ -23,13 +23,20 @@ import argparse
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from easydict import EasyDict
 
 from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from .console import node_print, setup_logging
 from .play import PARAMS_FLAG_HINT, play_env_refusal, play_policy
 from .precheck import compile_or_exit, usage_error
 from .prepare import RunInfo, prepare_run
+
+if TYPE_CHECKING:  # they load gymnasium and numpy; this module is on the --help path
+    from contexts import OnlineRLContext
+    from middleware.functional.logger import LoggerMiddleware
+    from ..envs import EnvManager
 
 __all__ = ['add_env_flags', 'add_smoke_flag', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger',
            'atari_envs', 'mujoco_envs', 'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
@@ -153,7 +160,7 @@ def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> 
 
 
 # --------------------------------------------------------------------------- envs
-def atari_envs(cfg: Any, backend: str) -> Tuple[object, object]:
+def atari_envs(cfg: EasyDict, backend: str) -> Tuple[EnvManager, EnvManager]:
     """Collector envs (episodic life, clipped rewards) and evaluation envs (whole games, raw scores)
     for ``cfg.env`` on ``backend``; EnvPool runs its own Atari with the same settings."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
@@ -173,7 +180,7 @@ def atari_envs(cfg: Any, backend: str) -> Tuple[object, object]:
             EnvManager(AtariEnvFn(e.env_id, training=False, **limit), m, seed=seed + 10_000, backend=backend))
 
 
-def mujoco_envs(cfg: Any, backend: str) -> Tuple[object, object]:
+def mujoco_envs(cfg: EasyDict, backend: str) -> Tuple[EnvManager, EnvManager]:
     """Collector and evaluation envs for ``cfg.env`` (gymnasium MuJoCo, actions in [-1, 1])."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
     from ..envs.mujoco import MujocoEnvFn  # lazy: this module is on the --help path
@@ -239,7 +246,8 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     return {'play_returns': returns}
 
 
-def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: object, logger: Any, envs: List[Any],
+def finish_run(run: RunInfo, ctx: OnlineRLContext, interrupted: bool, t0: float, ckpt: object, logger: LoggerMiddleware,
+               envs: Sequence[EnvManager],
                what: str = 'return', script: Optional[str] = None) -> Dict[str, object]:
     """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),
     print the last evaluation (``what``: 'score' or 'return'), the counts, and where the run folder,
@@ -249,7 +257,7 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: objec
     for env in envs:
         env.close()
     wall = time.perf_counter() - t0
-    result = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
+    result: Dict[str, object] = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
               'last_eval': ctx.last_eval_value, 'wall_time': wall, 'run_dir': run.dir, 'interrupted': interrupted}
     if interrupted:
         return result

@@ -16,9 +16,18 @@ Each ``use_*`` function adds an algorithm's middleware to the running task, insi
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from easydict import EasyDict
 
 from ..runtime import task
+
+if TYPE_CHECKING:  # these load torch and gymnasium, which importing this module does not
+    from ..data import DequeBuffer
+    from ..data.protocols import ReplayBuffer
+    from ..envs import EnvManager
+    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy.sac import SACPolicy
 
 __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 'use_dqn', 'use_ppo', 'use_sac',
            'EVAL_MIN_COLLECT_RETURN', 'EVAL_COLLECT_WINDOW', 'MAX_EVAL_GAP', 'EVAL_COST_RATIO',
@@ -109,7 +118,7 @@ def sac_policy_settings(env_num: int = 1) -> Dict[str, object]:
     })
 
 
-def dqn_buffer(cfg: Any) -> object:
+def dqn_buffer(cfg: EasyDict) -> DequeBuffer:
     """DQN's replay buffer: uniform, or prioritized (a ``PrioritizedSampler``) when
     ``policy.other.replay_buffer.priority``."""
     from ..data import DequeBuffer, PrioritizedSampler  # lazy: the replay buffers load torch
@@ -122,7 +131,8 @@ def dqn_buffer(cfg: Any) -> object:
     return DequeBuffer(rb.replay_buffer_size, seed=cfg.seed, sampler=sampler)
 
 
-def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: object,
+def use_dqn(cfg: EasyDict, policy: DQNPolicy, buffer_: ReplayBuffer, collector_env: EnvManager,
+            evaluator_env: EnvManager,
             min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> object:
     """Add DQN's middleware to the running task: exchangers (no-ops in one process), eps-greedy, the step
     collector, n-step returns, the buffer, the learner and, after it, the evaluator (returned: its
@@ -151,7 +161,7 @@ def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
     return evaluator
 
 
-def use_ppo(cfg: Any, policy: Any, collector_env: Any, evaluator_env: object) -> None:
+def use_ppo(cfg: EasyDict, policy: PPOPolicy, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
     """Add PPO's middleware to the running task: the rollout exchanger (a no-op in one process), the
     evaluator, the rollout collector, GAE and the on-policy trainer."""
     from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, gae_estimator,  # lazy: see above
@@ -167,7 +177,7 @@ def use_ppo(cfg: Any, policy: Any, collector_env: Any, evaluator_env: object) ->
     task.use(OnPolicyTrainer(cfg, policy.learn_mode))
 
 
-def use_sac(cfg: Any, policy: Any, buffer_: Any, collector_env: object, evaluator_env: object,
+def use_sac(cfg: EasyDict, policy: SACPolicy, buffer_: ReplayBuffer, collector_env: EnvManager, evaluator_env: EnvManager,
             overlap: bool = False) -> None:
     """Add SAC's middleware to the running task: the evaluator, the step collector (``overlap``: step one
     half of subprocess envs while the policy acts for the other), the buffer and the learner."""
