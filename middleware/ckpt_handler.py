@@ -130,7 +130,7 @@ class CkptSaver:
             raise CheckpointError(f'the replay buffer saved with {path!r} does not load: {e}') from None
         log.info('replay buffer restored from %s (%d items)', bpath, self.buffer.count())
 
-    def restore(self, ctx: Any) -> object:
+    def restore(self, ctx: RLContext) -> RLContext:
         """Set the resumed checkpoint's counters on ``ctx`` (checked); returns ``ctx``. No-op
         without ``resume_from`` or when already applied."""
         if self._counters is not None:

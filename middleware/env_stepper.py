@@ -8,11 +8,20 @@ builds from the steps (transitions, episodes, a rollout) is its own business.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
 
 from contexts import OnlineRLContext
+from pipeline.runtime.protocols import ActingPolicy
 
-__all__ = ['EnvStepper', 'log_finished']
+if TYPE_CHECKING:  # loads gymnasium, which `import middleware` does not
+    from pipeline.envs import EnvManager
+
+__all__ = ['EnvStepper', 'log_finished', 'Actor']
+
+Actor = Union[ActingPolicy, Callable[..., object]]
+"""What a collector acts with: a policy's collect mode (``forward(obs, **kwargs)``) or a plain callable."""
 
 _NO_KWARGS: Mapping[str, object] = {}
 
@@ -52,7 +61,7 @@ class EnvStepper:
     rollout). For a deterministic policy the steps are those of lock step, half by half in env order.
     """
 
-    def __init__(self, policy: Any, env: Any, overlap: bool = False, action_key: Optional[str] = None) -> None:
+    def __init__(self, policy: Actor, env: EnvManager, overlap: bool = False, action_key: Optional[str] = None) -> None:
         self.policy = policy
         self.env = env
         self.action_key = action_key
@@ -62,7 +71,7 @@ class EnvStepper:
         #: steps per round of all envs: 2 when overlapped (two halves), else 1
         self.parts = 2 if self.overlap else 1
         # (ids, rows of env.obs: a slice, so the policy gets a view, not a copy), made at the first step
-        self._halves: Optional[Tuple[Tuple[object, slice], ...]] = None
+        self._halves: Optional[Tuple[Tuple[np.ndarray, slice], ...]] = None
         self._waiting: Optional[int] = None  # the half whose step is in flight
         self._out: List[object] = [None, None]  # each half's forward output, while its step is in flight
 

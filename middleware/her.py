@@ -15,7 +15,7 @@ import numpy as np
 from contexts import OnlineRLContext
 from pipeline import task
 from pipeline.runtime.contracts import buffered
-from pipeline.runtime.protocols import EpisodeRelabeler
+from pipeline.runtime.protocols import EpisodeRelabeler, TrainablePolicy
 from pipeline.runtime.roles import Role, for_roles
 
 from .functional import evaluator
@@ -23,6 +23,7 @@ from .functional.data_processor import BatchSource
 from .learner import TrainRounds
 
 if TYPE_CHECKING:
+    from pipeline.data.protocols import ReplayBuffer
     from pipeline.data.records import TrainBatch
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
@@ -143,8 +144,8 @@ class HERLearner(TrainRounds):
     def __init__(
         self,
         cfg: Mapping,
-        learner: object,
-        buffer_: object,
+        learner: TrainablePolicy,
+        buffer_: ReplayBuffer,
         her_reward_model: object,
         reward_model: object = None,
         log_freq: int = 100,

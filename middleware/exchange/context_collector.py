@@ -11,6 +11,7 @@ from contexts import OnlineRLContext
 from pipeline.parallel import codec
 from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
 from .shared import EV_DATA, current_task, log, pack_rows
@@ -109,7 +110,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
             self._final_wait(ctx)
             self._log_stats()
 
-    def _deliver(self, task: Any) -> None:
+    def _deliver(self, task: Task) -> None:
         """Send the batches not sent yet, oldest first, to every live learner; stop at the first one that no
         learner accepted (the bus declared it dead meanwhile): it stays kept."""
         kept = self._kept

@@ -13,6 +13,7 @@ from contexts import OnlineRLContext
 from pipeline.parallel import codec
 from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
 from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
@@ -122,7 +123,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         if batches:
             self._merge(ctx, batches)
 
-    def _wait_for_a_collector(self, task: Any) -> None:
+    def _wait_for_a_collector(self, task: Task) -> None:
         """No collector is alive (each one that delivered was lost): wait (at most ``wait_timeout`` per step) for
         one to come back or for data, instead of training on the same data again and again; finish the task
         when none came back within ``collector_timeout`` s (unless the launcher restarts nodes)."""

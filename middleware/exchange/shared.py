@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline import task
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 log = logging.getLogger('middleware.distributor')
 
@@ -24,7 +25,7 @@ PEER_JOINED = '__peer_joined__'
 POLL = 0.05
 
 
-def current_task() -> Any:
+def current_task() -> Task:
     return task
 
 
@@ -105,7 +106,7 @@ class PeerTable:
         for p in list(getattr(router, 'peers', ()) or ()):
             self.alive[int(p)] = peer_roles(router, int(p))
 
-    def listen(self, task: Any) -> None:
+    def listen(self, task: Task) -> None:
         dead, left = PEER_LOST
         task.on(dead, self.on_dead)
         task.on(left, self.on_lost)

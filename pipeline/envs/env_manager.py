@@ -36,6 +36,8 @@ __all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'EnvWorkerError', 'UnknownEnv
            'BACKENDS']
 
 EnvSpec = Union[str, Callable[[], Any]]
+EnvIds = Union[Sequence[int], np.ndarray]
+"""Env indices: a sequence of ints or an integer array."""
 
 
 class EnvManager:
@@ -170,7 +172,7 @@ class EnvManager:
         self._ep_len[:] = 0
         return self._obs
 
-    def step(self, actions: object, env_ids: Optional[Sequence[int]] = None) -> EnvStep:
+    def step(self, actions: object, env_ids: Optional[EnvIds] = None) -> EnvStep:
         """Step the envs in ``env_ids`` (default: all) with ``actions`` (one row per env).
 
         Finished episodes are reset at once: their final observation is ``EnvStep.next_obs`` and
@@ -185,7 +187,7 @@ class EnvManager:
         # nothing in flight: the backend's one-call step (no request queue, no in-flight bookkeeping)
         return self._finish(ids, obs, actions, span, self._backend.step(ids, actions, self._keep_infos))
 
-    def step_async(self, actions: object, env_ids: Optional[Sequence[int]] = None) -> None:
+    def step_async(self, actions: object, env_ids: Optional[EnvIds] = None) -> None:
         """Start stepping the envs in ``env_ids`` (default: all) with ``actions`` and return at once;
         :meth:`step_wait` returns the ``EnvStep``.
 
@@ -212,7 +214,7 @@ class EnvManager:
             busy[ids] = True
         self._pending.append((ids, obs, actions, span))
 
-    def _prepare(self, actions: object, env_ids: Optional[Sequence[int]]
+    def _prepare(self, actions: object, env_ids: Optional[EnvIds]
                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]:
         """Check a step request: ``(ids, obs, actions, span)`` with ``obs`` the observations the actions
         are taken in and ``span`` None for all envs, ``(start, stop)`` for a run of consecutive envs,
