@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -50,7 +50,7 @@ def pack_array(a: np.ndarray) -> object:
     return a if a.dtype.hasobject else (a.dtype.str, a.shape, a.tobytes())
 
 
-def unpack_array(p: Any) -> np.ndarray:
+def unpack_array(p: Union[np.ndarray, PackedArray]) -> np.ndarray:
     if isinstance(p, np.ndarray):
         return p
     dtype, shape, data = p

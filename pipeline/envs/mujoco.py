@@ -7,7 +7,7 @@ truncation, not termination).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -57,7 +57,7 @@ class MujocoEnvFn:
 class RescaledEnvFn:
     """A callable returning an env (a user's), its envs made as :func:`rescaled_float32` makes them."""
 
-    def __init__(self, maker: Any) -> None:
+    def __init__(self, maker: Callable[[], gym.Env]) -> None:
         self.maker = maker
 
     def __call__(self) -> gym.Env:

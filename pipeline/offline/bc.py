@@ -7,7 +7,7 @@ Config: :data:`BC_CONFIG` (``compile_config(user, policy='bc')``).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -106,7 +106,8 @@ class BCPolicy(Policy):
 
     config_schema = BC_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: object = None, action_shape: object = None,
+    def __init__(self, cfg: Mapping, obs_shape: Union[int, Sequence[int], None] = None,
+                 action_shape: Union[int, Sequence[int], None] = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

@@ -16,7 +16,7 @@ returns ``tanh(mu(s))``. Config: :data:`IQL_CONFIG` (``compile_config(user, poli
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -189,7 +189,8 @@ class IQLPolicy(Policy):
 
     config_schema = IQL_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: object = None, action_shape: object = None,
+    def __init__(self, cfg: Mapping, obs_shape: Union[int, Sequence[int], None] = None,
+                 action_shape: Union[int, Sequence[int], None] = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

@@ -8,7 +8,7 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -108,7 +108,8 @@ class Policy:
         self._eval: Optional[ActingMode] = None
         self._pending_learn_state: Optional[Mapping[str, object]] = None
 
-    def _flat_sizes(self, obs_shape: Any, action_shape: Any) -> Tuple[int, int]:
+    def _flat_sizes(self, obs_shape: Union[int, Sequence[int], None],
+                    action_shape: Union[int, Sequence[int], None]) -> Tuple[int, int]:
         """``(obs_dim, action_dim)``: the given shapes, else ``policy.model``'s, flattened; a one-line
         ``ValueError`` naming the policy when neither gives both."""
         mc = self.cfg["model"]

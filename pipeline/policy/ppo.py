@@ -201,7 +201,7 @@ class PPOCollectMode(ActingMode):
 class PPOEvalMode(ActingMode):
     """Deterministic acting: ``forward(obs) -> actions`` (argmax, or the Gaussian mean clipped)."""
 
-    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None) -> None:
+    def __init__(self, model: ActorCritic, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None) -> None:
         self.model, self.low, self.high = model, low, high
 
     def forward(self, obs: object) -> np.ndarray:

@@ -17,11 +17,14 @@ until an env object is looked at.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from ..config import find_keys
 from ..config.policy_schemas import SCHEMAS
 from ..config.schema import defaults
+
+if TYPE_CHECKING:  # importing this module does not load gymnasium
+    import gymnasium as gym
 
 __all__ = ['EnvSource', 'env_source', 'sb3_policy_name', 'sb3_keyword_refusal', 'RECORDING_WRAPPERS']
 
@@ -39,7 +42,7 @@ class EnvSource(NamedTuple):
     env_id: str
     kwargs: Dict[str, object]
     max_episode_steps: Optional[int] = None
-    maker: Optional[Callable[..., object]] = None
+    maker: Optional[Callable[[], gym.Env]] = None
 
 
 class EnvRefusal(ValueError):

@@ -78,7 +78,7 @@ class Agent:
     default_env: ClassVar[str] = 'CartPole-v1'
     #: the config keys that size the network (what Stable-Baselines3's ``policy_kwargs=dict(net_arch=...)`` sets)
     net_keys: ClassVar[str] = ''
-    _maker: Optional[Callable[..., object]] = None  # the user's env callable (None: the envs are made from the id)
+    _maker: Optional[Callable[[], gym.Env]] = None  # the user's env callable (None: the envs are made from the id)
     _verbose: int = 0
     _log_dir: Optional[str] = None
 
