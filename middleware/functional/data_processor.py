@@ -131,7 +131,7 @@ class _Share(NamedTuple):
     """One buffer's part of every batch: the form all buffer setups are normalised to."""
 
     key: object              # its key in a dict of buffers (the batch is nested under it), else None
-    buffer: Any
+    buffer: Any           # a ReplayBuffer, as the user handed it (checked by use, not by class)
     rows: int             # rows it gives to each batch (0: none, for a tiny weight)
     need: int             # items it must hold before a batch is drawn
     span: Optional[slice]  # its rows in a concatenated batch (weighted list), else None: the whole batch
@@ -309,7 +309,7 @@ class BatchSource(Protocol):
     or None.
     """
 
-    def next(self, ctx: Any) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
+    def next(self, ctx: RLContext) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
         ...
 
 

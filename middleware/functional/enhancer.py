@@ -77,7 +77,7 @@ class NStepAccumulator:
 
 
 @for_roles(Role.COLLECTOR, reads=["transitions"], writes=["transitions"])
-def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
+def nstep_reward_enhancer(cfg: Mapping) -> Callable[[OnlineRLContext], None]:
     """Replace ``ctx.transitions`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).
 

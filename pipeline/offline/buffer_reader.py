@@ -31,7 +31,7 @@ def _column(values: List[object], key: str, where: str) -> np.ndarray:
         raise DatasetError(f'{where}: shape mismatch, the items\' {key!r} have different shapes ({e})') from None
 
 
-def from_buffer(buffer_: Any, unfinished: str = 'error', name: Optional[str] = None) -> OfflineDataset:
+def from_buffer(buffer_: DequeBuffer, unfinished: str = 'error', name: Optional[str] = None) -> OfflineDataset:
     """An :class:`OfflineDataset` of the 1-step transitions in ``buffer_`` (oldest first, grouped per
     ``env_id``; see the module docstring). ``unfinished``: ``'error'`` or ``'drop'``, what to do
     with an env's last episode when it has no end.
