@@ -45,7 +45,7 @@ GroupStep = Tuple[List[float], List[bool], List[bool], Optional[List[dict]], Dic
 PackedArray = Tuple[str, Tuple[int, ...], bytes]
 
 
-def pack_array(a: np.ndarray) -> object:
+def pack_array(a: np.ndarray) -> Union[np.ndarray, PackedArray]:
     """``a`` as ``(dtype, shape, bytes)``; object arrays (e.g. dict actions) as they are."""
     return a if a.dtype.hasobject else (a.dtype.str, a.shape, a.tobytes())
 
