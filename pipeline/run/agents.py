@@ -202,7 +202,7 @@ class Agent:
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
 
-    def _env_fn(self) -> Any:
+    def _env_fn(self) -> Union[str, Callable[[], gym.Env]]:
         """What ``EnvManager`` makes the training envs with: the user's callable, else the env id (with the
         config's ``env_kwargs`` and time limit, when it has them)."""
         if self._maker is not None:
@@ -508,7 +508,7 @@ class SAC(Agent):
                                            'stop_value': None},
                 'policy': sac_policy_settings(1)}
 
-    def _env_fn(self) -> Any:
+    def _env_fn(self) -> Callable[[], gym.Env]:
         if self._maker is not None:
             return RescaledEnvFn(self._maker)
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'),

@@ -208,7 +208,7 @@ def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_
 
 # --------------------------------------------------------------------------- play and end
 def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callable[[Any, Any, Any], Any],
-                    make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, Any]:
+                    make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, object]:
     """``--play``: rebuild the policy with ``build_policy(cfg, observation_space, action_space)`` from the
     config saved in the checkpoint (checked against the schema; its networks refused above ``--max-params``)
     and the spaces saved with it, load its weights and run ``--episodes`` episodes of the env it was
