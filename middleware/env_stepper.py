@@ -109,7 +109,7 @@ class EnvStepper:
 
     def _start(self, h: int, kwargs: Mapping[str, object]) -> None:
         """Choose half ``h``'s actions now and start its step."""
-        ids, rows = self._halves[h]  # type: ignore[index]
+        ids, rows = self._halves[h]  # type: ignore[index]  # set by _overlapped, the only caller
         env = self.env
         out = self._forward(env.obs[rows], **kwargs)
         key = self.action_key

@@ -3,7 +3,7 @@ the ``NStepAccumulator`` that turns 1-step transitions into n-step ones."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, cast
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
@@ -43,7 +43,7 @@ class NStepAccumulator:
         discount = self._discount
         for j in range(k):
             ret += discount[j] * float(q[j]['reward'])
-        out: Transition = dict(first)  # type: ignore[assignment]
+        out = cast('Transition', dict(first))  # a copy of the first transition, rewritten below
         out['reward'] = ret
         out['next_obs'] = last['next_obs']
         out['terminated'] = bool(last['terminated'])
@@ -97,5 +97,5 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[OnlineRLContext], None]:
             out.extend(acc.add(t))
         ctx.transitions = out
 
-    _nstep.accumulator = acc  # type: ignore[attr-defined]
+    setattr(_nstep, 'accumulator', acc)
     return _nstep

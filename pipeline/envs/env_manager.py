@@ -273,7 +273,7 @@ class EnvManager:
         if not self._pending:
             raise RuntimeError('step_wait() without a step_async() in flight: call step_async(actions) first')
         ids, obs, actions, span = self._pending.popleft()
-        self._busy[ids] = False  # type: ignore[index]
+        self._busy[ids] = False  # type: ignore[index]  # set by the step_async that queued this step
         return self._finish(ids, obs, actions, span, self._backend.step_wait())
 
     def _finish(self, ids: np.ndarray, obs: np.ndarray, actions: np.ndarray, span: Optional[Tuple[int, int]],
@@ -333,7 +333,7 @@ class EnvManager:
         """Wait for every step in flight and drop the results (before a reset)."""
         while self._pending:
             ids = self._pending.popleft()[0]
-            self._busy[ids] = False  # type: ignore[index]
+            self._busy[ids] = False  # type: ignore[index]  # set by the step_async that queued it
             try:
                 self._backend.step_wait()
             except BaseException:

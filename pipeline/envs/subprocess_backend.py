@@ -220,7 +220,7 @@ class SubprocessBackend:
                 at = range(pos.start, pos.stop) if isinstance(pos, slice) else pos.tolist()
                 if w_infos is not None:
                     for i, info in zip(at, w_infos):
-                        infos[i] = info  # type: ignore[index]
+                        infos[i] = info  # type: ignore[index]  # not None: w_infos come with keep_infos
                 finals.extend((at[row], obs, info) for row, (obs, info) in w_finals.items())
         next_obs = after
         final_infos: Dict[int, dict] = {}

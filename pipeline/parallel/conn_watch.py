@@ -12,7 +12,7 @@ try:  # the bound on what a connection can make ZeroMQ hold reads kernel counter
     import fcntl
     import termios
 except ImportError:  # not POSIX: connections are not watched (``TransportGuard.delivered`` is None)
-    fcntl = termios = None  # type: ignore[assignment]
+    fcntl = termios = None  # type: ignore[assignment]  # the modules' names stand for "not available"
 
 __all__ = ['Conn', 'counters', 'peer_still_there', 'watchable']
 

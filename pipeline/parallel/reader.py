@@ -497,7 +497,7 @@ class Delivery:
         self.handler_event = event
         self.in_handler = True
         try:
-            self.on_message(event, args, kwargs)  # type: ignore[misc]
+            self.on_message(event, args, kwargs)  # type: ignore[misc]  # a callable attribute, not a method
         except Exception:
             log.exception("node %d: listener of remote event %r raised", self._node.node_id, event)
         finally:

@@ -209,7 +209,7 @@ class HerRewardModel:
         if len(episodes) == 0:
             return []
         if isinstance(episodes[0], Mapping):  # a single episode
-            episodes = [episodes]  # type: ignore[list-item]
+            episodes = [episodes]  # type: ignore[list-item]  # the rows of one episode, now a list of it
         out: List[Dict[str, object]] = []
         for ep in episodes:
             out.extend(self._relabel_episode(ep))
