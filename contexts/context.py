@@ -8,26 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, FrozenSet, List, Optional, Tuple, Type, Union
 
 if TYPE_CHECKING:
     from pipeline.data.records import TrainBatch, TrainOutput, Transition
 
 
-def _factories_of(cls: type) -> Tuple[Tuple[str, Any], ...]:
+_Factories = Tuple[Tuple[str, Callable[[], object]], ...]
+
+
+def _factories_of(cls: Type["Context"]) -> _Factories:
     """The fields of a context class whose defaults come from a factory (computed once per class).
 
     Fields with a plain default need no per-instance value: a dataclass keeps that default as a class
     attribute, so a renewed context with an empty ``__dict__`` reads it from the class.
     """
-    factories = []
+    factories: List[Tuple[str, Callable[[], object]]] = []
     for f in dataclasses.fields(cls):
         if f.default_factory is not dataclasses.MISSING:
             factories.append((f.name, f.default_factory))
         elif f.default is dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{f.name} needs a default so that the context can be renewed")
-    cls._renew_factories = tuple(factories)
-    return cls._renew_factories
+    cls._renew_factories = found = tuple(factories)
+    return found
 
 
 @dataclass
@@ -39,10 +42,10 @@ class Context:
     """
 
     total_step: int = 0
-    _kept_keys: frozenset = field(default=frozenset(), repr=False)
-    _renew_factories = None  # per class, filled at the first renew
+    _kept_keys: FrozenSet[str] = field(default=frozenset(), repr=False)
+    _renew_factories: ClassVar[Optional[_Factories]] = None  # per class, filled at the first renew
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls._renew_factories = None
 
@@ -71,7 +74,7 @@ class Context:
             new._kept_keys = kept
         return new
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         return getattr(self, key, default)
 
     def __post_init__(self) -> None:
@@ -100,16 +103,16 @@ class OnlineRLContext(Context):
     train_iter: int = 0
     train_data: Optional[TrainBatch] = None
     train_output: Optional[List[TrainOutput]] = None
-    collect_kwargs: Dict[str, Any] = field(default_factory=dict)
-    obs: Any = None
-    action: Any = None
-    inference_output: Any = None
+    collect_kwargs: Dict[str, object] = field(default_factory=dict)
+    obs: object = None
+    action: object = None
+    inference_output: object = None
     transitions: Optional[List[Transition]] = None
     episodes: Optional[List[List[Transition]]] = None
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")
-    eval_output: Any = None
+    eval_output: Optional[Dict[str, object]] = None
     info_for_logging: Dict[str, Any] = field(default_factory=dict)
 
     _default_kept = ("env_step", "env_episode", "train_iter", "last_eval_iter", "last_eval_value")
@@ -132,7 +135,7 @@ class OfflineRLContext(Context):
     eval_value: float = float("-inf")
     last_eval_iter: int = -1
     last_eval_value: float = float("-inf")
-    eval_output: Any = None
+    eval_output: Optional[Dict[str, object]] = None
     info_for_logging: Dict[str, Any] = field(default_factory=dict)
 
     _default_kept = ("trained_env_step", "train_epoch", "train_iter", "last_eval_iter", "last_eval_value")

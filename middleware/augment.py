@@ -1,17 +1,29 @@
 """``random_shift_augmenter``: DrQ's random-shift augmentation of ``ctx.train_data`` as middleware."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional, Protocol, cast
 
 from contexts import RLContext
 from pipeline.runtime.roles import Role, for_roles
 
-__all__ = ['random_shift_augmenter']
+if TYPE_CHECKING:
+    from pipeline.data.augment import RandomShift
+    from pipeline.data.records import TrainBatch
+
+__all__ = ['random_shift_augmenter', 'AugmentMiddleware']
+
+
+class AugmentMiddleware(Protocol):
+    """What :func:`random_shift_augmenter` returns: the middleware and its ``transform``."""
+
+    transform: RandomShift
+
+    def __call__(self, ctx: RLContext) -> None: ...
 
 
 @for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
 def random_shift_augmenter(pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs'),
-                           seed: Optional[int] = None) -> Callable[[Any], None]:
+                           seed: Optional[int] = None) -> AugmentMiddleware:
     """Shift the images of the training batch by random offsets in ``[-pad, pad]`` pixels.
 
     Reads ``ctx.train_data`` (a batch dict; nothing happens when it is None). Writes
@@ -27,7 +39,7 @@ def random_shift_augmenter(pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs
 
     def _augment(ctx: RLContext) -> None:
         if ctx.train_data is not None:
-            ctx.train_data = shift(ctx.train_data)
+            ctx.train_data = cast('TrainBatch', shift(ctx.train_data))  # the same fields, images shifted
 
-    _augment.transform = shift  # type: ignore[attr-defined]
-    return _augment
+    setattr(_augment, 'transform', shift)
+    return cast(AugmentMiddleware, _augment)  # a function with a ``transform`` attribute

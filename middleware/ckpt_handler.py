@@ -64,10 +64,10 @@ class CkptSaver:
     step); ``self.last_path`` / ``self.paths`` say what was written. Roles: LEARNER, EVALUATOR.
     """
 
-    def __init__(self, policy: Any, save_dir: str, train_freq: Optional[int] = None,
+    def __init__(self, policy: object, save_dir: str, train_freq: Optional[int] = None,
                  save_finish: bool = True, resume_from: Optional[str] = None, buffer: Any = None,
-                 config: Optional[Mapping[str, Any]] = None, policy_type: Optional[str] = None,
-                 modules: Optional[Mapping[str, Any]] = None, spaces: Optional[Tuple[Any, Any]] = None) -> None:
+                 config: Optional[Mapping[str, object]] = None, policy_type: Optional[str] = None,
+                 modules: Optional[Mapping[str, Any]] = None, spaces: Optional[Tuple[object, object]] = None) -> None:
         if train_freq is not None and (not isinstance(train_freq, int) or train_freq < 1):
             raise ValueError(f'train_freq must be a positive int or None, got {train_freq!r}')
         self.policy = policy
@@ -81,7 +81,7 @@ class CkptSaver:
             if not (hasattr(m, 'state_dict') and hasattr(m, 'load_state_dict')):
                 raise TypeError(f'CkptSaver: modules[{name!r}] needs state_dict() and load_state_dict(), '
                                 f'got {type(m).__name__}')
-        self.extra_static: Dict[str, Any] = {}
+        self.extra_static: Dict[str, object] = {}
         if config is not None:
             self.extra_static['config'] = to_plain(config)
         if policy_type is not None:
@@ -94,7 +94,7 @@ class CkptSaver:
         self.last_save_iter: Optional[int] = None
         self.last_path: Optional[str] = None
         self.paths: Dict[str, str] = {}
-        self._counters: Optional[Dict[str, Any]] = None
+        self._counters: Optional[Dict[str, object]] = None
         if resume_from is not None:
             state = load_checkpoint(resume_from, policy)
             self._counters = dict(state.get('counters', {}))
@@ -106,7 +106,7 @@ class CkptSaver:
             self._resume_modules(resume_from, state.get('modules', {}))
             self._resume_buffer(resume_from)
 
-    def _resume_modules(self, path: str, saved: Any) -> None:
+    def _resume_modules(self, path: str, saved: object) -> None:
         for name, m in self.modules.items():
             if not isinstance(saved, Mapping) or name not in saved:
                 log.warning('%s holds no state for %r: it starts afresh', path, name)
@@ -130,7 +130,7 @@ class CkptSaver:
             raise CheckpointError(f'the replay buffer saved with {path!r} does not load: {e}') from None
         log.info('replay buffer restored from %s (%d items)', bpath, self.buffer.count())
 
-    def restore(self, ctx: Any) -> Any:
+    def restore(self, ctx: RLContext) -> RLContext:
         """Set the resumed checkpoint's counters on ``ctx`` (checked); returns ``ctx``. No-op
         without ``resume_from`` or when already applied."""
         if self._counters is not None:
@@ -160,14 +160,14 @@ class CkptSaver:
             self.best_eval = v
         return v
 
-    def _extra(self, **kw: Any) -> Dict[str, Any]:
+    def _extra(self, **kw: object) -> Dict[str, object]:
         d = dict(self.extra_static)
         d['best_eval'] = float(self.best_eval)
         d.update(kw)
         return d
 
-    def _save(self, name: str, ctx: Any, policy_state: Optional[Mapping[str, Any]] = None,
-              **extra: Any) -> str:
+    def _save(self, name: str, ctx: Any, policy_state: Optional[Mapping[str, object]] = None,
+              **extra: object) -> str:
         path = os.path.join(self.dir, name)
         save_checkpoint(path, self.policy, ctx, self._extra(**extra), policy_state=policy_state,
                         modules=self.modules)
@@ -175,11 +175,11 @@ class CkptSaver:
         self.paths[name] = path
         return path
 
-    def save_final(self, ctx: Any) -> str:
+    def save_final(self, ctx: object) -> str:
         """Write ``final.pth.tar`` now (and the buffer, when given); returns its path."""
         return self._save_with_buffer('final.pth.tar', ctx)
 
-    def _save_with_buffer(self, name: str, ctx: Any) -> str:
+    def _save_with_buffer(self, name: str, ctx: object) -> str:
         """The buffer first (``<name>.buffer``, atomically), then the checkpoint: a checkpoint on disk always
         has its buffer next to it. Of the periodic buffers only the newest is kept."""
         if self.buffer is not None:

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
 
-from .env_stepper import EnvStepper
+from .env_stepper import Actor, EnvStepper
 
 if TYPE_CHECKING:
+    from pipeline.envs import EnvManager
     from pipeline.data.records import Transition
 
 __all__ = ['StepCollector', 'EpisodeCollector']
@@ -41,7 +42,7 @@ class _EnvCollector:
     """What both collectors share: an :class:`~middleware.env_stepper.EnvStepper` of the policy's collect
     mode on an ``EnvManager`` (lock step, or two halves overlapped: see :class:`StepCollector`)."""
 
-    def __init__(self, policy: Any, env: Any, overlap: bool = False) -> None:
+    def __init__(self, policy: Actor, env: EnvManager, overlap: bool = False) -> None:
         self.policy = policy
         self.env = env
         self.stepper = EnvStepper(policy, env, overlap)
@@ -75,7 +76,7 @@ class StepCollector(_EnvCollector):
     reached in half rounds. Needs ``env_num >= 2`` (with one env it steps in lock step).
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
+    def __init__(self, cfg: Mapping, policy: Actor, env: EnvManager, overlap: bool = False) -> None:
         super().__init__(policy, env, overlap)
         self.n_sample = _collect_count(cfg, 'n_sample')
 
@@ -102,7 +103,7 @@ class EpisodeCollector(_EnvCollector):
     Role: COLLECTOR. ``overlap=True``: as in :class:`StepCollector`.
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
+    def __init__(self, cfg: Mapping, policy: Actor, env: EnvManager, overlap: bool = False) -> None:
         super().__init__(policy, env, overlap)
         self.n_episode = _collect_count(cfg, 'n_episode')
         self._partial: Dict[int, List[Transition]] = {}

@@ -8,13 +8,22 @@ builds from the steps (transitions, episodes, a rollout) is its own business.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
 
 from contexts import OnlineRLContext
+from pipeline.runtime.protocols import ActingPolicy
 
-__all__ = ['EnvStepper', 'log_finished']
+if TYPE_CHECKING:  # loads gymnasium, which `import middleware` does not
+    from pipeline.envs import EnvManager
 
-_NO_KWARGS: Mapping[str, Any] = {}
+__all__ = ['EnvStepper', 'log_finished', 'Actor']
+
+Actor = Union[ActingPolicy, Callable[..., object]]
+"""What a collector acts with: a policy's collect mode (``forward(obs, **kwargs)``) or a plain callable."""
+
+_NO_KWARGS: Mapping[str, object] = {}
 
 
 def log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
@@ -52,7 +61,7 @@ class EnvStepper:
     rollout). For a deterministic policy the steps are those of lock step, half by half in env order.
     """
 
-    def __init__(self, policy: Any, env: Any, overlap: bool = False, action_key: Optional[str] = None) -> None:
+    def __init__(self, policy: Actor, env: EnvManager, overlap: bool = False, action_key: Optional[str] = None) -> None:
         self.policy = policy
         self.env = env
         self.action_key = action_key
@@ -62,9 +71,9 @@ class EnvStepper:
         #: steps per round of all envs: 2 when overlapped (two halves), else 1
         self.parts = 2 if self.overlap else 1
         # (ids, rows of env.obs: a slice, so the policy gets a view, not a copy), made at the first step
-        self._halves: Optional[Tuple[Tuple[Any, slice], ...]] = None
+        self._halves: Optional[Tuple[Tuple[np.ndarray, slice], ...]] = None
         self._waiting: Optional[int] = None  # the half whose step is in flight
-        self._out: List[Any] = [None, None]  # each half's forward output, while its step is in flight
+        self._out: List[object] = [None, None]  # each half's forward output, while its step is in flight
 
     def reset_if_needed(self, drop_in_flight: bool = False) -> bool:
         """Reset the env and the policy's per-env state before the first step (with ``drop_in_flight``
@@ -78,7 +87,7 @@ class EnvStepper:
             self._reset()
         return True
 
-    def step(self, ctx: OnlineRLContext, kwargs: Mapping[str, Any] = _NO_KWARGS,
+    def step(self, ctx: OnlineRLContext, kwargs: Mapping[str, object] = _NO_KWARGS,
              start_next: bool = True) -> Tuple[Any, Any]:
         """One step of every env (lock step) or of one half (overlap): ``(EnvStep, forward output)``.
 
@@ -98,16 +107,16 @@ class EnvStepper:
                 self._reset([e.env_id for e in finished])
         return step, out
 
-    def _start(self, h: int, kwargs: Mapping[str, Any]) -> None:
+    def _start(self, h: int, kwargs: Mapping[str, object]) -> None:
         """Choose half ``h``'s actions now and start its step."""
-        ids, rows = self._halves[h]  # type: ignore[index]
+        ids, rows = self._halves[h]  # type: ignore[index]  # set by _overlapped, the only caller
         env = self.env
         out = self._forward(env.obs[rows], **kwargs)
         key = self.action_key
         env.step_async(out if key is None else out[key], ids)
         self._out[h] = out
 
-    def _overlapped(self, kwargs: Mapping[str, Any], start_next: bool) -> Tuple[Any, Any]:
+    def _overlapped(self, kwargs: Mapping[str, object], start_next: bool) -> Tuple[Any, Any]:
         env = self.env
         if self._halves is None:
             self._halves = tuple((h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves())

@@ -8,25 +8,30 @@ and trains on the flattened, collated transitions.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
 from contexts import OnlineRLContext
 from pipeline import task
 from pipeline.runtime.contracts import buffered
-from pipeline.runtime.protocols import EpisodeRelabeler
+from pipeline.runtime.protocols import EpisodeRelabeler, TrainablePolicy
 from pipeline.runtime.roles import Role, for_roles
 
 from .functional import evaluator
+from .functional.data_processor import BatchSource
 from .learner import TrainRounds
+
+if TYPE_CHECKING:
+    from pipeline.data.protocols import ReplayBuffer
+    from pipeline.data.records import TrainBatch
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
 
 log = logging.getLogger(__name__)
 
 
-def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
+def _relabel_fn(her_reward_model: object) -> Callable[[Any], Any]:
     """Its ``relabel(episodes)`` (``pipeline.runtime.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
     if isinstance(her_reward_model, EpisodeRelabeler):
         return her_reward_model.relabel
@@ -39,14 +44,22 @@ def _relabel_fn(her_reward_model: Any) -> Callable[[Any], Any]:
     )
 
 
+class HerEnhancer(Protocol):
+    """What :func:`her_data_enhancer` returns: the middleware and its batches as a batch source (``source``)."""
+
+    source: BatchSource
+
+    def __call__(self, ctx: OnlineRLContext) -> None: ...
+
+
 @for_roles(Role.LEARNER, reads=["@buffer"], writes=["train_data"])
 def her_data_enhancer(
     cfg: Mapping,
     buffer_: Any,
-    her_reward_model: Any,
+    her_reward_model: object,
     episode_size: Optional[int] = None,
     seed: Optional[int] = None,
-) -> Callable[[Any], None]:
+) -> HerEnhancer:
     """Sample whole episodes from ``buffer_``, relabel them and collate a training batch.
 
     Reads the buffer only. Writes ``ctx.train_data``: a ``treetensor.torch.Tensor`` batch of the
@@ -67,7 +80,7 @@ def her_data_enhancer(
         batch_size = cfg["policy"]["learn"].get("batch_size")
     rng = np.random.default_rng(seed)
 
-    def _sample(ctx: OnlineRLContext) -> Any:
+    def _sample(ctx: OnlineRLContext) -> Optional[TrainBatch]:
         from pipeline.data.collate import collate_transitions, to_treetensor  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
@@ -90,18 +103,18 @@ def her_data_enhancer(
     def _enhance(ctx: OnlineRLContext) -> None:
         ctx.train_data = _sample(ctx)
 
-    _enhance.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-    _enhance.source = _HerSource(_sample)  # type: ignore[attr-defined]
-    return _enhance
+    setattr(_enhance, '__provided__', buffered(buffer_))  # a buffer filled before the run needs no pusher (fields check)
+    setattr(_enhance, 'source', _HerSource(_sample))
+    return cast(HerEnhancer, _enhance)  # a function with a ``source`` attribute
 
 
 class _HerSource:
     """``her_data_enhancer``'s batches as a batch source for ``TrainRounds`` (nothing to do once trained)."""
 
-    def __init__(self, sample: Callable[[Any], Any]) -> None:
+    def __init__(self, sample: Callable[[OnlineRLContext], Optional[TrainBatch]]) -> None:
         self._sample = sample
 
-    def next(self, ctx: Any) -> Tuple[Any, None]:
+    def next(self, ctx: OnlineRLContext) -> Tuple[Optional[TrainBatch], None]:
         return self._sample(ctx), None
 
 
@@ -131,10 +144,10 @@ class HERLearner(TrainRounds):
     def __init__(
         self,
         cfg: Mapping,
-        learner: Any,
-        buffer_: Any,
-        her_reward_model: Any,
-        reward_model: Optional[Any] = None,
+        learner: TrainablePolicy,
+        buffer_: ReplayBuffer,
+        her_reward_model: object,
+        reward_model: object = None,
         log_freq: int = 100,
         train_reward_model: bool = True,
     ) -> None:
@@ -143,7 +156,7 @@ class HERLearner(TrainRounds):
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
 
-def goal_success_rate(policy: Any, env: Any, n_episode: int) -> float:
+def goal_success_rate(policy: object, env: object, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
     return _success_rate(*evaluator.evaluate_episodes(policy, env, n_episode))
@@ -156,12 +169,12 @@ def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
-    policy: Any,
-    env: Any,
+    policy: object,
+    env: object,
     n_episode: int = 50,
     eval_freq: int = 100,
     stop_success: Optional[float] = None,
-) -> Callable[[Any], None]:
+) -> Callable[[OnlineRLContext], None]:
     """Evaluate a goal-reaching policy's success rate every ``eval_freq`` train iterations.
 
     For goal envs with rewards ``0`` (goal reached) / ``-1`` (not yet), like those in

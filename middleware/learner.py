@@ -8,7 +8,9 @@ from contexts import RLContext
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
-from .functional.data_processor import BatchSource, ReplaySource
+from pipeline.runtime.protocols import TrainablePolicy
+
+from .functional.data_processor import BatchSource, Buffers, ReplaySource
 from .functional.trainer import trainer
 from .reward import reward_step
 
@@ -34,7 +36,7 @@ class TrainRounds:
     round's output (empty when nothing was trained).
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, source: BatchSource, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: TrainablePolicy, source: BatchSource, reward_model: Optional[object] = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[TrainBatch], TrainBatch]] = None) -> None:
         if not callable(getattr(source, 'next', None)):
@@ -106,7 +108,7 @@ class OffPolicyLearner(TrainRounds):
     Role: LEARNER.
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, buffer_: Any, reward_model: Optional[Any] = None,
+    def __init__(self, cfg: Mapping, learner: TrainablePolicy, buffer_: Buffers, reward_model: object = None,
                  log_freq: int = 100, train_reward_model: bool = True,
                  batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
         super().__init__(cfg, learner, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Protocol, TextIO, cast
 
 import numpy as np
 
@@ -28,12 +28,43 @@ from pipeline.runtime.roles import Role, for_all_roles, for_roles
 
 log = logging.getLogger(__name__)
 
-__all__ = ['offline_data_fetcher', 'offline_logger']
+if TYPE_CHECKING:
+    from pipeline.data.records import TrainBatch
+
+__all__ = ['offline_data_fetcher', 'offline_logger', 'MinibatchDataset', 'OfflineFetcher', 'OfflineLogger']
+
+
+class MinibatchDataset(Protocol):
+    """What :func:`offline_data_fetcher` reads: a :class:`pipeline.offline.OfflineDataset` or
+    :class:`pipeline.offline.ChunkedDataset`."""
+
+    def __len__(self) -> int: ...
+
+    def num_minibatches(self, batch_size: int, drop_last: bool = False) -> int: ...
+
+    def iter_minibatches(self, batch_size: int, rng: Optional[np.random.Generator] = None,
+                         drop_last: bool = False) -> Iterator[Dict[str, np.ndarray]]: ...
+
+
+class OfflineFetcher(Protocol):
+    """What :func:`offline_data_fetcher` returns: the middleware and ``minibatches_per_epoch``."""
+
+    minibatches_per_epoch: int
+
+    def __call__(self, ctx: OfflineRLContext) -> None: ...
+
+
+class OfflineLogger(Protocol):
+    """What :func:`offline_logger` returns: the middleware and ``close()`` (closes the TensorBoard writer)."""
+
+    def __call__(self, ctx: OfflineRLContext) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @for_roles(Role.LEARNER, reads=["train_epoch"], writes=["train_data", "train_epoch"])
-def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, seed: Optional[int] = None,
-                         max_epoch: Optional[int] = None) -> Callable[[OfflineRLContext], None]:
+def offline_data_fetcher(cfg: Mapping[str, Any], dataset: MinibatchDataset, drop_last: bool = False,
+                         seed: Optional[int] = None, max_epoch: Optional[int] = None) -> OfflineFetcher:
     """One minibatch of ``cfg.policy.learn.batch_size`` rows of ``dataset`` per call, epoch after epoch.
 
     ``dataset`` is a :class:`pipeline.offline.OfflineDataset` or a
@@ -64,28 +95,30 @@ def offline_data_fetcher(cfg: Mapping, dataset: Any, drop_last: bool = False, se
     import torch  # lazy: `import middleware` loads no torch
 
     rng = np.random.default_rng(int(cfg.get('seed', 0)) if seed is None else seed)
-    state: Dict[str, Any] = {'it': None, 'served': 0}
+    it: Optional[Iterator[Dict[str, np.ndarray]]] = None
+    served = 0
 
     def _fetch(ctx: OfflineRLContext) -> None:
-        it: Optional[Iterator] = state['it']
-        if it is None or state['served'] == per_epoch:
-            it = state['it'] = dataset.iter_minibatches(batch_size, rng, drop_last)
-            state['served'] = 0
+        nonlocal it, served
+        if it is None or served == per_epoch:
+            it = dataset.iter_minibatches(batch_size, rng, drop_last)
+            served = 0
         mb = next(it)
-        state['served'] += 1
-        ctx.train_data = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in mb.items()}
-        if state['served'] == per_epoch:
+        served += 1
+        # the dataset's columns (obs, action, reward, next_obs, terminated, truncated): a TrainBatch
+        ctx.train_data = cast('TrainBatch', {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in mb.items()})
+        if served == per_epoch:
             ctx.train_epoch += 1
             if max_epoch is not None and ctx.train_epoch >= max_epoch:
                 task.finish = True
 
-    _fetch.minibatches_per_epoch = per_epoch
-    return _fetch
+    setattr(_fetch, 'minibatches_per_epoch', per_epoch)
+    return cast(OfflineFetcher, _fetch)  # a function with a ``minibatches_per_epoch`` attribute
 
 
 @for_all_roles(reads=["train_iter", "train_epoch", "train_output?", "eval_output?"])
 def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, stream: Optional[TextIO] = None
-                   ) -> Callable[[OfflineRLContext], None]:
+                   ) -> OfflineLogger:
     """Log an offline pipeline against train iterations (an offline run has no env steps).
 
     Reads ``ctx.train_iter``, ``ctx.train_epoch``, ``ctx.train_output`` (the scalar entries of its
@@ -138,5 +171,5 @@ def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, st
             state['writer'].close()
             state['writer'] = None
 
-    _log.close = close
-    return _log
+    setattr(_log, 'close', close)
+    return cast(OfflineLogger, _log)  # a function with a ``close`` attribute

@@ -15,12 +15,18 @@ axis ``N``: ``obs [T, N, ...]``, ``action``, ``logp``, ``value``, ``reward``, ``
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, cast
 
 import numpy as np
 
 from pipeline.runtime.roles import Role, for_roles
+from pipeline.runtime.protocols import TrainablePolicy
+
 from .env_stepper import EnvStepper
+
+if TYPE_CHECKING:  # loads gymnasium, which `import middleware` does not
+    from pipeline.envs import EnvManager
+    from pipeline.policy.ppo import PPOCollectMode
 from .functional.trainer import flatten_update_result
 
 __all__ = ['RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch']
@@ -68,7 +74,7 @@ class RolloutCollector:
     with a deterministic policy the rollout is the lock-step one. Needs ``env_num >= 2``.
     """
 
-    def __init__(self, cfg: Mapping, policy: Any, env: Any, overlap: bool = False) -> None:
+    def __init__(self, cfg: Mapping, policy: PPOCollectMode, env: EnvManager, overlap: bool = False) -> None:
         self.n_steps = int(cfg['policy']['collect']['n_steps'])
         if self.n_steps < 1:
             raise ValueError(f'policy.collect.n_steps must be >= 1, got {self.n_steps}')
@@ -122,7 +128,7 @@ class RolloutCollector:
 
 
 @for_roles(Role.LEARNER, reads=["rollout"])  # adds keys to the rollout dict in place
-def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
+def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[object], None]:
     """Add GAE(lambda) advantages and value targets to ``ctx.rollout``.
 
     Uses ``cfg.policy.discount_factor`` and ``cfg.policy.gae_lambda``; a truncated episode
@@ -144,7 +150,7 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[Any], None]:
         raise ValueError('policy.learn.normalize_reward needs gae_estimator(cfg, model) with a model that has '
                          'ret_norm (e.g. PPOPolicy.model)')
 
-    def _gae(ctx: Any) -> None:
+    def _gae(ctx: object) -> None:
         r = getattr(ctx, 'rollout', None)
         if r is None:
             return
@@ -187,7 +193,7 @@ class OnPolicyTrainer:
     ``explained_variance``, ...), and advances ``ctx.train_iter`` by one. Role: LEARNER.
     """
 
-    def __init__(self, cfg: Mapping, learner: Any, log_freq: int = 50) -> None:
+    def __init__(self, cfg: Mapping, learner: TrainablePolicy, log_freq: int = 50) -> None:
         if not hasattr(learner, 'update'):
             raise TypeError(f'OnPolicyTrainer needs a learner with update(...) (e.g. PPOPolicy.learn_mode); '
                             f'got {type(learner).__name__}')
@@ -214,7 +220,8 @@ class OnPolicyTrainer:
         out = flatten_update_result(result, self.learner)
         ret, val = r['return'], r['value']
         var = float(np.var(ret))
-        out['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
+        metrics = cast(Dict[str, Any], out)  # a metric TrainOutput does not name
+        metrics['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
         if self.obs_norm is not None:
             self.obs_norm.update(r['obs'].reshape((-1,) + r['obs'].shape[2:]))
         ctx.train_output = [out]

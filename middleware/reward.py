@@ -10,7 +10,7 @@ __all__ = ["reward_estimator"]
 
 
 @for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
-def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Callable[[Any], None]:
+def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> Callable[[object], None]:
     """Put ``reward_model``'s reward into ``ctx.train_data`` (after the fetcher, before the trainer).
 
     Reads ``ctx.train_data`` (does nothing when it is None). Writes ``ctx.train_data``: the new batch
@@ -28,19 +28,19 @@ def reward_estimator(cfg: Mapping, reward_model: Any, train: bool = True) -> Cal
     return reward_step(reward_model, train=train, require_train=train)
 
 
-def _training_step(reward_model: Any) -> Optional[Callable[[Any], Any]]:
+def _training_step(reward_model: object) -> Optional[Callable[[object], object]]:
     """``reward_model.train`` if it is a training step (an ``nn.Module``'s own ``train()`` is the mode switch)."""
     fn = getattr(reward_model, "train", None)
     if fn is None:
         return None
-    import torch.nn as nn  # already imported by pipeline
+    import torch.nn as nn  # lazy: `import middleware` loads no torch (a reward model has loaded it)
 
     if isinstance(reward_model, nn.Module) and getattr(type(reward_model), "train", None) is nn.Module.train:
         return None
     return fn
 
 
-def reward_step(reward_model: Any, train: bool = True, require_train: bool = False) -> Callable[[Any], None]:
+def reward_step(reward_model: object, train: bool = True, require_train: bool = False) -> Callable[[Any], None]:
     """The step shared by ``reward_estimator``, ``OffPolicyLearner`` and ``HERLearner``.
 
     Reads ``ctx.train_data`` (nothing happens when it is None); writes the batch returned by

@@ -48,14 +48,14 @@ class CheckpointError(ValueError):
     """A file that is not a usable checkpoint (missing, corrupt, unsafe, or with bad counters)."""
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> object:
     if isinstance(v, float) and not math.isfinite(v):
         return float(v)  # -inf is a plain float: fine for weights_only loading
     return v
 
 
-def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Dict[str, Any]] = None,
-                    policy_state: Optional[Mapping[str, Any]] = None,
+def save_checkpoint(path: str, policy: Any, ctx: Optional[RLContext] = None, extra: Optional[Mapping[str, object]] = None,
+                    policy_state: Optional[Mapping[str, object]] = None,
                     modules: Optional[Mapping[str, Any]] = None) -> str:
     """Write ``{'policy': policy.state_dict(), 'counters': {...}, 'extra': {...}}`` atomically.
 
@@ -112,24 +112,24 @@ def read_checkpoint(path: str) -> Dict[str, Any]:
     return state
 
 
-def _kept_fields(ctx: Any) -> frozenset:
+def _kept_fields(ctx: object) -> frozenset:
     return frozenset(getattr(ctx, '_kept_keys', ())) | frozenset(getattr(type(ctx), '_default_kept', ()))
 
 
-def _field_defaults(ctx: Any) -> Dict[str, Any]:
+def _field_defaults(ctx: object) -> Dict[str, object]:
     if dataclasses.is_dataclass(ctx):
         return {f.name: f.default for f in dataclasses.fields(ctx) if f.default is not dataclasses.MISSING}
     return {}
 
 
-def restore_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> None:
+def restore_counters(ctx: object, counters: Mapping[str, object], source: str = 'checkpoint') -> None:
     """Set the context's kept fields from ``counters``, after checking all of them
     (:func:`check_counters`)."""
     for k, v in check_counters(ctx, counters, source).items():
         setattr(ctx, k, v)
 
 
-def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpoint') -> Dict[str, Any]:
+def check_counters(ctx: object, counters: Mapping[str, Any], source: str = 'checkpoint') -> Dict[str, object]:
     """The checked counters that may be set on ``ctx`` (nothing is set here).
 
     Only fields the context keeps across steps load (``OnlineRLContext``: ``env_step``,
@@ -141,7 +141,7 @@ def check_counters(ctx: Any, counters: Mapping[str, Any], source: str = 'checkpo
     kept = _kept_fields(ctx)
     defaults = _field_defaults(ctx)
     errors = []
-    values: Dict[str, Any] = {}
+    values: Dict[str, object] = {}
     for k, v in (counters.items() if isinstance(counters, Mapping) else ()):
         if k not in kept:
             errors.append(f'unknown counter {k!r} (this {type(ctx).__name__} keeps: {", ".join(sorted(kept))})')
@@ -192,7 +192,7 @@ def load_checkpoint(path: str, policy: Any = None, ctx: Optional[RLContext] = No
     return state
 
 
-def to_plain(obj: Any) -> Any:
+def to_plain(obj: object) -> object:
     """Nested mappings/sequences of plain values (for JSON and for ``weights_only`` checkpoints)."""
     if isinstance(obj, Mapping):
         return {str(k): to_plain(v) for k, v in obj.items()}

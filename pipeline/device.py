@@ -26,10 +26,13 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar, Union
 
 if TYPE_CHECKING:
     import torch
+
+T = TypeVar('T')
+M = TypeVar('M', bound='torch.nn.Module')
 
 __all__ = ['DeviceError', 'DeviceLike', 'DEVICE_CHOICES', 'device_spec_problem', 'device_problem', 'resolve_device',
            'policy_device', 'node_learns', 'ray_gpu_ids', 'to_device', 'to_host', 'host_copy', 'module_device',
@@ -45,7 +48,7 @@ class DeviceError(ValueError):
     """A device setting that is misspelt or names a device this machine does not have (one line)."""
 
 
-def device_spec_problem(value: Any) -> Optional[str]:
+def device_spec_problem(value: object) -> Optional[str]:
     """None when ``value`` is a device setting (``'auto'``, ``'cpu'``, ``'cuda'``, ``'cuda:N'``; any case),
     else what is wrong. Does not import torch and does not look at the machine (:func:`device_problem` does)."""
     if not isinstance(value, str):
@@ -83,7 +86,7 @@ def device_problem(value: Any, what: str = 'device') -> Optional[str]:
     return _cuda_problem(v, what) if v.startswith('cuda') else None
 
 
-def ray_gpu_ids() -> Optional[List[Any]]:
+def ray_gpu_ids() -> Optional[List[object]]:
     """The GPU ids Ray assigned to this process when it is a Ray actor (``ray.get_gpu_ids()``: ``[]`` for an
     actor without GPUs), None outside a Ray actor (Ray is never imported here)."""
     ray = sys.modules.get('ray')
@@ -164,18 +167,18 @@ def policy_device(section: Mapping, device: DeviceLike = None) -> 'torch.device'
     return resolve_device(section.get('device') or 'auto', 'policy.device')
 
 
-def module_device(module: Any) -> 'torch.device':
+def module_device(module: torch.nn.Module) -> 'torch.device':
     """The device of a module's first parameter (or buffer); the CPU for a module without tensors."""
     import torch  # lazy: this module is on the --help path
 
     for t in module.parameters():
         return t.device
-    for t in module.buffers():
-        return t.device
+    for b in module.buffers():
+        return b.device
     return torch.device('cpu')
 
 
-def place_module(module: Any, device: 'torch.device') -> Any:
+def place_module(module: M, device: 'torch.device') -> M:
     """``module.to(device)`` when one of its parameters or buffers is elsewhere (nothing is touched when all
     are there already); returns the module."""
     if any(t.device != device for t in itertools.chain(module.parameters(), module.buffers())):
@@ -183,7 +186,7 @@ def place_module(module: Any, device: 'torch.device') -> Any:
     return module
 
 
-def obs_tensor(obs: Any, device: 'torch.device', dtype: Optional['torch.dtype'] = None) -> 'torch.Tensor':
+def obs_tensor(obs: object, device: 'torch.device', dtype: Optional['torch.dtype'] = None) -> 'torch.Tensor':
     """Observations (a numpy array from the envs, or a tensor) as one tensor on ``device``: a single
     conversion (and, off the CPU, a single host-to-device copy) per step."""
     import torch  # lazy: this module is on the --help path
@@ -191,12 +194,12 @@ def obs_tensor(obs: Any, device: 'torch.device', dtype: Optional['torch.dtype'] 
     return torch.as_tensor(obs, dtype=dtype, device=device)
 
 
-def _is_tree(x: Any) -> bool:
+def _is_tree(x: object) -> bool:
     tv = sys.modules.get('treevalue')
     return tv is not None and isinstance(x, tv.TreeValue)
 
 
-def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
+def _map_tensors(obj: object, fn: Callable[[torch.Tensor], torch.Tensor], memo: Dict[int, object]) -> Any:
     """``obj`` with every tensor ``t`` replaced by ``fn(t)`` (``memo``: one call per tensor object); the same
     object when nothing changed (containers are copied only where a leaf changed)."""
     import torch  # lazy: this module is on the --help path
@@ -214,6 +217,7 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
                 changed[k] = nv
         if not changed:
             return obj
+        out: Any  # a mapping of obj's own type, written below
         if type(obj) is dict:
             out = dict(obj)
         else:
@@ -239,7 +243,7 @@ def _map_tensors(obj: Any, fn: Any, memo: Dict[int, Any]) -> Any:
     return obj
 
 
-def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None) -> Any:
+def to_device(obj: T, device: DeviceLike, non_blocking: Optional[bool] = None) -> T:
     """``obj`` (a tensor, or dicts / lists / tuples / treetensor trees of them) with every tensor on
     ``device``, each moved once (a tensor reached twice is moved once). Towards a CUDA device, CPU tensors
     go through pinned memory with ``non_blocking=True`` (``non_blocking``: force it on or off). Tensors
@@ -261,19 +265,19 @@ def to_device(obj: Any, device: DeviceLike, non_blocking: Optional[bool] = None)
     return _map_tensors(obj, move, {})
 
 
-def host_copy(obj: Any) -> Any:
+def host_copy(obj: T) -> T:
     """``obj`` with every tensor replaced by a detached copy on the CPU (a snapshot that later updates on
     any device do not change)."""
-    def copy_(t: Any) -> Any:
+    def copy_(t: torch.Tensor) -> torch.Tensor:
         return t.detach().clone() if t.device.type == 'cpu' else t.detach().cpu()
 
     return _map_tensors(obj, copy_, {})
 
 
-def to_host(obj: Any) -> Any:
+def to_host(obj: T) -> T:
     """``obj`` with every tensor that is not on the CPU copied to the CPU (detached); CPU tensors and
     everything else are kept as they are (the same object when nothing had to move)."""
-    def move(t: Any) -> Any:
+    def move(t: torch.Tensor) -> torch.Tensor:
         return t if t.device.type == 'cpu' else t.detach().cpu()
 
     return _map_tensors(obj, move, {})

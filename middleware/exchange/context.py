@@ -96,12 +96,12 @@ class ContextExchanger:
     #: side=Role.X)`` when its module is imported (the package ``middleware.exchange`` imports all three)
     sides: ClassVar[Dict[Role, type]] = {}
 
-    def __init_subclass__(cls, side: Optional[Role] = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, side: Optional[Role] = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if side is not None:
             ContextExchanger.sides[side] = cls
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void('ContextExchanger')
         if void is not None:
             return void
@@ -226,7 +226,7 @@ class ContextExchanger:
             self._w.cv.notify_all()
 
     # ----------------------------------------------------------------- the middleware
-    def __fields__(self, roles: Set[Any]) -> Fields:
+    def __fields__(self, roles: Set[object]) -> Fields:
         """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
         counters = ["env_step", "env_episode", "last_eval_value", "last_eval_iter"]
         if self.is_learner:

@@ -11,6 +11,7 @@ from contexts import OnlineRLContext
 from pipeline.parallel import codec
 from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
 from .shared import EV_DATA, current_task, log, pack_rows
@@ -79,7 +80,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
         traj, eps = ctx.transitions, ctx.episodes
         if d_step or d_episode or traj or eps:
             info = ctx.info_for_logging
-            batch: Dict[str, Any] = {
+            batch: Dict[str, object] = {
                 'env_step': int(d_step), 'env_episode': int(d_episode),
                 'transitions': pack_rows(list(traj)) if traj else None,
                 'episodes': [pack_rows(list(e)) for e in eps] if eps else None,
@@ -88,7 +89,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
             }
             seq = next(self._seq)
             if self.storage is not None:
-                batch = {'file': self._write_file(batch, seq)}
+                batch = {'file': self._write_file(self.storage, batch, seq)}
             batch['node'] = self.node_id
             batch['inc'] = self.incarnation
             batch['seq'] = seq
@@ -109,7 +110,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
             self._final_wait(ctx)
             self._log_stats()
 
-    def _deliver(self, task: Any) -> None:
+    def _deliver(self, task: Task) -> None:
         """Send the batches not sent yet, oldest first, to every live learner; stop at the first one that no
         learner accepted (the bus declared it dead meanwhile): it stays kept."""
         kept = self._kept
@@ -148,10 +149,10 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
                 log.error('ContextExchanger: node %d dropped its oldest kept batch: no learner for a long time and '
                           'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
-    def _write_file(self, batch: Dict[str, Any], seq: int) -> str:
+    def _write_file(self, storage: str, batch: Dict[str, object], seq: int) -> str:
 
         name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
-        path = os.path.join(self.storage, name)
+        path = os.path.join(storage, name)
         with open(path + '.tmp', 'wb') as f:
             f.write(codec.dumps(batch))
         os.replace(path + '.tmp', path)

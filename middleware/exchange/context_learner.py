@@ -13,6 +13,7 @@ from contexts import OnlineRLContext
 from pipeline.parallel import codec
 from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
 from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
@@ -26,7 +27,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
     role_name = 'learner'
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._queue: Deque[Tuple[int, Dict[str, Any]]] = deque()
+        self._queue: Deque[Tuple[int, Dict[str, object]]] = deque()
         self._last_seq: Dict[Tuple[int, int], int] = {}  # (collector id, incarnation) -> last batch seq
         self._incarnation: Dict[int, int] = {}  # collector id -> its newest incarnation (a restart is a new one)
         # collector id -> sequence number of the last batch of its newest incarnation consumed: a collector's
@@ -122,7 +123,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         if batches:
             self._merge(ctx, batches)
 
-    def _wait_for_a_collector(self, task: Any) -> None:
+    def _wait_for_a_collector(self, task: Task) -> None:
         """No collector is alive (each one that delivered was lost): wait (at most ``wait_timeout`` per step) for
         one to come back or for data, instead of training on the same data again and again; finish the task
         when none came back within ``collector_timeout`` s (unless the launcher restarts nodes)."""
@@ -150,8 +151,8 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             self.stats['wait_timeouts'] += 1
 
     def _merge(self, ctx: Any, batches: List[Tuple[int, Dict[str, Any]]]) -> None:
-        transitions: List[Any] = []
-        episodes: List[Any] = []
+        transitions: List[object] = []
+        episodes: List[object] = []
         returns: List[float] = []
         lengths: List[int] = []
         d_step = d_episode = 0
@@ -159,9 +160,10 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             if int(b.get('inc', 0)) == self._incarnation.get(sender):  # acknowledged to that incarnation
                 self._consumed[sender] = max(self._consumed.get(sender, 0), int(b['seq']))
             if 'file' in b:
-                b = self._read_file(sender, b['file'])
-                if b is None:
+                loaded = self._read_file(sender, b['file'])
+                if loaded is None:
                     continue
+                b = loaded
             if b.get('transitions') is not None:
                 transitions.extend(unpack_rows(b['transitions']))
             if b.get('episodes') is not None:
@@ -183,7 +185,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         self.stats['batches_merged'] += len(batches)
         self.stats['env_steps_received'] += d_step
 
-    def _storage_file(self, ref: Any) -> Optional[str]:
+    def _storage_file(self, ref: object) -> Optional[str]:
         """The path of a batch file a message names, or None unless it is a collector's batch file directly
         inside this exchanger's ``storage`` directory (a bare name, or a path whose directory is it)."""
         if self._storage_dir is None or not isinstance(ref, str):
@@ -195,7 +197,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             return None
         return os.path.join(self._storage_dir, name)
 
-    def _read_file(self, sender: int, ref: Any) -> Optional[Dict[str, Any]]:
+    def _read_file(self, sender: int, ref: object) -> Optional[Dict[str, Any]]:
         """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
         a regular batch file inside ``storage``: a message never makes the learner open or delete anything
         else."""
@@ -218,7 +220,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             why = 'this learner has no storage= directory (give the same one to every ContextExchanger)'
         else:
             why = f'only batch files (ctx-*.rlp) directly inside storage {self._storage_dir!r} are read'
-        if data is None:
+        if data is None or path is None:  # (data is None whenever path is)
             self.stats['refused_files'] += 1
             log.error('ContextExchanger: refused the batch file %r named by node %d: %s', ref, sender, why)
             return None

@@ -35,11 +35,11 @@ class PeriodicalModelExchanger:
     ``task.void()``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: Any, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
+    def __init__(self, model: object, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
                  wait_timeout: float = 10.0, event_name: str = EV_MODEL) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'{type(self).__name__}: model must be a torch.nn.Module (state_dict/load_state_dict); '
@@ -63,11 +63,11 @@ class PeriodicalModelExchanger:
         self.version = -1
         self.stats: Dict[str, int] = {'sent': 0, 'received': 0, 'loaded': 0, 'waits': 0, 'wait_timeouts': 0}
         self._w = Waiter()
-        self._newest: Optional[Tuple[int, Dict[str, Any]]] = None
+        self._newest: Optional[Tuple[int, Dict[str, object]]] = None
         self._uses = 0
         self._senders: Set[int] = set()
         self._had_sender = False
-        self._sender_inc: Dict[int, Any] = {}  # sender node -> its incarnation (a restarted sender is a new one)
+        self._sender_inc: Dict[int, object] = {}  # sender node -> its incarnation (a restarted sender is a new one)
         self._restarted = False  # the newest version comes from a restarted sender: load it even if older
         self.incarnation = int(getattr(self.router, 'session', 0) or 0)
         if mode == 'receive':
@@ -93,7 +93,7 @@ class PeriodicalModelExchanger:
                 self._newest = (version, msg['state'])
             self._w.cv.notify_all()
 
-    def _on_lost(self, node_id: int, *_: Any, **__: Any) -> None:
+    def _on_lost(self, node_id: int, *_: object, **__: object) -> None:
         with self._w.cv:
             self._senders.discard(int(node_id))
             self._w.cv.notify_all()
@@ -149,7 +149,7 @@ class ModelExchanger(PeriodicalModelExchanger):
     before acting. ``stale_toleration`` as in ``PeriodicalModelExchanger``. In a single process it is
     ``task.void()``."""
 
-    def __init__(self, model: Any, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
+    def __init__(self, model: object, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
                  period: int = 1) -> None:
         mode = 'send' if Role.LEARNER in current_task().roles else 'receive'
         super().__init__(model, mode=mode, period=period, stale_toleration=stale_toleration,

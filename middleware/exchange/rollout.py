@@ -68,11 +68,11 @@ class RolloutExchanger:
             again every this many seconds (a message sent before a peer connected is lost).
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: Any, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
+    def __init__(self, model: object, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'RolloutExchanger: model must be an nn.Module, got {type(model).__name__}')
         task = current_task()
@@ -89,7 +89,7 @@ class RolloutExchanger:
                                       'rollouts_kept': 0, 'kept_sent': 0, 'kept_dropped': 0,
                                       'unsent_at_finish': 0}
         self._w = Waiter()
-        self._rollouts: Dict[int, Dict[str, Any]] = {}   # learner: collector id -> rollout of this version
+        self._rollouts: Dict[int, Dict[str, object]] = {}   # learner: collector id -> rollout of this version
         self._weights: Optional[Dict[str, Any]] = None   # others: newest weights message
         self._kept: Optional[Dict[str, Any]] = None      # collector: the newest rollout no learner got yet
         self._evals = Newest(self._w)                    # evaluation results
@@ -162,7 +162,7 @@ class RolloutExchanger:
         self.stats['weights_sent'] += 1
 
     # ------------------------------------------------------------------ the middleware
-    def __fields__(self, roles: Set[Any]) -> Fields:
+    def __fields__(self, roles: Set[object]) -> Fields:
         """The context fields it fills on this node from what the other nodes sent (see the class doc)."""
         evals = ["last_eval_value", "last_eval_iter"]
         if self.is_learner:
@@ -175,7 +175,7 @@ class RolloutExchanger:
         return Fields.of(reads=["eval_value?"], writes=["train_iter", "env_step", "env_episode"],
                          owner="RolloutExchanger")
 
-    def __call__(self, ctx: Any) -> Generator:
+    def __call__(self, ctx: object) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)
         if self.is_collector:
@@ -269,7 +269,7 @@ class RolloutExchanger:
         ctx.env_episode = max(int(ctx.env_episode), int(msg['env_episode']))
         return True
 
-    def _send_rollout(self, msg: Dict[str, Any]) -> bool:
+    def _send_rollout(self, msg: Dict[str, object]) -> bool:
         """Send ``msg`` to every live learner; False when none is alive or none took it (the bus declared
         it dead between our look and the send: the bus counts it undeliverable)."""
         with self._w.cv:
@@ -365,7 +365,7 @@ class RolloutExchanger:
         if current_task().finish:
             log.debug('RolloutExchanger (evaluator %d) at finish: %s', self.node_id, self.stats)
 
-    def _final(self, ctx: Any) -> None:
+    def _final(self, ctx: object) -> None:
         """Finishing: give a live evaluator up to 3 s to deliver a last result, then load it."""
         if not self.is_evaluator and any('evaluator' in r for r in self._roles.values()):
             n = self._evals.n

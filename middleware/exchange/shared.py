@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline import task
 from pipeline.runtime.roles import Role
+from pipeline.runtime.task import Task
 
 log = logging.getLogger('middleware.distributor')
 
@@ -24,17 +25,17 @@ PEER_JOINED = '__peer_joined__'
 POLL = 0.05
 
 
-def current_task() -> Any:
+def current_task() -> Task:
     return task
 
 
-def host_state(model: Any) -> Dict[str, Any]:
+def host_state(model: Any) -> Dict[str, object]:
     """``model.state_dict()`` as host tensors to send (detached; copied off a GPU, as they are on the CPU): the
     receiver loads them onto its own model's device."""
     return {k: v.detach() if v.device.type == 'cpu' else v.detach().cpu() for k, v in model.state_dict().items()}
 
 
-def inactive_void(name: str) -> Any:
+def inactive_void(name: str) -> object:
     """``task.void()`` when this process has no peers (single-process run), else None."""
     task = current_task()
     if not task.router.is_active:
@@ -74,7 +75,7 @@ class Newest:
         self.n = 0          # messages arrived
         self.taken = 0      # the count at the last take
 
-    def put(self, msg: Dict[str, Any]) -> None:
+    def put(self, msg: Dict[str, object]) -> None:
         with self._w.cv:
             self.msg = msg
             self.n += 1
@@ -96,8 +97,8 @@ class PeerTable:
     ``joined`` those that joined since the owner last cleared it; ``on_lost(node_id, roles, dead)`` runs
     (outside the lock) when a live peer is lost (``dead``: declared dead, it may come back; else it left)."""
 
-    def __init__(self, router: Any, waiter: 'Waiter',
-                 on_lost: Optional[Callable[[int, Set[str]], None]] = None) -> None:
+    def __init__(self, router: object, waiter: 'Waiter',
+                 on_lost: Optional[Callable[[int, Set[str], bool], None]] = None) -> None:
         self.router, self._w, self._on_lost_cb = router, waiter, on_lost
         self.alive: Dict[int, Set[str]] = {}
         self.lost: Set[int] = set()
@@ -105,7 +106,7 @@ class PeerTable:
         for p in list(getattr(router, 'peers', ()) or ()):
             self.alive[int(p)] = peer_roles(router, int(p))
 
-    def listen(self, task: Any) -> None:
+    def listen(self, task: Task) -> None:
         dead, left = PEER_LOST
         task.on(dead, self.on_dead)
         task.on(left, self.on_lost)
@@ -114,18 +115,18 @@ class PeerTable:
     def with_role(self, role: str) -> List[int]:
         return [i for i, r in self.alive.items() if role in r]
 
-    def on_joined(self, node_id: int, *_: Any, **__: Any) -> None:
+    def on_joined(self, node_id: int, *_: object, **__: object) -> None:
         with self._w.cv:
             self.alive[int(node_id)] = peer_roles(self.router, int(node_id))
             self.lost.discard(int(node_id))
             self.joined.add(int(node_id))
             self._w.cv.notify_all()
 
-    def on_dead(self, node_id: int, *_: Any, **__: Any) -> None:
+    def on_dead(self, node_id: int, *_: object, **__: object) -> None:
         """Declared dead by the bus: it may come back (then ``on_joined``: a revived peer is alive again)."""
         self.on_lost(node_id, dead=True)
 
-    def on_lost(self, node_id: int, *_: Any, dead: bool = False, **__: Any) -> None:
+    def on_lost(self, node_id: int, *_: object, dead: bool = False, **__: object) -> None:
         node_id = int(node_id)
         with self._w.cv:
             roles = self.alive.pop(node_id, None)
@@ -222,7 +223,7 @@ class Waiter:
                 self.cv.wait(min(POLL, left))
 
 
-def pack_rows(rows: List[Any]) -> Any:
+def pack_rows(rows: List[Any]) -> object:
     """A list of same-keyed dicts -> columns (numpy rows of one shape/dtype stacked): fewer, larger wire
     items. Anything else is sent as is."""
     if not rows or not isinstance(rows[0], dict):
@@ -233,7 +234,7 @@ def pack_rows(rows: List[Any]) -> Any:
     ks = set(keys)
     if not all(type(r) is dict and r.keys() == ks for r in rows):
         return rows
-    cols: Dict[str, Any] = {}
+    cols: Dict[str, object] = {}
     for k in keys:
         vals = [r[k] for r in rows]
         v0 = vals[0]
@@ -245,7 +246,7 @@ def pack_rows(rows: List[Any]) -> Any:
     return {'__columns__': keys, 'n': len(rows), 'cols': cols}
 
 
-def unpack_rows(packed: Any) -> List[Any]:
+def unpack_rows(packed: Any) -> List[object]:
     """The inverse of ``pack_rows``."""
     if not isinstance(packed, dict) or '__columns__' not in packed:
         return list(packed) if packed is not None else []

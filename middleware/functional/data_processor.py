@@ -12,11 +12,11 @@ import functools
 import logging
 from collections.abc import Mapping as MappingABC
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Protocol,
-                    Sequence, Tuple)
+                    Sequence, Tuple, Union, cast)
 
 import numpy as np
 
-from contexts import RLContext
+from contexts import OnlineRLContext, RLContext
 from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ['data_pusher', 'offpolicy_data_fetcher', 'uses_per', 'ReplaySource', 'BatchSource', 'last_train_output']
 
 log = logging.getLogger(__name__)
+
+Buffers = Union['ReplayBuffer', Sequence[Tuple['ReplayBuffer', float]], Mapping[str, 'ReplayBuffer']]
+"""One buffer, a list of ``(buffer, weight)`` pairs or a dict of buffers (what the fetchers sample from)."""
 
 # Bound by _load() when the first pusher or fetcher is made (or uses_per is called), not at import: torch and
 # pipeline.data (every buffer module) would make `import middleware` ten times slower.
@@ -46,7 +49,7 @@ def _load() -> None:
         from pipeline.data.protocols import sample_arguments, samples_by_priority, wants_priorities  # lazy
 
 
-def uses_per(buffer_: Any) -> bool:
+def uses_per(buffer_: object) -> bool:
     """True when ``buffer_`` takes priorities back: its sampler (``PrioritizedSampler``) or a
     middleware with ``wants_priorities = True``
     (:class:`pipeline.data.protocols.PriorityFeedback`)."""
@@ -56,7 +59,7 @@ def uses_per(buffer_: Any) -> bool:
 
 @for_roles(Role.LEARNER, reads=["transitions|episodes", "train_iter"], writes=["@buffer"])
 def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
-                warn_after: int = 10) -> Callable[[Any], None]:
+                warn_after: int = 10) -> Callable[[OnlineRLContext], None]:
     """Push collected data into ``buffer_``.
 
     Reads ``ctx.transitions`` (a list of :class:`~pipeline.data.records.Transition`: each is pushed as
@@ -84,7 +87,7 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
     # steps with nothing to push before anything was pushed (-1: something was pushed, or it warned)
     empty = [0]
 
-    def _push(ctx: RLContext) -> None:
+    def _push(ctx: OnlineRLContext) -> None:
         it = ctx.train_iter
         if ctx.transitions:
             push = buffer_.push
@@ -117,14 +120,14 @@ def data_pusher(cfg: Mapping, buffer_: ReplayBuffer, group_by_env: bool = True,
 class _Share(NamedTuple):
     """One buffer's part of every batch: the form all buffer setups are normalised to."""
 
-    key: Any              # its key in a dict of buffers (the batch is nested under it), else None
-    buffer: Any
+    key: object              # its key in a dict of buffers (the batch is nested under it), else None
+    buffer: Any           # a ReplayBuffer, as the user handed it (checked by use, not by class)
     rows: int             # rows it gives to each batch (0: none, for a tiny weight)
     need: int             # items it must hold before a batch is drawn
     span: Optional[slice]  # its rows in a concatenated batch (weighted list), else None: the whole batch
 
 
-def _normalise_buffers(buffer_: Any, batch_size: int, min_count: int) -> Tuple[str, List[_Share]]:
+def _normalise_buffers(buffer_: object, batch_size: int, min_count: int) -> Tuple[str, List[_Share]]:
     """``('single' | 'list' | 'dict', shares)`` for one buffer, a list of ``(buffer, weight)`` pairs or a
     dict of buffers. A weighted list splits one batch of ``batch_size`` rows by the weights; every buffer
     of a dict gives a whole batch."""
@@ -166,15 +169,16 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, Any], Any, Any]:
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, object], object, object]:
     """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
     (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
     the importance-sampling weights (None without prioritized replay)."""
     kw = sample_arguments(buffer_, ctx.train_iter)  # e.g. staleness_check needs the train iteration
     # a BatchSampling buffer (pipeline.data.protocols); checked by attribute: isinstance against a
     # runtime Protocol walks its members on every call
-    if callable(getattr(buffer_, 'sample_batch', None)):
-        sb = buffer_.sample_batch(size, **kw)
+    sample_batch = getattr(buffer_, 'sample_batch', None)
+    if callable(sample_batch):
+        sb = sample_batch(size, **kw)
         data = sb.data
         if type(data) is not dict:
             if not isinstance(data, MappingABC):
@@ -197,15 +201,15 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
     return data, [it.index for it in items], weight
 
 
-def _with_priority_fields(data: Dict[str, Any], index: Any, weight: Any) -> TrainBatch:
+def _with_priority_fields(data: Mapping[str, object], index: object, weight: object) -> TrainBatch:
     """A copy of ``data`` with ``weight`` and ``indices`` (the batch's fields when sampled with priorities)."""
     out = dict(data)
     out['weight'] = weight
     out['indices'] = torch.tensor(index, dtype=torch.int64)
-    return out  # type: ignore[return-value]
+    return cast('TrainBatch', out)  # the batch's fields plus the two above
 
 
-def _cat(parts: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _cat(parts: Sequence[Mapping[str, Any]]) -> Dict[str, object]:
     keys = parts[0].keys()
     for p in parts[1:]:
         if p.keys() != keys:
@@ -235,17 +239,17 @@ def _assemble(kind: str, shares: List[_Share], sampled: List[Any]) -> Any:
     return _cat([data for data, _, _ in parts])
 
 
-def last_train_output(train_output: Any) -> Optional[TrainOutput]:
+def last_train_output(train_output: object) -> Optional[TrainOutput]:
     """The last update's :class:`~pipeline.data.records.TrainOutput` from ``ctx.train_output`` (a list
     of them; a bare dict, as ported DI-engine trainers write, is taken as it is), or None."""
     if isinstance(train_output, MappingABC):
-        return train_output  # type: ignore[return-value]
+        return cast('TrainOutput', train_output)
     if isinstance(train_output, list) and train_output and isinstance(train_output[-1], MappingABC):
-        return train_output[-1]
+        return cast('TrainOutput', train_output[-1])
     return None
 
 
-def _priority_for(out: Any, key: Any) -> Any:
+def _priority_for(out: object, key: object) -> Any:
     """``out['priority']``; for a buffer of a dict, that module's own (``out[key]['priority']``) first."""
     if not isinstance(out, MappingABC):
         return None
@@ -256,7 +260,7 @@ def _priority_for(out: Any, key: Any) -> Any:
     return out.get('priority')
 
 
-def _write_priorities(buffer_: Any, index: Sequence[int], priority: Any) -> None:
+def _write_priorities(buffer_: Any, index: Sequence[int], priority: object) -> None:
     if isinstance(priority, torch.Tensor):
         priority = priority.detach().cpu().numpy()
     priority = np.asarray(priority, dtype=np.float64).reshape(-1)
@@ -282,6 +286,10 @@ def _write_back(sampled: List[Tuple[_Share, Any]], train_output: Optional[TrainO
         _write_priorities(share.buffer, index, pr if share.span is None else pr[share.span])
 
 
+WriteBack = Callable[[Optional['TrainOutput']], None]
+"""A :class:`ReplaySource`'s ``on_trained``: an :data:`~pipeline.data.records.OnTrained` that also takes None."""
+
+
 class BatchSource(Protocol):
     """Where :class:`~middleware.learner.TrainRounds` gets each round's batch.
 
@@ -291,7 +299,7 @@ class BatchSource(Protocol):
     or None.
     """
 
-    def next(self, ctx: Any) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
+    def next(self, ctx: RLContext) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
         ...
 
 
@@ -314,7 +322,7 @@ class ReplaySource:
     as lists), with ``weight`` and ``indices`` added when the buffer samples with priorities.
     """
 
-    def __init__(self, cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False) -> None:
+    def __init__(self, cfg: Mapping, buffer_: object, data_shortage_warning: bool = False) -> None:
         _load()
         learn = cfg['policy']['learn']
         self.batch_size = int(learn['batch_size'])
@@ -322,8 +330,9 @@ class ReplaySource:
         self.kind, self.shares = _normalise_buffers(buffer_, self.batch_size, self.min_count)
         self.data_shortage_warning = data_shortage_warning
 
-    def next(self, ctx: RLContext) -> Tuple[Optional[TrainBatch], Optional[OnTrained]]:
-        """``(batch, on_trained)``, or ``(None, None)`` when the buffers hold too little."""
+    def next(self, ctx: RLContext) -> Tuple[Optional[TrainBatch], Optional[WriteBack]]:
+        """``(batch, on_trained)``, or ``(None, None)`` when the buffers hold too little. ``on_trained`` also
+        takes None (no output): it then raises, as for an output without ``priority``."""
         shares = self.shares
         counts = [sh.buffer.count() for sh in shares]
         if any(c < sh.need for c, sh in zip(counts, shares)) or sum(counts) < self.min_count:
@@ -343,9 +352,17 @@ class ReplaySource:
         return batch, functools.partial(_write_back, prioritized)
 
 
+class FetchMiddleware(Protocol):
+    """What :func:`offpolicy_data_fetcher` returns: the middleware and its :class:`ReplaySource` (``source``)."""
+
+    source: ReplaySource
+
+    def __call__(self, ctx: RLContext) -> Generator[None, None, None]: ...
+
+
 @for_roles(Role.LEARNER, reads=["@buffer", "train_iter", "train_output?"], writes=["train_data"])
-def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bool = False
-                           ) -> Callable[[Any], Generator]:
+def offpolicy_data_fetcher(cfg: Mapping[str, object], buffer_: Buffers, data_shortage_warning: bool = False
+                           ) -> FetchMiddleware:
     """Sample one training batch of ``cfg.policy.learn.batch_size`` rows from ``buffer_``.
 
     ``buffer_`` is one buffer, a list of ``(buffer, weight)`` pairs (the batch is split across them
@@ -369,13 +386,13 @@ def offpolicy_data_fetcher(cfg: Mapping, buffer_: Any, data_shortage_warning: bo
     """
     source = ReplaySource(cfg, buffer_, data_shortage_warning)
 
-    def _fetch(ctx: RLContext) -> Generator:
+    def _fetch(ctx: RLContext) -> Generator[None, None, None]:
         batch, on_trained = source.next(ctx)
         ctx.train_data = batch
         yield
         if on_trained is not None:
             on_trained(last_train_output(ctx.train_output))
 
-    _fetch.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
-    _fetch.source = source  # type: ignore[attr-defined]
-    return _fetch
+    setattr(_fetch, '__provided__', buffered(buffer_))  # a buffer filled before the run needs no pusher (fields check)
+    setattr(_fetch, 'source', source)
+    return cast(FetchMiddleware, _fetch)  # a function with a ``source`` attribute

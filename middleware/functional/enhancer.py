@@ -3,7 +3,7 @@ the ``NStepAccumulator`` that turns 1-step transitions into n-step ones."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, cast
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
@@ -30,7 +30,7 @@ class NStepAccumulator:
             raise ValueError(f'nstep must be >= 1, got {nstep}')
         self.nstep = int(nstep)
         self.gamma = float(gamma)
-        self._pending: Dict[Any, Deque[Transition]] = {}
+        self._pending: Dict[object, Deque[Transition]] = {}
         # gamma**j for j < nstep, each the previous times gamma (the products a running factor would give)
         self._discount = [1.0]
         for _ in range(1, self.nstep):
@@ -43,7 +43,7 @@ class NStepAccumulator:
         discount = self._discount
         for j in range(k):
             ret += discount[j] * float(q[j]['reward'])
-        out: Transition = dict(first)  # type: ignore[assignment]
+        out = cast('Transition', dict(first))  # a copy of the first transition, rewritten below
         out['reward'] = ret
         out['next_obs'] = last['next_obs']
         out['terminated'] = bool(last['terminated'])
@@ -77,7 +77,7 @@ class NStepAccumulator:
 
 
 @for_roles(Role.COLLECTOR, reads=["transitions"], writes=["transitions"])
-def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
+def nstep_reward_enhancer(cfg: Mapping) -> Callable[[OnlineRLContext], None]:
     """Replace ``ctx.transitions`` by n-step transitions (``cfg.policy.nstep``, discount
     ``cfg.policy.discount_factor``).
 
@@ -97,5 +97,5 @@ def nstep_reward_enhancer(cfg: Mapping) -> Callable[[Any], None]:
             out.extend(acc.add(t))
         ctx.transitions = out
 
-    _nstep.accumulator = acc  # type: ignore[attr-defined]
+    setattr(_nstep, 'accumulator', acc)
     return _nstep

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union, cast
 
 import numpy as np
 
@@ -15,6 +15,16 @@ __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'E
            'episode_step_limit', 'STEP_REWARD_BOUNDS']
 
 log = logging.getLogger(__name__)
+
+
+class EvaluatorMiddleware(Protocol):
+    """What :func:`interaction_evaluator` returns: the middleware, with ``env_steps`` (the env steps of all its
+    evaluations so far) and ``evaluations`` (how many it ran)."""
+
+    env_steps: int
+    evaluations: int
+
+    def __call__(self, ctx: RLContext) -> None: ...
 
 
 class EvalResult(NamedTuple):
@@ -92,7 +102,8 @@ def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     if n_episode < 1:
         raise ValueError(f'n_episode must be >= 1, got {n_episode}')
     early_stop = target_mean is not None and max_episode_return is not None
-    need = float(target_mean) * n_episode if early_stop else 0.0
+    need = float(target_mean) * n_episode if target_mean is not None else 0.0
+    best = float(max_episode_return) if max_episode_return is not None else 0.0
     m = env.env_num
     quota = np.array([n_episode // m + (1 if i < n_episode % m else 0) for i in range(m)])
     env.reset()
@@ -116,7 +127,7 @@ def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
             active = np.flatnonzero(quota > 0)
             below = min_running_mean is not None and sum(returns) < min_running_mean * len(returns)
             if len(active) and (below or early_stop and
-                                sum(returns) + (n_episode - len(returns)) * float(max_episode_return) < need):
+                                sum(returns) + (n_episode - len(returns)) * best < need):
                 return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64),
                                   steps, False)
         if steps > max_env_steps:
@@ -148,7 +159,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
                           max_eval_gap: Optional[int] = None, collect_window: int = 1,
                           eval_cost_ratio: Optional[float] = None,
-                          running_mean_stop: bool = False) -> Callable[[Any], None]:
+                          running_mean_stop: bool = False) -> EvaluatorMiddleware:
     """Evaluate ``policy`` (an eval mode) on ``env`` every ``cfg.policy.eval.evaluator.eval_freq``
     train iterations, over ``cfg.env.n_evaluator_episode`` episodes.
 
@@ -202,6 +213,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
         raise ValueError(f'collect_window must be >= 1, got {collect_window}')
     recent: deque = deque(maxlen=collect_window)
     worst_cost: Optional[int] = None
+    ratio = 0.0 if eval_cost_ratio is None else float(eval_cost_ratio)
     if eval_cost_ratio is not None:
         if not eval_cost_ratio > 0:
             raise ValueError(f'eval_cost_ratio must be > 0, got {eval_cost_ratio!r}')
@@ -230,13 +242,13 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
                 return
             if worst_cost is not None:
                 trained = int(getattr(ctx, 'env_step', 0)) - start['env_step']
-                if _evaluate.env_steps + worst_cost >= eval_cost_ratio * trained:
+                if fn.env_steps + worst_cost >= ratio * trained:
                     return
         res = run_eval_episodes(policy, env, n_episode, target_mean=stop_value,
                                 max_episode_return=max_episode_return,
                                 min_running_mean=stop_value if running_mean_stop else None)
-        _evaluate.env_steps += res.env_steps
-        _evaluate.evaluations += 1
+        fn.env_steps += res.env_steps
+        fn.evaluations += 1
         returns = res.returns
         mean = float(returns.mean())
         ctx.eval_value = mean
@@ -257,6 +269,7 @@ def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_retur
         if stop:
             task.finish = True
 
-    _evaluate.env_steps = 0  # type: ignore[attr-defined]
-    _evaluate.evaluations = 0  # type: ignore[attr-defined]
-    return _evaluate
+    fn = cast(EvaluatorMiddleware, _evaluate)
+    fn.env_steps = 0
+    fn.evaluations = 0
+    return fn

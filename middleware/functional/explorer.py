@@ -18,7 +18,7 @@ def _eps_fn(cfg: Mapping) -> Callable[[int], float]:
 
 
 @for_roles(Role.COLLECTOR, reads=["env_step"], writes=["collect_kwargs"])
-def eps_greedy_handler(cfg: Mapping) -> Callable[[Any], None]:
+def eps_greedy_handler(cfg: Mapping) -> Callable[[OnlineRLContext], None]:
     """Set the exploration rate from the env-step count.
 
     Reads ``ctx.env_step``; writes ``ctx.collect_kwargs['eps']``.

@@ -8,31 +8,31 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Protocol, TextIO, cast
 
 from tqdm import tqdm
 
-from contexts import RLContext
+from contexts import OnlineRLContext
 from pipeline.runtime.node import node_is_quiet, node_label
 from pipeline.runtime.roles import for_all_roles
 
-__all__ = ['online_logger', 'scalar_means', 'ProgressDisplay', 'UpdateRate', 'PROGRESS_TAGS', 'RETURN_WINDOW']
+__all__ = ['online_logger', 'LoggerMiddleware', 'scalar_means', 'ProgressDisplay', 'UpdateRate', 'PROGRESS_TAGS', 'RETURN_WINDOW']
 
 log = logging.getLogger(__name__)
 
 
-def _scalar(v: Any) -> Optional[float]:
+def _scalar(v: object) -> Optional[float]:
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, (int, float)):
         return float(v)
     numel = getattr(v, 'numel', None)
     if numel is not None and numel() == 1 and not isinstance(v, (str, bytes)):
-        return float(v.item())  # 0-d tensor / 1-element array
+        return float(getattr(v, 'item')())  # 0-d tensor / 1-element array
     return None
 
 
-def scalar_means(train_output: Any) -> Dict[str, float]:
+def scalar_means(train_output: object) -> Dict[str, float]:
     """Mean of every scalar entry of ``ctx.train_output`` (a list of
     :class:`~pipeline.data.records.TrainOutput`, or one of them); non-scalar entries (e.g. per-row
     ``priority``) are skipped, several modules' metrics become ``module/metric``. The input is not
@@ -129,7 +129,7 @@ class ProgressDisplay:
     which lifts the bar, prints the line and redraws it, so they never garble each other.
     """
 
-    def __init__(self, stream: Any, total: Optional[int] = None, label: str = '', interval: float = 2.0,
+    def __init__(self, stream: TextIO, total: Optional[int] = None, label: str = '', interval: float = 2.0,
                  use_tqdm: Optional[bool] = None) -> None:
         self.stream = stream
         self.total = total
@@ -185,12 +185,23 @@ class ProgressDisplay:
             self._bar = None
 
 
+class LoggerMiddleware(Protocol):
+    """What :func:`online_logger` returns: the middleware, ``close()`` (closes the progress line and the
+    TensorBoard writer) and ``log_dir``."""
+
+    log_dir: str
+
+    def __call__(self, ctx: OnlineRLContext) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @for_all_roles(reads=["train_output?", "eval_value?", "eval_output?", "info_for_logging?", "env_step?",
                       "train_iter?", "env_episode?"])
 def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None, record_train_iter: bool = False,
                   train_show_freq: int = 100, progress: bool = True, progress_interval: float = 2.0,
-                  tensorboard: bool = True, stream: Any = None, total_env_step: Optional[int] = None,
-                  use_tqdm: Optional[bool] = None) -> Callable[[Any], None]:
+                  tensorboard: bool = True, stream: Optional[TextIO] = None, total_env_step: Optional[int] = None,
+                  use_tqdm: Optional[bool] = None) -> LoggerMiddleware:
     """Log training and evaluation scalars to TensorBoard and show a progress line.
 
     Reads ``ctx.train_output`` (a list of :class:`~pipeline.data.records.TrainOutput`; only read,
@@ -219,7 +230,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     quiet = node_is_quiet()
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')
-    stream = stream if stream is not None else sys.stderr
+    out: TextIO = stream if stream is not None else sys.stderr
     state: Dict[str, Any] = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
                              'acc': {}, 'acc_n': {}, 'last_print': 0.0, 'last_loss': None, 'last_eval': None,
                              't0': None, 'display': None, 'returns': deque(maxlen=RETURN_WINDOW),
@@ -235,7 +246,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                 log.warning('online_logger: TensorBoard unavailable (%s); scalars are not written', e)
         return state['writer']
 
-    def _log(ctx: RLContext) -> None:
+    def _log(ctx: OnlineRLContext) -> None:
         now = time.monotonic()
         if state['t0'] is None:
             state['t0'] = now
@@ -289,7 +300,7 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
         if progress and not quiet:
             disp = state['display']
             if disp is None:
-                disp = state['display'] = ProgressDisplay(stream, total_env_step, node_label(), progress_interval,
+                disp = state['display'] = ProgressDisplay(out, total_env_step, node_label(), progress_interval,
                                                           use_tqdm)
             parts = [f'train_iter {ctx.train_iter}', f'episodes {getattr(ctx, "env_episode", 0)}']
             if state['returns']:
@@ -310,6 +321,6 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
             state['writer'].close()
             state['writer'] = None
 
-    _log.close = close  # type: ignore[attr-defined]
-    _log.log_dir = log_dir  # type: ignore[attr-defined]
-    return _log
+    setattr(_log, 'close', close)
+    setattr(_log, 'log_dir', log_dir)
+    return cast(LoggerMiddleware, _log)  # a function with ``close`` and ``log_dir`` attributes

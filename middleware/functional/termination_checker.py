@@ -1,7 +1,7 @@
 """Stop the pipeline after a number of env steps or train iterations."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from contexts import RLContext
 from pipeline import task
@@ -12,7 +12,7 @@ __all__ = ['termination_checker']
 
 @for_all_roles(reads=["env_step?", "train_iter?"])
 def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Optional[int] = None
-                        ) -> Callable[[Any], None]:
+                        ) -> Callable[[RLContext], None]:
     """Set ``task.finish`` once ``ctx.env_step >= max_env_step`` or ``ctx.train_iter >= max_train_iter``.
 
     Reads ``ctx.env_step``, ``ctx.train_iter``. Writes ``task.finish`` (the current step still runs
@@ -23,7 +23,8 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
             raise ValueError(f'termination_checker: {name} must be an int >= 0 or None, got {v!r}')
 
     def _check(ctx: RLContext) -> None:
-        if max_env_step is not None and ctx.env_step >= max_env_step:
+        # env_step: an OnlineRLContext's (an OfflineRLContext has none: give it max_train_iter only)
+        if max_env_step is not None and getattr(ctx, 'env_step') >= max_env_step:
             task.finish = True
         elif max_train_iter is not None and ctx.train_iter >= max_train_iter:
             task.finish = True

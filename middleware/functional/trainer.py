@@ -3,22 +3,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, cast
 
 from contexts import RLContext
+from pipeline.runtime.protocols import TrainablePolicy
 from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
     from pipeline.data.records import TrainOutput
 
-__all__ = ['trainer', 'flatten_update_result']
+__all__ = ['trainer', 'flatten_update_result', 'TrainMiddleware']
 
 log = logging.getLogger(__name__)
 
 _ALL = '__all_modules__'
 
 
-def flatten_update_result(result: Any, learner: Any = None) -> TrainOutput:
+class TrainMiddleware(Protocol):
+    """What :func:`trainer` returns: the middleware, and ``step(ctx)``, which trains like it but returns the
+    output (None without data) instead of writing ``ctx.train_output``."""
+
+    def __call__(self, ctx: RLContext) -> None: ...
+
+    def step(self, ctx: RLContext) -> Optional[TrainOutput]: ...
+
+
+def flatten_update_result(result: object, learner: object = None) -> TrainOutput:
     """The :class:`~pipeline.data.records.TrainOutput` of ``Learner.update``'s result: a plain dict
     whose Stats leaves become floats.
 
@@ -27,16 +37,19 @@ def flatten_update_result(result: Any, learner: Any = None) -> TrainOutput:
     ``__all_modules__`` metrics are added under their own names when they do not clash.
     """
     if not isinstance(result, MappingABC):
-        return {'result': result}
+        # TrainOutput names only the keys every learner gives; the others ride along (a TypedDict cannot
+        # say "and any other metric"), hence the casts here.
+        return cast('TrainOutput', {'result': result})
     modules = [k for k in result if k != _ALL]
     last = getattr(learner, 'last_outputs', None) or {}
 
-    def peek_all(d: Mapping) -> Any:
+    def peek_all(d: Mapping[str, object]) -> Dict[str, object]:
         out = {}
         for k, v in d.items():
             out[k] = v.peek() if hasattr(v, 'peek') else v
         return out
 
+    out: Dict[str, object]
     if len(modules) == 1:
         mid = modules[0]
         out = peek_all(result[mid])
@@ -53,11 +66,11 @@ def flatten_update_result(result: Any, learner: Any = None) -> TrainOutput:
     if _ALL in result:
         for k, v in peek_all(result[_ALL]).items():
             out.setdefault(k, v)
-    return out
+    return cast('TrainOutput', out)
 
 
 @for_roles(Role.LEARNER, reads=["train_data", "env_step?"], writes=["train_output", "train_iter"])
-def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], None]:
+def trainer(cfg: Mapping[str, object], learner: TrainablePolicy, log_freq: int = 100) -> TrainMiddleware:
     """One training iteration on ``ctx.train_data``.
 
     Reads ``ctx.train_data`` (a :class:`~pipeline.data.records.TrainBatch`; does nothing when it is
@@ -96,5 +109,5 @@ def trainer(cfg: Mapping, learner: Any, log_freq: int = 100) -> Callable[[Any], 
         if out is not None:
             ctx.train_output = [out]
 
-    _train.step = _step  # type: ignore[attr-defined]
-    return _train
+    setattr(_train, 'step', _step)
+    return cast(TrainMiddleware, _train)  # a function with a ``step`` attribute

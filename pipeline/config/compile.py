@@ -97,7 +97,7 @@ def get_default_config(policy: str = 'dqn') -> EasyDict:
     return EasyDict(S.defaults(found[0]))
 
 
-def _type_ok(default: Any, value: Any, path: str) -> Optional[str]:
+def _type_ok(default: object, value: object, path: str) -> Optional[str]:
     """For keys without a schema: None if ``value`` fits ``default``'s type, else a message."""
     if value is None or default is None:
         return None  # None means "unset / use the fallback"; a None default says nothing about the type
@@ -171,7 +171,7 @@ def find_keys(tree: Mapping, name: str, near: str = '') -> Tuple[List[str], str]
     return ordered([p for p in paths if p.rsplit('.', 1)[-1] in close]), ''
 
 
-def _unknown_key(path: str, key: Any, here: Mapping, root: Mapping, prefix: str) -> str:
+def _unknown_key(path: str, key: object, here: Mapping, root: Mapping, prefix: str) -> str:
     """The message for a key the config does not have: close keys at the same level, else the full keys
     deeper or elsewhere in the tree it likely means (``learning_rate`` -> ``policy.learn.learning_rate``)."""
     close = difflib.get_close_matches(str(key), [str(k) for k in here], n=3, cutoff=0.6)
@@ -260,7 +260,7 @@ def merge_config(default: Mapping, user: Optional[Mapping]) -> EasyDict:
     return EasyDict(out)
 
 
-def _to_dict(x: Any) -> Any:
+def _to_dict(x: object) -> Any:
     if isinstance(x, Mapping):
         return {k: _to_dict(v) for k, v in x.items()}
     if isinstance(x, list):
@@ -305,7 +305,7 @@ def check_user_config(user: Optional[Mapping], policy: str) -> List[str]:
     return errors
 
 
-def parse_override(item: str) -> Tuple[str, Any]:
+def parse_override(item: str) -> Tuple[str, object]:
     """``'policy.learn.learning_rate=1e-3'`` -> ``('policy.learn.learning_rate', 0.001)``.
 
     The value is read as a Python literal (numbers, ``True``, ``None``, lists, quoted strings) or
@@ -361,7 +361,7 @@ def _torch_free_schema(policy: str) -> Mapping:
     return get_schema(policy)  # imports the policy's module
 
 
-def config_table(policy: str, user: Optional[Mapping] = None) -> List[Tuple[str, Any, str]]:
+def config_table(policy: str, user: Optional[Mapping] = None) -> List[Tuple[str, object, str]]:
     """``(dotted key, value, what is allowed)`` for every key of ``policy``'s schema, the value being ``user``
     merged over the schema's defaults (an example's or an agent's settings: what a run uses unless a key is
     set). Values the schema refuses are left at the default (:func:`check_user_config` names them). Loads
@@ -370,14 +370,14 @@ def config_table(policy: str, user: Optional[Mapping] = None) -> List[Tuple[str,
     merged, _ = _merge_collect(S.defaults(schema), user, schema)
     rows = []
     for path, spec in S.iter_specs(schema):
-        node: Any = merged
+        node: object = merged
         for part in path.split('.'):
             node = node.get(part) if isinstance(node, Mapping) else None
         rows.append((path, node, spec.allowed()))
     return rows
 
 
-def format_config_table(rows: Iterable[Tuple[str, Any, str]], header: str = '') -> str:
+def format_config_table(rows: Iterable[Tuple[str, object, str]], header: str = '') -> str:
     """The rows of :func:`config_table` as aligned text: ``key  default  allowed`` (``header``: a first line)."""
     table = [('key', 'default', 'allowed')] + [(k, repr(v), a) for k, v, a in rows]
     wk, wv = max(len(r[0]) for r in table), min(max(len(r[1]) for r in table), 28)

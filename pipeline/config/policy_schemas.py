@@ -7,7 +7,10 @@ them (``pipeline.policy.dqn.DQN_CONFIG`` is :data:`DQN_CONFIG`).
 """
 from __future__ import annotations
 
-from .schema import Bool, Choice, Device, Float, FreeForm, Int, IntList, Shape, Str, env_section, run_section
+from typing import Dict
+
+from .schema import (Bool, Choice, Device, Float, FreeForm, Int, IntList, SchemaTree, Shape, Spec, Str, env_section,
+                     run_section)
 
 __all__ = ['DQN_CONFIG', 'PPO_CONFIG', 'SAC_CONFIG', 'OPTIMIZER_NAMES', 'SCHEMAS', 'device_keys']
 
@@ -16,7 +19,7 @@ OPTIMIZER_NAMES = ('adam', 'adamw', 'sgd', 'rmsprop')
 
 
 
-def device_keys() -> dict:
+def device_keys() -> Dict[str, Spec]:
     """The ``policy`` keys that say where a policy runs (:mod:`pipeline.device`): ``device`` (where it trains,
     and acts in one process: ``'auto'`` picks the GPU when there is one) and ``acting_device`` (where a node
     of a multi-node run that does not learn acts; unset: the CPU)."""
@@ -25,7 +28,7 @@ def device_keys() -> dict:
 
 # DQN's config: every key's default, type and range (DI-engine 0.5.3's CartPole DQN settings where
 # they apply). ``pipeline.config.compile_config(user, policy='dqn')`` merges and checks against it.
-DQN_CONFIG = {
+DQN_CONFIG: SchemaTree = {
     **run_section('cartpole_dqn'),
     'env': env_section('CartPole-v0', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=5, stop_value=195),
     'policy': {
@@ -89,7 +92,7 @@ DQN_CONFIG = {
 # PPO's config: every key's default, type and range (RL-Zoo's CartPole-v1 settings: 8 envs x 32 steps,
 # batch 256, 20 epochs, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly to 0 over
 # ``total_env_steps``). ``compile_config(user, policy='ppo')`` (or ``make_ppo_config``) checks against it.
-PPO_CONFIG = {
+PPO_CONFIG: SchemaTree = {
     **run_section('cartpole_ppo'),
     'env': env_section('CartPole-v1', collector_env_num=8, evaluator_env_num=5, n_evaluator_episode=10,
                        stop_value=475),
@@ -125,7 +128,7 @@ PPO_CONFIG = {
 }
 
 # SAC's config: every key's default, type and range; ``compile_config(user, policy='sac')`` checks against it.
-SAC_CONFIG = {
+SAC_CONFIG: SchemaTree = {
     **run_section("sac"),
     "env": env_section(None, collector_env_num=4, evaluator_env_num=4, n_evaluator_episode=20, stop_value=None),
     "policy": {
@@ -159,4 +162,4 @@ SAC_CONFIG = {
 }
 
 #: policy name -> its schema
-SCHEMAS = {'dqn': DQN_CONFIG, 'ppo': PPO_CONFIG, 'sac': SAC_CONFIG}
+SCHEMAS: Dict[str, SchemaTree] = {'dqn': DQN_CONFIG, 'ppo': PPO_CONFIG, 'sac': SAC_CONFIG}

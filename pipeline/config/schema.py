@@ -40,7 +40,7 @@ class Spec:
 
     type_name = 'a value'
 
-    def __init__(self, default: Any, *, optional: bool = False, doc: str = '') -> None:
+    def __init__(self, default: object, *, optional: bool = False, doc: str = '') -> None:
         self.default = default
         self.optional = optional or default is None
         self.doc = doc
@@ -49,13 +49,13 @@ class Spec:
         """What is allowed, in words (e.g. ``'an int >= 1'``)."""
         return self.type_name + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return True
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return True
 
-    def problem(self, value: Any, path: str) -> Optional[str]:
+    def problem(self, value: object, path: str) -> Optional[str]:
         """None if ``value`` is allowed, else a message naming ``path`` and the allowed values."""
         if value is None:
             return None if self.optional else f'{path}: expected {self.allowed()}, got None'
@@ -67,7 +67,7 @@ class Spec:
 
 
 class _Number(Spec):
-    def __init__(self, default: Any, *, min: Optional[float] = None, max: Optional[float] = None,
+    def __init__(self, default: object, *, min: Optional[float] = None, max: Optional[float] = None,
                  gt: Optional[float] = None, lt: Optional[float] = None, optional: bool = False,
                  doc: str = '') -> None:
         super().__init__(default, optional=optional, doc=doc)
@@ -100,7 +100,7 @@ class Int(_Number):
 
     type_name = 'an int'
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -112,14 +112,14 @@ class Float(_Number):
 
     type_name = 'float'
 
-    def __init__(self, default: Any, *, allow_inf: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, *, allow_inf: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.allow_inf = allow_inf
 
     def allowed(self) -> str:
         return ('a float' if self.allow_inf else 'a finite float') + super().allowed()[len(self.type_name):]
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     def range_ok(self, value: Any) -> bool:
@@ -132,7 +132,7 @@ class Float(_Number):
 class Bool(Spec):
     type_name = 'a bool'
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, bool)
 
 
@@ -141,17 +141,17 @@ class Str(Spec):
 
     type_name = 'str'
 
-    def __init__(self, default: Any, *, allow_empty: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, *, allow_empty: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.allow_empty = allow_empty
 
     def allowed(self) -> str:
         return ('a str' if self.allow_empty else 'a non-empty str') + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return self.allow_empty or bool(value)
 
 
@@ -160,7 +160,7 @@ class Choice(Spec):
 
     type_name = 'str'
 
-    def __init__(self, default: Any, choices: Sequence[str], *, ignore_case: bool = False, **kw: Any) -> None:
+    def __init__(self, default: object, choices: Sequence[str], *, ignore_case: bool = False, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.choices = tuple(choices)
         self.ignore_case = ignore_case
@@ -168,7 +168,7 @@ class Choice(Spec):
     def allowed(self) -> str:
         return 'one of ' + ', '.join(repr(c) for c in self.choices) + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
     def range_ok(self, value: Any) -> bool:
@@ -186,10 +186,10 @@ class Device(Spec):
     def allowed(self) -> str:
         return DEVICE_CHOICES + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, str)
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         return device_spec_problem(value) is None
 
 
@@ -198,14 +198,14 @@ class IntList(Spec):
 
     type_name = 'list'
 
-    def __init__(self, default: Any, *, item_min: int = 1, **kw: Any) -> None:
+    def __init__(self, default: object, *, item_min: int = 1, **kw: Any) -> None:
         super().__init__(default, **kw)
         self.item_min = item_min
 
     def allowed(self) -> str:
         return f'a non-empty list of ints >= {self.item_min}' + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, (list, tuple))
 
     def range_ok(self, value: Any) -> bool:
@@ -219,10 +219,10 @@ class Shape(IntList):
     def allowed(self) -> str:
         return 'an int >= 1 or a non-empty list of ints >= 1' + (' (or None)' if self.optional else '')
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, (list, tuple))
 
-    def range_ok(self, value: Any) -> bool:
+    def range_ok(self, value: object) -> bool:
         if isinstance(value, int):
             return value >= 1
         return super().range_ok(value)
@@ -237,7 +237,7 @@ class FreeForm(Spec):
         super().__init__({} if default is None else dict(default), **kw)
         self.optional = kw.get('optional', False)
 
-    def type_ok(self, value: Any) -> bool:
+    def type_ok(self, value: object) -> bool:
         return isinstance(value, Mapping)
 
 
@@ -260,7 +260,12 @@ def env_section(env_id: Optional[str], *, collector_env_num: int, evaluator_env_
     }
 
 
-def iter_specs(schema: Mapping, prefix: str = '') -> Iterator[Tuple[str, Spec]]:
+SchemaTree = Dict[str, Any]
+"""A config schema: key -> :class:`Spec` or a nested schema (nested to varying depths, so the values are
+``Any``: a schema module assigns into its sections, e.g. ``CQL_CONFIG['policy']['learn']['cql_alpha']``)."""
+
+
+def iter_specs(schema: Mapping[str, Any], prefix: str = '') -> Iterator[Tuple[str, Spec]]:
     """``(dotted path, spec)`` for every leaf of ``schema``."""
     for key, node in schema.items():
         path = f'{prefix}{key}'
@@ -270,7 +275,7 @@ def iter_specs(schema: Mapping, prefix: str = '') -> Iterator[Tuple[str, Spec]]:
             yield from iter_specs(node, path + '.')
 
 
-def spec_at(schema: Mapping, path: str) -> Any:
+def spec_at(schema: Mapping[str, object], path: str) -> object:
     """The spec or section at a dotted ``path`` (KeyError if the schema has none)."""
     node: Any = schema
     for part in path.split('.'):
@@ -278,12 +283,12 @@ def spec_at(schema: Mapping, path: str) -> Any:
     return node
 
 
-def defaults(schema: Mapping) -> Dict[str, Any]:
+def defaults(schema: Mapping[str, Any]) -> Dict[str, object]:
     """The default config of ``schema`` as nested plain dicts (fresh copies)."""
     return {k: copy.deepcopy(v.default) if isinstance(v, Spec) else defaults(v) for k, v in schema.items()}
 
 
-def free_form_paths(schema: Mapping) -> List[str]:
+def free_form_paths(schema: Mapping[str, object]) -> List[str]:
     """Dotted paths of the :class:`FreeForm` entries (any keys are accepted below them)."""
     return [p for p, s in iter_specs(schema) if isinstance(s, FreeForm)]
 

@@ -131,7 +131,7 @@ class FrameItem(BufferedData):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         return _RAW.__get__(self).unpack()
 

@@ -64,7 +64,7 @@ class RowItem(BufferedData):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         row = _DATA.__get__(self)
         if type(row) is not _Row:  # given its data by another thread meanwhile

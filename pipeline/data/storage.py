@@ -388,7 +388,7 @@ class SlotStorage:
             return cols.gather(slots)
         if items is None:
             it = self.items
-            items = [it[s] for s in slots.tolist()]  # type: ignore[misc]
+            items = [it[s] for s in slots.tolist()]
         return collate([x.data for x in items])
 
     def _result(self, slots: np.ndarray, sync: bool = True, repeats: bool = False) -> List[BufferedData]:

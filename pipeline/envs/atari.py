@@ -16,7 +16,7 @@ returns are raw game scores. ``AtariEnvFn`` is the same as a picklable factory f
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, SupportsFloat, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -34,21 +34,21 @@ class EpisodicLifeEnv(gym.Wrapper):
     """Losing a life terminates the (training) episode; ``reset`` then goes on with the same game
     (one no-op step) instead of restarting it. A real game over resets the game."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self._lives = 0
         self._game_over = True
 
-    def step(self, action: Any) -> Tuple[Any, float, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[object, SupportsFloat, bool, bool, Dict[str, object]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._game_over = bool(terminated or truncated)
-        lives = self.env.unwrapped.ale.lives()
+        lives = _lives(self.env)
         if 0 < lives < self._lives:
             terminated = True
         self._lives = lives
         return obs, reward, terminated, truncated, info
 
-    def reset(self, **kwargs: Any) -> Tuple[Any, Dict[str, Any]]:
+    def reset(self, **kwargs: Any) -> Tuple[object, Dict[str, object]]:
         if self._game_over:
             obs, info = self.env.reset(**kwargs)
         else:
@@ -56,13 +56,13 @@ class EpisodicLifeEnv(gym.Wrapper):
             if terminated or truncated:  # the no-op step ended the game
                 obs, info = self.env.reset(**kwargs)
         self._game_over = False
-        self._lives = self.env.unwrapped.ale.lives()
+        self._lives = _lives(self.env)
         return obs, info
 
 
 def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, noop_max: int = 30,
                    frame_skip: int = 4, screen_size: int = 84, frame_stack: int = 4,
-                   max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
+                   max_episode_steps: Optional[int] = None, **kwargs: object) -> gym.Env:
     """An Atari env with the standard preprocessing (see the module docstring).
 
     ``env_id``: a ``...NoFrameskip-v4`` id or an ``ALE/...-v5`` id (made with ``frameskip=1`` and
@@ -71,8 +71,8 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
     steps (default: ALE's own limit of 108k frames). ``kwargs`` go to ``gymnasium.make``.
     """
     try:
-        import cv2  # noqa: F401  (gymnasium's AtariPreprocessing resizes with OpenCV)
-        import ale_py  # noqa: F401
+        import cv2  # noqa: F401  (optional extra: atari; gymnasium's AtariPreprocessing resizes with OpenCV)
+        import ale_py  # noqa: F401  (optional extra: atari)
     except ImportError as e:
         raise ImportError(ATARI_MISSING) from e
 
@@ -92,8 +92,13 @@ def make_atari_env(env_id: str = 'PongNoFrameskip-v4', training: bool = True, no
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
-def _sign(r: float) -> float:
-    return float(np.sign(r))
+def _sign(r: SupportsFloat) -> float:
+    return float(np.sign(float(r)))
+
+
+def _lives(env: gym.Env) -> int:
+    """The lives left in the ALE game under ``env``."""
+    return int(getattr(env.unwrapped, 'ale').lives())
 
 
 class AtariEnvFn:
@@ -102,7 +107,7 @@ class AtariEnvFn:
     def __init__(self, env_id: str = 'PongNoFrameskip-v4', training: bool = True, **kwargs: Any) -> None:
         self.env_id, self.training, self.kwargs = env_id, training, kwargs
 
-    def __call__(self) -> Any:
+    def __call__(self) -> gym.Env:
         return make_atari_env(self.env_id, self.training, **self.kwargs)
 
     def __repr__(self) -> str:
@@ -119,7 +124,7 @@ def envpool_atari_task(env_id: str) -> str:
     return name
 
 
-def envpool_atari_kwargs(training: bool = True) -> Dict[str, Any]:
+def envpool_atari_kwargs(training: bool = True) -> Dict[str, object]:
     """EnvPool options matching :func:`make_atari_env` (no fire reset, no sticky actions, 30 no-ops,
     frame skip 4, 84x84 gray, 4 stacked frames, 27k-step limit; episodic life and sign-clipped
     rewards when ``training``). Note EnvPool reports the clipped return, not the raw score."""

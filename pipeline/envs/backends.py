@@ -28,8 +28,8 @@ def check_backend_args(env_num: int, backend: str, local_envs: int) -> None:
                          f'env_num={env_num}')
 
 
-def env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
-            env_kwargs: Dict[str, Any]) -> List[Callable[[], Any]]:
+def env_fns(env: object, env_num: int, max_episode_steps: Optional[int],
+            env_kwargs: Dict[str, object]) -> List[Callable[[], object]]:
     """One env factory per env: ``env``'s list itself, ``env_num`` times a callable, or a gymnasium id made
     into a picklable factory (made once here, so that a bad id fails at once)."""
     if isinstance(env, (list, tuple)):
@@ -45,8 +45,8 @@ def env_fns(env: Any, env_num: int, max_episode_steps: Optional[int],
                     f'callables; got {type(env).__name__}')
 
 
-def make_backend(env: Any, env_num: int, backend: str, seed: Optional[int], max_episode_steps: Optional[int],
-                 env_kwargs: Dict[str, Any], step_timeout: Optional[float], start_method: Optional[str],
+def make_backend(env: object, env_num: int, backend: str, seed: Optional[int], max_episode_steps: Optional[int],
+                 env_kwargs: Dict[str, object], step_timeout: Optional[float], start_method: Optional[str],
                  workers: Optional[int], local_envs: int) -> EnvBackend:
     """The backend ``backend`` over ``env_num`` copies of ``env`` (see :class:`pipeline.envs.EnvManager` for
     the arguments)."""

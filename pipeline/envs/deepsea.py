@@ -64,12 +64,12 @@ class DeepSeaEnv(gym.Env):
             obs[self._row * self.size + self._col] = 1.0
         return obs
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> Tuple[np.ndarray, Dict[str, Any]]:
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> Tuple[np.ndarray, Dict[str, object]]:
         super().reset(seed=seed)
         self._row, self._col, self._done = 0, 0, False
         return self._obs(), {"found_treasure": False}
 
-    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, Any]]:
+    def step(self, action: Any) -> Tuple[np.ndarray, float, bool, bool, Dict[str, object]]:
         if self._done:
             raise RuntimeError("DeepSeaEnv.step called after the episode ended; call reset() first")
         a = int(np.asarray(action).reshape(-1)[0]) if np.ndim(action) else int(action)

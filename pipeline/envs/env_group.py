@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -45,12 +45,12 @@ GroupStep = Tuple[List[float], List[bool], List[bool], Optional[List[dict]], Dic
 PackedArray = Tuple[str, Tuple[int, ...], bytes]
 
 
-def pack_array(a: np.ndarray) -> Any:
+def pack_array(a: np.ndarray) -> Union[np.ndarray, PackedArray]:
     """``a`` as ``(dtype, shape, bytes)``; object arrays (e.g. dict actions) as they are."""
     return a if a.dtype.hasobject else (a.dtype.str, a.shape, a.tobytes())
 
 
-def unpack_array(p: Any) -> np.ndarray:
+def unpack_array(p: Union[np.ndarray, PackedArray]) -> np.ndarray:
     if isinstance(p, np.ndarray):
         return p
     dtype, shape, data = p
@@ -90,7 +90,7 @@ class EnvGroup(gym.Env):
     ``0.0, False, False`` and the :data:`GroupStep` payload.
     """
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], size: int, first: int = 0,
+    def __init__(self, fns: Sequence[Callable[[], object]], size: int, first: int = 0,
                  mark: Optional[np.ndarray] = None) -> None:
         self._envs = SyncBackend(fns, mark=mark, first=first)
         env0 = self._envs.envs[0]
@@ -100,10 +100,13 @@ class EnvGroup(gym.Env):
         self.single_action_space = env0.action_space
         self.observation_space = gym.vector.utils.batch_space(env0.observation_space, size)
         self.action_space = gym.vector.utils.batch_space(env0.action_space, size)
-        self._obs = gym.vector.utils.create_empty_array(env0.observation_space, size, np.zeros)
+        # rows of the batched observation: an array (a group slices it by rows, so its envs' spaces are arrays)
+        self._obs = cast(np.ndarray, gym.vector.utils.create_empty_array(env0.observation_space, size, np.zeros))
         self._all = np.arange(len(fns), dtype=np.int64)
 
-    def reset(self, *, seed: Optional[Sequence[int]] = None, options: Any = None) -> Tuple[Any, dict]:
+    # One seed per env of the group, where gym.Env.reset takes one int: the manager's backend is the only caller.
+    def reset(self, *, seed: Optional[Sequence[int]] = None,  # type: ignore[override]
+              options: object = None) -> Tuple[np.ndarray, Dict[str, object]]:
         first = self._envs.reset(seed)
         self._obs[:len(first)] = first
         return self._obs, {}
@@ -176,16 +179,16 @@ class WorkerEnvFn:
     spaces) it makes a group of only the first env, with the same spaces.
     """
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], size: int, first: int, worker: int,
+    def __init__(self, fns: Sequence[Callable[[], object]], size: int, first: int, worker: int,
                  trace_path: str, marks_path: str, n_workers: int) -> None:
         self.fns, self.size, self.first, self.worker = list(fns), size, first, worker
         self.trace_path, self.marks_path, self.n_workers = trace_path, marks_path, n_workers
         self.parent_pid = os.getpid()
         # made on the parent's main thread: PR_SET_PDEATHSIG is safe (see die_with_parent)
         self.pdeathsig = threading.current_thread() is threading.main_thread()
-        self.parent_spaces: Optional[Tuple[Any, Any]] = None  # the single env's, once made in the parent
+        self.parent_spaces: Optional[Tuple[object, object]] = None  # the single env's, once made in the parent
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> Dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if k != 'parent_spaces'}
 
     def __call__(self) -> EnvGroup:

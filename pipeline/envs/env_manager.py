@@ -19,9 +19,12 @@ backend does); their public names are importable from here too.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 from .backend_protocol import EnvBackend
 from .backends import BACKENDS, check_backend_args, make_backend
@@ -33,6 +36,8 @@ __all__ = ['EnvManager', 'EnvStep', 'EpisodeInfo', 'EnvWorkerError', 'UnknownEnv
            'BACKENDS']
 
 EnvSpec = Union[str, Callable[[], Any]]
+EnvIds = Union[Sequence[int], np.ndarray]
+"""Env indices: a sequence of ints or an integer array."""
 
 
 class EnvManager:
@@ -81,9 +86,9 @@ class EnvManager:
         mgr.close()
     """
 
-    def __init__(self, env: Union[EnvSpec, Sequence[Callable[[], Any]]], env_num: int = 1,
+    def __init__(self, env: Union[EnvSpec, Sequence[Callable[[], object]]], env_num: int = 1,
                  seed: Optional[int] = None, max_episode_steps: Optional[int] = None,
-                 env_kwargs: Optional[Dict[str, Any]] = None, keep_infos: bool = False,
+                 env_kwargs: Optional[Dict[str, object]] = None, keep_infos: bool = False,
                  backend: str = 'sync', step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None, local_envs: int = 0) -> None:
         if not isinstance(env_num, int) or isinstance(env_num, bool) or env_num < 1:
@@ -95,8 +100,9 @@ class EnvManager:
         self._keep_infos = keep_infos
         self._backend: EnvBackend = make_backend(env, env_num, backend, seed, max_episode_steps, dict(env_kwargs or {}),
                                                  step_timeout, start_method, workers, local_envs)
-        self.observation_space = self._backend.observation_space
-        self.action_space = self._backend.action_space
+        # every backend sets its spaces (EnvBackend names only methods, so that issubclass works with it)
+        self.observation_space: gym.Space = getattr(self._backend, 'observation_space')
+        self.action_space: gym.Space = getattr(self._backend, 'action_space')
         self._obs: Optional[np.ndarray] = None
         self._ep_return = np.zeros(env_num, dtype=np.float64)
         self._ep_len = np.zeros(env_num, dtype=np.int64)
@@ -166,7 +172,7 @@ class EnvManager:
         self._ep_len[:] = 0
         return self._obs
 
-    def step(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> EnvStep:
+    def step(self, actions: object, env_ids: Optional[EnvIds] = None) -> EnvStep:
         """Step the envs in ``env_ids`` (default: all) with ``actions`` (one row per env).
 
         Finished episodes are reset at once: their final observation is ``EnvStep.next_obs`` and
@@ -181,7 +187,7 @@ class EnvManager:
         # nothing in flight: the backend's one-call step (no request queue, no in-flight bookkeeping)
         return self._finish(ids, obs, actions, span, self._backend.step(ids, actions, self._keep_infos))
 
-    def step_async(self, actions: Any, env_ids: Optional[Sequence[int]] = None) -> None:
+    def step_async(self, actions: object, env_ids: Optional[EnvIds] = None) -> None:
         """Start stepping the envs in ``env_ids`` (default: all) with ``actions`` and return at once;
         :meth:`step_wait` returns the ``EnvStep``.
 
@@ -208,7 +214,7 @@ class EnvManager:
             busy[ids] = True
         self._pending.append((ids, obs, actions, span))
 
-    def _prepare(self, actions: Any, env_ids: Optional[Sequence[int]]
+    def _prepare(self, actions: object, env_ids: Optional[EnvIds]
                  ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Optional[Tuple[int, int]]]:
         """Check a step request: ``(ids, obs, actions, span)`` with ``obs`` the observations the actions
         are taken in and ``span`` None for all envs, ``(start, stop)`` for a run of consecutive envs,
@@ -232,15 +238,14 @@ class EnvManager:
         elif span is not None:
             # the array the last step of exactly these envs returned, when they have not moved since: then
             # a transition's obs and the previous transition's next_obs share memory, as in lock step
-            obs = self._run_obs.get(span)
-            if obs is None:
-                obs = obs_all[span[0]:span[1]]
+            run_obs = self._run_obs.get(span)
+            obs = run_obs if run_obs is not None else obs_all[span[0]:span[1]]
         else:
             obs = obs_all[ids]
             span = (-1, -1)
         return ids, obs, actions, span
 
-    def _checked_ids(self, env_ids: Any) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
+    def _checked_ids(self, env_ids: object) -> Tuple[np.ndarray, Optional[Tuple[int, int]]]:
         """``env_ids`` as a read-only int64 array, checked (in range, no repeats), and ``(start, stop)``
         when it is a run of consecutive ids (else None). Cached: a collector passes the same few sets."""
         key = None
@@ -268,7 +273,7 @@ class EnvManager:
         if not self._pending:
             raise RuntimeError('step_wait() without a step_async() in flight: call step_async(actions) first')
         ids, obs, actions, span = self._pending.popleft()
-        self._busy[ids] = False  # type: ignore[index]
+        self._busy[ids] = False  # type: ignore[index]  # set by the step_async that queued this step
         return self._finish(ids, obs, actions, span, self._backend.step_wait())
 
     def _finish(self, ids: np.ndarray, obs: np.ndarray, actions: np.ndarray, span: Optional[Tuple[int, int]],
@@ -328,7 +333,7 @@ class EnvManager:
         """Wait for every step in flight and drop the results (before a reset)."""
         while self._pending:
             ids = self._pending.popleft()[0]
-            self._busy[ids] = False  # type: ignore[index]
+            self._busy[ids] = False  # type: ignore[index]  # set by the step_async that queued it
             try:
                 self._backend.step_wait()
             except BaseException:
@@ -347,10 +352,12 @@ class EnvManager:
             raise ValueError('halves() needs env_num >= 2')
         mid = self.env_num // 2
         k = getattr(self._backend, 'group_size', None)
-        if getattr(self._backend, 'split', None):  # local envs | worker envs
-            mid = self._backend.split
-        elif self.backend == 'subprocess' and k is not None and getattr(self._backend, 'workers', 1) > 1:
-            bounds = [w * k for w in range(1, self._backend.workers)]
+        split = getattr(self._backend, 'split', None)
+        workers = getattr(self._backend, 'workers', 1)
+        if split:  # local envs | worker envs
+            mid = split
+        elif self.backend == 'subprocess' and k is not None and workers > 1:
+            bounds = [w * k for w in range(1, workers)]
             mid = min(bounds, key=lambda b: (abs(b - self.env_num / 2), b))
         return self._all_ids[:mid].copy(), self._all_ids[mid:].copy()
 
@@ -370,7 +377,7 @@ class EnvManager:
     def __enter__(self) -> 'EnvManager':
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:

@@ -88,16 +88,18 @@ def _raw_layout(pool: Any) -> Optional[_RawLayout]:
     infos = {k[5:]: i for i, k in enumerate(states) if k.startswith('info:') and '.' not in k}
     if 'elapsed_step' in states:
         infos['elapsed_step'] = states.index('elapsed_step')
-    return _RawLayout(*(states.index(k) for k in need), infos)
+    obs, reward, done, trunc, env_id = (states.index(k) for k in need)
+    return _RawLayout(obs, reward, done, trunc, env_id, infos)
 
 
 class EnvPoolBackend:
     """``env_num`` env slots played by EnvPool task ``task_id`` (see the module docstring)."""
 
     name = 'envpool'
+    _pool: Any = None  # the EnvPool pool (envpool has no type hints); built by _make
 
-    def __init__(self, task_id: Any, env_num: int, seed: Optional[int],
-                 env_kwargs: Optional[Dict[str, Any]] = None,
+    def __init__(self, task_id: object, env_num: int, seed: Optional[int],
+                 env_kwargs: Optional[Dict[str, object]] = None,
                  max_episode_steps: Optional[int] = None) -> None:
         envpool = import_envpool()
         if not isinstance(task_id, str):
@@ -114,8 +116,7 @@ class EnvPoolBackend:
         self._kwargs = dict(env_kwargs or {})
         if max_episode_steps is not None:
             self._kwargs['max_episode_steps'] = int(max_episode_steps)
-        self._seed = None
-        self._pool = None
+        self._seed: Optional[int] = None
         self._requests: Deque[Tuple[np.ndarray, np.ndarray, bool]] = deque()  # step_async calls, oldest first
         self._spares = min(env_num, MAX_SPARES)
         self._make(seed)
@@ -164,7 +165,7 @@ class EnvPoolBackend:
             self._ready_obs[j] = obs[j].copy()
         return obs[:self._env_num].copy()
 
-    def _actions(self, actions: Any) -> np.ndarray:
+    def _actions(self, actions: object) -> np.ndarray:
         """The actions as one C-contiguous array of EnvPool's action dtype and shape."""
         a = np.asarray(actions, dtype=self._act_dtype)
         shape = (len(a),) + self._act_shape
@@ -283,7 +284,7 @@ class EnvPoolBackend:
             self._pool = None
 
 
-def _rows(order: Any, env_id: np.ndarray) -> np.ndarray:
+def _rows(order: object, env_id: np.ndarray) -> np.ndarray:
     """Positions in EnvPool's answer (``info['env_id']`` order) of the envs we asked for."""
     lookup = {e: k for k, e in enumerate(np.asarray(order).tolist())}
     return np.fromiter((lookup[e] for e in env_id.tolist()), dtype=np.int64, count=len(env_id))

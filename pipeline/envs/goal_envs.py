@@ -17,7 +17,7 @@ so hindsight relabelling can recompute rewards and terminations for any goal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def _as_goal_array(x: Any, goal_dim: int, name: str) -> np.ndarray:
+def _as_goal_array(x: object, goal_dim: int, name: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float32)
     if arr.ndim == 0 or arr.shape[-1] != goal_dim:
         raise ValueError(
@@ -55,7 +55,7 @@ class GoalEnv(gym.Env):
     def _success(self, achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_reward(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Reward for reaching ``achieved_goal`` when aiming at ``desired_goal``.
 
         Vectorised: inputs of shape ``(goal_dim,)`` or ``(N, goal_dim)`` give a scalar array or an
@@ -66,7 +66,7 @@ class GoalEnv(gym.Env):
         d = _as_goal_array(desired_goal, self.goal_dim, "desired_goal")
         return self._success(a, d).astype(np.float32) - 1.0
 
-    def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_terminated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Whether the episode ends (vectorised like :meth:`compute_reward`).
 
         True on success when the env was built with ``terminate_on_success=True``, else always False.
@@ -76,7 +76,7 @@ class GoalEnv(gym.Env):
         s = self._success(a, d)
         return s if self.terminate_on_success else np.zeros_like(s)
 
-    def compute_truncated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
+    def compute_truncated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
         """Truncation never depends on the goal here (time limits are applied by the env itself)."""
         a = _as_goal_array(achieved_goal, self.goal_dim, "achieved_goal")
         return np.zeros(a.shape[:-1], dtype=bool)
@@ -124,7 +124,7 @@ class BitFlipEnv(GoalEnv):
         }
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
         super().reset(seed=seed)
         self._state = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
         self._goal = self.np_random.integers(0, 2, size=self.n_bits).astype(np.float32)
@@ -133,7 +133,7 @@ class BitFlipEnv(GoalEnv):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
+    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, object]]:
         a = int(np.asarray(action).reshape(-1)[0]) if np.ndim(action) else int(action)
         if not 0 <= a < self.n_bits:
             raise ValueError(f"action must be an integer in [0, {self.n_bits}), got {action!r}")
@@ -199,7 +199,7 @@ class PointGoalEnv(GoalEnv):
         }
 
     def reset(self, *, seed: Optional[int] = None,
-              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+              options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
         super().reset(seed=seed)
         self._pos = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
         self._goal = self.np_random.uniform(-1.0, 1.0, size=2).astype(np.float32)
@@ -208,7 +208,7 @@ class PointGoalEnv(GoalEnv):
         self._t = 0
         return self._obs(), {"is_success": False}
 
-    def step(self, action: Any) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, Any]]:
+    def step(self, action: object) -> Tuple[Dict[str, np.ndarray], float, bool, bool, Dict[str, object]]:
         a = np.asarray(action, dtype=np.float32).reshape(-1)
         if a.shape != (2,) or not np.all(np.isfinite(a)):
             raise ValueError(f"action must be 2 finite floats, got {action!r}")
@@ -240,7 +240,7 @@ class GoalLayout:
     def size(self) -> int:
         return self.obs_dim + 2 * self.goal_dim
 
-    def flatten(self, obs: Dict[str, Any]) -> np.ndarray:
+    def flatten(self, obs: Dict[str, object]) -> np.ndarray:
         """``{"observation", "achieved_goal", "desired_goal"}`` -> flat float32 vector(s)."""
         return np.concatenate(
             [
@@ -269,22 +269,28 @@ class FlattenGoalObservation(gym.ObservationWrapper):
                 "FlattenGoalObservation needs a goal env with a Dict observation space holding "
                 f"'observation', 'achieved_goal' and 'desired_goal'; got {space!r}"
             )
-        o, g = space["observation"], space["desired_goal"]
+        boxes: List[spaces.Box] = []
+        for k in ("observation", "achieved_goal", "desired_goal"):
+            box = space[k]
+            if not isinstance(box, spaces.Box):
+                raise ValueError(f"FlattenGoalObservation needs a Box space for {k!r}; got {box!r}")
+            boxes.append(box)
+        o, _, g = boxes
         self.goal_layout = GoalLayout(int(np.prod(o.shape)), int(np.prod(g.shape)))
-        lows = [np.ravel(space[k].low) for k in ("observation", "achieved_goal", "desired_goal")]
-        highs = [np.ravel(space[k].high) for k in ("observation", "achieved_goal", "desired_goal")]
+        lows = [np.ravel(b.low) for b in boxes]
+        highs = [np.ravel(b.high) for b in boxes]
         self.observation_space = spaces.Box(
             np.concatenate(lows).astype(np.float32), np.concatenate(highs).astype(np.float32), dtype=np.float32
         )
 
-    def observation(self, observation: Dict[str, Any]) -> np.ndarray:
+    def observation(self, observation: Dict[str, object]) -> np.ndarray:
         return self.goal_layout.flatten(observation)
 
-    def compute_reward(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
-        return self.env.unwrapped.compute_reward(achieved_goal, desired_goal, info)
+    def compute_reward(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
+        return getattr(self.env.unwrapped, "compute_reward")(achieved_goal, desired_goal, info)  # a goal env's
 
-    def compute_terminated(self, achieved_goal: Any, desired_goal: Any, info: Any = None) -> np.ndarray:
-        return self.env.unwrapped.compute_terminated(achieved_goal, desired_goal, info)
+    def compute_terminated(self, achieved_goal: object, desired_goal: object, info: object = None) -> np.ndarray:
+        return getattr(self.env.unwrapped, "compute_terminated")(achieved_goal, desired_goal, info)
 
 
 def register_goal_envs() -> None:

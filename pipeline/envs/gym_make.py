@@ -14,7 +14,7 @@ from .mujoco_log import log_mujoco_warnings
 __all__ = ['make_gym_env', 'GymEnvFn', 'env_id_module']
 
 
-def env_id_module(env_id: Any) -> Optional[str]:
+def env_id_module(env_id: object) -> Optional[str]:
     """The module that ``gymnasium.make(env_id)`` would import first, or ``None``: an id of the form
     ``module:Name`` makes gymnasium import ``module`` (running its code) before it looks the name up. Loaders
     of files from elsewhere refuse such an id unless the user names it (see ``pipeline.policy.loading``)."""
@@ -33,7 +33,7 @@ def _missing_extra(env_id: str, err: Exception) -> Optional[str]:
             return 'atari'
     if env_id.startswith('ALE/') or 'NoFrameskip' in env_id:
         try:
-            import ale_py  # noqa: F401
+            import ale_py  # noqa: F401  (optional extra: atari; is it installed?)
         except ImportError:
             return 'atari'
     return None
@@ -49,7 +49,7 @@ def _register_ale() -> bool:
     return True
 
 
-def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: Any) -> Any:
+def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs: object) -> gym.Env:
     """``gymnasium.make`` with a clear ``UnknownEnvError`` for ids that are not registered, and an
     ``ImportError`` naming the rlpipe extra to install for Atari (``atari``) or MuJoCo (``mujoco``)."""
     try:
@@ -83,8 +83,8 @@ def make_gym_env(env_id: str, max_episode_steps: Optional[int] = None, **kwargs:
 class GymEnvFn:
     """A picklable ``make_gym_env`` call (subprocess workers may be started with spawn)."""
 
-    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, Any]) -> None:
+    def __init__(self, env_id: str, max_episode_steps: Optional[int], kwargs: Dict[str, object]) -> None:
         self.env_id, self.max_episode_steps, self.kwargs = env_id, max_episode_steps, kwargs
 
-    def __call__(self) -> Any:
+    def __call__(self) -> gym.Env:
         return make_gym_env(self.env_id, self.max_episode_steps, **self.kwargs)

@@ -30,7 +30,7 @@ class HybridBackend:
 
     name = 'subprocess'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], local: int, step_timeout: Optional[float] = 60.0,
+    def __init__(self, fns: Sequence[Callable[[], object]], local: int, step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None) -> None:
         if not 0 < local < len(fns):
             raise ValueError(f'local_envs must be between 1 and env_num - 1 ({len(fns) - 1}), got {local}')
@@ -111,7 +111,7 @@ class HybridBackend:
         reward, terminated, truncated = merge(loc[2], rem[2]), merge(loc[3], rem[3]), merge(loc[4], rem[4])
         infos: Optional[List[dict]] = None
         if keep_infos:
-            infos = [None] * n  # type: ignore[list-item]
+            infos = [None] * n  # type: ignore[list-item]  # every slot is filled just below
             for part, pos in ((loc[5], pos_l), (rem[5], pos_r)):
                 for j, info in zip(pos.tolist(), part or []):
                     infos[j] = info

@@ -25,7 +25,7 @@ class SavedSpacesError(ValueError):
     """The spaces stored in a file are malformed; the message is one line."""
 
 
-def _space_to_plain(space: Any) -> Optional[Dict[str, Any]]:
+def _space_to_plain(space: object) -> Optional[Dict[str, object]]:
     if isinstance(space, gym.spaces.Discrete):
         return {'type': 'Discrete', 'n': int(space.n), 'start': int(space.start)}
     if isinstance(space, gym.spaces.Box) and space.dtype.name in _DTYPES:
@@ -34,7 +34,7 @@ def _space_to_plain(space: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
-def spaces_to_plain(observation_space: Any, action_space: Any) -> Optional[Dict[str, Any]]:
+def spaces_to_plain(observation_space: object, action_space: object) -> Optional[Dict[str, object]]:
     """``{'observation': ..., 'action': ...}`` (plain values and tensors), or ``None`` when either space is
     not a ``Box`` or ``Discrete``."""
     obs, act = _space_to_plain(observation_space), _space_to_plain(action_space)
@@ -50,7 +50,7 @@ def _int(d: Mapping, key: str, where: str, low: int, high: int) -> int:
     return v
 
 
-def _space_from_plain(d: Any, where: str) -> Any:
+def _space_from_plain(d: object, where: str) -> gym.Space:
     if not isinstance(d, Mapping):
         raise SavedSpacesError(f'{where}: expected a mapping, got {type(d).__name__}')
     kind = d.get('type')
@@ -78,7 +78,7 @@ def _space_from_plain(d: Any, where: str) -> Any:
     return gym.spaces.Box(bounds[0], bounds[1], shape=tuple(shape), dtype=dtype)
 
 
-def spaces_from_plain(d: Any) -> Tuple[Any, Any]:
+def spaces_from_plain(d: object) -> Tuple[gym.Space, gym.Space]:
     """``(observation_space, action_space)`` from what :func:`spaces_to_plain` wrote, checked."""
     if not isinstance(d, Mapping):
         raise SavedSpacesError(f'spaces: expected a mapping, got {type(d).__name__}')

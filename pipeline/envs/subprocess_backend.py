@@ -32,6 +32,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from .backend_protocol import StepArrays
 from .env_group import EnvMarks, WorkerEnvFn, pack_array
@@ -63,11 +64,9 @@ class SubprocessBackend:
 
     name = 'subprocess'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], step_timeout: Optional[float] = 60.0,
+    def __init__(self, fns: Sequence[Callable[[], object]], step_timeout: Optional[float] = 60.0,
                  start_method: Optional[str] = None, workers: Optional[int] = None, first: int = 0) -> None:
         # ``first``: the manager's index of env 0 here (errors name envs by the manager's index)
-        from gymnasium.vector import AsyncVectorEnv, AutoresetMode
-
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f'step_timeout must be > 0 seconds or None, got {step_timeout!r}')
         n = len(fns)
@@ -114,7 +113,11 @@ class SubprocessBackend:
         self._procs = self._vec.processes
         self._unlink_names()  # every worker made its envs (AsyncVectorEnv checked their spaces): none needs a name
         # the single env's spaces, from the group AsyncVectorEnv made in this process for its spaces
-        self.observation_space, self.action_space = worker_fns[0].parent_spaces
+        parent_spaces = worker_fns[0].parent_spaces
+        if parent_spaces is None:  # pragma: no cover - AsyncVectorEnv made a group here, which sets them
+            self.close()
+            raise RuntimeError('subprocess backend: the envs\' spaces were not read in this process')
+        self.observation_space, self.action_space = parent_spaces
         shm = self._vec.observations
         if not isinstance(shm, np.ndarray):
             self.close()
@@ -203,7 +206,7 @@ class SubprocessBackend:
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
         infos: Optional[List[Any]] = [None] * n if keep_infos else None
-        finals: List[Tuple[int, Any, dict]] = []
+        finals: List[Tuple[int, object, dict]] = []
         # each worker's answer is taken in as it arrives, while the others are still stepping
         for j, answer in self._answers([w for w, _, _, _ in plan]):
             w, _, pos, src = plan[j]
@@ -217,7 +220,7 @@ class SubprocessBackend:
                 at = range(pos.start, pos.stop) if isinstance(pos, slice) else pos.tolist()
                 if w_infos is not None:
                     for i, info in zip(at, w_infos):
-                        infos[i] = info  # type: ignore[index]
+                        infos[i] = info  # type: ignore[index]  # not None: w_infos come with keep_infos
                 finals.extend((at[row], obs, info) for row, (obs, info) in w_finals.items())
         next_obs = after
         final_infos: Dict[int, dict] = {}
@@ -281,7 +284,7 @@ class SubprocessBackend:
             raise RuntimeError(f'the env manager is unusable after an earlier failure ({self._broken}); '
                                f'close() it and create a new one')
 
-    def _send(self, w: int, msg: Any) -> None:
+    def _send(self, w: int, msg: object) -> None:
         try:
             self._pipes[w].send(msg)
         except (OSError, ValueError) as e:
@@ -292,7 +295,7 @@ class SubprocessBackend:
         ``poll`` waits for all of them, with one deadline for the whole step."""
         pipes = self._pipes
         poller = select.poll()
-        fd_of = {}
+        fd_of: Dict[int, int] = {}
         for j, w in enumerate(ws):
             fd = pipes[w].fileno()
             fd_of[fd] = j
@@ -303,18 +306,18 @@ class SubprocessBackend:
             if not events:
                 self._fail(self._hung_worker_error(ws[min(fd_of.values())]))
             for fd, _ in events:
-                j = fd_of.pop(fd, None)
-                if j is None:
+                k = fd_of.pop(fd, None)
+                if k is None:
                     continue
                 poller.unregister(fd)
-                w = ws[j]
+                w = ws[k]
                 try:
                     result, ok = pipes[w].recv()
                 except (EOFError, OSError) as e:
                     self._fail(self._dead_worker_error(w), e)
                 if not ok:
                     self._fail(self._raised_error(w))
-                yield j, result
+                yield k, result
 
     def _fail(self, err: EnvWorkerError, cause: Optional[BaseException] = None) -> None:
         self._broken = f'env {err.env_index} failed'
@@ -336,6 +339,8 @@ class SubprocessBackend:
 
     def _raised_error(self, w: int) -> EnvWorkerError:
         try:
+            if self._vec is None:  # pragma: no cover - a worker's error comes after the envs were made
+                raise queue.Empty
             _, exctype, value, trace = self._vec.error_queue.get(timeout=_CLOSE_TIMEOUT)
         except queue.Empty:
             return EnvWorkerError(self._env_of(w), f'raised an exception{self._where(w)} (its traceback did '
@@ -363,7 +368,8 @@ class SubprocessBackend:
         if hasattr(signal, 'SIGUSR1'):
             before = len(self._read_trace(w))
             try:
-                os.kill(proc.pid, signal.SIGUSR1)
+                if proc.pid is not None:  # (alive: it has one)
+                    os.kill(proc.pid, signal.SIGUSR1)
             except OSError:  # pragma: no cover
                 pass
             end = time.monotonic() + 2.0

@@ -17,7 +17,7 @@ class SyncBackend:
 
     name = 'sync'
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], mark: Optional[np.ndarray] = None,
+    def __init__(self, fns: Sequence[Callable[[], object]], mark: Optional[np.ndarray] = None,
                  first: int = 0) -> None:
         # ``mark``: a one-slot int64 array set to the index (``first + j``) of the env being made,
         # reset or stepped, so a subprocess worker's parent can name the env after a crash or a hang
@@ -66,11 +66,11 @@ class SyncBackend:
         episode) and ``final_infos`` the last info dict of each finished episode by row."""
         envs = self._envs
         mark, first = self._mark, self._first
-        next_list: List[Any] = []
-        after_list: Optional[List[Any]] = None
-        rewards: List[Any] = []
-        term: List[Any] = []
-        trunc: List[Any] = []
+        next_list: List[object] = []
+        after_list: Optional[List[object]] = None
+        rewards: List[object] = []
+        term: List[object] = []
+        trunc: List[object] = []
         infos: Optional[List[dict]] = [] if keep_infos else None
         final_infos: Dict[int, dict] = {}
         # numpy scalars for discrete actions: gymnasium's Discrete.contains checks them faster than ints

@@ -7,7 +7,9 @@ their modules are imported.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
 
 from .chunked import ChunkedDataset, load_npz, open_directory, save_chunks
 from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset, validate_columns
@@ -16,7 +18,7 @@ __all__ = ['OfflineDataset', 'ChunkedDataset', 'DatasetError', 'REQUIRED_KEYS', 
            'open_directory', 'load_npz', 'load_dataset', 'from_buffer', 'from_buffer_file', 'from_minari']
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in ('from_buffer', 'from_buffer_file'):
         from . import buffer_reader  # lazy: this package loads numpy only (docstring)
         return getattr(buffer_reader, name)
@@ -26,7 +28,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'pipeline.offline' has no attribute {name!r}")
 
 
-def load_dataset(columns_or_path: Any, memory_cap_bytes: Any = None, unfinished: str = 'error') -> Any:
+def load_dataset(columns_or_path: Union[str, 'os.PathLike[str]', Mapping[str, np.ndarray]],
+                 memory_cap_bytes: Optional[int] = None, unfinished: str = 'error') -> object:
     """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
     or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
     directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""

@@ -7,7 +7,7 @@ Config: :data:`BC_CONFIG` (``compile_config(user, policy='bc')``).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -85,7 +85,7 @@ class BCEvalMode(ActingMode):
     def __init__(self, model: BCModel) -> None:
         self.model = model
 
-    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+    def forward(self, obs: object, **_: object) -> np.ndarray:
         with torch.no_grad():
             out = self.model(obs_tensor(obs, module_device(self.model), torch.float32))
         return out.argmax(-1).cpu().numpy() if self.model.discrete else out.cpu().numpy()
@@ -106,7 +106,8 @@ class BCPolicy(Policy):
 
     config_schema = BC_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
+    def __init__(self, cfg: Mapping, obs_shape: Union[int, Sequence[int], None] = None,
+                 action_shape: Union[int, Sequence[int], None] = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

@@ -24,14 +24,14 @@ from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset
 __all__ = ['from_buffer', 'from_buffer_file']
 
 
-def _column(values: List[Any], key: str, where: str) -> np.ndarray:
+def _column(values: List[object], key: str, where: str) -> np.ndarray:
     try:
         return np.stack([np.asarray(v.numpy() if hasattr(v, 'numpy') else v) for v in values])
     except ValueError as e:
         raise DatasetError(f'{where}: shape mismatch, the items\' {key!r} have different shapes ({e})') from None
 
 
-def from_buffer(buffer_: Any, unfinished: str = 'error', name: Optional[str] = None) -> OfflineDataset:
+def from_buffer(buffer_: DequeBuffer, unfinished: str = 'error', name: Optional[str] = None) -> OfflineDataset:
     """An :class:`OfflineDataset` of the 1-step transitions in ``buffer_`` (oldest first, grouped per
     ``env_id``; see the module docstring). ``unfinished``: ``'error'`` or ``'drop'``, what to do
     with an env's last episode when it has no end.

@@ -123,7 +123,7 @@ def _episode_cuts(terminated: np.ndarray, truncated: np.ndarray, rows_per_chunk:
     return cuts
 
 
-def save_chunks(dataset: Union[OfflineDataset, Dict[str, Any]], directory: str, rows_per_chunk: int) -> List[str]:
+def save_chunks(dataset: Union[OfflineDataset, Dict[str, object]], directory: str, rows_per_chunk: int) -> List[str]:
     """Write ``dataset`` to ``directory`` as ``.npz`` chunks of whole episodes of about
     ``rows_per_chunk`` rows each, plus :data:`INDEX_FILE`. Returns the chunk paths."""
     ds = dataset if isinstance(dataset, OfflineDataset) else OfflineDataset(dataset)
@@ -134,7 +134,8 @@ def save_chunks(dataset: Union[OfflineDataset, Dict[str, Any]], directory: str, 
     files, rows, lo = [], [], 0
     for j, hi in enumerate(cuts):
         fname = f'chunk_{j:05d}.npz'
-        np.savez(os.path.join(directory, fname), **{k: v[lo:hi] for k, v in ds.columns.items()})
+        # the columns as keyword arrays: numpy's stub types **kwds as its allow_pickle flag too
+        np.savez(os.path.join(directory, fname), **{k: v[lo:hi] for k, v in ds.columns.items()})  # type: ignore[arg-type]
         files.append(fname)
         rows.append(hi - lo)
         lo = hi

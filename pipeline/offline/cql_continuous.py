@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping
 import torch
 from easydict import EasyDict
 
-from ..config.schema import Float, Int, Str, defaults, run_section
+from ..config.schema import Float, Int, SchemaTree, Str, defaults, run_section
 from ..policy.config_defaults import policy_config
 from ..policy.sac import SACActor, SACLearner, SACPolicy, TwinQCritic
 from ..config.policy_schemas import SAC_CONFIG
@@ -25,7 +25,7 @@ from ..config.policy_schemas import SAC_CONFIG
 __all__ = ['ContinuousCQLLearner', 'ContinuousCQLPolicy', 'CQL_CONTINUOUS_CONFIG', 'CONFIG_SCHEMA',
            'check_config', 'cql_continuous_default_config']
 
-CQL_CONTINUOUS_CONFIG = copy.deepcopy(SAC_CONFIG)
+CQL_CONTINUOUS_CONFIG: SchemaTree = copy.deepcopy(SAC_CONFIG)
 CQL_CONTINUOUS_CONFIG.update(run_section('cql_continuous'))
 CQL_CONTINUOUS_CONFIG['policy']['type'] = Str('cql_continuous')
 CQL_CONTINUOUS_CONFIG['policy']['discount_factor'] = Float(0.99, min=0, max=1)
@@ -82,7 +82,7 @@ class ContinuousCQLLearner(SACLearner):
             total = total + (torch.logsumexp(w, dim=1) - math.log(3 * n) - dq).mean()
         return total
 
-    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, object]) -> Dict[str, Any]:
         out = super().compute_losses(batch, fwd_out)
         b = batch['critic']
         action = b['action'].float()

@@ -28,7 +28,7 @@ class DatasetError(ValueError):
     """A dataset that cannot be trained on; the message names the problem (and the column, row)."""
 
 
-def normalise_columns(columns: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+def normalise_columns(columns: Mapping[str, object]) -> Dict[str, np.ndarray]:
     """The columns as numpy arrays with training dtypes: float32 observations and rewards, int64
     discrete actions (float32 continuous ones), bool ``terminated``/``truncated``. Extra columns are
     kept as they are; arrays already in those dtypes are not copied. Call :func:`validate_columns` first
@@ -47,7 +47,7 @@ def normalise_columns(columns: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     return out
 
 
-def validate_columns(columns: Any, where: str = 'dataset', require_end: bool = True) -> int:
+def validate_columns(columns: object, where: str = 'dataset', require_end: bool = True) -> int:
     """Check a dict of arrays and return its number of rows.
 
     Raises :class:`DatasetError` with one message naming the first problem found: not a mapping,
@@ -135,7 +135,7 @@ class OfflineDataset:
 
     in_memory = True
 
-    def __init__(self, columns: Mapping[str, Any], name: str = 'dataset') -> None:
+    def __init__(self, columns: Mapping[str, object], name: str = 'dataset') -> None:
         self.num_rows = validate_columns(columns, name)
         self.name = name
         self.columns: Dict[str, np.ndarray] = normalise_columns(columns)
@@ -180,7 +180,8 @@ class OfflineDataset:
 
     def save(self, path: str) -> None:
         """Write the columns to an ``.npz`` file (read back with :func:`pipeline.offline.load_npz`)."""
-        np.savez(path, **self.columns)
+        # the columns as keyword arrays: numpy's stub types **kwds as its allow_pickle flag too
+        np.savez(path, **self.columns)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         starts, _ = self.episode_bounds()

@@ -16,7 +16,7 @@ returns ``tanh(mu(s))``. Config: :data:`IQL_CONFIG` (``compile_config(user, poli
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -112,10 +112,10 @@ class IQLLearner(Learner):
         self.truncation_as_terminal = bool(lc['truncation_as_terminal'])
         self.train_iter = 0
 
-    def forward_train(self, module_id: str, batch: Any) -> Any:
+    def forward_train(self, module_id: str, batch: object) -> object:
         return None  # the losses share forward passes: everything happens in compute_losses
 
-    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, Any]:
+    def compute_losses(self, batch: Dict[str, Any], fwd_out: Mapping[str, object]) -> Dict[str, Any]:
         b = batch['critic']
         obs, next_obs = b['obs'].float(), b['next_obs'].float()
         action = b['action'].float()
@@ -152,7 +152,7 @@ class IQLLearner(Learner):
     def _device_moved(self) -> None:
         self.soft_target.refresh()
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         return {'target_critic': self.target_critic.state_dict(), 'train_iter': int(self.train_iter)}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
@@ -168,7 +168,7 @@ class IQLEvalMode(ActingMode):
     def __init__(self, actor: IQLActor) -> None:
         self.actor = actor
 
-    def forward(self, obs: Any, **_: Any) -> np.ndarray:
+    def forward(self, obs: object, **_: object) -> np.ndarray:
         with torch.no_grad():
             return self.actor(obs_tensor(obs, module_device(self.actor), torch.float32)).cpu().numpy()
 
@@ -189,7 +189,8 @@ class IQLPolicy(Policy):
 
     config_schema = IQL_CONFIG
 
-    def __init__(self, cfg: Mapping, obs_shape: Any = None, action_shape: Any = None,
+    def __init__(self, cfg: Mapping, obs_shape: Union[int, Sequence[int], None] = None,
+                 action_shape: Union[int, Sequence[int], None] = None,
                  seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']

@@ -31,7 +31,7 @@ def _import_minari() -> Any:
     return minari
 
 
-def _as32(a: Any) -> np.ndarray:
+def _as32(a: object) -> np.ndarray:
     a = np.asarray(a)
     return a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) and a.dtype != np.float32 else a
 

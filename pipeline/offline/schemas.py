@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 
-from ..config.schema import Bool, Choice, Float, Int, IntList, Shape, Str, env_section, run_section
+from ..config.schema import Bool, Choice, Float, Int, IntList, SchemaTree, Shape, Str, env_section, run_section
 from ..config.policy_schemas import DQN_CONFIG, device_keys
 
 __all__ = ['BC_CONFIG', 'CQL_CONFIG', 'IQL_CONFIG']
 
-BC_CONFIG = {
+BC_CONFIG: SchemaTree = {
     **run_section('bc'),
     'env': env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None),
     'policy': {
@@ -35,7 +35,7 @@ BC_CONFIG = {
 }
 
 # Discrete CQL is DQN's config plus ``cql_alpha``: the learner is DQN's with the CQL(H) term added.
-CQL_CONFIG = copy.deepcopy(DQN_CONFIG)
+CQL_CONFIG: SchemaTree = copy.deepcopy(DQN_CONFIG)
 CQL_CONFIG.update(run_section('cql'))
 # no stop value by default: an evaluator would end an offline run at the first evaluation that reaches it
 CQL_CONFIG['env'] = env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None)
@@ -45,7 +45,7 @@ CQL_CONFIG['policy']['learn']['batch_size'] = Int(256, min=1)
 CQL_CONFIG['policy']['learn']['truncation_as_terminal'] = Bool(False)  # offline: a time-limit end bootstraps
 CQL_CONFIG['policy']['eval']['evaluator']['eval_freq'] = Int(1000, min=1)
 
-IQL_CONFIG = {
+IQL_CONFIG: SchemaTree = {
     **run_section('iql'),
     'env': env_section(None, collector_env_num=1, evaluator_env_num=4, n_evaluator_episode=10, stop_value=None),
     'policy': {

@@ -19,7 +19,7 @@ __all__ = ["ZmqRouter", "BackpressureTimeout", "configure", "MissingKeyError", "
            "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in ("ZmqRouter", "BackpressureTimeout", "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"):
         from . import zmq_router  # lazy: zmq (the dist extra) loads when a router is asked for
         return getattr(zmq_router, name)

@@ -24,7 +24,7 @@ __all__ = ["encode", "decode", "encode_event", "decode_event", "dumps", "loads",
            "OOB_THRESHOLD"]
 
 
-def dumps(obj: Any) -> bytes:
+def dumps(obj: object) -> bytes:
     """One self-contained byte string (buffers inlined). Convenient for files and tests."""
     meta, buffers = encode(obj)
     parts = [_I.pack(len(buffers)), _I.pack(len(meta)), meta]

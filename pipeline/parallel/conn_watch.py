@@ -12,7 +12,7 @@ try:  # the bound on what a connection can make ZeroMQ hold reads kernel counter
     import fcntl
     import termios
 except ImportError:  # not POSIX: connections are not watched (``TransportGuard.delivered`` is None)
-    fcntl = termios = None  # type: ignore[assignment]
+    fcntl = termios = None  # type: ignore[assignment]  # the modules' names stand for "not available"
 
 __all__ = ['Conn', 'counters', 'peer_still_there', 'watchable']
 
@@ -28,7 +28,7 @@ class Conn:
     """One accepted connection, watched through a duplicate of its descriptor (the kernel socket's counters)."""
     __slots__ = ("sock", "ino", "zfd", "address", "since", "uid", "base", "authed_at", "cut")
 
-    def __init__(self, sock: Any, ino: int, zfd: int, address: str) -> None:
+    def __init__(self, sock: _socket.socket, ino: int, zfd: int, address: str) -> None:
         self.sock, self.ino, self.zfd, self.address = sock, ino, zfd, address
         self.since = time.monotonic()
         self.uid: Optional[str] = None  # its ZAP user id (every message read from it carries it)
@@ -37,7 +37,7 @@ class Conn:
         self.cut = False
 
 
-def counters(sock: Any) -> Optional[Tuple[int, int]]:
+def counters(sock: _socket.socket) -> Optional[Tuple[int, int]]:
     """(bytes this node sent, bytes it received and ZeroMQ read) of a TCP connection; None if not readable."""
     try:
         info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, 232)

@@ -1,7 +1,7 @@
 """The outgoing connections of a ``ZmqRouter`` node: ``Connector``."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Optional
 
 import zmq
 
@@ -17,12 +17,17 @@ class Connector:
     def __init__(self, key: bytes, bus_auth: str, hwm: int, linger: float) -> None:
         self.key, self.bus_auth = key, bus_auth
         self.hwm, self.linger = hwm, linger
-        self.ctx: Any = None
+        self.ctx: Optional[zmq.Context] = None
 
-    def push(self, address: str) -> Any:
+    def _context(self) -> zmq.Context:
+        if self.ctx is None:
+            raise RuntimeError('Connector: the router has not started (it has no ZeroMQ context yet)')
+        return self.ctx
+
+    def push(self, address: str) -> zmq.Socket:
         """A PUSH socket to the node at ``address``: queues at most ``hwm`` messages, only on a live
         connection (a dead peer pushes back), reconnects by itself."""
-        s = self.ctx.socket(zmq.PUSH)
+        s = self._context().socket(zmq.PUSH)
         transport_auth.client(s, self.key, self.bus_auth)
         if "[" in address:
             s.setsockopt(zmq.IPV6, 1)
@@ -34,10 +39,10 @@ class Connector:
         s.connect(address)
         return s
 
-    def push_once(self, address: str) -> Any:
+    def push_once(self, address: str) -> zmq.Socket:
         """A PUSH socket for one message to a node that may be paused or gone: it is queued until the node
         accepts the connection, for at most ``linger`` s after the socket is closed."""
-        sock = self.ctx.socket(zmq.PUSH)
+        sock = self._context().socket(zmq.PUSH)
         transport_auth.client(sock, self.key, self.bus_auth)
         sock.setsockopt(zmq.LINGER, int(self.linger * 1000))
         sock.setsockopt(zmq.SNDHWM, 4)

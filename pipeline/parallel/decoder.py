@@ -150,12 +150,12 @@ class _Decoder:
             return np.frombuffer(bytes(self.take(dt.itemsize)), dtype=dt)[0]
         raise DecodeError(f"unknown tag {bytes([tag])!r} at offset {p}")
 
-    def seq(self, n: int, depth: int) -> List[Any]:
+    def seq(self, n: int, depth: int) -> List[object]:
         """``n`` values at ``depth``; ints, strings, small bytes and None inline (same checks as ``dec``)."""
         data = self.data
         end = self.end
         dec = self.dec
-        items: List[Any] = []
+        items: List[object] = []
         append = items.append
         for _ in range(n):
             p = self.pos
@@ -189,7 +189,7 @@ class _Decoder:
                 append(dec(depth))
         return items
 
-    def ndarray(self) -> Any:
+    def ndarray(self) -> object:
         import numpy as np  # lazy: the codec loads numpy/torch only for messages that carry them
         name, shape = self.dtype_shape()
         if name not in _NP_DTYPES:
@@ -209,7 +209,7 @@ class _Decoder:
         # A writable array that owns its memory, like any other array the user creates.
         return np.frombuffer(bytearray(data), dtype=dt).reshape(shape)
 
-    def tensor(self) -> Any:
+    def tensor(self) -> object:
         import torch  # lazy: the codec loads numpy/torch only for messages that carry them
         name, shape = self.dtype_shape()
         if name not in _TORCH_DTYPES:
@@ -232,13 +232,13 @@ class _Decoder:
         return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
 
-def decode(meta: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
+def decode(meta: Buffer, buffers: Sequence[Buffer] = ()) -> object:
     """Decode what ``encode`` produced. Raises ``DecodeError`` for any malformed input."""
     d = _Decoder(meta, buffers)
     return _read_whole(d, d.dec, 0)
 
 
-def _read_whole(d: _Decoder, read: Any, *args: Any) -> Any:
+def _read_whole(d: _Decoder, read: Any, *args: object) -> Any:
     """``read(*args)``, which must consume all of ``d``; whatever a malformed message raises becomes a
     ``DecodeError``."""
     try:
@@ -264,7 +264,7 @@ def _decode_small_event(meta: bytes, p: int) -> Any:
         event = str(meta[p + 10:q], "utf-8", "surrogatepass")
         n = _unpack_I(meta, q + 1)[0]
         q += 5
-        args = []
+        args: List[object] = []
         append = args.append
         for _ in range(n):
             if q >= end:

@@ -10,6 +10,9 @@ from .codec_format import (_BIGINT, Buffer, _BYTES, _cI, _COMPLEX, _dd, _DICT, _
     OOB_THRESHOLD, _pack_cd, _pack_cI, _pack_cq, _STR, _TENSOR, _TORCH_DTYPES, _TRUE, _TUPLE)
 
 
+_PLAIN_BASES: Tuple[type, ...] = (bool, int, float, str, bytes, tuple, list, dict)
+
+
 def _len_prefixed(out: List[bytes], tag: bytes, data: bytes) -> None:
     out.append(tag)
     out.append(_I.pack(len(data)))
@@ -106,7 +109,7 @@ class _Encoder:
                 enc(k, depth)
             enc(v, depth)
 
-    def enc_other(self, obj: Any, depth: int) -> None:
+    def enc_other(self, obj: object, depth: int) -> None:
         np, torch = self.np, self.torch
         if np is not None and isinstance(obj, np.ndarray):
             arr = self._np_checked(obj)
@@ -126,9 +129,9 @@ class _Encoder:
             return
         # Subclasses of the plain containers and scalars (namedtuple, IntEnum, OrderedDict, ...) travel as
         # their plain base type.
-        for base in (bool, int, float, str, bytes, tuple, list, dict):
+        for base in _PLAIN_BASES:
             if isinstance(obj, base):
-                self.enc(base(obj) if base is not tuple else tuple(obj), depth)
+                self.enc(base(obj), depth)
                 return
         raise EncodeError(
             f"cannot send a value of type {type(obj).__module__}.{type(obj).__qualname__} over the message "
@@ -150,7 +153,7 @@ class _Encoder:
         self.out.append(struct.pack(f"<{len(shape)}q", *shape))
 
     def enc_tensor(self, t: Any) -> None:
-        torch = self.torch
+        torch = sys.modules["torch"]  # loaded: ``t`` is a tensor
         if t.layout != torch.strided:
             raise EncodeError(f"torch tensor with layout {t.layout} cannot be sent: convert it to dense")
         name = str(t.dtype).replace("torch.", "")
@@ -174,7 +177,7 @@ class _Encoder:
         self.raw(memoryview(flat.numpy()).cast("B"))
 
 
-def encode(obj: Any) -> Tuple[bytes, List[Buffer]]:
+def encode(obj: object) -> Tuple[bytes, List[Buffer]]:
     """Encode ``obj``; return ``(meta, out_of_band_buffers)``. Raises ``EncodeError`` for unsupported types."""
     e = _Encoder()
     e.enc(obj, 0)

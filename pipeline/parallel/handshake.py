@@ -32,10 +32,13 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 from . import codec
+from .codec_format import Buffer
 from .sending import send_nowait
 from .wire import _INF, K_ACK, K_HELLO
 
 if TYPE_CHECKING:
+    import zmq
+
     from .connector import Connector
     from .liveness import Membership, Peers
     from .node_state import NodeState
@@ -64,7 +67,7 @@ def seed_addresses(node_id: int, group: Mapping[int, str], topology: str, attach
 class _Probe:
     __slots__ = ("address", "sock", "token", "last_sent")
 
-    def __init__(self, address: str, sock: Any, token: int) -> None:
+    def __init__(self, address: str, sock: zmq.Socket, token: int) -> None:
         self.address = address
         self.sock = sock
         self.token = token
@@ -109,13 +112,13 @@ class Handshake:
         self._hello_newest: Dict[int, float] = {}  # per node id: the newest HELLO/ACK time accepted
         self._hello_last: Dict[Tuple[int, int], float] = {}  # per (node id, session): the newest HELLO time
 
-    def announce(self) -> Dict[str, Any]:
+    def announce(self) -> Dict[str, object]:
         """The body of a HELLO or ACK. ``time`` (this machine's clock) lets the receiver refuse replays."""
         node = self._node
         return {"address": node.address, "labels": sorted(node.labels), "roles": sorted(node.roles),
                 "topology": self.topology, "time": time.time()}
 
-    def hello_frames(self, token: int) -> List[Any]:
+    def hello_frames(self, token: int) -> List[Buffer]:
         msg = self.announce()
         msg["token"] = token
         return self._framer.frames(K_HELLO, -1, 0, 0, codec.encode(msg)[0], (), b"")
@@ -132,7 +135,7 @@ class Handshake:
             self._node.stats["control_sent"] += 1
         probe.last_sent = time.monotonic()
 
-    def on_hello(self, sender: int, session: int, info: Dict[str, Any]) -> None:
+    def on_hello(self, sender: int, session: int, info: Dict[str, object]) -> None:
         node = self._node
         if sender == node.node_id:
             if session != node.session:
@@ -152,7 +155,7 @@ class Handshake:
                 ack["peers"] = [[i, p.address] for i, p in self._peers.items() if p.alive and i != sender]
         self._sender.send_to(peer, K_ACK, codec.encode(ack)[0], (), b"", "ack", timeout=0.5)
 
-    def _hello_is_fresh(self, sender: int, session: int, info: Dict[str, Any]) -> bool:
+    def _hello_is_fresh(self, sender: int, session: int, info: Mapping[str, object]) -> bool:
         """Refuse a replayed HELLO (caller holds the state lock). A HELLO has no sequence number; a captured
         one replayed later could make this node drop its connection to the live incarnation of ``sender``.
         So a HELLO must be stamped within ``hello_max_skew`` s of our clock, and one from another session than

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import string
-from typing import Any, Optional
+from typing import Optional
 
 KEY_ENV = "RLPIPE_KEY"
 KEY_FILE_ENV = "RLPIPE_KEY_FILE"
@@ -36,7 +36,7 @@ def _from_text(text: str, where: str) -> bytes:
     return text.encode("utf-8")
 
 
-def resolve_key(key: Optional[Any] = None, multi_machine: bool = False) -> bytes:
+def resolve_key(key: object = None, multi_machine: bool = False) -> bytes:
     """Return the shared key as bytes or raise ``MissingKeyError`` saying how to set one."""
     if key is not None:
         out = key if isinstance(key, bytes) else _from_text(str(key), "the key argument")

@@ -85,7 +85,7 @@ class NodeSpec:
         d["peers"] = {int(k): v for k, v in d["peers"].items()}
         return cls(**d)
 
-    def router_kwargs(self) -> Dict[str, Any]:
+    def router_kwargs(self) -> Dict[str, object]:
         kwargs = asdict(self) | {"peers": dict(self.peers)}
         del kwargs["ipc_dir"]
         return kwargs
@@ -294,7 +294,7 @@ class Launcher:
                  ",".join(spec.roles) or "all", spec.address)
         return subprocess.Popen(cmd, env=env, cwd=self.cwd)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if not self._stop_requested:
             log.warning("received %s: stopping all nodes", signal.Signals(signum).name)
         self._stop_requested = True

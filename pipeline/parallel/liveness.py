@@ -14,13 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, List, Optional, Tuple
 
 from ..runtime.node import node_is_quiet
 from . import codec
 from .wire import _PREFIX, _MAGIC, _VERSION, K_DATA, K_HEARTBEAT, PEER_DEAD, PEER_JOINED, _Assemblies
 
 if TYPE_CHECKING:
+    import zmq
+
     from .connector import Connector
     from .ending import Ending
     from .handshake import Handshake
@@ -44,7 +46,7 @@ class Peer:
                  "alive", "warned", "data_prefix", "rx_count", "rx_mark", "dead_since", "dead_wall", "left")
 
     def __init__(self, node_id: int, session: int, address: str, labels: Iterable[str], roles: Iterable[str],
-                 sock: Any, data_prefix: bytes = b"") -> None:
+                 sock: Optional[zmq.Socket], data_prefix: bytes = b"") -> None:
         self.data_prefix = data_prefix  # the constant start of the header of a data message to this peer
         self.rx_count = 0  # messages received from it (the heartbeat thread turns changes into last_seen)
         self.rx_mark = 0
@@ -86,7 +88,7 @@ class Peers(Dict[int, Peer]):
         with self.lock:
             return sorted(i for i, p in self.items() if p.alive)
 
-    def info(self, node_id: int) -> Dict[str, Any]:
+    def info(self, node_id: int) -> Dict[str, object]:
         """What a peer announced: address, labels, roles, and whether it is alive."""
         with self.lock:
             p = self[node_id]
@@ -110,7 +112,7 @@ class Membership:
         self._assemblies, self._notices, self._ending = assemblies, notices, ending
         self._stop_on_peer_failure = stop_on_peer_failure
 
-    def register(self, node_id: int, session: int, info: Dict[str, Any], sock: Any = None) -> Peer:
+    def register(self, node_id: int, session: int, info: Dict[str, Any], sock: Optional[zmq.Socket] = None) -> Peer:
         """Create or refresh the peer entry for (node_id, session); caller holds the state lock. The entry of a
         known incarnation is kept (a dead one is revived), so its sequence numbers never restart."""
         me = self._node

@@ -64,7 +64,7 @@ class JobControl:
 
     def __init__(self) -> None:
         self._why: Optional[str] = None
-        self._event: Any = None
+        self._event: object = None
 
     def _ev(self) -> Any:
 
@@ -131,7 +131,7 @@ class NodeActor:
         return ray.get_runtime_context().get_node_id()
 
     def run(self, spec_json: str, main: str, package: str, main_args: Sequence[str], restarts: int,
-            workdir: Optional[str] = None, control: Any = None) -> Any:
+            workdir: Optional[str] = None, control: object = None) -> object:
         """Configure the router from the spec and call the entry script's main; returns what it returns.
         ``control``: a :class:`JobControl` actor; when the driver ends the job through it, the node finishes."""
         os.environ[NODE_ENV] = spec_json
@@ -142,6 +142,8 @@ class NodeActor:
         if workdir and os.path.isdir(workdir):
             os.chdir(workdir)
         spec = configure_from_env()
+        if spec is None:  # cannot happen: NODE_ENV was set just above
+            raise RuntimeError(f"ray node: ${NODE_ENV} names no node")
         if not logging.getLogger().handlers:
             logging.basicConfig(level=os.environ.get("RLPIPE_LOG_LEVEL", "INFO"),
                                 format=f"[node {spec.node_id}] %(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -199,7 +201,7 @@ def run_on_ray(
     start_timeout: float = 120.0,
     env: Optional[Mapping[str, str]] = None,
     **router_options: Any,
-) -> Dict[int, Any]:
+) -> Dict[int, object]:
     """Start ``num_nodes`` nodes of ``main`` (``"package.module.function"``) as Ray actors and wait.
 
     Args:
@@ -256,7 +258,7 @@ def run_on_ray(
 
     def new_actor(node_id: int, ray_node: Optional[str] = None) -> Any:
         c, g = want[node_id]
-        opts: Dict[str, Any] = dict(num_cpus=c, num_gpus=g)
+        opts: Dict[str, object] = dict(num_cpus=c, num_gpus=g)
         if ray_node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # optional extra: ray
 
@@ -265,7 +267,7 @@ def run_on_ray(
 
     actors = {i: new_actor(i) for i in by_id}
     control = ray.remote(num_cpus=0)(JobControl).remote()
-    results: Dict[int, Any] = {}
+    results: Dict[int, object] = {}
     try:
         addr_refs = {i: a.bind_address.remote() for i, a in actors.items()}
         ready, pending = ray.wait(list(addr_refs.values()), num_returns=len(addr_refs), timeout=start_timeout)
@@ -278,7 +280,7 @@ def run_on_ray(
             s.address, s.peers = addrs[s.node_id], dict(addrs)
         restarts = {i: 0 for i in by_id}
 
-        def start(i: int) -> Any:
+        def start(i: int) -> object:
             s = by_id[i]
             log.info("node %d (roles %s) on Ray node %s at %s%s", i, ",".join(s.roles) or "all", homes[i][:8],
                      s.address, f", restart {restarts[i]}" if restarts[i] else "")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 import zmq as _zmq
 
 from . import codec
+from .codec_format import Buffer
 from .decoder import _decode_small_event
 from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT,
                    _unpack_seq, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX, Header,
@@ -63,7 +64,7 @@ class Waker:
         self._sock: Any = None
         self._lock = threading.Lock()
 
-    def connect(self, ctx: Any) -> None:
+    def connect(self, ctx: _zmq.Context) -> None:
         self._sock = ctx.socket(_zmq.PUSH)
         self._sock.setsockopt(_zmq.SNDHWM, 2)
         self._sock.setsockopt(_zmq.LINGER, 0)
@@ -126,7 +127,7 @@ class Reader:
         self._waited = False  # a wait() returned less than _HANDBACK s ago (or the receiver has not looked)
         self._rcvtimeo = -2  # the PULL socket's current RCVTIMEO (ms; -1: none)
 
-    def attach(self, pull: Any, delivered: Optional[Dict[str, int]], wire_size: Callable[[int], int]) -> None:
+    def attach(self, pull: object, delivered: Optional[Dict[str, int]], wire_size: Callable[[int], int]) -> None:
         """The bound PULL socket to read, and the transport guard's count of bytes read per connection (None
         where connections are not watched) with the wire size of a frame."""
         self._pull = pull
@@ -138,7 +139,7 @@ class Reader:
             self._pull.setsockopt(_zmq.RCVTIMEO, ms)
             self._rcvtimeo = ms
 
-    def _read(self, until: Callable[[], Any], deadline: float = _INF) -> bool:
+    def _read(self, until: Callable[[], object], deadline: float = _INF) -> bool:
         """Receive and handle messages until ``until()`` is true (returns True), ``deadline`` passes or the
         router stops. The caller holds the read token.
 
@@ -282,7 +283,7 @@ class Reader:
         if owner is not None and owner != self.receiver and owner != threading.get_ident():
             self._waker.send()  # a waiter blocked in recv
 
-    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+    def wait(self, until: Callable[[], object], timeout: float) -> bool:
         """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops.
         Returns ``bool(until())`` at the end. ``until`` must have no side effects (it is called repeatedly).
 
@@ -341,7 +342,7 @@ class Reader:
             if last and now - entered > _PARK:
                 self._park.set()  # a long wait: the receiver thread may be asleep for _PARK s; read again now
 
-    def _wait_without_reading(self, until: Callable[[], Any], timeout: float) -> bool:
+    def _wait_without_reading(self, until: Callable[[], object], timeout: float) -> bool:
         """``wait`` for a thread that cannot read: inside ``on_message`` (the reader is busy in it), or with
         the router not running. Sleeps in slices, woken by the reader's deliveries and by ``wake()``."""
         monotonic = time.monotonic
@@ -400,7 +401,7 @@ class Delivery:
         self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
         self.deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
 
-    def handle(self, first: bytes, extra: Sequence[Any]) -> None:
+    def handle(self, first: bytes, extra: Sequence[Buffer]) -> None:
         """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
         (``Reader._read`` does the same for a single frame, with the common case inline.)"""
         framer = self._framer
@@ -412,7 +413,7 @@ class Delivery:
             return
         self.act(first, extra, framer.open(first, extra))
 
-    def act(self, first: bytes, extra: Sequence[Any], header: Optional[Header]) -> None:
+    def act(self, first: bytes, extra: Sequence[Buffer], header: Optional[Header]) -> None:
         """Act on a message that passed ``Framer.open`` (``header``: its fields; None: it was dropped)."""
         if header is None:
             return
@@ -460,7 +461,7 @@ class Delivery:
             self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
         self.deliver_notices()
 
-    def on_data(self, first: bytes, extra: Sequence[Any], sender: int, session: int, start: int) -> None:
+    def on_data(self, first: bytes, extra: Sequence[Buffer], sender: int, session: int, start: int) -> None:
         """Decode and deliver an authenticated data message (its body starts at ``first[start]``)."""
         small = None if extra else _decode_small_event(first, start)  # leaves only: nothing to import, quick
         if small is not None:
@@ -496,7 +497,7 @@ class Delivery:
         self.handler_event = event
         self.in_handler = True
         try:
-            self.on_message(event, args, kwargs)  # type: ignore[misc]
+            self.on_message(event, args, kwargs)  # type: ignore[misc]  # a callable attribute, not a method
         except Exception:
             log.exception("node %d: listener of remote event %r raised", self._node.node_id, event)
         finally:

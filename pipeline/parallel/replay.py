@@ -15,11 +15,13 @@ counted as gaps (messages lost on the way, e.g. in a dropped connection).
 """
 from __future__ import annotations
 
+import sys
+
 WINDOW = 1 << 16
 
-try:
-    _popcount = int.bit_count  # Python >= 3.10
-except AttributeError:  # Python 3.9 (setup.cfg allows it); only the rare slide past a gap counts bits
+if sys.version_info >= (3, 10):
+    _popcount = int.bit_count
+else:  # Python 3.9 (setup.cfg allows it); only the rare slide past a gap counts bits
     def _popcount(x: int) -> int:
         return bin(x).count("1")
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import zmq as _zmq
 
 from . import codec
+from .codec_format import Buffer
 from .encoder import encode_event as _encode_event
 from .wire import _BODY_AT, _MIN_FRAME, _NONCE, K_BYE, K_DATA, WIRE_MAX, _Large, _pack_seq
 
@@ -33,7 +34,7 @@ class BackpressureTimeout(TimeoutError):
     """A peer did not accept a message within ``send_timeout`` seconds (it is alive but not reading)."""
 
 
-def send_nowait(sock: Any, frames: List[Any]) -> bool:
+def send_nowait(sock: _zmq.Socket, frames: Sequence[Buffer]) -> bool:
     """Send a one-frame message if ``sock`` takes it now; False if its queue is full."""
     zmq = _zmq
     try:
@@ -128,7 +129,7 @@ class Sender:
             self.send_to(p, K_DATA, meta, buffers, digest, event)
         return True
 
-    def _check_size(self, event: str, meta_size: int, buffers: Sequence[Any]) -> None:
+    def _check_size(self, event: str, meta_size: int, buffers: Sequence[Buffer]) -> None:
         """Refuse a message the peers would drop for its size (their caps are assumed equal to ours)."""
         biggest = max([meta_size, *map(len, buffers)])
         total = meta_size + sum(map(len, buffers))
@@ -138,7 +139,7 @@ class Sender:
                 f"largest part {biggest} bytes (max_message_size {self.max_message_size}, max_frame_size "
                 f"{self.max_frame_size}); raise both caps on every node (ZmqRouter arguments) or send less")
 
-    def send_to(self, p: Peer, kind: int, meta: bytes, buffers: Sequence[Any], digest: bytes,
+    def send_to(self, p: Peer, kind: int, meta: bytes, buffers: Sequence[Buffer], digest: bytes,
                  what: str, timeout: Optional[float] = None, to_dead: bool = False) -> bool:
         """Send one message to ``p``. ``timeout=None``: block up to ``send_timeout`` and raise
         ``BackpressureTimeout`` after; a number: wait at most that long and return False on timeout.
@@ -200,7 +201,7 @@ class Sender:
             stats["control_sent"] += 1
         return ok
 
-    def send(self, sock: Any, frames: List[Any], block_until: float, peer: Optional[Peer],
+    def send(self, sock: _zmq.Socket, frames: Sequence[Buffer], block_until: float, peer: Optional[Peer],
               flushing: bool = False) -> bool:
         """Send one message; under backpressure wait in short slices until ``block_until``.
         Returns False if the peer died or the router stopped meanwhile."""

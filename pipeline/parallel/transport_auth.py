@@ -82,7 +82,7 @@ def resolve_bus_auth(bus_auth: Optional[str] = None, multi_machine: bool = False
     return name
 
 
-def client(sock: Any, key: bytes, bus_auth: str = "plain") -> Any:
+def client(sock: zmq.Socket, key: bytes, bus_auth: str = "plain") -> object:
     """Configure ``sock`` (before ``connect``) to pass a node's handshake: the credential derived from ``key``.
     A client only sends; what it reads (the server's handshake) is small, so it refuses any frame over 64 KiB
     and a handshake longer than 30 s: whatever answers at a peer's address cannot make it hold more."""

@@ -10,7 +10,7 @@ import socket as _socket
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Mapping, Optional, Tuple
 
 import zmq
 from zmq.utils import z85
@@ -64,7 +64,7 @@ class TransportGuard:
     can send. A peer that sent such a frame and closed its side before the guard looked (within ``_TICK``),
     leaving nothing unread, is not told apart. Linux TCP only, like the bound."""
 
-    def __init__(self, ctx: Any, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
+    def __init__(self, ctx: zmq.Context, key: bytes, bus_auth: str, on_refused: Callable[[str, str, bool], None],
                  stats: Optional[Dict[str, int]] = None, max_peer_bytes: int = 64 << 20,
                  handshake_timeout: float = 5.0, on_cut: Optional[Callable[[str, str], None]] = None,
                  on_closed: Optional[Callable[[str, str], None]] = None) -> None:
@@ -104,7 +104,7 @@ class TransportGuard:
             return lambda n: n + 33 + (2 if n + 33 < 256 else 9)
         return lambda n: n + (2 if n < 256 else 9)
 
-    def server(self, pull: Any) -> None:
+    def server(self, pull: zmq.Socket) -> None:
         """Configure the PULL socket (before ``bind``) and watch its handshakes."""
         pull.setsockopt(zmq.ZAP_DOMAIN, b"rlpipe")
         if self.bus_auth == "curve":
@@ -205,13 +205,15 @@ class TransportGuard:
             if moved or time.monotonic() >= deadline:
                 break
             time.sleep(0.001)
-        if len(moved) == 1 and uid and moved[0][1] is not None and self._open(moved[0][0]):
-            c, (_, got) = moved[0]
-            c.uid, c.authed_at = uid, time.monotonic()
-            c.base = got - self.delivered.get(uid, 0) if self.delivered is not None else got
+        if len(moved) == 1 and uid:
+            c, counts = moved[0]
+            if counts is not None and self._open(c):
+                got = counts[1]
+                c.uid, c.authed_at = uid, time.monotonic()
+                c.base = got - self.delivered.get(uid, 0) if self.delivered is not None else got
 
     # ------------------------------------------------------------------ monitor events
-    def _watch(self, event: dict) -> None:
+    def _watch(self, event: Mapping[str, Any]) -> None:
         kind, value = event["event"], event["value"]
         if kind == zmq.EVENT_ACCEPTED:
             self._track(value)
@@ -328,11 +330,12 @@ class TransportGuard:
     # ------------------------------------------------------------------ the bound
     def held(self) -> Dict[str, int]:
         """Per linked connection (its user id): bytes ZeroMQ read from it and has not handed over."""
-        out = {}
+        out: Dict[str, int] = {}
+        delivered = self.delivered
         for c in list(self._conns.values()):
-            counts = counters(c.sock) if c.uid is not None and self.delivered is not None else None
-            if counts is not None:
-                out[c.uid] = counts[1] - c.base - self.delivered.get(c.uid, 0)
+            counts = counters(c.sock) if c.uid is not None and delivered is not None else None
+            if counts is not None and c.uid is not None and delivered is not None:
+                out[c.uid] = counts[1] - c.base - delivered.get(c.uid, 0)
         return out
 
     def _cut(self, c: Conn, why: str) -> None:
@@ -350,7 +353,8 @@ class TransportGuard:
             uid = self._forget.popleft()[1]
             if self.delivered is not None:
                 self.delivered.pop(uid, None)
-        if not self._conns:
+        delivered = self.delivered
+        if not self._conns or delivered is None:  # (connections are tracked only with ``delivered``)
             return
         target = _BEFORE_ZAP.get(self.bus_auth, _GREETING)
         pending = []
@@ -365,7 +369,7 @@ class TransportGuard:
                 continue
             sent, got = counts
             if c.uid is not None:
-                held = got - c.base - self.delivered.get(c.uid, 0)
+                held = got - c.base - delivered.get(c.uid, 0)
                 if held > self.max_peer_bytes:
                     self._cut(c, f"it made this node hold {held} bytes it had not yet read (more than "
                                  f"max_peer_bytes {self.max_peer_bytes}: e.g. a multipart message that never "

@@ -51,6 +51,8 @@ import time
 from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .codec_format import Buffer
+
 from .replay import ReplayWindow
 
 if TYPE_CHECKING:
@@ -100,7 +102,7 @@ _compare_digest = hmac.compare_digest
 _INF = float("inf")
 
 
-def keyed_hmac(key: bytes) -> Tuple[Callable[[Any], bytes], Callable[[Any, Any], bytes]]:
+def keyed_hmac(key: bytes) -> Tuple[Callable[[object], bytes], Callable[[object, object], bytes]]:
     """HMAC-SHA256 under ``key`` (RFC 2104, the value ``hmac.digest(key, msg, "sha256")`` gives) as two
     functions, of one part and of two parts (hashed one after the other, not joined). The inner and outer
     padded-key states are hashed once here; a message then costs two copies of a SHA-256 state."""
@@ -128,7 +130,7 @@ def keyed_hmac(key: bytes) -> Tuple[Callable[[Any], bytes], Callable[[Any, Any],
     return mac, mac2
 
 
-def _payload_tag(otk_mac: Callable[[Any], bytes], nonce: bytes, buffers: Sequence[Any]) -> bytes:
+def _payload_tag(otk_mac: Callable[[Buffer], bytes], nonce: bytes, buffers: Sequence[Buffer]) -> bytes:
     """The tags of the extra frames, bound into the MAC of the first frame: AES-GMAC (AES-GCM with no
     plaintext) of each frame under a one-time key derived from the message's random ``nonce`` with
     ``otk_mac`` (HMAC-SHA256 under the payload key), frame ``i`` under GCM nonce ``i``. The frames are read
@@ -168,7 +170,7 @@ Header = Tuple[bytes, int, int, int, int, int, int, int, int]
 Assembled = Tuple[bytes, List[Any], int, int]
 
 
-def is_chunk(first: bytes, extra: Sequence[Any]) -> bool:
+def is_chunk(first: bytes, extra: Sequence[Buffer]) -> bool:
     """Whether a message is a chunk of a chunked message (recognised by its unauthenticated kind byte; it is
     checked against the head it claims to belong to: ``Framer.on_chunk``), rather than one for ``open``."""
     return len(first) >= _MIN_FRAME and first[_KIND_AT] == K_CHUNK and len(extra) == 1
@@ -203,7 +205,7 @@ class Framer:
         self.assembly_timeout = assembly_timeout
 
     def frames(self, kind: int, peer_id: int, peer_session: int, seq: int, meta: bytes,
-               buffers: Sequence[Any], digest: bytes) -> List[Any]:
+               buffers: Sequence[Buffer], digest: bytes) -> List[Buffer]:
         """The frames of one message. With ``buffers``, ``digest`` is ``nonce + tag`` (``seal``): the nonce
         travels after the header, the tag is covered by the MAC but not sent (the receiver recomputes it)."""
         node = self._node
@@ -215,13 +217,13 @@ class Framer:
         body = head + meta
         return [self.mac(body) + body]
 
-    def seal_large(self, meta: bytes, buffers: Sequence[Any]) -> _Large:
+    def seal_large(self, meta: bytes, buffers: Sequence[Buffer]) -> _Large:
         """Prepare a chunked message (see the module docstring): its nonce, the parts' sizes and each chunk's
         data and GMAC tag, computed once for every receiver (the MACs, which name the receiver, per send)."""
         nonce = _urandom(_NONCE)
         gmac = _AESGCM(self.otk_mac(nonce)).encrypt
         parts = [meta, *buffers]
-        chunks: List[Tuple[Any, bytes]] = []
+        chunks: List[Tuple[object, bytes]] = []
         for part in parts:
             mv = memoryview(part).cast("B")  # slices of it are views, not copies
             for off in range(0, len(mv), CHUNK):
@@ -229,24 +231,24 @@ class Framer:
                 chunks.append((data, gmac(_gcm_nonce(len(chunks)), b"", data)))
         return _Large(nonce + b"".join([_LEN.pack(len(p)) for p in parts]), len(buffers), chunks)
 
-    def large_messages(self, large: _Large, peer_id: int, peer_session: int, seq: int) -> List[List[Any]]:
+    def large_messages(self, large: _Large, peer_id: int, peer_session: int, seq: int) -> List[List[Buffer]]:
         """The ZeroMQ messages of a chunked message for one receiver: the head, then one per chunk."""
         node = self._node
         head = _HEADER.pack(_MAGIC, _VERSION, K_LARGE, node.node_id, node.session, peer_id, peer_session, seq,
                             large.nbufs) + large.body
-        out = [[self.mac(head) + head]]
+        out: List[List[Buffer]] = [[self.mac(head) + head]]
         pack, mac2 = _HEADER.pack, self.mac2
         for i, (data, tag) in enumerate(large.chunks):
             h = pack(_MAGIC, _VERSION, K_CHUNK, node.node_id, node.session, peer_id, peer_session, seq, i)
             out.append([mac2(h, tag) + h, data])
         return out
 
-    def seal(self, buffers: Sequence[Any]) -> bytes:
+    def seal(self, buffers: Sequence[Buffer]) -> bytes:
         """``nonce + tag`` for a message carrying ``buffers`` as extra frames (see ``_payload_tag``)."""
         nonce = _urandom(_NONCE)
         return nonce + _payload_tag(self.otk_mac, nonce, buffers)
 
-    def open(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+    def open(self, first: bytes, extra: Sequence[Buffer]) -> Optional[Header]:
         """Check one message that is not a chunk (``is_chunk``: MAC, header, receiver, sequence number) and
         return its header fields; None when it was dropped (and counted). Nothing in the message is parsed
         before the MAC check passes."""
@@ -264,7 +266,7 @@ class Framer:
             return None
         return self.check_header(first, extra)
 
-    def check_header(self, first: bytes, extra: Sequence[Any]) -> Optional[Header]:
+    def check_header(self, first: bytes, extra: Sequence[Buffer]) -> Optional[Header]:
         """``open`` after the MAC check passed: the header fields, or None when the message was dropped."""
         node = self._node
         magic, version, kind, sender, session, dest, dest_session, seq, nbufs = _unpack_header(first, _MAC_LEN)
@@ -325,7 +327,7 @@ class Framer:
             return
         self.assemblies.start(key, _Assembly(seq, _AESGCM(self.otk_mac(body[:_NONCE])).encrypt, sizes))
 
-    def on_chunk(self, first: bytes, data: Any) -> Optional[Assembled]:
+    def on_chunk(self, first: bytes, data: object) -> Optional[Assembled]:
         """One chunk (``is_chunk``): found by its (unauthenticated) header among the unfinished messages,
         then MAC-checked with that message's one-time key before a byte of it is kept. Returns the message
         when this chunk completed it (for the reader to deliver), else None."""

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 from .keycheck import KeyMismatchError
 from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env, remove_ipc_files
@@ -56,7 +56,7 @@ def die_with_parent() -> None:
 def _install_signal_handlers() -> None:
     state = {"stopping": False}
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: object) -> None:
         if state["stopping"]:
             return  # already shutting down; the launcher kills us if that takes too long
         state["stopping"] = True
@@ -67,7 +67,7 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def load_main(path: str) -> Callable[[], Any]:
+def load_main(path: str) -> Callable[[], object]:
     """``"pkg.module.func"`` -> the function; ``"pkg.module"`` -> its ``main``."""
     module_name, _, attr = path.rpartition(".")
     errors = []
@@ -98,7 +98,7 @@ def load_main(path: str) -> Callable[[], Any]:
                      "'package.module.function' importable from --package")
 
 
-def main(argv: Any = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pipeline.parallel.worker")
     ap.add_argument("--main", required=True)
     ap.add_argument("--package", default=".")

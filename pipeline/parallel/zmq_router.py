@@ -118,12 +118,12 @@ class _OfNode(Generic[_T]):
         self._name = name
 
     @overload
-    def __get__(self, router: None, owner: Any = None) -> _OfNode[_T]: ...
+    def __get__(self, router: None, owner: object = None) -> _OfNode[_T]: ...
 
     @overload
-    def __get__(self, router: ZmqRouter, owner: Any = None) -> _T: ...
+    def __get__(self, router: ZmqRouter, owner: object = None) -> _T: ...
 
-    def __get__(self, router: Optional[ZmqRouter], owner: Any = None) -> Any:
+    def __get__(self, router: Optional[ZmqRouter], owner: object = None) -> object:
         return self if router is None else getattr(router._node, self._name)
 
     def __set__(self, router: ZmqRouter, value: _T) -> None:
@@ -314,7 +314,7 @@ class ZmqRouter(Router):
         """Ids of the connected (alive) peers."""
         return self._peers.alive_ids()
 
-    def peer_info(self, node_id: int) -> Dict[str, Any]:
+    def peer_info(self, node_id: int) -> Dict[str, object]:
         """What a peer announced: address, labels, roles, and whether it is alive."""
         return self._peers.info(node_id)
 
@@ -345,7 +345,7 @@ class ZmqRouter(Router):
         if self._sender.emit(event, args, kwargs, to) and event == FINISH:
             self._ending.spread_finish(alive_told=to is None)  # also to peers believed dead (``ending``)
 
-    def wait(self, until: Callable[[], Any], timeout: float) -> bool:
+    def wait(self, until: Callable[[], object], timeout: float) -> bool:
         """Block until ``until()`` is true, at most ``timeout`` s (``inf`` allowed), or until the router stops;
         meanwhile the calling thread reads and delivers messages itself (``Reader.wait``)."""
         return self._reader.wait(until, timeout)

@@ -8,13 +8,14 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..device import DeviceLike, place_module, policy_device, resolve_device
+from ..learner import Learner
 from ..learner.optim import kernel_kwargs
 from .config_defaults import policy_config
 
@@ -65,13 +66,13 @@ def optimizer_problems(name: Any, lr: Any, kwargs: Any, where: str) -> List[str]
 class ActingMode:
     """Base of collect/eval modes: ``mode(obs, ...)`` is ``mode.forward(obs, ...)``; no per-env state."""
 
-    def forward(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, obs: object, *args: Any, **kwargs: Any) -> object:
         raise NotImplementedError
 
-    def __call__(self, obs: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, obs: object, *args: Any, **kwargs: Any) -> object:
         return self.forward(obs, *args, **kwargs)
 
-    def reset(self, env_ids: Any = None) -> None:
+    def reset(self, env_ids: object = None) -> None:
         """No per-env state (kept for API symmetry with recurrent policies)."""
 
 
@@ -102,12 +103,13 @@ class Policy:
         self.cfg = policy_section(cfg) if self.config_schema is None else policy_config(cfg, self.config_schema)
         #: where the networks (and, once built, the learner with its optimizers and batches) live
         self.device: torch.device = policy_device(self.cfg, device)
-        self._learn: Any = None
-        self._collect: Any = None
-        self._eval: Any = None
-        self._pending_learn_state: Optional[Mapping[str, Any]] = None
+        self._learn: Optional[Learner] = None
+        self._collect: Optional[ActingMode] = None
+        self._eval: Optional[ActingMode] = None
+        self._pending_learn_state: Optional[Mapping[str, object]] = None
 
-    def _flat_sizes(self, obs_shape: Any, action_shape: Any) -> Tuple[int, int]:
+    def _flat_sizes(self, obs_shape: Union[int, Sequence[int], None],
+                    action_shape: Union[int, Sequence[int], None]) -> Tuple[int, int]:
         """``(obs_dim, action_dim)``: the given shapes, else ``policy.model``'s, flattened; a one-line
         ``ValueError`` naming the policy when neither gives both."""
         mc = self.cfg["model"]
@@ -138,18 +140,18 @@ class Policy:
         """name -> module: what ``state_dict`` saves (e.g. ``{'model': q_net}``)."""
         raise NotImplementedError
 
-    def _build_learner(self) -> Any:
+    def _build_learner(self) -> Learner:
         raise NotImplementedError
 
-    def _build_collect_mode(self) -> Any:
+    def _build_collect_mode(self) -> ActingMode:
         raise NotImplementedError
 
-    def _build_eval_mode(self) -> Any:
+    def _build_eval_mode(self) -> ActingMode:
         raise NotImplementedError
 
     # -- modes ------------------------------------------------------------------------
     @property
-    def learn_mode(self) -> Any:
+    def learn_mode(self) -> Learner:
         """The learner (built on first access)."""
         if self._learn is None:
             self._learn = self._build_learner()
@@ -159,21 +161,21 @@ class Policy:
         return self._learn
 
     @property
-    def collect_mode(self) -> Any:
+    def collect_mode(self) -> ActingMode:
         if self._collect is None:
             self._collect = self._build_collect_mode()
         return self._collect
 
     @property
-    def eval_mode(self) -> Any:
+    def eval_mode(self) -> ActingMode:
         if self._eval is None:
             self._eval = self._build_eval_mode()
         return self._eval
 
     # -- state ------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         """``{network name: state_dict, ..., 'learn': learner state}`` (``learn`` only once known)."""
-        sd: Dict[str, Any] = {name: m.state_dict() for name, m in self.networks().items()}
+        sd: Dict[str, object] = {name: m.state_dict() for name, m in self.networks().items()}
         if self._learn is not None:
             sd['learn'] = self._learn.get_state()
         elif self._pending_learn_state is not None:

@@ -3,7 +3,7 @@ and ``collate_transitions`` re-exported from :mod:`pipeline.data.collate`."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 from pipeline.data.collate import collate_transitions
 
@@ -20,7 +20,7 @@ def eps_schedule(kind: str, start: float, end: float, decay: int) -> Callable[[i
     raise ValueError(f"unknown eps schedule {kind!r}: use 'exp' or 'linear'")
 
 
-def discrete_action_count(space: Any, algo: str = 'DQN') -> int:
+def discrete_action_count(space: object, algo: str = 'DQN') -> int:
     """The number of actions of a ``gymnasium.spaces.Discrete`` space; a clear ``ValueError``
     naming algorithms that fit when ``space`` is continuous (``Box``) or anything else."""
     n = getattr(space, 'n', None)

@@ -39,7 +39,7 @@ def _lacks(schema: Mapping, cfg: Mapping) -> bool:
     return False
 
 
-def _filled(schema: Mapping, cfg: Mapping) -> Dict[str, Any]:
+def _filled(schema: Mapping, cfg: Mapping) -> Dict[str, object]:
     out = dict(cfg)
     for key, node in schema.items():
         if key not in out:
@@ -73,7 +73,7 @@ def policy_config(cfg: Mapping, schema: Mapping) -> Mapping:
 def config_value(cfg: Mapping, path: str, policy: str) -> Any:
     """``cfg`` at the dotted ``path`` (e.g. ``'policy.learn.normalize_reward'``); a :class:`MissingConfigKey`
     naming it, and saying to build the config with ``compile_config(user, policy=policy)``, when it is missing."""
-    node: Any = cfg
+    node: object = cfg
     for part in path.split('.'):
         if not isinstance(node, Mapping) or part not in node:
             raise MissingConfigKey(f'the config has no {path}: build it with pipeline.config.compile_config(user, '

@@ -151,7 +151,8 @@ class AtariQNetwork(nn.Module):
             for m in self.modules():
                 if isinstance(m, (nn.Conv2d, nn.Linear)):
                     nn.init.xavier_uniform_(m.weight)
-                    nn.init.zeros_(m.bias)
+                    if m.bias is not None:  # (every layer here has one)
+                        nn.init.zeros_(m.bias)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.encoder(obs)
@@ -182,7 +183,8 @@ class AtariActorCritic(nn.Module):
         for m in self.encoder.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.orthogonal_(m.weight, math.sqrt(2))
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:  # (every layer here has one)
+                    nn.init.zeros_(m.bias)
         for head, gain in ((self.pi_head, 0.01), (self.v_head, 1.0)):
             nn.init.orthogonal_(head.weight, gain)
             nn.init.zeros_(head.bias)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -105,8 +105,8 @@ class DQNLearner(Learner):
             raise ValueError('soft target update needs policy.learn.target_theta in (0, 1]')
         self.train_iter = 0  # number of update() calls (learner iterations)
         self._target_is_online = self.target_update_type == 'hard' and self.target_update_freq == 1
-        self._online_params = list(model.parameters())
-        self._target_params = list(self.target_model.parameters())
+        self._online_params: List[torch.Tensor] = list(model.parameters())
+        self._target_params: List[torch.Tensor] = list(self.target_model.parameters())
 
     # -- Learner hooks -------------------------------------------------------------
     def forward_train(self, module_id: str, batch: Any) -> torch.Tensor:
@@ -130,6 +130,7 @@ class DQNLearner(Learner):
             if self.truncation_as_terminal and 'truncated' in keys:
                 done = done | batch['truncated']
             done = done.to(q_a.dtype)
+            gamma: Union[float, torch.Tensor]
             if 'nstep' in keys:
                 gamma = torch.pow(self.gamma, batch['nstep'].to(q_a.dtype))
             elif self.nstep > 1:
@@ -178,7 +179,7 @@ class DQNLearner(Learner):
         """The Q-network's optimizer."""
         return self.optimizers[self.module_id]
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         """Target net and DQN iteration counter (tensors and plain values only)."""
         return {'target_model': self.target_model.state_dict(), 'train_iter': int(self.train_iter)}
 
@@ -238,10 +239,10 @@ class DQNCollectMode(ActingMode):
                         return t.device
         return module_device(self.model)  # a model without tensors
 
-    def forward(self, obs: Any, eps: float = 0.0) -> np.ndarray:
+    def forward(self, obs: object, eps: float = 0.0) -> np.ndarray:
         x = obs_tensor(obs, self._device())
         if self.repeat_exponent is not None:
-            return self._forward_held(x, eps)
+            return self._forward_held(x, eps, self.repeat_exponent)
         if eps > 0.0:
             n = x.shape[0]
             explore = self.rng.random(n) < eps
@@ -254,7 +255,7 @@ class DQNCollectMode(ActingMode):
                 return act
         return self._greedy(x)
 
-    def _forward_held(self, x: torch.Tensor, eps: float) -> np.ndarray:
+    def _forward_held(self, x: torch.Tensor, eps: float, exponent: float) -> np.ndarray:
         n = x.shape[0]
         left, held = self.hold
         if left.shape[0] != n:  # first call, or the number of envs changed: nothing held
@@ -268,7 +269,7 @@ class DQNCollectMode(ActingMode):
             if starts.size:
                 act[starts] = self.rng.integers(0, self.action_shape, starts.size)
                 # zeta draws, capped; the first step is this one
-                left[starts] = np.minimum(self.rng.zipf(self.repeat_exponent, starts.size), self.repeat_max) - 1
+                left[starts] = np.minimum(self.rng.zipf(exponent, starts.size), self.repeat_max) - 1
                 free = np.setdiff1d(free, starts, assume_unique=True)
         if free.size:
             idx = torch.from_numpy(free).to(x.device)
@@ -294,7 +295,7 @@ class DQNEvalMode(ActingMode):
         self.model = model
         self._noisy = has_noise(model)
 
-    def forward(self, obs: Any) -> np.ndarray:
+    def forward(self, obs: object) -> np.ndarray:
         x = obs_tensor(obs, module_device(self.model))
         if x.dtype != torch.float32:
             x = x.float()

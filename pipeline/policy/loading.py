@@ -20,7 +20,7 @@ older file without them, and never from an id of the form ``module:Name`` (gymna
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, MutableMapping, Optional, Tuple
 
 import torch
 from easydict import EasyDict
@@ -33,6 +33,7 @@ from ..device import DeviceLike
 from .dqn import DQNPolicy
 from .ppo import PPOPolicy
 from .sac import SACPolicy
+from .base import ActingMode, Policy
 
 __all__ = ['load_policy', 'build_policy_from_checkpoint', 'config_for_device', 'saved_policy', 'SavedPolicy', 'policy_from_saved',
            'check_network_size', 'network_parameters', 'saved_or_env_spaces', 'env_id_refusal', 'MAX_LOADED_PARAMS']
@@ -45,7 +46,7 @@ def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
     existed is dropped. The device the checkpoint was trained on does not matter."""
     out = EasyDict(copy.deepcopy(dict(cfg)))
     section = out.get('policy')
-    if isinstance(section, Mapping):
+    if isinstance(section, MutableMapping):
         section.pop('cuda', None)
         section['device'] = device if isinstance(device, str) else 'auto'
     return out
@@ -54,7 +55,7 @@ def config_for_device(cfg: Mapping, device: DeviceLike) -> Any:
 _KINDS = ('dqn', 'sac', 'ppo')
 
 
-def env_id_refusal(where: str, env_id: Any, how: str) -> Optional[str]:
+def env_id_refusal(where: str, env_id: object, how: str) -> Optional[str]:
     """A one-line refusal when a file's ``env_id`` would make gymnasium import a module (``module:Name``),
     else ``None``; ``how`` says how the user names the env themselves (an argument or a flag)."""
     module = env_id_module(env_id)
@@ -69,8 +70,8 @@ class SavedPolicy:
     (the saved config, valid for ``kind``'s schema), ``spaces`` (``(observation_space, action_space)`` or
     ``None`` for files written before spaces were stored) and ``state`` (the whole file)."""
 
-    def __init__(self, path: str, state: Mapping[str, Any], kind: str, config: Mapping[str, Any],
-                 spaces: Optional[Tuple[Any, Any]]) -> None:
+    def __init__(self, path: str, state: Mapping[str, object], kind: str, config: Mapping[str, Any],
+                 spaces: Optional[Tuple[object, object]]) -> None:
         self.path, self.state, self.kind, self.config, self.spaces = path, state, kind, config, spaces
 
     @property
@@ -79,7 +80,7 @@ class SavedPolicy:
         return env.get('env_id') if isinstance(env, Mapping) else None
 
 
-def saved_policy(path: str, state: Optional[Mapping[str, Any]] = None) -> SavedPolicy:
+def saved_policy(path: str, state: Optional[Mapping[str, object]] = None) -> SavedPolicy:
     """Read (or take) a checkpoint and check what it says about its policy before anything is built:
     ``CheckpointError`` (one line) for a file without a policy config, an unknown policy type, a config the
     policy's schema refuses (every bad key named) or malformed spaces."""
@@ -108,7 +109,7 @@ def saved_policy(path: str, state: Optional[Mapping[str, Any]] = None) -> SavedP
     return SavedPolicy(path, state, kind, cfg, spaces)
 
 
-def network_parameters(build: Callable[[Any], Any], cfg: Mapping[str, Any]) -> int:
+def network_parameters(build: Callable[[Any], Any], cfg: Mapping[str, object]) -> int:
     """The parameters of the networks ``build(cfg)`` makes (a policy with ``networks()``), counted by building
     it on PyTorch's ``meta`` device: no memory is allocated, whatever the config says."""
     with torch.device('meta'):
@@ -116,7 +117,7 @@ def network_parameters(build: Callable[[Any], Any], cfg: Mapping[str, Any]) -> i
     return sum(p.numel() for net in probe.networks().values() for p in net.parameters())
 
 
-def check_network_size(path: str, build: Callable[[Any], Any], cfg: Mapping[str, Any], max_params: Optional[int],
+def check_network_size(path: str, build: Callable[[object], object], cfg: Mapping[str, object], max_params: Optional[int],
                        how: str = 'pass max_params=N') -> None:
     """``CheckpointError`` (one line) when the networks of ``build(cfg)`` would have more than ``max_params``
     parameters (``None``: no limit), or when the saved config builds no policy at all."""
@@ -133,7 +134,7 @@ def check_network_size(path: str, build: Callable[[Any], Any], cfg: Mapping[str,
 
 
 def saved_or_env_spaces(saved: SavedPolicy, env_id: Optional[str] = None,
-                        how: str = 'pass env_id=... yourself') -> Tuple[Any, Any]:
+                        how: str = 'pass env_id=... yourself') -> Tuple[object, object]:
     """The file's ``(observation_space, action_space)``; for an older file without them, those of the env
     ``env_id`` (the caller's) or the saved id, made once and closed. A saved ``module:Name`` id is refused
     (``CheckpointError``) unless the caller names the env."""
@@ -154,7 +155,7 @@ def saved_or_env_spaces(saved: SavedPolicy, env_id: Optional[str] = None,
         env.close()
 
 
-def _builder(kind: str, spaces: Optional[Tuple[Any, Any]], actor_sd: Optional[Mapping] = None,
+def _builder(kind: str, spaces: Optional[Tuple[object, object]], actor_sd: Optional[Mapping] = None,
              device: DeviceLike = None) -> Callable[[Any], Any]:
     """``cfg -> policy`` for a policy of ``kind`` sized by the config (and ``spaces`` for PPO, the actor's
     weights for SAC when the config has no shapes)."""
@@ -179,7 +180,7 @@ def build_policy_from_checkpoint(path: str, device: DeviceLike = 'auto', env_id:
 def policy_from_saved(saved: SavedPolicy, device: DeviceLike = 'auto', env_id: Optional[str] = None,
                       max_params: Optional[int] = MAX_LOADED_PARAMS,
                       how_env: str = 'pass env_id=... yourself (load_policy(path, env_id=...))',
-                      how_params: str = 'pass max_params=N (or None) yourself') -> Any:
+                      how_params: str = 'pass max_params=N (or None) yourself') -> Policy:
     """:func:`build_policy_from_checkpoint` for a file already read by :func:`saved_policy`; ``how_env`` and
     ``how_params`` end the refusals of a ``module:Name`` env id and of a network over ``max_params``."""
     path = saved.path
@@ -203,7 +204,7 @@ def policy_from_saved(saved: SavedPolicy, device: DeviceLike = 'auto', env_id: O
     return policy
 
 
-def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
+def _sac_shapes(cfg: Any, actor_sd: Mapping[str, Any]) -> Tuple[Optional[int], Optional[int]]:
     """``(obs_shape, action_shape)`` for ``SACPolicy``: the config's, else read off the actor's weights
     (the examples size the networks from the env's spaces and leave them out of the config)."""
     model = cfg.get('policy', cfg).get('model', {}) or {}
@@ -216,7 +217,7 @@ def _sac_shapes(cfg: Any, actor_sd: Mapping) -> tuple:
 
 
 def load_policy(path: str, device: DeviceLike = 'auto', env_id: Optional[str] = None,
-                max_params: Optional[int] = MAX_LOADED_PARAMS) -> Any:
+                max_params: Optional[int] = MAX_LOADED_PARAMS) -> ActingMode:
     """The greedy (eval-mode) policy saved in ``path``, on ``device``: ``policy(obs_batch) -> actions``
     (``env_id``, ``max_params``: as :func:`build_policy_from_checkpoint`)."""
     return build_policy_from_checkpoint(path, device, env_id, max_params).eval_mode

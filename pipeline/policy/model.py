@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Type, Union
+from typing import List, Optional, Sequence, Type, Union
 
 import torch
 from torch import nn
@@ -15,7 +15,7 @@ def mlp(sizes: Sequence[int], activation: Type[nn.Module] = nn.ReLU, last_activa
     """``Linear`` layers between consecutive ``sizes`` with ``activation`` after each
     (after the last one too when ``last_activation``); with ``layer_norm`` a ``LayerNorm`` comes
     between each such ``Linear`` and its activation."""
-    layers = []
+    layers: List[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2 or last_activation:

@@ -14,7 +14,7 @@ Config: :data:`PPO_CONFIG` (defaults, types, ranges: the RL-Zoo CartPole-v1 sett
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -123,13 +123,14 @@ class PPOLearner(Learner):
         # floored so that a clip range never reaches 0 (SB3's schedule reaches 0 at the very end)
         self.clip_range = max(float(self.clip_schedule(int(t))), 1e-8)
 
-    def forward_train(self, module_id: str, batch: Any) -> Any:
+    def forward_train(self, module_id: str, batch: Any) -> object:
         return self.model(batch['obs'])
 
-    def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: Any) -> Dict[str, torch.Tensor]:
+    def compute_loss_for_module(self, module_id: str, batch: Any,
+                                fwd_out: Any) -> Dict[str, Union[torch.Tensor, float]]:
         pi_out, value = fwd_out
-        out = ppo_loss(pi_out, value, batch, getattr(self.model, 'log_std', None), self.clip_range,
-                       self.clip_range_vf, self.vf_coef, self.ent_coef, self.normalize_advantage)
+        out: Dict[str, Union[torch.Tensor, float]] = {**ppo_loss(pi_out, value, batch, getattr(self.model, 'log_std', None), self.clip_range,
+                       self.clip_range_vf, self.vf_coef, self.ent_coef, self.normalize_advantage)}
         out['clip_range'] = self.clip_range
         if self.target_kl is not None and float(out['approx_kl']) > 1.5 * self.target_kl:
             self.kl_stops += 1
@@ -137,7 +138,7 @@ class PPOLearner(Learner):
             self.stop_update()
         return out
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         return {'kl_stops': int(self.kl_stops)}
 
     def set_extra_state(self, state: Dict[str, Any]) -> None:
@@ -155,7 +156,7 @@ def sampling_seed(seed: Optional[int]) -> Optional[int]:
     return int(np.random.SeedSequence([int(seed), 0x5A3]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
-def _as_float_obs(obs: Any, device: Optional[torch.device] = None) -> torch.Tensor:
+def _as_float_obs(obs: object, device: Optional[torch.device] = None) -> torch.Tensor:
     x = torch.as_tensor(obs, device=device)
     return x if x.dtype == torch.float32 else x.float()
 
@@ -165,7 +166,7 @@ class PPOCollectMode(ActingMode):
     (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces. It acts on the
     model's device; with a ``seed`` the samples come from a generator on that device seeded with it."""
 
-    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None, seed: Optional[int] = None) -> None:
+    def __init__(self, model: ActorCritic, low: object = None, high: object = None, seed: Optional[int] = None) -> None:
         self.model = model
         self.continuous = model.continuous
         self.low = None if low is None else np.asarray(low, dtype=np.float32)
@@ -175,12 +176,12 @@ class PPOCollectMode(ActingMode):
 
     def _generator_on(self, device: torch.device) -> Optional[torch.Generator]:
         """The sampler's generator on ``device`` (made, seeded with ``seed``, when the model moved there)."""
-        g = self.generator
-        if g is not None and g.device != device:
-            g = self.generator = torch.Generator(device=device).manual_seed(self.seed)
+        g, seed = self.generator, self.seed
+        if g is not None and g.device != device and seed is not None:  # (a generator has a seed)
+            g = self.generator = torch.Generator(device=device).manual_seed(seed)
         return g
 
-    def forward(self, obs: Any) -> Dict[str, np.ndarray]:
+    def forward(self, obs: object) -> Dict[str, np.ndarray]:
         dev = module_device(self.model)
         with torch.no_grad():
             pi_out, value = self.model(_as_float_obs(obs, dev))
@@ -191,7 +192,7 @@ class PPOCollectMode(ActingMode):
         env_a = np.clip(a, self.low, self.high) if self.continuous and self.low is not None else a
         return {'env_action': env_a, 'action': a, 'logp': logp.numpy(), 'value': value.numpy()}
 
-    def value(self, obs: Any) -> np.ndarray:
+    def value(self, obs: object) -> np.ndarray:
         """Critic values ``[N]`` of observations ``[N, ...]``."""
         with torch.no_grad():
             return self.model.value(_as_float_obs(obs, module_device(self.model))).cpu().numpy()
@@ -200,10 +201,10 @@ class PPOCollectMode(ActingMode):
 class PPOEvalMode(ActingMode):
     """Deterministic acting: ``forward(obs) -> actions`` (argmax, or the Gaussian mean clipped)."""
 
-    def __init__(self, model: ActorCritic, low: Any = None, high: Any = None) -> None:
+    def __init__(self, model: ActorCritic, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None) -> None:
         self.model, self.low, self.high = model, low, high
 
-    def forward(self, obs: Any) -> np.ndarray:
+    def forward(self, obs: object) -> np.ndarray:
         with torch.no_grad():
             out = self.model.policy_out(_as_float_obs(obs, module_device(self.model)))
         if self.model.continuous:

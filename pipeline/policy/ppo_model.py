@@ -36,6 +36,10 @@ class RunningMeanStd(nn.Module):
     never trained by gradient.
     """
 
+    mean: torch.Tensor  # the buffers registered in __init__
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: Sequence[int] = (), clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()
         self.register_buffer('mean', torch.zeros(tuple(shape), dtype=torch.float64))
@@ -51,13 +55,13 @@ class RunningMeanStd(nn.Module):
 
     def update(self, x: Union[np.ndarray, torch.Tensor]) -> None:
         """Merge a batch of rows (numpy array or tensor, first axis = rows)."""
-        x = np.asarray(x.detach().cpu() if torch.is_tensor(x) else x, dtype=np.float64)
-        x = x.reshape((-1,) + tuple(self.mean.shape))
-        n = x.shape[0]
+        rows = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+        rows = rows.reshape((-1,) + tuple(self.mean.shape))
+        n = rows.shape[0]
         if n == 0:
             return
-        b_mean = torch.from_numpy(np.asarray(x.mean(axis=0))).to(self.mean.device)
-        b_var = torch.from_numpy(np.asarray(x.var(axis=0))).to(self.mean.device)
+        b_mean = torch.from_numpy(np.asarray(rows.mean(axis=0))).to(self.mean.device)
+        b_var = torch.from_numpy(np.asarray(rows.var(axis=0))).to(self.mean.device)
         c = float(self.count)
         tot = c + n
         delta = b_mean - self.mean

@@ -32,7 +32,7 @@ HER_STRATEGIES = ("future", "final", "episode")
 _GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def _to_numpy(x: object) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
@@ -44,7 +44,7 @@ def _stack(values: Sequence[Any]) -> np.ndarray:
     return np.stack([np.asarray(v) for v in values])
 
 
-def _like(template: Any, arr: np.ndarray) -> Any:
+def _like(template: object, arr: np.ndarray) -> object:
     """Convert a numpy row back to the kind of ``template`` (tensor, array or scalar)."""
     if isinstance(template, torch.Tensor):
         return torch.as_tensor(arr, dtype=template.dtype).reshape(template.shape)
@@ -57,7 +57,7 @@ def _like(template: Any, arr: np.ndarray) -> Any:
     return float(arr)
 
 
-def _episode_sampling(episode_size: Any, sample_per_episode: Any) -> Tuple[int, Optional[int]]:
+def _episode_sampling(episode_size: object, sample_per_episode: object) -> Tuple[int, Optional[int]]:
     """``(episode_size, sample_per_episode)`` checked: positive integers (``sample_per_episode`` may be None)."""
     if not isinstance(episode_size, (int, np.integer)) or episode_size < 1:
         raise ValueError(f"episode_size must be a positive integer, got {episode_size!r}")
@@ -90,11 +90,11 @@ class HerRewardModel:
 
     def __init__(
         self,
-        compute_reward: Callable[..., Any],
+        compute_reward: Callable[..., object],
         strategy: str = "future",
         k: int = 4,
-        compute_terminated: Optional[Callable[..., Any]] = None,
-        goal_layout: Any = None,
+        compute_terminated: Optional[Callable[..., object]] = None,
+        goal_layout: object = None,
         keep_original: bool = True,
         episode_size: int = 16,
         sample_per_episode: Optional[int] = None,
@@ -120,7 +120,7 @@ class HerRewardModel:
         self._rng = np.random.default_rng(seed)
 
     @classmethod
-    def from_env(cls, env: Any, strategy: str = "future", k: int = 4, **kwargs: Any) -> "HerRewardModel":
+    def from_env(cls, env: object, strategy: str = "future", k: int = 4, **kwargs: Any) -> "HerRewardModel":
         """Build from a goal env (or a :class:`FlattenGoalObservation`-wrapped one).
 
         Takes ``compute_reward``, ``compute_terminated`` (if the env has it) and ``goal_layout`` (if the
@@ -154,7 +154,7 @@ class HerRewardModel:
             return _stack([o["desired_goal"] for o in obs_rows]).reshape(len(obs_rows), -1).astype(np.float32)
         return _stack(obs_rows)[:, self.goal_layout.desired].astype(np.float32)
 
-    def _check_dict(self, obs: Any) -> None:
+    def _check_dict(self, obs: object) -> None:
         if not isinstance(obs, Mapping) or not all(k in obs for k in _GOAL_KEYS):
             raise ValueError(
                 "HER needs goal-env observations: dicts with 'observation', 'achieved_goal' and "
@@ -162,19 +162,19 @@ class HerRewardModel:
                 f"{type(obs).__name__}"
             )
 
-    def _with_goal(self, obs: Any, goal: np.ndarray) -> Any:
+    def _with_goal(self, obs: Any, goal: np.ndarray) -> object:
         if self.goal_layout is None:
             new = dict(obs)
             new["desired_goal"] = _like(obs["desired_goal"], goal)
             return new
         sl = self.goal_layout.desired
         if isinstance(obs, torch.Tensor):
-            new = obs.clone()
-            new[sl] = torch.as_tensor(goal, dtype=obs.dtype)
-            return new
-        new = np.array(obs, copy=True)
-        new[sl] = goal
-        return new
+            row = obs.clone()
+            row[sl] = torch.as_tensor(goal, dtype=obs.dtype)
+            return row
+        arr = np.array(obs, copy=True)
+        arr[sl] = goal
+        return arr
 
     # ---------------------------------------------------------------- relabelling
     def goal_indices(self, episode_len: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -198,7 +198,7 @@ class HerRewardModel:
             j = self._rng.integers(0, T, size=t.shape[0])
         return t, j
 
-    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, object]]]) -> List[Dict[str, object]]:
         """Relabel ``episodes`` (a list of episodes, or one episode) and flatten them.
 
         Returns a new list of transition dicts (the input is never modified): per episode, the
@@ -209,13 +209,13 @@ class HerRewardModel:
         if len(episodes) == 0:
             return []
         if isinstance(episodes[0], Mapping):  # a single episode
-            episodes = [episodes]  # type: ignore[list-item]
-        out: List[Dict[str, Any]] = []
+            episodes = [episodes]  # type: ignore[list-item]  # the rows of one episode, now a list of it
+        out: List[Dict[str, object]] = []
         for ep in episodes:
             out.extend(self._relabel_episode(ep))
         return out
 
-    def _relabel_episode(self, episode: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    def _relabel_episode(self, episode: Sequence[Mapping[str, object]]) -> List[Dict[str, object]]:
         T = len(episode)
         if T == 0:
             return []
@@ -248,7 +248,7 @@ class HerRewardModel:
         if self.compute_terminated is not None:
             dones = np.asarray(self.compute_terminated(achieved, goals, None), dtype=bool).reshape(-1)
 
-        out: List[Dict[str, Any]] = [dict(episode[i]) for i in keep_orig]
+        out: List[Dict[str, object]] = [dict(episode[i]) for i in keep_orig]
         for i in range(t_idx.shape[0]):
             src = episode[t_idx[i]]
             new = dict(src)
@@ -264,7 +264,7 @@ class HerRewardModel:
             out.append(new)
         return out
 
-    def train(self, data: Any) -> None:
+    def train(self, data: object) -> None:
         """Nothing to learn: relabelling is a pure function of the episode (kept for the interface)."""
         return None
 
@@ -287,9 +287,9 @@ class NoRelabel:
         self.episode_size, self.sample_per_episode = _episode_sampling(episode_size, sample_per_episode)
         self._rng = np.random.default_rng(seed)
 
-    def relabel(self, episodes: Sequence[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    def relabel(self, episodes: Sequence[Sequence[Mapping[str, object]]]) -> List[Dict[str, object]]:
         """Copies of the transitions of ``episodes`` (``sample_per_episode`` of each at most)."""
-        out: List[Dict[str, Any]] = []
+        out: List[Dict[str, object]] = []
         for ep in episodes:
             rows = [dict(t) for t in ep]
             if self.sample_per_episode is not None and len(rows) > self.sample_per_episode:

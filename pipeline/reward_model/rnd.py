@@ -53,7 +53,7 @@ class RunningMeanStd:
     def std(self) -> torch.Tensor:
         return self.var.sqrt()
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -153,7 +153,7 @@ class RndRewardModel:
         self.last_loss: Optional[float] = None
 
     # ------------------------------------------------------------------ internals
-    def _obs(self, data: Any) -> torch.Tensor:
+    def _obs(self, data: object) -> torch.Tensor:
         obs = _column(data, self.obs_key)
         obs = obs.reshape(obs.shape[0], -1)
         if obs.shape[1] != self.obs_dim:
@@ -177,7 +177,7 @@ class RndRewardModel:
         return err
 
     # ------------------------------------------------------------------ interface
-    def train(self, data: Any) -> float:
+    def train(self, data: object) -> float:
         """Train the predictor on ``data``'s observations; returns the last loss.
 
         Also updates the observation statistics (before the step, so the first call already
@@ -203,7 +203,7 @@ class RndRewardModel:
         self.last_loss = loss_v
         return loss_v
 
-    def estimate(self, train_data: Any) -> Any:
+    def estimate(self, train_data: object) -> object:
         """Combined reward for ``train_data``, returned in a new batch (the input is not modified).
 
         The raw intrinsic rewards of this batch update the running reward statistics, then they are
@@ -215,7 +215,7 @@ class RndRewardModel:
         intrinsic = raw / self.reward_rms.std.float().clamp_min(1e-8)
         return self._with_reward(train_data, intrinsic)
 
-    def _with_reward(self, data: Any, intrinsic: torch.Tensor) -> Any:
+    def _with_reward(self, data: Any, intrinsic: torch.Tensor) -> object:
         w_i, w_e = self.intrinsic_weight, self.extrinsic_weight
         if isinstance(data, (list, tuple)):
             out = []
@@ -248,7 +248,7 @@ class RndRewardModel:
         except Exception:
             return cols
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         return {
             "predictor": self.predictor.state_dict(),
             "target": self.target.state_dict(),

@@ -16,10 +16,15 @@ until an env object is looked at.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from ..config import find_keys
+from ..config.policy_schemas import SCHEMAS
 from ..config.schema import defaults
+
+if TYPE_CHECKING:  # importing this module does not load gymnasium
+    import gymnasium as gym
 
 __all__ = ['EnvSource', 'env_source', 'sb3_policy_name', 'sb3_keyword_refusal', 'RECORDING_WRAPPERS']
 
@@ -35,20 +40,20 @@ class EnvSource(NamedTuple):
     (None: the id's own limit) and ``maker`` (the callable the user gave, else None)."""
 
     env_id: str
-    kwargs: Dict[str, Any]
+    kwargs: Dict[str, object]
     max_episode_steps: Optional[int] = None
-    maker: Optional[Callable[..., Any]] = None
+    maker: Optional[Callable[[], gym.Env]] = None
 
 
 class EnvRefusal(ValueError):
     """What an agent cannot take as its env; the message is one line."""
 
 
-def _name(obj: Any) -> str:
+def _name(obj: object) -> str:
     return type(obj).__name__
 
 
-def _is_sb3_vec_env(obj: Any) -> bool:
+def _is_sb3_vec_env(obj: object) -> bool:
     return all(hasattr(obj, a) for a in ('num_envs', 'get_attr', 'step_async', 'step_wait', 'env_method'))
 
 
@@ -76,7 +81,7 @@ def _refuse_specless(what: str, agent: str, example: str) -> EnvRefusal:
                       f'e.g. agents.{agent}({example})')
 
 
-def env_source(env: Any, agent: str) -> EnvSource:
+def env_source(env: object, agent: str) -> EnvSource:
     """What ``env`` (an id, an env, a vector env or a callable; see the module doc) tells an agent named ``agent``
     (``'DQN'``, for the messages) about making its envs. Raises :class:`EnvRefusal` (one line) otherwise."""
     if isinstance(env, str):
@@ -109,18 +114,16 @@ def env_source(env: Any, agent: str) -> EnvSource:
                      f'that returns an env; got {_name(env)}')
 
 
-def _gymnasium_if_loaded(obj: Any) -> Any:
+def _gymnasium_if_loaded(obj: object) -> Any:
     """gymnasium, when ``obj`` could be a gymnasium object (it is loaded then); None for other objects."""
-    import sys
-
     if 'gymnasium' not in sys.modules:
         return None
-    import gymnasium
+    import gymnasium  # here: only once something else loaded it (this module does not)
 
     return gymnasium
 
 
-def _first_spec(vec: Any) -> Any:
+def _first_spec(vec: Any) -> object:
     """The spec of a vector env's first env (``get_attr('spec')``), or None."""
     try:
         specs = vec.get_attr('spec')
@@ -129,21 +132,21 @@ def _first_spec(vec: Any) -> Any:
     return specs[0] if specs else None
 
 
-def maker_name(env: Any) -> str:
+def maker_name(env: object) -> str:
     """The name an env made by a user's callable goes by in the config (``env.env_id``): its spec's id, else
     its class name (e.g. ``'MyEnv'``)."""
-    spec = getattr(env, 'spec', None)
-    if getattr(spec, 'id', None):
-        return str(spec.id)
+    spec_id = getattr(getattr(env, 'spec', None), 'id', None)
+    if spec_id:
+        return str(spec_id)
     return _name(getattr(env, 'unwrapped', env))
 
 
-def time_limit(env: Any) -> Optional[int]:
+def time_limit(env: object) -> Optional[int]:
     """The time limit of an env made by a user's callable: its spec's ``max_episode_steps``, else that of a
     ``TimeLimit`` wrapper around it; None when it has none."""
-    spec = getattr(env, 'spec', None)
-    if getattr(spec, 'max_episode_steps', None):
-        return int(spec.max_episode_steps)
+    spec_limit = getattr(getattr(env, 'spec', None), 'max_episode_steps', None)
+    if spec_limit:
+        return int(spec_limit)
     while env is not None:
         limit = getattr(env, '_max_episode_steps', None)
         if isinstance(limit, int) and limit > 0:
@@ -162,7 +165,7 @@ _OTHER_POLICIES = {
 }
 
 
-def sb3_policy_name(first: Any) -> Optional[str]:
+def sb3_policy_name(first: object) -> Optional[str]:
     """The Stable-Baselines3 policy name ``first`` gives (``'MlpPolicy'``, or an SB3 policy class's name), or
     None when ``first`` is not one (then it is the env)."""
     if isinstance(first, str):
@@ -196,7 +199,7 @@ _SB3_KEYWORDS = {
 }
 
 
-def _nested(path: str, value: Any) -> str:
+def _nested(path: str, value: object) -> str:
     parts = path.split('.')
     text = repr(value)
     for p in reversed(parts):
@@ -204,13 +207,11 @@ def _nested(path: str, value: Any) -> str:
     return text
 
 
-def sb3_keyword_refusal(key: str, value: Any, agent: str, algo: str, net: str) -> Optional[str]:
+def sb3_keyword_refusal(key: str, value: object, agent: str, algo: str, net: str) -> Optional[str]:
     """The one-line answer to a keyword ``key=value`` that ``agents.<agent>(...)`` does not take but
     Stable-Baselines3's constructor does: the config entry that sets it here (found in ``algo``'s schema, e.g.
     ``learning_rate`` -> ``policy.learn.learning_rate``, SB3's ``gamma`` -> ``policy.discount_factor``) or what to
     do instead; None for a keyword neither has (then Python's own TypeError is the answer)."""
-    from ..config.policy_schemas import SCHEMAS
-
     found, note = find_keys(defaults(SCHEMAS[algo]), key) if algo in SCHEMAS else ([], '')
     if found and (note or found[0].rsplit('.', 1)[-1] == key):
         also = f' (or {", ".join(found[1:])})' if len(found) > 1 else ''

@@ -25,9 +25,11 @@ from __future__ import annotations
 import copy
 import numbers
 import os
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 
+import gymnasium as gym
 import numpy as np
+from easydict import EasyDict
 
 from contexts import OnlineRLContext
 from middleware import online_logger, termination_checker
@@ -35,7 +37,10 @@ from middleware import online_logger, termination_checker
 from ..checkpoint import COUNTER_KEYS, MAX_LOADED_PARAMS, CheckpointError, load_checkpoint, save_checkpoint, to_plain
 from ..config import ConfigError, compile_config, config_table, format_config_table
 from ..device import DeviceError, DeviceLike
+from ..envs import EnvManager
 from ..envs.errors import UnknownEnvError
+from ..envs.gym_make import GymEnvFn, make_gym_env
+from ..envs.mujoco import MujocoEnvFn, RescaledEnvFn
 from ..runtime import task
 from .agent_env import (EnvRefusal, env_source, maker_name, sb3_keyword_refusal, sb3_policy_name,
                         sb3_policy_refusal, time_limit)
@@ -44,6 +49,11 @@ from .precheck import config_problems, format_problems
 from .recipes import DQN_CARTPOLE, PPO_CARTPOLE, dqn_buffer, sac_policy_settings, use_dqn, use_ppo, use_sac
 from .script import run_pipeline
 
+if TYPE_CHECKING:  # they load torch, which importing the agents does not
+    from ..data import DequeBuffer
+    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy.sac import SACPolicy
+
 __all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']
 
 
@@ -51,7 +61,7 @@ class AgentError(ValueError):
     """Bad input to an agent; the message is one line saying what is wrong."""
 
 
-def _merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+def _merge(base: Dict[str, Any], over: Mapping[str, object]) -> Dict[str, object]:
     for k, v in over.items():
         if isinstance(v, Mapping) and isinstance(base.get(k), dict):
             _merge(base[k], v)
@@ -68,13 +78,13 @@ class Agent:
     default_env: ClassVar[str] = 'CartPole-v1'
     #: the config keys that size the network (what Stable-Baselines3's ``policy_kwargs=dict(net_arch=...)`` sets)
     net_keys: ClassVar[str] = ''
-    _maker: Optional[Callable[..., Any]] = None  # the user's env callable (None: the envs are made from the id)
+    _maker: Optional[Callable[[], gym.Env]] = None  # the user's env callable (None: the envs are made from the id)
     _verbose: int = 0
     _log_dir: Optional[str] = None
 
-    def __init__(self, policy_or_env: Any = None, env: Any = None, seed: int = 0,
-                 config: Optional[Mapping[str, Any]] = None, device: DeviceLike = None, verbose: int = 0,
-                 tensorboard_log: Optional[str] = None, **kwargs: Any) -> None:
+    def __init__(self, policy_or_env: object = None, env: object = None, seed: int = 0,
+                 config: Optional[Mapping[str, object]] = None, device: DeviceLike = None, verbose: int = 0,
+                 tensorboard_log: Optional[str] = None, **kwargs: object) -> None:
         """The env (``policy_or_env``, or ``env``): a registered gymnasium id (default :attr:`default_env`), an env
         made by ``gymnasium.make`` or a vectorised env (gymnasium's or Stable-Baselines3's: the agent makes its
         envs from the ``spec``: id, ``make`` arguments, time limit), or a callable returning an env (called for
@@ -104,7 +114,7 @@ class Agent:
         except EnvRefusal as e:
             raise AgentError(str(e)) from None
         spaces = None
-        env_section: Dict[str, Any] = {'env_id': source.env_id}
+        env_section: Dict[str, object] = {'env_id': source.env_id}
         if source.maker is not None:  # the user's callable: made once here for its spaces and its name
             probe = source.maker()
             if not (hasattr(probe, 'observation_space') and hasattr(probe, 'action_space')):
@@ -123,7 +133,8 @@ class Agent:
             if not isinstance(config, Mapping):
                 raise AgentError(f'config must be a dict of overrides, got {type(config).__name__}')
             _merge(user, config)
-        self._device = None if device is None or isinstance(device, str) else device
+        # a torch.device goes to the policy as it is; a name is in the config
+        self._device: DeviceLike = None if device is None or isinstance(device, str) else device
         if isinstance(device, str):
             _merge(user, {'policy': {'device': device}})
         problems = config_problems(user, self.algo, env_check=source.maker is None)
@@ -137,7 +148,7 @@ class Agent:
         self._setup(cfg, spaces)
 
     @classmethod
-    def _sb3_arguments(cls, first: Any, env: Any, policy: Any) -> Any:
+    def _sb3_arguments(cls, first: object, env: object, policy: object) -> object:
         """The env among the first two arguments: ``(env)``, ``(env=...)`` or Stable-Baselines3's
         ``('MlpPolicy', env)`` / ``(policy='MlpPolicy', env=...)``; a refused SB3 policy name or a second env
         is an ``AgentError``."""
@@ -164,7 +175,7 @@ class Agent:
         return env if first is None else first
 
     @classmethod
-    def describe_config(cls, config: Optional[Mapping[str, Any]] = None) -> str:
+    def describe_config(cls, config: Optional[Mapping[str, object]] = None) -> str:
         """Every config key of this agent, one per line: its default (this agent's settings, with ``config``'s
         overrides) and what is allowed (``print(agents.DQN.describe_config())``). A key ``policy.learn.x`` is
         set with ``config={'policy': {'learn': {'x': ...}}}``."""
@@ -177,21 +188,21 @@ class Agent:
 
     # ------------------------------------------------------------------ per algorithm
     @classmethod
-    def settings(cls) -> Dict[str, Any]:
+    def settings(cls) -> Dict[str, object]:
         """The example's user config (a fresh copy) that ``config`` overrides."""
         raise NotImplementedError
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> Any:  # the algorithm's own Policy subclass
         """The policy for ``cfg`` on ``device`` (``None``: the config's), sized by the env's spaces."""
         raise NotImplementedError
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         raise NotImplementedError
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
 
-    def _env_fn(self) -> Any:
+    def _env_fn(self) -> Union[str, Callable[[], gym.Env]]:
         """What ``EnvManager`` makes the training envs with: the user's callable, else the env id (with the
         config's ``env_kwargs`` and time limit, when it has them)."""
         if self._maker is not None:
@@ -199,14 +210,10 @@ class Agent:
         kwargs, limit = dict(self.cfg.env.get('env_kwargs') or {}), self.cfg.env.get('max_episode_steps')
         if not kwargs and limit is None:
             return self.env_id
-        from ..envs.gym_make import GymEnvFn  # lazy: the envs load gymnasium
-
         return GymEnvFn(self.env_id, limit, kwargs)
 
-    def _make_env(self, render_mode: Optional[str] = None) -> Any:
+    def _make_env(self, render_mode: Optional[str] = None) -> object:
         """One env as the agent's ``evaluate`` plays it (``render_mode``: ``'human'``, ``'rgb_array'``)."""
-        from ..envs.env_manager import make_gym_env  # lazy: the envs load gymnasium
-
         mode = {'render_mode': render_mode} if render_mode else {}
         if self._maker is not None:
             return self._maker(**mode)
@@ -214,15 +221,13 @@ class Agent:
                             **dict(self.cfg.env.get('env_kwargs') or {}), **mode)
 
     # ------------------------------------------------------------------ shared
-    def _setup(self, cfg: Any, spaces: Optional[Tuple[Any, Any]] = None) -> None:
+    def _setup(self, cfg: object, spaces: Optional[Tuple[object, object]] = None) -> None:
         """Take ``cfg`` and the env's spaces (``spaces``, else those of ``cfg.env.env_id``, made once), check
         that the agents can act on them, and build the policy."""
         self._set_spaces(cfg, spaces)
         self._build()
 
     def _set_spaces(self, cfg: Any, spaces: Optional[Tuple[Any, Any]]) -> None:
-        from ..envs.env_manager import UnknownEnvError, make_gym_env  # lazy: the envs load gymnasium
-
         self.cfg = cfg
         self.env_id: str = cfg.env.env_id
         self._env_refusal: Optional[str] = None  # set by load: why this agent's env must not be made
@@ -234,10 +239,12 @@ class Agent:
                 raise AgentError(str(e).splitlines()[0]) from None
             spaces = probe.observation_space, probe.action_space
             probe.close()
-        self.observation_space, self.action_space = spaces
-        if type(self.observation_space).__name__ != 'Box' or len(self.observation_space.shape) != 1:
-            raise AgentError(f'{self.env_id} observations are {self.observation_space}: the agents take flat Box '
+        obs_space, act_space = spaces
+        self.action_space: gym.Space = act_space
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            raise AgentError(f'{self.env_id} observations are {obs_space}: the agents take flat Box '
                              f'observations (a vector per step); build a pipeline for others (README)')
+        self.observation_space: gym.spaces.Box = obs_space
 
     def _build(self) -> None:
         try:
@@ -245,7 +252,7 @@ class Agent:
         except DeviceError as e:  # e.g. 'cuda' on a machine without a GPU
             raise AgentError(str(e)) from None
         self._ctx = OnlineRLContext()
-        self._buffer: Any = None
+        self._buffer: Optional[DequeBuffer] = None
 
     def _check_env(self) -> None:
         """``AgentError`` when this agent's env must not be made (a loaded file's ``module:Name`` id)."""
@@ -258,7 +265,7 @@ class Agent:
         return int(self._ctx.env_step)
 
     def train(self, max_env_step: int, stop_value: Optional[float] = None, log_dir: Optional[str] = None,
-              progress: Optional[bool] = None, threads: Optional[int] = 1) -> Dict[str, Any]:
+              progress: Optional[bool] = None, threads: Optional[int] = 1) -> Dict[str, object]:
         """Train for up to ``max_env_step`` more env steps; stop early once an evaluation's mean return
         reaches ``stop_value`` (default: the config's ``env.stop_value``, 475 for the CartPole settings;
         ``float('inf')`` never stops early). ``log_dir``: TensorBoard logs there (default the constructor's
@@ -270,8 +277,6 @@ class Agent:
         if not isinstance(max_env_step, int) or isinstance(max_env_step, bool) or max_env_step < 1:
             raise AgentError(f'max_env_step must be a positive int, got {max_env_step!r}')
         self._check_env()
-        from ..envs import EnvManager  # lazy: the envs load gymnasium
-
         log_dir = self._log_dir if log_dir is None else log_dir
         progress = self._verbose > 0 if progress is None else bool(progress)
         cfg = copy.deepcopy(self.cfg)
@@ -317,9 +322,9 @@ class Agent:
         return {'env_step': int(ctx.env_step), 'train_iter': int(ctx.train_iter), 'last_eval': last,
                 'solved': stop is not None and last >= stop, 'interrupted': interrupted}
 
-    def learn(self, total_timesteps: int, progress_bar: bool = False, stop_value: Optional[float] = None,
+    def learn(self, total_timesteps: Union[int, float], progress_bar: bool = False, stop_value: Optional[float] = None,
               log_dir: Optional[str] = None, threads: Optional[int] = 1,
-              reset_num_timesteps: Optional[bool] = None, **kwargs: Any) -> 'Agent':
+              reset_num_timesteps: Optional[bool] = None, **kwargs: object) -> 'Agent':
         """Stable-Baselines3's ``learn``: :meth:`train` for ``total_timesteps`` more env steps (an int, or an
         integral float such as ``1e5``), with ``progress_bar`` as ``progress``; returns the agent (so that
         ``agents.PPO('MlpPolicy', env).learn(10_000)`` chains), where ``train`` returns the run's figures.
@@ -347,7 +352,7 @@ class Agent:
                    threads=threads)
         return self
 
-    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+    def predict(self, obs: object, deterministic: bool = True) -> np.ndarray:
         """The action for one observation (shaped like the env's), or the actions for a batch of them
         (one more leading axis). ``deterministic=False`` samples as training does (DQN: eps-greedy with the
         final eps). The actions fit the env as gymnasium makes it (``env.step(action)``). Unlike
@@ -437,10 +442,10 @@ class DQN(Agent):
     net_keys = 'policy.model.encoder_hidden_size_list (and head_hidden_size, dueling)'
 
     @classmethod
-    def settings(cls) -> Dict[str, Any]:
+    def settings(cls) -> Dict[str, object]:
         return copy.deepcopy(DQN_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> DQNPolicy:
         from ..policy import DQNPolicy  # lazy: the policies load torch
         from ..policy.common import discrete_action_count  # lazy: the policies load torch
 
@@ -451,7 +456,7 @@ class DQN(Agent):
             raise AgentError(str(e).splitlines()[0]) from None
         return DQNPolicy(cfg, seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         if self._buffer is None:
             self._buffer = dqn_buffer(self.cfg)
         cfg = self._train_cfg
@@ -471,15 +476,15 @@ class PPO(Agent):
     net_keys = 'policy.model.hidden (actor and critic; activation, ortho_init)'
 
     @classmethod
-    def settings(cls) -> Dict[str, Any]:
+    def settings(cls) -> Dict[str, object]:
         return copy.deepcopy(PPO_CARTPOLE)
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> PPOPolicy:
         from ..policy.ppo import PPOPolicy  # lazy: the policies load torch
 
         return PPOPolicy(cfg, self.observation_space, self.action_space, seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         use_ppo(self._train_cfg, self.policy, collector_env, evaluator_env)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -498,22 +503,18 @@ class SAC(Agent):
     net_keys = 'policy.model.actor_hidden_size_list and policy.model.critic_hidden_size_list'
 
     @classmethod
-    def settings(cls) -> Dict[str, Any]:
+    def settings(cls) -> Dict[str, object]:
         return {'exp_name': 'sac', 'env': {'collector_env_num': 1, 'evaluator_env_num': 5, 'n_evaluator_episode': 5,
                                            'stop_value': None},
                 'policy': sac_policy_settings(1)}
 
-    def _env_fn(self) -> Any:
-        from ..envs.mujoco import MujocoEnvFn, RescaledEnvFn  # lazy: the envs load gymnasium
-
+    def _env_fn(self) -> Callable[[], gym.Env]:
         if self._maker is not None:
             return RescaledEnvFn(self._maker)
         return MujocoEnvFn(self.env_id, max_episode_steps=self.cfg.env.get('max_episode_steps'),
                            **dict(self.cfg.env.get('env_kwargs') or {}))
 
-    def _build_policy(self, cfg: Any, device: Any) -> Any:
-        import gymnasium as gym  # lazy: importing the agents does not load gymnasium
-
+    def _build_policy(self, cfg: EasyDict, device: DeviceLike) -> SACPolicy:
         from ..policy.sac import SACPolicy  # lazy: the policies load torch
 
         if not isinstance(self.action_space, gym.spaces.Box):
@@ -524,7 +525,7 @@ class SAC(Agent):
         return SACPolicy(cfg, obs_shape=int(np.prod(self.observation_space.shape)),
                          action_shape=int(np.prod(self.action_space.shape)), seed=cfg.seed, device=device)
 
-    def _use(self, collector_env: Any, evaluator_env: Any) -> None:
+    def _use(self, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
         from ..data import DequeBuffer  # lazy: the replay buffers load torch
 
         if self._buffer is None:

@@ -23,13 +23,20 @@ import argparse
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from easydict import EasyDict
 
 from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 from .console import node_print, setup_logging
 from .play import PARAMS_FLAG_HINT, play_env_refusal, play_policy
 from .precheck import compile_or_exit, usage_error
 from .prepare import RunInfo, prepare_run
+
+if TYPE_CHECKING:  # they load gymnasium and numpy; this module is on the --help path
+    from contexts import OnlineRLContext
+    from middleware.functional.logger import LoggerMiddleware
+    from ..envs import EnvManager
 
 __all__ = ['add_env_flags', 'add_smoke_flag', 'env_config', 'start_run', 'compile_run_config', 'checkpointer', 'run_logger',
            'atari_envs', 'mujoco_envs', 'atari_play_env', 'mujoco_play_env', 'play_checkpoint', 'finish_run']
@@ -66,7 +73,7 @@ def add_env_flags(parser: argparse.ArgumentParser, env: str, env_num: int, eval_
     return parser
 
 
-def add_smoke_flag(parser: argparse.ArgumentParser, flags: Mapping[str, Any], settings: Sequence[str] = ()) -> None:
+def add_smoke_flag(parser: argparse.ArgumentParser, flags: Mapping[str, object], settings: Sequence[str] = ()) -> None:
     """Add ``--smoke``: a run of under a minute that shows the example works on this machine (its envs,
     updates, an evaluation and the checkpoints) before a run of hours; the example exits 0 when it ran.
 
@@ -94,14 +101,14 @@ def add_smoke_flag(parser: argparse.ArgumentParser, flags: Mapping[str, Any], se
     parser.after_parse.append(apply)
 
 
-def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[str, Any]:
+def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[str, object]:
     """The config's ``env`` section from the env flags."""
     return {'env_id': args.env, 'collector_env_num': args.env_num, 'evaluator_env_num': args.eval_episodes,
             'n_evaluator_episode': args.eval_episodes, 'stop_value': stop_value,
             'max_episode_steps': args.max_episode_steps}
 
 
-def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None) -> RunInfo:
+def start_run(args: argparse.Namespace, user_config: Mapping[str, object], policy: Optional[str] = None) -> RunInfo:
     """:func:`pipeline.run.prepare.prepare_run` (``--set``, checked ``--resume``/``--play`` paths; with
     ``policy``, the config and its gymnasium env id checked before torch loads), then
     logging (unless ``--quiet``), torch threads, and the ``--resume``/``--play`` files read once: a
@@ -121,14 +128,14 @@ def start_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: 
     return run
 
 
-def compile_run_config(run: RunInfo, policy: str) -> Any:
+def compile_run_config(run: RunInfo, policy: str) -> object:
     """``compile_config(run.user_config, policy=policy)``; a config error (e.g. a misspelled ``--set``
     key) ends the run with the list of problems and exit status 2, before anything is built."""
     return compile_or_exit(run.user_config, policy)
 
 
-def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type: str, train_freq: int,
-                 buffer: Any = None, spaces: Optional[Tuple[Any, Any]] = None) -> Any:
+def checkpointer(run: RunInfo, policy: object, cfg: Mapping[str, object], policy_type: str, train_freq: int,
+                 buffer: object = None, spaces: Optional[Tuple[object, object]] = None) -> object:
     """A ``CkptSaver`` under the run folder (made now) that saves the config (and the env's ``spaces``,
     ``(observation_space, action_space)``) with the weights and resumes from ``--resume`` (a checkpoint
     that does not fit the policy ends the run with its reason)."""
@@ -142,7 +149,7 @@ def checkpointer(run: RunInfo, policy: Any, cfg: Mapping[str, Any], policy_type:
         usage_error(f'error: {e}')  # exit status 2, as for any bad input
 
 
-def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> Any:
+def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> object:
     """``online_logger`` writing TensorBoard logs to ``<run>/log``, with a progress bar unless
     ``--quiet`` / ``--no-progress``."""
     from middleware import online_logger  # lazy: middleware loads numpy; --help stays fast
@@ -153,7 +160,7 @@ def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> 
 
 
 # --------------------------------------------------------------------------- envs
-def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
+def atari_envs(cfg: EasyDict, backend: str) -> Tuple[EnvManager, EnvManager]:
     """Collector envs (episodic life, clipped rewards) and evaluation envs (whole games, raw scores)
     for ``cfg.env`` on ``backend``; EnvPool runs its own Atari with the same settings."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
@@ -173,7 +180,7 @@ def atari_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
             EnvManager(AtariEnvFn(e.env_id, training=False, **limit), m, seed=seed + 10_000, backend=backend))
 
 
-def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
+def mujoco_envs(cfg: EasyDict, backend: str) -> Tuple[EnvManager, EnvManager]:
     """Collector and evaluation envs for ``cfg.env`` (gymnasium MuJoCo, actions in [-1, 1])."""
     from ..envs import EnvManager  # lazy: the envs load gymnasium (and numpy)
     from ..envs.mujoco import MujocoEnvFn  # lazy: this module is on the --help path
@@ -184,15 +191,15 @@ def mujoco_envs(cfg: Any, backend: str) -> Tuple[Any, Any]:
             EnvManager(fn, e.evaluator_env_num, seed=cfg.seed + 10_000, backend=backend))
 
 
-def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
+def atari_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> object:
     """One Atari env as the evaluator sees it (whole games, raw score), for ``--play``."""
     from ..envs.atari import make_atari_env  # lazy: loads gymnasium and ale-py
 
-    return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps,
-                          **({'render_mode': render_mode} if render_mode else {}))
+    extra: Dict[str, Any] = {'render_mode': render_mode} if render_mode else {}  # to gymnasium.make
+    return make_atari_env(env_id, training=False, max_episode_steps=max_episode_steps, **extra)
 
 
-def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> Any:
+def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_steps: Optional[int] = None) -> object:
     """One MuJoCo env as the evaluator sees it, for ``--play``."""
     from ..envs.mujoco import make_mujoco_env  # lazy: loads gymnasium and mujoco
 
@@ -201,7 +208,7 @@ def mujoco_play_env(env_id: str, render_mode: Optional[str] = None, max_episode_
 
 # --------------------------------------------------------------------------- play and end
 def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callable[[Any, Any, Any], Any],
-                    make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, Any]:
+                    make_env: Callable[[str, Optional[str], Optional[int]], Any]) -> Dict[str, object]:
     """``--play``: rebuild the policy with ``build_policy(cfg, observation_space, action_space)`` from the
     config saved in the checkpoint (checked against the schema; its networks refused above ``--max-params``)
     and the spaces saved with it, load its weights and run ``--episodes`` episodes of the env it was
@@ -239,8 +246,9 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     return {'play_returns': returns}
 
 
-def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, logger: Any, envs: List[Any],
-               what: str = 'return', script: Optional[str] = None) -> Dict[str, Any]:
+def finish_run(run: RunInfo, ctx: OnlineRLContext, interrupted: bool, t0: float, ckpt: object, logger: LoggerMiddleware,
+               envs: Sequence[EnvManager],
+               what: str = 'return', script: Optional[str] = None) -> Dict[str, object]:
     """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),
     print the last evaluation (``what``: 'score' or 'return'), the counts, and where the run folder,
     checkpoints and logs are (``script``: the example's ``__file__``, for the command that plays the
@@ -249,7 +257,7 @@ def finish_run(run: RunInfo, ctx: Any, interrupted: bool, t0: float, ckpt: Any, 
     for env in envs:
         env.close()
     wall = time.perf_counter() - t0
-    result = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
+    result: Dict[str, object] = {'env_step': ctx.env_step, 'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
               'last_eval': ctx.last_eval_value, 'wall_time': wall, 'run_dir': run.dir, 'interrupted': interrupted}
     if interrupted:
         return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from ..runtime import node
 from ..runtime.node import LOG_LEVEL_ENV, RAY_NODE_ENV, node_is_quiet
@@ -80,7 +80,7 @@ def take_summary() -> List[str]:
     return out
 
 
-def setup_logging(level: Optional[int] = None, stream: Any = None) -> logging.Handler:
+def setup_logging(level: Optional[int] = None, stream: object = None) -> logging.Handler:
     """Log lines as ``HH:MM:SS [node 1 collector] message`` (the node part only in multi-node runs), through
     ``tqdm.write`` so they do not garble the progress bar. ``level``: by default INFO, or the level
     ``rlpipe run`` passes its nodes in ``$RLPIPE_LOG_LEVEL`` (``DEBUG`` with ``-v``). Returns the handler."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Mapping, Optional, TextIO
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from ..parallel.worker import load_main
 from ..runtime import task
@@ -25,7 +25,7 @@ def parse_nodes(spec: Optional[str]) -> Optional[Dict[int, List[str]]]:
             for i, part in enumerate(spec.split(":"))}
 
 
-def describe_main(main: str, main_args: List[str] = (), package: str = ".", nodes: Optional[Mapping] = None,
+def describe_main(main: str, main_args: Sequence[str] = (), package: str = ".", nodes: Optional[Mapping] = None,
                   out: Optional[str] = None, stream: Optional[TextIO] = None) -> Description:
     """Run ``main`` (``package.module.function``) up to its ``task.run()`` and describe its pipeline."""
     package = os.path.abspath(package)

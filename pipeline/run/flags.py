@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import MAX_LOADED_PARAMS
 from ..config import parse_override
@@ -49,7 +49,9 @@ class ExampleParser(argparse.ArgumentParser):
         #: called with the parsed namespace, in order (e.g. ``add_env_flags``' per-env run folder name)
         self.after_parse: List[Callable[[argparse.Namespace], None]] = []
 
-    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
+    # one signature for argparse's three overloads (the namespace given, or a new Namespace)
+    def parse_known_args(self, args: Optional[Sequence[str]] = None,  # type: ignore[override]
+                         namespace: Optional[argparse.Namespace] = None) -> Tuple[argparse.Namespace, List[str]]:
         ns, rest = super().parse_known_args(args, namespace)
         ns._argv = list(sys.argv[1:] if args is None else args)
         ns._script = self.script or sys.argv[0]
@@ -90,7 +92,7 @@ class _DeviceAction(argparse.Action):
     it names; torch is imported only for a ``cuda`` value); a bad one ends the run with one line and exit
     status 2."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: Optional[str] = None) -> None:
         problem = device_problem(values, option_string or self.dest)
         if problem is not None:
@@ -98,7 +100,7 @@ class _DeviceAction(argparse.Action):
         setattr(namespace, self.dest, str(values).strip().lower())
 
 
-def add_device_flags(parser: Any, acting: bool = False) -> Any:
+def add_device_flags(parser: Any, acting: bool = False) -> object:
     """Add ``--device`` (default None: the config's ``policy.device``, ``auto``) to ``parser`` (a parser or an
     argument group) and, with ``acting``, ``--acting-device`` (where a node of a multi-node run that does not
     learn acts; default the CPU). The one definition every example and benchmark uses; a bad value (e.g.
@@ -113,9 +115,9 @@ def add_device_flags(parser: Any, acting: bool = False) -> Any:
     return parser
 
 
-def device_overrides(args: argparse.Namespace) -> Dict[str, Any]:
+def device_overrides(args: argparse.Namespace) -> Dict[str, object]:
     """The ``policy`` config entries that ``--device`` / ``--acting-device`` set (only those given)."""
-    out: Dict[str, Any] = {}
+    out: Dict[str, object] = {}
     if getattr(args, 'device', None) is not None:
         out['device'] = args.device
     if getattr(args, 'acting_device', None) is not None:

@@ -5,19 +5,26 @@ so it lives here, above them. Importing this module loads neither torch nor gymn
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Union, cast
+
+from easydict import EasyDict
 
 from contexts import OfflineRLContext
 from middleware import evaluate_episodes, interaction_evaluator, termination_checker, trainer
-from middleware.offline import offline_data_fetcher
+from middleware.offline import MinibatchDataset, offline_data_fetcher
+from pipeline.runtime.phases import Middleware
 
 from ..runtime import task
+
+if TYPE_CHECKING:  # they load torch and gymnasium, which importing this module does not
+    from ..envs import EnvManager
+    from ..policy.base import Policy
 
 __all__ = ['use_offline', 'train_offline']
 
 
-def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, drop_last: bool = False,
-                max_episode_return: Any = 'auto') -> Any:
+def use_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, evaluator_env: Optional[EnvManager] = None,
+                drop_last: bool = False, max_episode_return: Union[float, str, None] = 'auto') -> Optional[Middleware]:
     """Add an offline pipeline's middleware to the running task (inside ``with task.start(ctx=OfflineRLContext())``):
     :func:`middleware.offline.offline_data_fetcher` and :func:`middleware.trainer` (LEARNER), then the
     :func:`middleware.interaction_evaluator` on ``evaluator_env`` every ``cfg.policy.eval.evaluator.eval_freq``
@@ -31,17 +38,18 @@ def use_offline(cfg: Any, policy: Any, dataset: Any, evaluator_env: Any = None, 
     return evaluator
 
 
-def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, evaluator_env: Any = None,
-                  extra_middleware: Optional[List[Any]] = None) -> Dict[str, Any]:
+def train_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, max_train_iter: int,
+                  evaluator_env: Optional[EnvManager] = None,
+                  extra_middleware: Optional[List[Middleware]] = None) -> Dict[str, object]:
     """Run :func:`use_offline` for ``max_train_iter`` train iterations (plus ``extra_middleware``, e.g. a
     logger or a ``CkptSaver``, after it) and return the last context's ``train_iter``, ``train_epoch``,
     ``last_eval_value`` and ``eval_returns``: the returns of an evaluation of the final weights (run
     after the last iteration when the evaluator had not just evaluated them; None without
     ``evaluator_env``)."""
-    returns: Dict[str, Any] = {'value': None}
+    returns: Dict[str, object] = {'value': None}
 
-    def _keep_eval(ctx: Any) -> None:
-        eo = ctx.get('eval_output')
+    def _keep_eval(ctx: OfflineRLContext) -> None:
+        eo = ctx.eval_output
         if eo is not None:
             returns['value'] = eo['episode_return']
 
@@ -52,7 +60,7 @@ def train_offline(cfg: Any, policy: Any, dataset: Any, max_train_iter: int, eval
             task.use(mw)
         task.use(termination_checker(max_train_iter=max_train_iter))
         task.run()
-        ctx = task.ctx
+        ctx = cast(OfflineRLContext, task.ctx)  # the context started above, renewed step by step
     if evaluator_env is not None and ctx.last_eval_iter != ctx.train_iter:
         rets, _ = evaluate_episodes(policy.eval_mode, evaluator_env, int(cfg.env.n_evaluator_episode))
         returns['value'] = rets

@@ -21,7 +21,7 @@ ENV_FLAG_HINT = 'name it yourself: --set env.env_id=<that id>'
 PARAMS_FLAG_HINT = 'raise the limit: --max-params N'
 
 
-def play_env_refusal(path: str, saved_env_id: Any, named_env_id: Any) -> Optional[str]:
+def play_env_refusal(path: str, saved_env_id: object, named_env_id: object) -> Optional[str]:
     """``--play``'s one-line refusal of a file whose env id has the form ``module:Name`` (making it would
     import ``module``), unless the run names that very id (``--set env.env_id=...`` or ``--env``)."""
     from ..policy.loading import env_id_refusal  # lazy: the policies load torch
@@ -31,7 +31,7 @@ def play_env_refusal(path: str, saved_env_id: Any, named_env_id: Any) -> Optiona
     return env_id_refusal(repr(path), saved_env_id, ENV_FLAG_HINT)
 
 
-def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: Any) -> Any:
+def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: object) -> object:
     """``--play CKPT``: the policy rebuilt from the file (its config checked, sized from its stored spaces,
     refused above ``--max-params``) on ``--device``; its ``saved_config`` names the env. Bad input (a
     damaged or edited file, a ``module:Name`` env id the run does not name) ends the run with one line."""
@@ -49,7 +49,7 @@ def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: Any) ->
         usage_error(f'error: {e}')
 
 
-def play_policy(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int = 5,
+def play_policy(policy: Callable[[object], object], make_env: Callable[[Optional[str]], object], episodes: int = 5,
                 seed: int = 0, render: bool = False, video_dir: Optional[str] = None,
                 print_fn: Callable[[str], None] = print) -> List[float]:
     """Run ``episodes`` episodes of ``policy`` (``policy(obs_batch) -> actions``, e.g. from
@@ -99,7 +99,7 @@ def _missing_package(e: BaseException) -> bool:
     return isinstance(e, ImportError) or type(e).__name__ == 'DependencyNotInstalled'
 
 
-def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any], episodes: int, seed: int,
+def _play(policy: Callable[[object], object], make_env: Callable[[Optional[str]], Any], episodes: int, seed: int,
           render: bool, video_dir: Optional[str], print_fn: Callable[[str], None]) -> List[float]:
     import numpy as np  # lazy: keeps importing pipeline.run (and --help) light
 
@@ -146,8 +146,8 @@ def _play(policy: Callable[[Any], Any], make_env: Callable[[Optional[str]], Any]
     return returns
 
 
-def play_without_rendering(path: str, policy: Any, make_env: Callable[[], Any], args: argparse.Namespace,
-                    env_name: str) -> Dict[str, Any]:
+def play_without_rendering(path: str, policy: Any, make_env: Callable[[], object], args: argparse.Namespace,
+                    env_name: str) -> Dict[str, object]:
     """``--play`` for an env without rendering (``env_name`` says which, in the refusal of ``--render`` /
     ``--video``): load the checkpoint into ``policy`` (built as for training) and run ``args.episodes``
     episodes of its eval mode on ``make_env()``. Returns ``{'play_returns': [...]}``."""

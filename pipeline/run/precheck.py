@@ -52,7 +52,7 @@ def format_problems(problems: Sequence[str], hint: str = '') -> str:
     return text + (f'\n{hint}' if hint else '')
 
 
-def env_id_problem(env_id: Any) -> Optional[str]:
+def env_id_problem(env_id: object) -> Optional[str]:
     """``None`` if gymnasium can make ``env_id`` (a registered id, Atari ids once ``ale-py`` registers them,
     ``module:Id`` ids, or anything not a string); otherwise what is wrong, with the closest registered ids
     or the rlpipe extra to install."""
@@ -80,7 +80,7 @@ _NEEDS = {'gymnasium.envs.mujoco': ('mujoco', "the mujoco extra: pip install -e 
           'gymnasium.envs.box2d': ('Box2D', 'pip install "gymnasium[box2d]"')}
 
 
-def _missing_package(env_id: str, spec: Any) -> Optional[str]:
+def _missing_package(env_id: str, spec: object) -> Optional[str]:
     """What to install for a registered ``env_id`` whose package is missing, or ``None``."""
     entry = str(getattr(spec, 'entry_point', '') or '')
     for prefix, (module, how) in _NEEDS.items():
@@ -125,7 +125,7 @@ def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = Fals
         usage_error(format_problems(problems, hint))
 
 
-def compile_or_exit(user: Optional[Mapping], policy: str) -> Any:
+def compile_or_exit(user: Optional[Mapping], policy: str) -> object:
     """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
     refuses), or a ``policy.device`` this machine does not have (e.g. ``cuda`` without a GPU; on a node that
     does not learn, ``policy.acting_device``), ends the run like :func:`precheck_config` does."""

@@ -35,7 +35,7 @@ from .resume import restart_resume
 __all__ = ['prepare_run', 'RunInfo', 'apply_overrides', 'load_middleware_factory', 'resume_command']
 
 
-def apply_overrides(user: Mapping[str, Any], items: Sequence[str]) -> Dict[str, Any]:
+def apply_overrides(user: Mapping[str, object], items: Sequence[str]) -> Dict[str, object]:
     """A copy of ``user`` with the ``--set KEY=VALUE`` items applied (``pipeline.config.apply_overrides``:
     values are Python literals when they parse as one; the config check reports unknown keys)."""
     return config_overrides(user, items)
@@ -70,7 +70,7 @@ def resume_command(ckpt_path: str, argv: Optional[Sequence[str]] = None, script:
                        script, *out, '--resume', ckpt_path])
 
 
-def load_middleware_factory(spec: str) -> Callable[..., Any]:
+def load_middleware_factory(spec: str) -> Callable[..., object]:
     """``'package.module:factory'`` -> the factory (a callable taking the config and returning a
     middleware). A clear ``SystemExit`` when the module or the name does not exist."""
     mod_name, sep, attr = spec.partition(':')
@@ -97,7 +97,7 @@ class RunInfo:
     user_config: Dict[str, Any]
     resume: Optional[str] = None
     play: Optional[str] = None
-    middleware_factories: List[Callable[..., Any]] = field(default_factory=list)
+    middleware_factories: List[Callable[..., object]] = field(default_factory=list)
 
     exp_name: str = 'exp'
     argv: Optional[List[str]] = None  # the arguments parsed (None: sys.argv[1:])
@@ -124,7 +124,7 @@ class RunInfo:
             os.rmdir(parent)
         self.dir = None
 
-    def save_config(self, cfg: Mapping[str, Any], argv: Optional[Sequence[str]] = None) -> str:
+    def save_config(self, cfg: Mapping[str, object], argv: Optional[Sequence[str]] = None) -> str:
         """Write the resolved config (and the command line) to ``<run dir>/config.json``. A resumed run that
         continues its run folder keeps the run's first record there and appends its own to ``resumes``."""
         self.create_dir()
@@ -151,13 +151,13 @@ class RunInfo:
         """True when this run resumes a checkpoint of the run folder it writes to (it continues that run)."""
         return bool(self.resume and self.dir and run_folder_of(self.resume) == os.path.abspath(self.dir))
 
-    def begin(self, cfg: Mapping[str, Any], quiet: bool = False) -> str:
+    def begin(self, cfg: Mapping[str, object], quiet: bool = False) -> str:
         """Create the run folder, save the resolved config there and print its path (with the node's tag in a
         multi-node run, :func:`node_print`); returns it."""
         self.save_config(cfg)
         if not quiet:
             note = ''
-            if self.continues():
+            if self.resume and self.continues():
                 note = f' (continued from {os.path.relpath(self.resume, self.dir)})'
             elif self.resume:
                 note = f' (new: {self.resume} is not in a run folder\'s ckpt/, so this run does not continue one)'
@@ -195,12 +195,12 @@ class RunInfo:
             lines.append(f'  watch it: python {cmd} --play {shlex.quote(watch)} --render')
         node_print(*lines)
 
-    def extra_middleware(self, cfg: Mapping[str, Any]) -> List[Any]:
+    def extra_middleware(self, cfg: Mapping[str, object]) -> List[object]:
         """Build the ``--middleware`` factories with the resolved config."""
         return [f(cfg) for f in self.middleware_factories]
 
 
-def prepare_run(args: argparse.Namespace, user_config: Mapping[str, Any], policy: Optional[str] = None,
+def prepare_run(args: argparse.Namespace, user_config: Mapping[str, object], policy: Optional[str] = None,
                 env_check: bool = False) -> RunInfo:
     """Apply ``--set``, check ``--resume``/``--play`` paths and ``--middleware`` specs. Bad input ends
     with a one-line error. With ``policy`` (``'dqn'``, ``'ppo'``, ``'sac'``) the config is checked against

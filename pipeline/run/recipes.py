@@ -16,9 +16,18 @@ Each ``use_*`` function adds an algorithm's middleware to the running task, insi
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from easydict import EasyDict
 
 from ..runtime import task
+
+if TYPE_CHECKING:  # these load torch and gymnasium, which importing this module does not
+    from ..data import DequeBuffer
+    from ..data.protocols import ReplayBuffer
+    from ..envs import EnvManager
+    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy.sac import SACPolicy
 
 __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 'use_dqn', 'use_ppo', 'use_sac',
            'EVAL_MIN_COLLECT_RETURN', 'EVAL_COLLECT_WINDOW', 'MAX_EVAL_GAP', 'EVAL_COST_RATIO',
@@ -29,7 +38,7 @@ __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 
 # one update per env step (4 envs, 4 updates per pipeline step), a soft target update (theta 0.05) after every
 # update, 3-step double-DQN returns with discount 0.99 bootstrapping through the 500-step time limit (a
 # truncation is not a terminal) and a quick exploration decay (eps ~0.1 after 3,000 env steps).
-DQN_CARTPOLE: Dict[str, Any] = {
+DQN_CARTPOLE: Dict[str, object] = {
     'exp_name': 'cartpole_dqn',
     'env': {
         'env_id': 'CartPole-v1',
@@ -78,7 +87,7 @@ EVAL_RUNNING_MEAN_STOP = True
 
 # PPO settings: RL-Zoo's CartPole-v1 PPO (8 envs x 32 steps = 256 rows per rollout, minibatch 256, 20 epochs,
 # gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip range 0.2 decaying linearly to 0 over 100k env steps).
-PPO_CARTPOLE: Dict[str, Any] = {
+PPO_CARTPOLE: Dict[str, object] = {
     'exp_name': 'cartpole_ppo',
     'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
             'n_evaluator_episode': 10, 'stop_value': 475},
@@ -93,7 +102,7 @@ PPO_CARTPOLE: Dict[str, Any] = {
 }
 
 
-def sac_policy_settings(env_num: int = 1) -> Dict[str, Any]:
+def sac_policy_settings(env_num: int = 1) -> Dict[str, object]:
     """SAC's ``policy`` section for MuJoCo (the common settings): 256x256 actor and twin critics, Adam 3e-4,
     batch 256, discount 0.99, soft target update 0.005, learned temperature, 1M replay, 10k uniform-random
     steps first, one update per env step (``update_per_collect`` = ``n_sample`` = ``env_num``)."""
@@ -109,7 +118,7 @@ def sac_policy_settings(env_num: int = 1) -> Dict[str, Any]:
     })
 
 
-def dqn_buffer(cfg: Any) -> Any:
+def dqn_buffer(cfg: EasyDict) -> DequeBuffer:
     """DQN's replay buffer: uniform, or prioritized (a ``PrioritizedSampler``) when
     ``policy.other.replay_buffer.priority``."""
     from ..data import DequeBuffer, PrioritizedSampler  # lazy: the replay buffers load torch
@@ -122,8 +131,9 @@ def dqn_buffer(cfg: Any) -> Any:
     return DequeBuffer(rb.replay_buffer_size, seed=cfg.seed, sampler=sampler)
 
 
-def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: Any,
-            min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> Any:
+def use_dqn(cfg: EasyDict, policy: DQNPolicy, buffer_: ReplayBuffer, collector_env: EnvManager,
+            evaluator_env: EnvManager,
+            min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> object:
     """Add DQN's middleware to the running task: exchangers (no-ops in one process), eps-greedy, the step
     collector, n-step returns, the buffer, the learner and, after it, the evaluator (returned: its
     ``env_steps`` counts the evaluation env steps). ``min_collect_return``: a due evaluation waits until
@@ -151,7 +161,7 @@ def use_dqn(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_e
     return evaluator
 
 
-def use_ppo(cfg: Any, policy: Any, collector_env: Any, evaluator_env: Any) -> None:
+def use_ppo(cfg: EasyDict, policy: PPOPolicy, collector_env: EnvManager, evaluator_env: EnvManager) -> None:
     """Add PPO's middleware to the running task: the rollout exchanger (a no-op in one process), the
     evaluator, the rollout collector, GAE and the on-policy trainer."""
     from middleware import (OnPolicyTrainer, RolloutCollector, RolloutExchanger, gae_estimator,  # lazy: see above
@@ -167,7 +177,7 @@ def use_ppo(cfg: Any, policy: Any, collector_env: Any, evaluator_env: Any) -> No
     task.use(OnPolicyTrainer(cfg, policy.learn_mode))
 
 
-def use_sac(cfg: Any, policy: Any, buffer_: Any, collector_env: Any, evaluator_env: Any,
+def use_sac(cfg: EasyDict, policy: SACPolicy, buffer_: ReplayBuffer, collector_env: EnvManager, evaluator_env: EnvManager,
             overlap: bool = False) -> None:
     """Add SAC's middleware to the running task: the evaluator, the step collector (``overlap``: step one
     half of subprocess envs while the policy acts for the other), the buffer and the learner."""

@@ -24,15 +24,15 @@ class RunRecorder:
     """
 
     def __init__(self) -> None:
-        self.train_output: Any = None
-        self.train_data: Any = None
+        self.train_output: object = None
+        self.train_data: object = None
         self.started = time.time()
 
     def __call__(self, ctx: Any) -> None:
         self.train_output = ctx.train_output
         self.train_data = ctx.train_data
 
-    def summary(self, ctx: Any, run_dir: Any, interrupted: bool, **values: Any) -> Dict[str, Any]:
+    def summary(self, ctx: Any, run_dir: object, interrupted: bool, **values: object) -> Dict[str, object]:
         """``values`` followed by the counters of ``ctx`` (``env_step``, ``env_episode``, ``train_iter``),
         the last ``train_output`` / ``train_data``, ``wall_time`` (s since this recorder was made),
         ``run_dir`` and ``interrupted``."""

@@ -47,7 +47,7 @@ def run_pipeline(ckpt: Any = None, max_step: Optional[int] = None) -> tuple:
         return ctx, True
 
 
-def run_script(main: Callable[[], Any]) -> None:
+def run_script(main: Callable[[], object]) -> None:
     """A training script's ``if __name__ == '__main__':`` part: run ``main()`` and exit with its code (an
     int; 0 for anything else). A Ctrl-C that reaches here came before training started (``run_pipeline``
     handles it during training): one line instead of a traceback, exit code 130."""

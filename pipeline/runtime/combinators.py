@@ -11,40 +11,44 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import GeneratorType
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Generator, List, Optional, Sequence, Tuple, TypeVar
+
+from contexts import Context
 
 from .phases import Middleware, finish, is_void, name_of, run_parts, start
 from .roles import roles_of
 
+R = TypeVar("R")
 
-def _on_this_node(fns: Sequence[Middleware], active: Optional[Callable[[Any], bool]]) -> Sequence[Middleware]:
+
+def _on_this_node(fns: Sequence[Middleware], active: Optional[Callable[[object], bool]]) -> Sequence[Middleware]:
     """The branches the node's roles run (``active`` is the task's role test; None: all)."""
     return fns if active is None else [f for f in fns if active(f)]
 
 
-def serial(*fns: Middleware, active: Optional[Callable[[Any], bool]] = None) -> Middleware:
+def serial(*fns: Middleware, active: Optional[Callable[[object], bool]] = None) -> Middleware:
     """One middleware that runs ``fns`` in order, their backward parts in reverse.
 
     ``active(fn)``: whether this node runs ``fn`` (role-gated branches are skipped like any middleware).
     """
-    fns = tuple(f for f in fns if not is_void(f))
-    active = active if any(roles_of(f) for f in fns) else None
+    parts = tuple(f for f in fns if not is_void(f))
+    gate = active if any(roles_of(f) for f in parts) else None
 
-    def _serial(ctx: Any):
+    def _serial(ctx: Context) -> Generator[None, None, None]:
         stack: List[GeneratorType] = []
-        run_parts(_on_this_node(fns, active), ctx, stack, backward=False)
+        run_parts(_on_this_node(parts, gate), ctx, stack, backward=False)
         yield
         run_parts((), None, stack)
 
-    _serial.__name__ = _serial.__qualname__ = "serial(" + ", ".join(name_of(f) for f in fns) + ")"
-    _serial.__branches__ = fns
+    _serial.__name__ = _serial.__qualname__ = "serial(" + ", ".join(name_of(f) for f in parts) + ")"
+    setattr(_serial, "__branches__", parts)
     return _serial
 
 
 class Parallel:
     """One middleware that runs its branches concurrently (see the module docstring)."""
 
-    def __init__(self, fns: Sequence[Middleware], active: Optional[Callable[[Any], bool]] = None) -> None:
+    def __init__(self, fns: Sequence[Middleware], active: Optional[Callable[[object], bool]] = None) -> None:
         self.branches = tuple(f for f in fns if not is_void(f))
         self._active = active if any(roles_of(f) for f in self.branches) else None
         self.__name__ = self.__qualname__ = "parallel(" + ", ".join(name_of(f) for f in self.branches) + ")"
@@ -53,22 +57,23 @@ class Parallel:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
 
-    def __call__(self, ctx: Any):
-        started, error = self._on_all(start, [(fn, ctx) for fn in _on_this_node(self.branches, self._active)])
-        started = [g for g in started if g is not None]
+    def __call__(self, ctx: Context) -> Generator[None, None, None]:
+        results, error = self._on_all(start, [(fn, ctx) for fn in _on_this_node(self.branches, self._active)])
+        started = [g for g in results if g is not None]
         if error is not None:
             for g in started:
                 g.close()
             raise error
         return self._backward(started)
 
-    def _backward(self, started: List[GeneratorType]):
+    def _backward(self, started: List[GeneratorType]) -> Generator[None, None, None]:
         yield
         _, error = self._on_all(finish, [(g,) for g in started])
         if error is not None:
             raise error
 
-    def _on_all(self, fn: Callable, calls: List[tuple]) -> Tuple[List[Any], Optional[BaseException]]:
+    def _on_all(self, fn: Callable[..., Optional[R]],
+                calls: List[Tuple[object, ...]]) -> Tuple[List[Optional[R]], Optional[BaseException]]:
         """``fn(*args)`` for every ``args`` in ``calls`` at once: the results (None where it raised) and the
         first error, once all calls ended."""
         if not calls:
@@ -81,7 +86,7 @@ class Parallel:
         pool = self._threads()
         futures = [pool.submit(fn, *args) for args in calls]
         errors = [f.exception() for f in futures]
-        results = [None if e is not None else f.result() for f, e in zip(futures, errors)]
+        results: List[Optional[R]] = [None if e is not None else f.result() for f, e in zip(futures, errors)]
         return results, next((e for e in errors if e is not None), None)
 
     def _threads(self) -> ThreadPoolExecutor:

@@ -25,7 +25,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Callable, Iterable, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["Fields", "WiringWarning", "WiringError", "fields_of", "check_chain", "report", "branches_of"]
 
@@ -77,7 +77,7 @@ def field_text(name: str) -> str:
     return f"the data in the {name[1:]}" if name.startswith("@") else f"ctx.{name}"
 
 
-def fields_of(fn: Any, roles: Set[Any] = frozenset()) -> Optional[Fields]:
+def fields_of(fn: object, roles: AbstractSet[object] = frozenset()) -> Optional[Fields]:
     """The fields ``fn`` declared (for a node with ``roles``), or None if it declared nothing."""
     declared = getattr(fn, "__fields__", None)
     if declared is None or isinstance(declared, Fields):
@@ -87,39 +87,39 @@ def fields_of(fn: Any, roles: Set[Any] = frozenset()) -> Optional[Fields]:
     return None
 
 
-def buffered(*buffers: Any) -> Any:
+def buffered(*buffers: object) -> Callable[[], Set[str]]:
     """For a middleware's ``__provided__``: ``{"@buffer"}`` when one of ``buffers`` (a buffer, a list of
     ``(buffer, weight)`` pairs or a dict of buffers) already holds data at run start (filled by hand or
     loaded), so reading it needs no ``data_pusher`` before it."""
     def provided() -> Set[str]:
         for b in buffers:
-            parts = b.values() if isinstance(b, dict) else [p[0] if isinstance(p, tuple) else p for p in b] \
-                if isinstance(b, (list, tuple)) else [b]
+            parts: Iterable[object] = b.values() if isinstance(b, dict) else \
+                [p[0] if isinstance(p, tuple) else p for p in b] if isinstance(b, (list, tuple)) else [b]
             if any(getattr(p, "count", lambda: 0)() > 0 for p in parts):
                 return {"@buffer"}
         return set()
     return provided
 
 
-def provided_by(fn: Any) -> Set[str]:
+def provided_by(fn: object) -> Set[str]:
     """Fields a middleware itself has available before the first step (its ``__provided__()``)."""
     provided = getattr(fn, "__provided__", None)
     return set(provided()) if provided is not None else set()
 
 
-def branches_of(fn: Any) -> Optional[Tuple[Any, ...]]:
+def branches_of(fn: object) -> Optional[Tuple[object, ...]]:
     """The middleware combined by ``task.serial``/``task.parallel`` (None for any other middleware)."""
     return getattr(fn, "__branches__", None)
 
 
-def _label(fn: Any, fields: Optional[Fields]) -> str:
+def _label(fn: object, fields: Optional[Fields]) -> str:
     if fields is not None and fields.owner:
         return fields.owner
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def check_chain(chain: Sequence[Any], provided: Iterable[str], roles: Set[Any] = frozenset(),
-                inactive: Sequence[Any] = ()) -> List[str]:
+def check_chain(chain: Sequence[object], provided: Iterable[str], roles: AbstractSet[object] = frozenset(),
+                inactive: Sequence[object] = ()) -> List[str]:
     """Problems of ``chain`` (the middleware that run on this node, in order).
 
     ``provided``: fields there before the first middleware (the context's kept fields). ``inactive``: the
@@ -130,11 +130,11 @@ def check_chain(chain: Sequence[Any], provided: Iterable[str], roles: Set[Any] =
     problems: List[str] = []
     trusted: List[str] = []  # undeclared middleware met so far: they might write anything
 
-    def visit(fn: Any, also_have: Set[str]) -> Set[str]:
-        parts = branches_of(fn)
-        if parts is not None:
-            parts = [p for p in parts if not roles or getattr(p, "__roles__", None) is None
-                     or not set(roles).isdisjoint(p.__roles__)]  # the branches this node runs
+    def visit(fn: object, also_have: Set[str]) -> Set[str]:
+        branches = branches_of(fn)
+        if branches is not None:
+            parts = [p for p in branches if not roles or getattr(p, "__roles__", None) is None
+                     or not set(roles).isdisjoint(getattr(p, "__roles__"))]  # the branches this node runs
             if getattr(fn, "__concurrent__", False):  # parallel: branches see only what came before
                 written: Set[str] = set()
                 for part in parts:
@@ -162,13 +162,13 @@ def check_chain(chain: Sequence[Any], provided: Iterable[str], roles: Set[Any] =
     return problems
 
 
-def _missing(name: str, alternatives: Tuple[str, ...], roles: Set[Any], inactive: Sequence[Any],
-             chain: Sequence[Any]) -> str:
+def _missing(name: str, alternatives: Tuple[str, ...], roles: AbstractSet[object], inactive: Sequence[object],
+             chain: Sequence[object]) -> str:
     field = " or ".join(field_text(a) for a in alternatives)
     msg = f"{name} reads {field}, but no middleware before it writes it and it is not a kept context field"
     writers = [fn for fn in inactive if _writes_any(fn, alternatives)]
     if writers:
-        gated = ", ".join(f"{_label(w, fields_of(w))} (roles {', '.join(sorted(map(str, w.__roles__)))})"
+        gated = ", ".join(f"{_label(w, fields_of(w))} (roles {', '.join(sorted(map(str, getattr(w, '__roles__'))))})"
                           for w in writers)
         node = ", ".join(sorted(map(str, roles))) or "none"
         msg += (f"; this node (roles {node}) skips {gated}, which would write it: give this node that role, "
@@ -180,7 +180,7 @@ def _missing(name: str, alternatives: Tuple[str, ...], roles: Set[Any], inactive
     return msg
 
 
-def _writes_any(fn: Any, names: Tuple[str, ...]) -> bool:
+def _writes_any(fn: object, names: Tuple[str, ...]) -> bool:
     parts = branches_of(fn)
     if parts is not None:
         return any(_writes_any(p, names) for p in parts)

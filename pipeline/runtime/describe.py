@@ -14,11 +14,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from .contracts import branches_of, check_chain, fields_of
 from .phases import name_of
-from .roles import RoleLike, normalize_roles, roles_of
+from .roles import Role, RoleLike, normalize_roles, roles_of
 
 __all__ = ["Description", "describe_registered"]
 
@@ -37,7 +37,7 @@ class Description:
     """What ``task.describe()`` found: ``rows``, ``bus`` ({(from, to): fields}), ``problems`` per node."""
 
     rows: List[Row]
-    nodes: Dict[int, Set[Any]]
+    nodes: Dict[int, Set[Role]]
     bus: Dict[Tuple[int, int], List[str]] = field(default_factory=dict)
     problems: Dict[int, List[str]] = field(default_factory=dict)
 
@@ -113,7 +113,7 @@ class Description:
         return written
 
 
-def _roles_text(roles: Iterable[Any]) -> str:
+def _roles_text(roles: Iterable[object]) -> str:
     return ", ".join(sorted(str(r) for r in roles)) or "all roles"
 
 
@@ -121,12 +121,12 @@ def _esc(text: str) -> str:
     return text.replace('"', "'")
 
 
-def _active(fn: Any, roles: Set[Any]) -> bool:
+def _active(fn: object, roles: Set[Role]) -> bool:
     wanted = roles_of(fn)
     return wanted is None or not roles or not roles.isdisjoint(wanted)
 
 
-def _row(fn: Any, roles_by_node: Dict[int, Set[Any]]) -> Row:
+def _row(fn: object, roles_by_node: Dict[int, Set[Role]]) -> Row:
     fields = fields_of(fn, set().union(*roles_by_node.values()) if roles_by_node else set())
     parts = branches_of(fn)
     if fields is None and parts is not None:
@@ -148,13 +148,14 @@ def _short(name: str) -> str:
     return f"{outer}.<lambda>" if inner.endswith("<lambda>") else outer
 
 
-def describe_registered(registered: List[Any], provided: Iterable[str], nodes: Optional[Mapping[int, Iterable[RoleLike]]] = None,
-             this_node: Tuple[int, Iterable[RoleLike]] = (0, ())) -> Description:
+def describe_registered(registered: List[object], provided: Iterable[str],
+                        nodes: Optional[Mapping[int, Iterable[RoleLike]]] = None,
+                        this_node: Tuple[int, Iterable[RoleLike]] = (0, ())) -> Description:
     """Describe the ``registered`` middleware for ``nodes`` ({node id: roles}; default: this node alone)."""
     roles_by_node = ({int(n): normalize_roles(r) for n, r in nodes.items()} if nodes
                      else {int(this_node[0]): normalize_roles(this_node[1])})
     rows = [_row(fn, roles_by_node) for fn in registered]
-    provided = set(provided)
+    have = set(provided)
     writes_on = {nid: {w for r in rows if nid in r.nodes for w in r.writes} for nid in roles_by_node}
     bus: Dict[Tuple[int, int], List[str]] = {}
     if len(roles_by_node) > 1:
@@ -172,5 +173,5 @@ def describe_registered(registered: List[Any], provided: Iterable[str], nodes: O
         active = [fn for fn in registered if _active(fn, roles)]
         skipped = [fn for fn in registered if not _active(fn, roles)]
         received = {f for (a, b), fs in bus.items() if b == nid for f in fs}
-        problems[nid] = check_chain(active, provided | received, roles, skipped)
+        problems[nid] = check_chain(active, have | received, roles, skipped)
     return Description(rows, roles_by_node, bus, problems)

@@ -10,10 +10,13 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from .phases import note
-from .router import Router
+from .router import EventArgs, EventKwargs, Router
+
+Listener = Callable[..., object]
+"""A listener: called with the event's arguments."""
 
 FINISH_EVENT = "__finish__"
 UNCLAIMED_LIMIT = 1024  # remote events kept per event name until a listener appears
@@ -27,10 +30,10 @@ class TaskEvents:
 
     def _reset_events(self) -> None:
         self._finish = False
-        self._listeners: Dict[str, List[Tuple[Callable, bool]]] = defaultdict(list)
+        self._listeners: Dict[str, List[Tuple[Listener, bool]]] = defaultdict(list)
         # Remote events that arrived before anyone listened (a peer may send as soon as it is connected,
         # before this node's middleware registered their listeners): replayed to the first listener.
-        self._unclaimed: Dict[str, deque] = {}
+        self._unclaimed: Dict[str, Deque[Tuple[EventArgs, EventKwargs]]] = {}
         self._listeners_lock = threading.RLock()
         self._errors: List[BaseException] = []  # raised by listeners of remote events; raised at step end
 
@@ -55,18 +58,18 @@ class TaskEvents:
             wake()
 
     # ------------------------------------------------------------------ listeners
-    def on(self, event: str, fn: Callable) -> None:
+    def on(self, event: str, fn: Listener) -> None:
         """Call ``fn(*args, **kwargs)`` every time ``event`` is emitted (locally or by a peer).
 
         Remote events that arrived before the first listener of ``event`` are replayed to it at once.
         """
         self._listen(event, fn, False)
 
-    def once(self, event: str, fn: Callable) -> None:
+    def once(self, event: str, fn: Listener) -> None:
         """Like ``on``, for the next emission only."""
         self._listen(event, fn, True)
 
-    def _listen(self, event: str, fn: Callable, once: bool) -> None:
+    def _listen(self, event: str, fn: Listener, once: bool) -> None:
         with self._listeners_lock:
             backlog = self._unclaimed.pop(event, None)
             if not backlog:
@@ -83,7 +86,7 @@ class TaskEvents:
         for args, kwargs in replay:
             fn(*args, **kwargs)
 
-    def off(self, event: str, fn: Optional[Callable] = None) -> None:
+    def off(self, event: str, fn: Optional[Listener] = None) -> None:
         """Remove ``fn`` (or every listener) from ``event``."""
         with self._listeners_lock:
             if fn is None:
@@ -92,8 +95,8 @@ class TaskEvents:
                 self._listeners[event] = [(f, o) for f, o in self._listeners[event] if f != fn]
 
     # ------------------------------------------------------------------ emitting
-    def emit(self, event: str, *args: Any, only_remote: bool = False, only_local: bool = False,
-             **kwargs: Any) -> None:
+    def emit(self, event: str, *args: object, only_remote: bool = False, only_local: bool = False,
+             **kwargs: object) -> None:
         """Emit ``event`` to the local listeners and, when the router is active, to every peer.
 
         A local listener that raises propagates the exception to the emitter.
@@ -105,13 +108,13 @@ class TaskEvents:
         if not only_remote:
             self._dispatch(event, args, kwargs)
 
-    def emit_to(self, node_id: int, event: str, *args: Any, **kwargs: Any) -> None:
+    def emit_to(self, node_id: int, event: str, *args: object, **kwargs: object) -> None:
         """Send ``event`` to the node ``node_id`` only (not to local listeners)."""
         if not self.router.is_active:
             raise RuntimeError(f"emit_to({node_id}, {event!r}): this task has no peers (single process)")
         self.router.emit(event, args, kwargs, to=node_id)
 
-    def _dispatch(self, event: str, args: tuple, kwargs: dict) -> None:
+    def _dispatch(self, event: str, args: EventArgs, kwargs: EventKwargs) -> None:
         with self._listeners_lock:
             listeners = self._listeners.get(event)
             if not listeners:
@@ -122,7 +125,7 @@ class TaskEvents:
         for fn, _ in listeners:
             fn(*args, **kwargs)
 
-    def _on_remote(self, event: str, args: tuple, kwargs: dict) -> None:
+    def _on_remote(self, event: str, args: EventArgs, kwargs: EventKwargs) -> None:
         """Entry point for the router: deliver a peer's event once to each local listener."""
         if event == FINISH_EVENT:
             self._finish = True
@@ -150,7 +153,7 @@ class TaskEvents:
 
     # ------------------------------------------------------------------ waiting
     def wait_for(self, event: str, timeout: float = float("inf"),
-                 ignore_timeout_exception: bool = True) -> Optional[Tuple[tuple, dict]]:
+                 ignore_timeout_exception: bool = True) -> Optional[Tuple[EventArgs, EventKwargs]]:
         """Block until ``event`` is emitted; return its ``(args, kwargs)``.
 
         On timeout return None, or raise ``TimeoutError`` with ``ignore_timeout_exception=False``. The
@@ -160,19 +163,19 @@ class TaskEvents:
         listeners of the remote events that arrive meanwhile (a reply then needs no thread switch), so do not
         call it while holding a lock that such a listener takes.
         """
-        received: List[Tuple[tuple, dict]] = []
+        received: List[Tuple[EventArgs, EventKwargs]] = []
         done = threading.Event()
         # A router that can (ZmqRouter) lets this thread read the peers' messages itself while it waits, so
         # a remote reply reaches it without a thread switch.
         router_wait = getattr(self.router, "wait", None) if self.router.is_active else None
 
-        def listener(*args: Any, **kwargs: Any) -> None:
+        def listener(*args: object, **kwargs: object) -> None:
             received.append((args, kwargs))
             done.set()
             if router_wait is not None:
                 self._wake_router_waits()
 
-        def on_finish(*_: Any, **__: Any) -> None:
+        def on_finish(*_: object, **__: object) -> None:
             done.set()
             if router_wait is not None:
                 self._wake_router_waits()

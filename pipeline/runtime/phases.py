@@ -8,15 +8,17 @@ code; the task's ``run``, ``forward``, ``backward``, ``wrap``, ``serial`` and ``
 from __future__ import annotations
 
 from types import GeneratorType
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, ContextManager, Generator, Iterable, List, Optional
 
 from contexts import Context
 
 
-Middleware = Callable[[Context], Any]
+Middleware = Callable[[Any], object]
+"""A middleware: called with the task's context (any ``Context`` subclass, so the parameter is ``Any``: a
+middleware written for ``OnlineRLContext`` is one too); returns None or a generator that yields once."""
 
 
-def run_parts(chain: Iterable[Middleware], ctx: Any, stack: List[GeneratorType],
+def run_parts(chain: Iterable[Middleware], ctx: Optional[Context], stack: List[GeneratorType],
               inner: Optional[List[GeneratorType]] = None, backward: bool = True) -> None:
     """Run the forward parts of ``chain`` on ``ctx``, then (if ``backward``) every backward part on ``stack``.
 
@@ -27,7 +29,7 @@ def run_parts(chain: Iterable[Middleware], ctx: Any, stack: List[GeneratorType],
     for fn in chain:
         try:
             g = fn(ctx)
-            if g is not None and type(g) is GeneratorType:
+            if type(g) is GeneratorType:
                 next(g)
                 stack.append(g)
         except StopIteration:
@@ -53,7 +55,7 @@ def run_parts(chain: Iterable[Middleware], ctx: Any, stack: List[GeneratorType],
         raise RuntimeError(f"middleware {g.__qualname__} yielded more than once; a middleware yields at most once")
 
 
-def start(fn: Middleware, ctx: Any) -> Optional[GeneratorType]:
+def start(fn: Middleware, ctx: Context) -> Optional[GeneratorType]:
     """Run ``fn``'s forward part; return the generator holding its backward part, if it has one."""
     started: List[GeneratorType] = []
     run_parts((fn,), ctx, started, backward=False)
@@ -65,7 +67,7 @@ def finish(g: GeneratorType) -> None:
     run_parts((), None, [g])
 
 
-def name_of(fn: Any) -> str:
+def name_of(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
@@ -74,7 +76,8 @@ def note(e: BaseException, message: str) -> None:
     notes = getattr(e, "__notes__", None)
     if notes is None:
         try:
-            e.__notes__ = notes = []
+            notes = []
+            e.__notes__ = notes
         except AttributeError:
             return
     if message not in notes:
@@ -94,28 +97,28 @@ class Void:
         return "task.void()"
 
 
-def is_void(fn: Any) -> bool:
+def is_void(fn: object) -> bool:
     return getattr(fn, "__is_void__", False)
 
 
 class Locked:
     """Runs a middleware's forward and backward parts while holding a lock."""
 
-    def __init__(self, fn: Middleware, lock: Any) -> None:
+    def __init__(self, fn: Middleware, lock: ContextManager[object]) -> None:
         self.fn, self.lock = fn, lock
         self.__name__ = name_of(fn)
         for mark in ("__roles__", "__fields__", "__provided__", "__branches__", "__concurrent__"):
             if hasattr(fn, mark):
                 setattr(self, mark, getattr(fn, mark))
 
-    def __call__(self, ctx: Context) -> Any:
+    def __call__(self, ctx: Context) -> object:
         with self.lock:
             g = self.fn(ctx)
         if type(g) is not GeneratorType:
             return g
         return self._locked_generator(g)
 
-    def _locked_generator(self, g: GeneratorType):
+    def _locked_generator(self, g: GeneratorType) -> Generator[None, None, None]:
         with self.lock:
             try:
                 next(g)

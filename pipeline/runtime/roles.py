@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, TypeVar, Union
+from typing import Callable, Dict, FrozenSet, Iterable, Optional, Set, TypeVar, Union
 
 from .contracts import Fields
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class Role(str, enum.Enum):
@@ -43,12 +43,12 @@ def as_role(role: RoleLike) -> Role:
         ) from None
 
 
-def roles_of(fn: Any) -> Optional[FrozenSet[Role]]:
+def roles_of(fn: object) -> Optional[FrozenSet[Role]]:
     """The roles a middleware declared, or None if it runs everywhere."""
     return getattr(fn, "__roles__", None)
 
 
-def _mark(obj: Any, marks: Dict[str, Any]) -> Any:
+def _mark(obj: Callable[..., object], marks: Dict[str, object]) -> Callable[..., object]:
     try:
         for name, value in marks.items():
             setattr(obj, name, value)
@@ -56,7 +56,7 @@ def _mark(obj: Any, marks: Dict[str, Any]) -> Any:
     except (AttributeError, TypeError):
         # Objects that refuse attributes (bound methods, builtins) get a thin marked wrapper.
         @functools.wraps(obj)
-        def marked(ctx):
+        def marked(ctx: object) -> object:
             return obj(ctx)
 
         for name, value in marks.items():
@@ -64,19 +64,20 @@ def _mark(obj: Any, marks: Dict[str, Any]) -> Any:
         return marked
 
 
-def _marking(marks: Dict[str, Any]) -> Callable[[F], F]:
+def _marking(marks: Dict[str, object]) -> Callable[[F], F]:
     """A decorator that sets ``marks`` on a middleware class, a middleware, or what a factory returns."""
 
     def decorate(target: F) -> F:
-        if "__fields__" in marks and not marks["__fields__"].owner:
-            marks["__fields__"] = dataclasses.replace(marks["__fields__"], owner=target.__qualname__)
+        fields = marks.get("__fields__")
+        if isinstance(fields, Fields) and not fields.owner:
+            marks["__fields__"] = dataclasses.replace(fields, owner=target.__qualname__)
         if isinstance(target, type):
             for name, value in marks.items():
                 setattr(target, name, value)
             return target
 
         @functools.wraps(target)
-        def factory(*args, **kwargs):
+        def factory(*args: object, **kwargs: object) -> object:
             out = target(*args, **kwargs)
             if out is None or getattr(out, "__is_void__", False):
                 return out
@@ -86,7 +87,7 @@ def _marking(marks: Dict[str, Any]) -> Callable[[F], F]:
 
         for name, value in marks.items():
             setattr(factory, name, value)
-        return factory  # type: ignore[return-value]
+        return factory  # type: ignore[return-value]  # it takes what ``target`` takes: mypy cannot see that
 
     return decorate
 
@@ -107,7 +108,7 @@ def for_roles(*roles: RoleLike, reads: Iterable[str] = (), writes: Iterable[str]
     marked_roles = frozenset(as_role(r) for r in roles)
     if not marked_roles:
         raise ValueError("for_roles needs at least one role (use for_all_roles to declare only fields)")
-    marks: Dict[str, Any] = {"__roles__": marked_roles}
+    marks: Dict[str, object] = {"__roles__": marked_roles}
     if reads or writes:
         marks["__fields__"] = Fields.of(reads, writes)
     return _marking(marks)
@@ -118,7 +119,7 @@ def for_all_roles(reads: Iterable[str] = (), writes: Iterable[str] = ()) -> Call
     return _marking({"__fields__": Fields.of(reads, writes)})
 
 
-def normalize_roles(roles: Optional[Iterable[RoleLike]]) -> set:
+def normalize_roles(roles: Optional[Union[RoleLike, Iterable[RoleLike]]]) -> Set[Role]:
     if roles is None:
         return set()
     if isinstance(roles, (str, Role)):

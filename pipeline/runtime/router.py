@@ -7,9 +7,13 @@ up without the pipeline script changing.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Set
+from typing import Callable, Dict, Iterable, Optional, Set, Tuple
 
-OnMessage = Callable[[str, tuple, dict], None]
+EventArgs = Tuple[object, ...]
+"""An event's positional arguments (passed on to the listeners as they are)."""
+EventKwargs = Dict[str, object]
+"""An event's keyword arguments."""
+OnMessage = Callable[[str, EventArgs, EventKwargs], None]
 
 
 class Router:
@@ -28,7 +32,7 @@ class Router:
     def start(self, on_message: OnMessage) -> None:
         raise NotImplementedError
 
-    def emit(self, event: str, args: tuple, kwargs: dict, to: Optional[int] = None) -> None:
+    def emit(self, event: str, args: EventArgs, kwargs: EventKwargs, to: Optional[int] = None) -> None:
         """Send an event to every peer (``to=None``) or to the node with id ``to``."""
         raise NotImplementedError
 
@@ -44,7 +48,7 @@ class LocalRouter(Router):
     def start(self, on_message: OnMessage) -> None:
         pass
 
-    def emit(self, event: str, args: tuple, kwargs: dict, to: Optional[int] = None) -> None:
+    def emit(self, event: str, args: EventArgs, kwargs: EventKwargs, to: Optional[int] = None) -> None:
         pass
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, TextIO, Union
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterable, List, Optional, Set, TextIO, TypeVar, Union
 
 from contexts import Context
 
@@ -26,6 +26,8 @@ from .router import LocalRouter, Router, default_router
 
 if TYPE_CHECKING:
     from .describe import Description
+
+R = TypeVar("R")
 
 __all__ = ["Task", "task", "Middleware", "FINISH_EVENT", "UNCLAIMED_LIMIT"]
 
@@ -108,7 +110,7 @@ class Task(TaskEvents):
     def __enter__(self) -> "Task":
         return self
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: Optional[type], *exc: object) -> None:
         if exc_type is None and self._running and not self._finish and self.router.is_active:
             self.finish = True  # a node that leaves normally ends the run of its peers too
         self.stop()
@@ -118,7 +120,7 @@ class Task(TaskEvents):
         return self._running
 
     # ------------------------------------------------------------------ registration
-    def use(self, fn: Middleware, lock: Union[bool, Any] = False) -> "Task":
+    def use(self, fn: Middleware, lock: Union[bool, ContextManager[object]] = False) -> "Task":
         """Register a middleware. ``lock=True`` runs it under the task's lock; a lock object may be given."""
         if not self._running:
             raise RuntimeError(f"task.use({name_of(fn)}) before task.start(): start() resets the task, so the "
@@ -140,7 +142,7 @@ class Task(TaskEvents):
     def void(self) -> Void:
         return Void()
 
-    def _active(self, fn: Any) -> bool:
+    def _active(self, fn: object) -> bool:
         wanted = roles_of(fn)
         return wanted is None or not self._roles or not self._roles.isdisjoint(wanted)
 
@@ -244,7 +246,8 @@ class Task(TaskEvents):
         self.ctx = self.ctx.renew()
         return self.ctx
 
-    def wrap(self, fn: Middleware, lock: Union[bool, Any] = False) -> Callable[[Context], Callable[[], None]]:
+    def wrap(self, fn: Middleware,
+             lock: Union[bool, ContextManager[object]] = False) -> Callable[[Context], Callable[[], None]]:
         """Let one middleware call another.
 
         Calling the result with a context runs ``fn``'s forward part and returns a closure that runs its
@@ -292,13 +295,13 @@ class Task(TaskEvents):
         self._parallels.append(combined)
         return combined
 
-    def async_executor(self, fn: Callable, *args: Any, **kwargs: Any) -> Future:
+    def async_executor(self, fn: Callable[..., R], *args: object, **kwargs: object) -> "Future[R]":
         """Run ``fn(*args, **kwargs)`` on the thread pool; the step waits for it before its backward phase.
 
         Without async mode, ``fn`` runs at once. Exceptions surface in the pipeline at the end of the step.
         """
         if self._executor is None:
-            fut: Future = Future()
+            fut: Future[R] = Future()
             try:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as e:
@@ -332,7 +335,7 @@ class Task(TaskEvents):
 
     # ------------------------------------------------------------------ roles and labels
     @property
-    def roles(self) -> set:
+    def roles(self) -> Set[Role]:
         return set(self._roles)
 
     def add_role(self, role: RoleLike) -> None:
@@ -342,7 +345,7 @@ class Task(TaskEvents):
         """True if this node has ``role``; a node with no roles has every role."""
         return not self._roles or as_role(role) in self._roles
 
-    def _automatic_labels(self) -> set:
+    def _automatic_labels(self) -> Set[str]:
         """``node.<id>``, ``standalone`` or ``distributed``, and ``async`` in async mode."""
         auto = {f"node.{self.router.node_id}", "distributed" if self.router.is_active else "standalone"}
         if self.async_mode:
@@ -350,7 +353,7 @@ class Task(TaskEvents):
         return auto
 
     @property
-    def labels(self) -> set:
+    def labels(self) -> Set[str]:
         return self.router.labels
 
     def match_labels(self, patterns: Union[str, Iterable[str]]) -> bool:

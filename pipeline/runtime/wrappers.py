@@ -4,9 +4,11 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from types import GeneratorType
-from typing import Any, Callable, Dict, List
+from typing import Dict, Generator, List
 
 from contexts import Context
+
+from .phases import Middleware
 
 
 class StepTimer:
@@ -21,11 +23,11 @@ class StepTimer:
         self.print_per_step = print_per_step
         self._steps = 0
 
-    def __call__(self, fn: Callable[[Context], Any]) -> Callable[[Context], Any]:
+    def __call__(self, fn: Middleware) -> Middleware:
         name = getattr(fn, "__name__", None) or type(fn).__name__
         records = self.records[name]
 
-        def timed(ctx: Context) -> Any:
+        def timed(ctx: Context) -> object:
             t0 = time.perf_counter()
             g = fn(ctx)
             if type(g) is not GeneratorType:
@@ -37,11 +39,11 @@ class StepTimer:
         timed.__qualname__ = name
         roles = getattr(fn, "__roles__", None)
         if roles is not None:
-            timed.__roles__ = roles
+            setattr(timed, "__roles__", roles)
         return timed
 
     @staticmethod
-    def _timed_generator(g: GeneratorType, t0: float, records: List[float]):
+    def _timed_generator(g: GeneratorType, t0: float, records: List[float]) -> Generator[None, None, None]:
         try:
             next(g)
         except StopIteration:
