@@ -383,7 +383,8 @@ def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, im
     for r in results:
         groups.setdefault((r['algo'], r['env']), {}).setdefault(r['framework'], []).append(r)
     lines = ['| algo | env | env steps | rlpipe: mean +- std (seeds) | rlpipe: IQM [95% CI] | SB3: mean +- std (seeds) | '
-             'SB3: IQM [95% CI] | wall rlpipe / SB3 | CPU rlpipe / SB3 |', '|---|---|---|---|---|---|---|---|---|']
+             'SB3: IQM [95% CI] | wall rlpipe / SB3 | CPU rlpipe / SB3 | rlpipe commit |',
+             '|---|---|---|---|---|---|---|---|---|---|']
     below = []
     for (algo, env) in sorted(groups):
         cells, means, wall, cpu = [], {}, {}, {}
@@ -406,8 +407,10 @@ def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, im
                 cpu[fw] = sum(float(r['cpu_s']) for r in runs) / len(runs)
         steps = sorted({int(r['env_steps']) for rs in groups[(algo, env)].values() for r in rs if 'env_steps' in r})
         ratio = {k: f'{v["rlpipe"] / v["sb3"]:.2f}x' if len(v) == 2 else '-' for k, v in (('wall', wall), ('cpu', cpu))}
+        commits = sorted({str(r.get('versions', {}).get('rlpipe_commit', 'unknown'))[:7]
+                          for r in groups[(algo, env)].get('rlpipe', [])})
         lines.append(f'| {algo} | {env} | {"/".join(f"{s:,}" for s in steps) or "-"} | ' + ' | '.join(cells)
-                     + f' | {ratio["wall"]} | {ratio["cpu"]} |')
+                     + f' | {ratio["wall"]} | {ratio["cpu"]} | {", ".join(commits) or "-"} |')
         if 'rlpipe' in means and 'sb3' in means and means['rlpipe'] < means['sb3']:
             below.append(f'SB3 on {algo.upper()} {env} ({_fmt(means["rlpipe"])} vs {_fmt(means["sb3"])})')
         for a in published['runs']:
