@@ -21,6 +21,7 @@ from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
+    from pipeline.data.item import BufferedData
     from pipeline.data.protocols import ReplayBuffer
     from pipeline.data.records import OnTrained, TrainBatch, TrainOutput
 
@@ -189,7 +190,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
                                 f'holds {kind} items')
             data = dict(data)
         return data, sb.index, sb.weight
-    items = buffer_.sample(size, **kw)
+    items = cast(List[BufferedData], buffer_.sample(size, **kw))  # no groupby: items, not groups
     data = collate([it.data for it in items])
     if not isinstance(data, dict):
         raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
