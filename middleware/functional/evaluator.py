@@ -162,7 +162,8 @@ def _snapshot(policy: object) -> Optional[Dict[str, torch.Tensor]]:
 
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?", "info_for_logging?"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
-def interaction_evaluator(cfg: Mapping, policy: Actor, env: EnvManager, max_episode_return: Union[float, str, None] = None,
+def interaction_evaluator(cfg: Mapping, policy: Actor, env: EnvManager,
+                          max_episode_return: Union[float, str, None] = None,
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
                           max_eval_gap: Optional[int] = None, collect_window: int = 1,
                           eval_cost_ratio: Optional[float] = None,

@@ -30,9 +30,10 @@ class ReplayBuffer(Protocol):
     def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
         """Store one item (a transition or a whole episode) with its meta."""
 
-    def sample(self, size: Optional[int] = None, **kwargs: Any  # the buffer's own sample arguments, and its middleware's
+    def sample(self, size: Optional[int] = None, **kwargs: Any
                ) -> Union[List[BufferedData], List[List[BufferedData]]]:
-        """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them."""
+        """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them. ``kwargs``: the buffer's
+        own ``sample`` arguments (typed by the buffer) and its middleware's."""
 
     def update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
                     meta: ManyMeta = None) -> List[bool]:

@@ -47,8 +47,8 @@ class Transition(_TransitionExtras):
     ``truncated`` are those of the last summed step.
     """
 
-    obs: Union[np.ndarray, Dict[str, np.ndarray]]  # np.ndarray [*obs_shape] (a row of EnvStep.obs); goal envs: a dict of rows
-    action: Union[int, np.ndarray]  # int (discrete) or np.ndarray [*act_shape]
+    obs: Union[np.ndarray, Dict[str, np.ndarray]]  # [*obs_shape] (a row of EnvStep.obs); goal envs: a dict of rows
+    action: Union[int, np.ndarray]  # int (discrete) or [*act_shape]
     reward: float
     next_obs: Union[np.ndarray, Dict[str, np.ndarray]]  # the observation reached (the final one when the episode ended)
     terminated: bool  # the MDP ended: no bootstrapping

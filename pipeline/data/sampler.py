@@ -16,7 +16,8 @@ buffer calls it under the storage's lock.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, SupportsFloat, Tuple, Union, cast, runtime_checkable
+from typing import (TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, SupportsFloat, Tuple, Union, cast,
+                    runtime_checkable)
 
 import numpy as np
 

@@ -467,7 +467,8 @@ def update_item(s: SlotStorage, index: int, data: object, meta: Optional[Mapping
     return True
 
 
-def update_items(s: SlotStorage, indices: Sequence[int], data: Optional[Sequence[object]], meta: ManyMeta) -> List[bool]:
+def update_items(s: SlotStorage, indices: Sequence[int], data: Optional[Sequence[object]],
+                 meta: ManyMeta) -> List[bool]:
     """``update_many`` on the storage (``meta``: one dict per index, or a dict of columns); one bool per index."""
     n = len(indices)
     if data is not None and len(data) != n:
