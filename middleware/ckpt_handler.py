@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Dict, Generator, Mapping, Optional, Tuple
+from typing import Dict, Generator, Mapping, Optional, Protocol, Tuple, cast
 
 from contexts import RLContext
 from pipeline import task
@@ -16,6 +16,20 @@ from pipeline.runtime.roles import Role, for_roles
 __all__ = ['CkptSaver']
 
 log = logging.getLogger(__name__)
+
+
+class BufferFiles(Protocol):
+    """A replay buffer that :class:`CkptSaver` saves with each checkpoint (``DequeBuffer``)."""
+
+    def save_data(self, path: str) -> None: ...
+
+    def load_data(self, path: str) -> None: ...
+
+    def count(self) -> int: ...
+
+
+class _LoadsState(Protocol):
+    def load_state_dict(self, state: Mapping[str, object], /) -> object: ...
 
 
 @for_roles(Role.LEARNER, Role.EVALUATOR, reads=["train_iter", "eval_value?", "eval_output?", "env_step?"])
@@ -65,9 +79,9 @@ class CkptSaver:
     """
 
     def __init__(self, policy: object, save_dir: str, train_freq: Optional[int] = None,
-                 save_finish: bool = True, resume_from: Optional[str] = None, buffer: Any = None,
+                 save_finish: bool = True, resume_from: Optional[str] = None, buffer: Optional[BufferFiles] = None,
                  config: Optional[Mapping[str, object]] = None, policy_type: Optional[str] = None,
-                 modules: Optional[Mapping[str, Any]] = None, spaces: Optional[Tuple[object, object]] = None) -> None:
+                 modules: Optional[Mapping[str, object]] = None, spaces: Optional[Tuple[object, object]] = None) -> None:
         if train_freq is not None and (not isinstance(train_freq, int) or train_freq < 1):
             raise ValueError(f'train_freq must be a positive int or None, got {train_freq!r}')
         self.policy = policy
@@ -112,7 +126,7 @@ class CkptSaver:
                 log.warning('%s holds no state for %r: it starts afresh', path, name)
                 continue
             try:
-                m.load_state_dict(saved[name])
+                cast(_LoadsState, m).load_state_dict(saved[name])  # checked in __init__
             except (KeyError, RuntimeError, ValueError, TypeError) as e:
                 raise CheckpointError(f'{path!r}: the saved {name!r} does not fit ({type(e).__name__}: '
                                       f'{str(e).splitlines()[0][:300]})') from None
@@ -166,7 +180,7 @@ class CkptSaver:
         d.update(kw)
         return d
 
-    def _save(self, name: str, ctx: Any, policy_state: Optional[Mapping[str, object]] = None,
+    def _save(self, name: str, ctx: RLContext, policy_state: Optional[Mapping[str, object]] = None,
               **extra: object) -> str:
         path = os.path.join(self.dir, name)
         save_checkpoint(path, self.policy, ctx, self._extra(**extra), policy_state=policy_state,
@@ -175,11 +189,11 @@ class CkptSaver:
         self.paths[name] = path
         return path
 
-    def save_final(self, ctx: object) -> str:
+    def save_final(self, ctx: RLContext) -> str:
         """Write ``final.pth.tar`` now (and the buffer, when given); returns its path."""
         return self._save_with_buffer('final.pth.tar', ctx)
 
-    def _save_with_buffer(self, name: str, ctx: object) -> str:
+    def _save_with_buffer(self, name: str, ctx: RLContext) -> str:
         """The buffer first (``<name>.buffer``, atomically), then the checkpoint: a checkpoint on disk always
         has its buffer next to it. Of the periodic buffers only the newest is kept."""
         if self.buffer is not None:

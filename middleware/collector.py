@@ -1,7 +1,7 @@
 """Collectors: step or episode collection from an ``EnvManager`` with a policy's collect mode."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+from typing import TYPE_CHECKING, Dict, List, Mapping
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles
@@ -9,13 +9,13 @@ from pipeline.runtime.roles import Role, for_roles
 from .env_stepper import Actor, EnvStepper
 
 if TYPE_CHECKING:
-    from pipeline.envs import EnvManager
+    from pipeline.envs import EnvManager, EnvStep
     from pipeline.data.records import Transition
 
 __all__ = ['StepCollector', 'EpisodeCollector']
 
 
-def _transitions(step: Any) -> List[Transition]:
+def _transitions(step: EnvStep) -> List[Transition]:
     """One :class:`~pipeline.data.records.Transition` per env from an ``EnvStep`` (numpy rows for
     observations and vector actions, Python scalars else)."""
     obs, next_obs = step.obs, step.next_obs

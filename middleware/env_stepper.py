@@ -8,7 +8,7 @@ builds from the steps (transitions, episodes, a rollout) is its own business.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from contexts import OnlineRLContext
 from pipeline.runtime.protocols import ActingPolicy
 
 if TYPE_CHECKING:  # loads gymnasium, which `import middleware` does not
-    from pipeline.envs import EnvManager
+    from pipeline.envs import EnvManager, EnvStep, EpisodeInfo
 
 __all__ = ['EnvStepper', 'log_finished', 'Actor']
 
@@ -26,7 +26,7 @@ Actor = Union[ActingPolicy, Callable[..., object]]
 _NO_KWARGS: Mapping[str, object] = {}
 
 
-def log_finished(ctx: OnlineRLContext, finished: List[Any]) -> None:
+def log_finished(ctx: OnlineRLContext, finished: List[EpisodeInfo]) -> None:
     """Append finished episodes' returns and lengths to ``ctx.info_for_logging['collect_episode_return'
     / 'collect_episode_length']`` (and raw game scores, when the env reports them, to ``['collect_score']``)."""
     if finished:
@@ -65,7 +65,7 @@ class EnvStepper:
         self.policy = policy
         self.env = env
         self.action_key = action_key
-        self._forward: Callable[..., Any] = policy.forward if hasattr(policy, 'forward') else policy
+        self._forward: Callable[..., object] = policy.forward if hasattr(policy, 'forward') else policy
         self._reset: Optional[Callable[..., None]] = getattr(policy, 'reset', None)
         self.overlap = bool(overlap) and env.env_num >= 2  # one env: lock step
         #: steps per round of all envs: 2 when overlapped (two halves), else 1
@@ -88,7 +88,7 @@ class EnvStepper:
         return True
 
     def step(self, ctx: OnlineRLContext, kwargs: Mapping[str, object] = _NO_KWARGS,
-             start_next: bool = True) -> Tuple[Any, Any]:
+             start_next: bool = True) -> Tuple[EnvStep, object]:
         """One step of every env (lock step) or of one half (overlap): ``(EnvStep, forward output)``.
 
         ``kwargs`` go to ``policy.forward(obs, **kwargs)``. Counts and logs on ``ctx`` (see the class)."""
@@ -97,7 +97,7 @@ class EnvStepper:
         else:
             out = self._forward(self.env.obs, **kwargs)
             key = self.action_key
-            step = self.env.step(out if key is None else out[key])
+            step = self.env.step(out if key is None else cast(Mapping[str, object], out)[key])
         ctx.env_step += len(step.env_ids)
         finished = step.finished
         if finished:
@@ -113,10 +113,10 @@ class EnvStepper:
         env = self.env
         out = self._forward(env.obs[rows], **kwargs)
         key = self.action_key
-        env.step_async(out if key is None else out[key], ids)
+        env.step_async(out if key is None else cast(Mapping[str, object], out)[key], ids)
         self._out[h] = out
 
-    def _overlapped(self, kwargs: Mapping[str, object], start_next: bool) -> Tuple[Any, Any]:
+    def _overlapped(self, kwargs: Mapping[str, object], start_next: bool) -> Tuple[EnvStep, object]:
         env = self.env
         if self._halves is None:
             self._halves = tuple((h, slice(int(h[0]), int(h[-1]) + 1)) for h in env.halves())

@@ -8,7 +8,7 @@ and trains on the flattened, collated transitions.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Protocol, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -18,12 +18,15 @@ from pipeline.runtime.contracts import buffered
 from pipeline.runtime.protocols import EpisodeRelabeler, TrainablePolicy
 from pipeline.runtime.roles import Role, for_roles
 
+from .env_stepper import Actor
 from .functional import evaluator
 from .functional.data_processor import BatchSource
 from .learner import TrainRounds
 
 if TYPE_CHECKING:
+    from pipeline.data.item import BufferedData
     from pipeline.data.protocols import ReplayBuffer
+    from pipeline.envs import EnvManager
     from pipeline.data.records import TrainBatch
 
 __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_success_rate"]
@@ -31,7 +34,11 @@ __all__ = ["her_data_enhancer", "HERLearner", "goal_success_evaluator", "goal_su
 log = logging.getLogger(__name__)
 
 
-def _relabel_fn(her_reward_model: object) -> Callable[[Any], Any]:
+_Relabel = Callable[[Sequence[Sequence[Mapping[str, object]]]], List[Dict[str, object]]]
+"""``relabel(episodes) -> transitions`` (``pipeline.runtime.protocols.EpisodeRelabeler``)."""
+
+
+def _relabel_fn(her_reward_model: object) -> _Relabel:
     """Its ``relabel(episodes)`` (``pipeline.runtime.protocols.EpisodeRelabeler``); ``estimate`` for older models."""
     if isinstance(her_reward_model, EpisodeRelabeler):
         return her_reward_model.relabel
@@ -55,7 +62,7 @@ class HerEnhancer(Protocol):
 @for_roles(Role.LEARNER, reads=["@buffer"], writes=["train_data"])
 def her_data_enhancer(
     cfg: Mapping,
-    buffer_: Any,
+    buffer_: ReplayBuffer,
     her_reward_model: object,
     episode_size: Optional[int] = None,
     seed: Optional[int] = None,
@@ -85,7 +92,7 @@ def her_data_enhancer(
 
         if buffer_.count() < n_ep:
             return None
-        episodes = [item.data for item in buffer_.sample(n_ep)]
+        episodes = [item.data for item in cast('List[BufferedData]', buffer_.sample(n_ep))]  # no groupby: items
         for i, ep in enumerate(episodes):
             if not isinstance(ep, (list, tuple)):
                 raise TypeError(
@@ -156,7 +163,7 @@ class HERLearner(TrainRounds):
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)
 
 
-def goal_success_rate(policy: object, env: object, n_episode: int) -> float:
+def goal_success_rate(policy: Actor, env: EnvManager, n_episode: int) -> float:
     """The fraction of ``n_episode`` episodes of ``policy`` on the goal env ``env`` (rewards ``0`` at the goal,
     ``-1`` elsewhere) that reached the goal at some step (see :func:`goal_success_evaluator`)."""
     return _success_rate(*evaluator.evaluate_episodes(policy, env, n_episode))
@@ -169,8 +176,8 @@ def _success_rate(returns: np.ndarray, lengths: np.ndarray) -> float:
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
 def goal_success_evaluator(
-    policy: object,
-    env: object,
+    policy: Actor,
+    env: EnvManager,
     n_episode: int = 50,
     eval_freq: int = 100,
     stop_success: Optional[float] = None,

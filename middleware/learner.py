@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional
 
 from contexts import RLContext
 from pipeline.runtime.contracts import buffered
@@ -110,7 +110,7 @@ class OffPolicyLearner(TrainRounds):
 
     def __init__(self, cfg: Mapping, learner: TrainablePolicy, buffer_: Buffers, reward_model: object = None,
                  log_freq: int = 100, train_reward_model: bool = True,
-                 batch_transform: Optional[Callable[[Any], Any]] = None) -> None:
+                 batch_transform: Optional[Callable[[TrainBatch], TrainBatch]] = None) -> None:
         super().__init__(cfg, learner, ReplaySource(cfg, buffer_), reward_model, log_freq, train_reward_model,
                          batch_transform)
         self.__provided__ = buffered(buffer_)  # a buffer filled before the run needs no pusher (fields check)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Protocol, TextIO, cast
+from typing import TYPE_CHECKING, Dict, Iterator, Mapping, Optional, Protocol, TextIO, TypedDict, cast
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from pipeline.runtime.roles import Role, for_all_roles, for_roles
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
     from pipeline.data.records import TrainBatch
 
 __all__ = ['offline_data_fetcher', 'offline_logger', 'MinibatchDataset', 'OfflineFetcher', 'OfflineLogger']
@@ -54,6 +56,16 @@ class OfflineFetcher(Protocol):
     def __call__(self, ctx: OfflineRLContext) -> None: ...
 
 
+class _OfflineLogState(TypedDict):
+    """What :func:`offline_logger`'s middleware keeps between calls."""
+
+    writer: Optional[SummaryWriter]
+    tb_failed: bool
+    acc: Dict[str, float]  # train scalar -> sum since the last print
+    n: int                 # train steps summed in acc
+    last_eval: object      # the last eval_output logged (compared by identity)
+
+
 class OfflineLogger(Protocol):
     """What :func:`offline_logger` returns: the middleware and ``close()`` (closes the TensorBoard writer)."""
 
@@ -63,7 +75,7 @@ class OfflineLogger(Protocol):
 
 
 @for_roles(Role.LEARNER, reads=["train_epoch"], writes=["train_data", "train_epoch"])
-def offline_data_fetcher(cfg: Mapping[str, Any], dataset: MinibatchDataset, drop_last: bool = False,
+def offline_data_fetcher(cfg: Mapping, dataset: MinibatchDataset, drop_last: bool = False,
                          seed: Optional[int] = None, max_epoch: Optional[int] = None) -> OfflineFetcher:
     """One minibatch of ``cfg.policy.learn.batch_size`` rows of ``dataset`` per call, epoch after epoch.
 
@@ -129,9 +141,9 @@ def offline_logger(log_dir: Optional[str] = None, train_show_freq: int = 100, st
     after every evaluation it writes ``eval/episode_return`` and prints the mean return.
     ``fn.close()`` closes the TensorBoard writer.
     """
-    state: Dict[str, Any] = {'writer': None, 'tb_failed': log_dir is None, 'acc': {}, 'n': 0, 'last_eval': None}
+    state: _OfflineLogState = {'writer': None, 'tb_failed': log_dir is None, 'acc': {}, 'n': 0, 'last_eval': None}
 
-    def writer() -> Any:
+    def writer() -> Optional[SummaryWriter]:
         if state['writer'] is None and not state['tb_failed']:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # optional extra: log (tensorboard)

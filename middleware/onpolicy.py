@@ -15,7 +15,7 @@ axis ``N``: ``obs [T, N, ...]``, ``action``, ``logp``, ``value``, ``reward``, ``
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, cast
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Protocol, cast
 
 import numpy as np
 
@@ -28,6 +28,24 @@ if TYPE_CHECKING:  # loads gymnasium, which `import middleware` does not
     from pipeline.envs import EnvManager
     from pipeline.policy.ppo import PPOCollectMode
 from .functional.trainer import flatten_update_result
+
+if TYPE_CHECKING:
+    import torch
+
+    from contexts import OnlineRLContext
+
+
+class _ReturnScaler(Protocol):
+    def update(self, x: np.ndarray) -> None: ...
+
+    def scale(self, x: np.ndarray) -> np.ndarray: ...
+
+
+class _HasRetNorm(Protocol):
+    """A model that normalises rewards (``PPOModel``): the running statistics of discounted returns."""
+
+    @property
+    def ret_norm(self) -> _ReturnScaler: ...
 
 __all__ = ['RolloutCollector', 'gae_estimator', 'OnPolicyTrainer', 'rollout_to_batch']
 
@@ -89,7 +107,7 @@ class RolloutCollector:
         self.stepper = EnvStepper(policy, env, overlap, action_key='env_action')
         self.overlap = self.stepper.overlap
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         env, pol, stepper, T, N = self.env, self.policy, self.stepper, self.n_steps, self.env.env_num
         # in flight when a call starts: left by an interrupted call, its results belong to no rollout
         if stepper.reset_if_needed(drop_in_flight=True):
@@ -100,7 +118,8 @@ class RolloutCollector:
         for t in range(T):
             for p in range(parts):  # lock step: all envs; overlapped: one half, then the other
                 # the last step starts no next one: the rollout is complete when the call returns
-                step, out = stepper.step(ctx, start_next=t + 1 < T or p + 1 < parts)
+                step, fwd = stepper.step(ctx, start_next=t + 1 < T or p + 1 < parts)
+                out = cast(Mapping[str, np.ndarray], fwd)  # PPO's collect mode: action, logp, value
                 ids = step.env_ids
                 sl = slice(int(ids[0]), int(ids[-1]) + 1)  # all envs, or a half (consecutive ids)
                 a = out['action']
@@ -122,13 +141,13 @@ class RolloutCollector:
                     cut = np.flatnonzero(step.truncated & ~step.terminated)
                     if len(cut):
                         final_value[t, sl.start + cut] = pol.value(step.next_obs[cut])
-        ctx.rollout = {'obs': obs, 'action': action, 'logp': logp, 'value': value, 'reward': reward,
+        setattr(ctx, 'rollout', {'obs': obs, 'action': action, 'logp': logp, 'value': value, 'reward': reward,
                        'terminated': terminated, 'truncated': truncated, 'final_value': final_value,
-                       'disc_return': disc, 'last_value': pol.value(env.obs)}
+                       'disc_return': disc, 'last_value': pol.value(env.obs)})  # an extra key of the context
 
 
 @for_roles(Role.LEARNER, reads=["rollout"])  # adds keys to the rollout dict in place
-def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[object], None]:
+def gae_estimator(cfg: Mapping, model: object = None) -> Callable[[object], None]:
     """Add GAE(lambda) advantages and value targets to ``ctx.rollout``.
 
     Uses ``cfg.policy.discount_factor`` and ``cfg.policy.gae_lambda``; a truncated episode
@@ -156,15 +175,16 @@ def gae_estimator(cfg: Mapping, model: Any = None) -> Callable[[object], None]:
             return
         reward = r['reward']
         if norm_reward:
-            model.ret_norm.update(r['disc_return'].reshape(-1))
-            reward = model.ret_norm.scale(reward)
+            ret_norm = cast(_HasRetNorm, model).ret_norm  # checked above
+            ret_norm.update(r['disc_return'].reshape(-1))
+            reward = ret_norm.scale(reward)
         r['advantage'], r['return'] = gae_advantages(reward, r['value'], r['terminated'], r['truncated'],
                                                      r['last_value'], r['final_value'], gamma, lam)
 
     return _gae
 
 
-def rollout_to_batch(rollout: Mapping[str, np.ndarray]) -> Dict[str, Any]:
+def rollout_to_batch(rollout: Mapping[str, np.ndarray]) -> Dict[str, torch.Tensor]:
     """The flat training batch ``[T * N]`` of torch tensors: obs, action, logp, value, advantage, return."""
     import torch  # lazy: `import middleware` loads no torch
 
@@ -204,8 +224,7 @@ class OnPolicyTrainer:
         self.log_freq = log_freq
         self.obs_norm = getattr(getattr(learner, 'model', None), 'obs_norm', None)
 
-    def __call__(self, ctx: Any) -> None:
-
+    def __call__(self, ctx: OnlineRLContext) -> None:
         r = getattr(ctx, 'rollout', None)
         if r is None:
             return
@@ -220,7 +239,7 @@ class OnPolicyTrainer:
         out = flatten_update_result(result, self.learner)
         ret, val = r['return'], r['value']
         var = float(np.var(ret))
-        metrics = cast(Dict[str, Any], out)  # a metric TrainOutput does not name
+        metrics = cast(Dict[str, object], out)  # a metric TrainOutput does not name
         metrics['explained_variance'] = float('nan') if var == 0 else 1.0 - float(np.var(ret - val)) / var
         if self.obs_norm is not None:
             self.obs_norm.update(r['obs'].reshape((-1,) + r['obs'].shape[2:]))

@@ -1,7 +1,7 @@
 """``reward_estimator``: replace the training batch's reward with a reward model's combined reward."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from contexts import RLContext
 from pipeline.runtime.roles import Role, for_roles
@@ -10,7 +10,7 @@ __all__ = ["reward_estimator"]
 
 
 @for_roles(Role.LEARNER, reads=["train_data"], writes=["train_data"])
-def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> Callable[[object], None]:
+def reward_estimator(cfg: Mapping, reward_model: object, train: bool = True) -> Callable[[RLContext], None]:
     """Put ``reward_model``'s reward into ``ctx.train_data`` (after the fetcher, before the trainer).
 
     Reads ``ctx.train_data`` (does nothing when it is None). Writes ``ctx.train_data``: the new batch
@@ -40,7 +40,7 @@ def _training_step(reward_model: object) -> Optional[Callable[[object], object]]
     return fn
 
 
-def reward_step(reward_model: object, train: bool = True, require_train: bool = False) -> Callable[[Any], None]:
+def reward_step(reward_model: object, train: bool = True, require_train: bool = False) -> Callable[[RLContext], None]:
     """The step shared by ``reward_estimator``, ``OffPolicyLearner`` and ``HERLearner``.
 
     Reads ``ctx.train_data`` (nothing happens when it is None); writes the batch returned by

@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, ClassVar, Dict, Generator, List, Optional, Set
+from typing import Any, ClassVar, Collection, Dict, Generator, List, Optional, Set
 
 from contexts import OnlineRLContext
 from pipeline.runtime.contracts import Fields
 from pipeline.runtime.node import restarts_expected
 from pipeline.runtime.roles import Role
 
-from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, Newest, POLL, PeerTable, Waiter, current_task, exchanger_roles,
-                     inactive_void, log)
+from .shared import (EV_EVAL, EV_FINAL, EV_LEARNER, POLL, EvalMsg, LearnerMsg, Newest, PeerTable, Waiter,
+                     current_task, exchanger_roles, inactive_void, log)
 
 
 class ContextExchanger:
@@ -101,6 +101,7 @@ class ContextExchanger:
         if side is not None:
             ContextExchanger.sides[side] = cls
 
+    # loosely typed: in a single process it returns task.void(), not an instance (which mypy requires of __new__)
     def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void('ContextExchanger')
         if void is not None:
@@ -151,10 +152,10 @@ class ContextExchanger:
                                       'duplicates': 0, 'over_limit': 0, 'env_steps_received': 0,
                                       'env_steps_sent': 0, 'wait_timeouts': 0, 'max_queue_seen': 0}
         # the newest learner update (collectors, evaluators, other nodes)
-        self._updates = Newest(self._w)
+        self._updates: Newest[LearnerMsg] = Newest(self._w)
         # everybody: evaluation results
-        self._evals = Newest(self._w)
-        self._finals: Dict[int, Dict[str, Any]] = {}
+        self._evals: Newest[EvalMsg] = Newest(self._w)
+        self._finals: Dict[int, EvalMsg] = {}
         # membership
         self._peers = PeerTable(self.router, self._w, on_lost=self._on_lost)
         self._alive, self._lost = self._peers.alive, self._peers.lost
@@ -220,7 +221,7 @@ class ContextExchanger:
         return True
 
     # ----------------------------------------------------------------- listeners (router thread)
-    def _on_final(self, result: Dict[str, Any]) -> None:
+    def _on_final(self, result: EvalMsg) -> None:
         with self._w.cv:
             self._finals[int(result['node'])] = result
             self._w.cv.notify_all()
@@ -307,7 +308,7 @@ class ContextExchanger:
         return f'ContextExchanger(node {self.node_id}, {self.role_name}, skip_n_iter={self.skip_n_iter})'
 
 
-def _side_for(roles: Any) -> type:
+def _side_for(roles: Collection[object]) -> type:
     """The ``ContextExchanger`` subclass for a node with ``roles`` (learner before collector before evaluator)."""
     for role in (Role.LEARNER, Role.COLLECTOR, Role.EVALUATOR):
         if role in roles and role in ContextExchanger.sides:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import deque
-from typing import Any, Deque, Dict, Generator, Optional, Set, Tuple
+from typing import Any, Deque, Generator, Optional, Set, Tuple
 
 from contexts import OnlineRLContext
 from pipeline.parallel import codec
@@ -14,7 +14,7 @@ from pipeline.runtime.roles import Role
 from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
-from .shared import EV_DATA, current_task, log, pack_rows
+from .shared import EV_DATA, DataMsg, current_task, log, pack_rows
 
 
 class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
@@ -22,13 +22,13 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
 
     role_name = 'collector'
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ContextExchanger's arguments, passed on
         self._seq = itertools.count(1)
         self._sent = 0
         self._ack_floor = 0  # batches up to this one went to a learner that was lost: no longer in flight
         self._lost_learners: Set[int] = set()
         # batches not sent yet, oldest first, with their env steps: kept while no learner is alive
-        self._kept: Deque[Tuple[Dict[str, Any], int]] = deque()
+        self._kept: Deque[Tuple[DataMsg, int]] = deque()
         self._keeping = False  # logged that batches are being kept (once per outage)
         super().__init__(*args, **kwargs)
         self.stats.update(batches_kept=0, kept_dropped=0, kept_lost=0)
@@ -80,7 +80,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
         traj, eps = ctx.transitions, ctx.episodes
         if d_step or d_episode or traj or eps:
             info = ctx.info_for_logging
-            batch: Dict[str, object] = {
+            batch: DataMsg = {
                 'env_step': int(d_step), 'env_episode': int(d_episode),
                 'transitions': pack_rows(list(traj)) if traj else None,
                 'episodes': [pack_rows(list(e)) for e in eps] if eps else None,
@@ -149,7 +149,7 @@ class CollectorContextExchanger(ContextExchanger, side=Role.COLLECTOR):
                 log.error('ContextExchanger: node %d dropped its oldest kept batch: no learner for a long time and '
                           'max_kept=%d reached (%d dropped so far)', self.node_id, self.max_kept, n)
 
-    def _write_file(self, storage: str, batch: Dict[str, object], seq: int) -> str:
+    def _write_file(self, storage: str, batch: DataMsg, seq: int) -> str:
 
         name = f'ctx-{self.node_id}-{os.getpid()}-{seq}.rlp'
         path = os.path.join(storage, name)

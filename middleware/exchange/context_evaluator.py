@@ -16,7 +16,7 @@ class EvaluatorContextExchanger(ContextExchanger, side=Role.EVALUATOR):
 
     role_name = 'evaluator'
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ContextExchanger's arguments, passed on
         self._steps = 0
         super().__init__(*args, **kwargs)
 

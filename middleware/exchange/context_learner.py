@@ -7,7 +7,7 @@ import re
 import stat
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Generator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, Generator, List, Optional, Set, Tuple, cast
 
 from contexts import OnlineRLContext
 from pipeline.parallel import codec
@@ -16,7 +16,10 @@ from pipeline.runtime.roles import Role
 from pipeline.runtime.task import Task
 
 from .context import ContextExchanger
-from .shared import EV_DATA, EV_LEARNER, current_task, log, peer_roles, unpack_rows
+from .shared import EV_DATA, EV_LEARNER, DataMsg, current_task, log, peer_roles, unpack_rows
+
+if TYPE_CHECKING:
+    from pipeline.data.records import Transition
 
 STORAGE_FILE = re.compile(r'ctx-\d+-\d+-\d+\.rlp')  # the names collectors give their batch files
 
@@ -26,8 +29,8 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
 
     role_name = 'learner'
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._queue: Deque[Tuple[int, Dict[str, object]]] = deque()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ContextExchanger's arguments, passed on
+        self._queue: Deque[Tuple[int, DataMsg]] = deque()
         self._last_seq: Dict[Tuple[int, int], int] = {}  # (collector id, incarnation) -> last batch seq
         self._incarnation: Dict[int, int] = {}  # collector id -> its newest incarnation (a restart is a new one)
         # collector id -> sequence number of the last batch of its newest incarnation consumed: a collector's
@@ -57,7 +60,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             log.warning('ContextExchanger: collector node %d is lost; the learner goes on with %s', node_id,
                         f'collectors {left}' if left else 'no collector')
 
-    def _on_data(self, batch: Dict[str, Any]) -> None:
+    def _on_data(self, batch: DataMsg) -> None:
         sender, seq, inc = int(batch['node']), int(batch['seq']), int(batch.get('inc', 0))
         with self._w.cv:
             first_of_incarnation = (sender, inc) not in self._last_seq
@@ -150,9 +153,9 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
         if why == 'timeout':
             self.stats['wait_timeouts'] += 1
 
-    def _merge(self, ctx: Any, batches: List[Tuple[int, Dict[str, Any]]]) -> None:
-        transitions: List[object] = []
-        episodes: List[object] = []
+    def _merge(self, ctx: OnlineRLContext, batches: List[Tuple[int, DataMsg]]) -> None:
+        transitions: List[Transition] = []
+        episodes: List[List[Transition]] = []
         returns: List[float] = []
         lengths: List[int] = []
         d_step = d_episode = 0
@@ -164,10 +167,12 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
                 if loaded is None:
                     continue
                 b = loaded
+            # the collectors' transitions, packed by pack_rows
             if b.get('transitions') is not None:
-                transitions.extend(unpack_rows(b['transitions']))
-            if b.get('episodes') is not None:
-                episodes.extend(unpack_rows(e) for e in b['episodes'])
+                transitions.extend(cast('List[Transition]', unpack_rows(b['transitions'])))
+            eps = b.get('episodes')
+            if eps is not None:
+                episodes.extend(cast('List[Transition]', unpack_rows(e)) for e in eps)
             returns.extend(b.get('episode_return') or ())
             lengths.extend(b.get('episode_length') or ())
             d_step += int(b['env_step'])
@@ -197,7 +202,7 @@ class LearnerContextExchanger(ContextExchanger, side=Role.LEARNER):
             return None
         return os.path.join(self._storage_dir, name)
 
-    def _read_file(self, sender: int, ref: object) -> Optional[Dict[str, Any]]:
+    def _read_file(self, sender: int, ref: object) -> Optional[DataMsg]:
         """Read and remove the batch file ``ref`` names; refuse (count, log, return None) any file that is not
         a regular batch file inside ``storage``: a message never makes the learner open or delete anything
         else."""

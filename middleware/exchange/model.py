@@ -2,12 +2,28 @@
 newest version on the other nodes."""
 from __future__ import annotations
 
-from typing import Any, Dict, Generator, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, Optional, Set, Tuple, TypedDict
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_all_roles
 
-from .shared import EV_MODEL, PEER_LOST, Waiter, current_task, host_state, inactive_void
+from .shared import EV_MODEL, PEER_LOST, StateModel, Waiter, current_task, host_state, inactive_void
+
+if TYPE_CHECKING:
+    import torch
+
+
+class _ModelMsgBase(TypedDict):
+    node: int
+    version: int
+    state: Dict[str, torch.Tensor]
+
+
+class ModelMsg(_ModelMsgBase, total=False):
+    """The weights a sender sends (``EV_MODEL``): its node, the train iteration they are from, the state dict and
+    the sender's incarnation ``inc`` (a restarted sender is a new one)."""
+
+    inc: int
 
 
 @for_all_roles(reads=["train_iter"])
@@ -35,11 +51,12 @@ class PeriodicalModelExchanger:
     ``task.void()``.
     """
 
+    # loosely typed: in a single process it returns task.void(), not an instance (which mypy requires of __new__)
     def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: object, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
+    def __init__(self, model: StateModel, mode: str = 'receive', period: int = 1, stale_toleration: Optional[int] = None,
                  wait_timeout: float = 10.0, event_name: str = EV_MODEL) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'{type(self).__name__}: model must be a torch.nn.Module (state_dict/load_state_dict); '
@@ -63,7 +80,7 @@ class PeriodicalModelExchanger:
         self.version = -1
         self.stats: Dict[str, int] = {'sent': 0, 'received': 0, 'loaded': 0, 'waits': 0, 'wait_timeouts': 0}
         self._w = Waiter()
-        self._newest: Optional[Tuple[int, Dict[str, object]]] = None
+        self._newest: Optional[Tuple[int, Dict[str, torch.Tensor]]] = None
         self._uses = 0
         self._senders: Set[int] = set()
         self._had_sender = False
@@ -75,7 +92,7 @@ class PeriodicalModelExchanger:
             for ev in PEER_LOST:
                 task.on(ev, self._on_lost)
 
-    def _on_model(self, msg: Dict[str, Any]) -> None:
+    def _on_model(self, msg: ModelMsg) -> None:
         version, node, inc = int(msg['version']), int(msg['node']), msg.get('inc')
         with self._w.cv:
             self.stats['received'] += 1
@@ -149,7 +166,7 @@ class ModelExchanger(PeriodicalModelExchanger):
     before acting. ``stale_toleration`` as in ``PeriodicalModelExchanger``. In a single process it is
     ``task.void()``."""
 
-    def __init__(self, model: object, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
+    def __init__(self, model: StateModel, stale_toleration: Optional[int] = None, wait_timeout: float = 10.0,
                  period: int = 1) -> None:
         mode = 'send' if Role.LEARNER in current_task().roles else 'receive'
         super().__init__(model, mode=mode, period=period, stale_toleration=stale_toleration,

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Generator, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Set, TypedDict
 
 import numpy as np
 
 from pipeline.runtime.contracts import Fields
 
-from .shared import (POLL, Newest, PeerTable, Waiter, current_task, exchanger_roles, host_state, inactive_void,
-                     peer_roles)
+from .shared import (POLL, EvalMsg, Newest, PeerTable, StateModel, Waiter, current_task, exchanger_roles, host_state,
+                     inactive_void, peer_roles)
+
+if TYPE_CHECKING:
+    import torch
+
+    from contexts import OnlineRLContext
 
 __all__ = ['RolloutExchanger']
 
@@ -30,6 +35,29 @@ log = logging.getLogger('middleware.onpolicy_exchanger')
 EV_WEIGHTS = 'onpolicy.weights'   # learner -> all: {'node', 'version', 'state', 'train_iter', 'env_step', ...}
 EV_ROLLOUT = 'onpolicy.rollout'   # collector -> learner: {'node', 'version', 'rollout', increments, returns}
 EV_EVAL = 'onpolicy.eval'         # evaluator -> all: {'eval_value', 'train_iter'}
+
+
+class _WeightsMsg(TypedDict):
+    """The learner's weights (``EV_WEIGHTS``), with its counters."""
+
+    node: int
+    version: int
+    state: Dict[str, torch.Tensor]
+    train_iter: int
+    env_step: int
+    env_episode: int
+
+
+class _RolloutMsg(TypedDict):
+    """A collector's rollout (``EV_ROLLOUT``) made with weights ``version``, with its increments."""
+
+    node: int
+    version: int
+    rollout: Dict[str, np.ndarray]
+    env_step: int
+    env_episode: int
+    episode_return: List[float]
+    episode_length: List[int]
 
 
 class RolloutExchanger:
@@ -68,11 +96,12 @@ class RolloutExchanger:
             again every this many seconds (a message sent before a peer connected is lost).
     """
 
+    # loosely typed: in a single process it returns task.void(), not an instance (which mypy requires of __new__)
     def __new__(cls, *args: object, **kwargs: object) -> Any:
         void = inactive_void(cls.__name__)
         return void if void is not None else super().__new__(cls)
 
-    def __init__(self, model: object, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
+    def __init__(self, model: StateModel, wait_timeout: float = 30.0, resend_interval: float = 1.0) -> None:
         if not hasattr(model, 'state_dict') or not hasattr(model, 'load_state_dict'):
             raise TypeError(f'RolloutExchanger: model must be an nn.Module, got {type(model).__name__}')
         task = current_task()
@@ -89,10 +118,10 @@ class RolloutExchanger:
                                       'rollouts_kept': 0, 'kept_sent': 0, 'kept_dropped': 0,
                                       'unsent_at_finish': 0}
         self._w = Waiter()
-        self._rollouts: Dict[int, Dict[str, object]] = {}   # learner: collector id -> rollout of this version
-        self._weights: Optional[Dict[str, Any]] = None   # others: newest weights message
-        self._kept: Optional[Dict[str, Any]] = None      # collector: the newest rollout no learner got yet
-        self._evals = Newest(self._w)                    # evaluation results
+        self._rollouts: Dict[int, _RolloutMsg] = {}      # learner: collector id -> rollout of this version
+        self._weights: Optional[_WeightsMsg] = None      # others: newest weights message
+        self._kept: Optional[_RolloutMsg] = None         # collector: the newest rollout no learner got yet
+        self._evals: Newest[EvalMsg] = Newest(self._w)   # evaluation results
         self._peers = PeerTable(self.router, self._w)
         self._roles, self._joined = self._peers.alive, self._peers.joined   # peer id -> roles; joined, not served
         self._trained_iter = 0
@@ -104,13 +133,13 @@ class RolloutExchanger:
         self._peers.listen(task)
 
     # ------------------------------------------------------------------ listeners (router thread)
-    def _on_weights(self, msg: Dict[str, Any]) -> None:
+    def _on_weights(self, msg: _WeightsMsg) -> None:
         with self._w.cv:
             if self._weights is None or int(msg['version']) > int(self._weights['version']):
                 self._weights = msg
             self._w.cv.notify_all()
 
-    def _on_rollout(self, msg: Dict[str, Any]) -> None:
+    def _on_rollout(self, msg: _RolloutMsg) -> None:
         sender, version = int(msg['node']), int(msg['version'])
         with self._w.cv:
             self.stats['rollouts_received'] += 1
@@ -144,14 +173,14 @@ class RolloutExchanger:
             self.stats['wait_timeouts'] += 1
         return outcome == 'ready'
 
-    def _apply_eval(self, ctx: Any) -> None:
+    def _apply_eval(self, ctx: OnlineRLContext) -> None:
         e = self._evals.take()
         if e is not None:
             ctx.last_eval_value = float(e['eval_value'])
             ctx.last_eval_iter = int(e['train_iter'])
 
-    def _send_weights(self, ctx: Any, to: Optional[int] = None) -> None:
-        msg = {'node': self.node_id, 'version': self.version,
+    def _send_weights(self, ctx: OnlineRLContext, to: Optional[int] = None) -> None:
+        msg: _WeightsMsg = {'node': self.node_id, 'version': self.version,
                'state': host_state(self.model),
                'train_iter': int(ctx.train_iter), 'env_step': int(ctx.env_step), 'env_episode': int(ctx.env_episode)}
         task = current_task()
@@ -175,14 +204,14 @@ class RolloutExchanger:
         return Fields.of(reads=["eval_value?"], writes=["train_iter", "env_step", "env_episode"],
                          owner="RolloutExchanger")
 
-    def __call__(self, ctx: object) -> Generator:
+    def __call__(self, ctx: OnlineRLContext) -> Generator:
         if self.is_learner:
             return self._learner_step(ctx)
         if self.is_collector:
             return self._collector_step(ctx)
         return self._evaluator_step(ctx)
 
-    def _learner_step(self, ctx: Any) -> Generator:
+    def _learner_step(self, ctx: OnlineRLContext) -> Generator:
         if self.version < 0:
             with self._w.cv:
                 self.version = 0
@@ -222,7 +251,7 @@ class RolloutExchanger:
             self._merge(ctx, [got[k] for k in sorted(got)])
         else:
             self.stats['empty_waits'] += 1
-            ctx.rollout = None
+            setattr(ctx, 'rollout', None)  # an extra field of the context
         it0 = ctx.train_iter
         yield
         if ctx.train_iter > it0:
@@ -239,13 +268,13 @@ class RolloutExchanger:
         if current_task().finish:
             self._final(ctx)
 
-    def _merge(self, ctx: Any, msgs: List[Dict[str, Any]]) -> None:
+    def _merge(self, ctx: OnlineRLContext, msgs: List[_RolloutMsg]) -> None:
         rollouts = [m['rollout'] for m in msgs]
-        merged = {}
+        merged: Dict[str, np.ndarray] = {}
         for k, v in rollouts[0].items():
             axis = 0 if k == 'last_value' else 1
             merged[k] = v if len(rollouts) == 1 else np.concatenate([r[k] for r in rollouts], axis=axis)
-        ctx.rollout = merged
+        setattr(ctx, 'rollout', merged)  # an extra field of the context
         info = ctx.info_for_logging
         for m in msgs:
             ctx.env_step += int(m['env_step'])
@@ -254,7 +283,7 @@ class RolloutExchanger:
                 info.setdefault('collect_episode_return', []).extend(m['episode_return'])
                 info.setdefault('collect_episode_length', []).extend(m['episode_length'])
 
-    def _load_newer(self, ctx: Any, what: str, poll: Optional[Callable[[], None]] = None) -> bool:
+    def _load_newer(self, ctx: OnlineRLContext, what: str, poll: Optional[Callable[[], None]] = None) -> bool:
         newer = lambda: self._weights is not None and int(self._weights['version']) > self.version  # noqa: E731
         self._wait(newer, what, poll)
         with self._w.cv:
@@ -269,7 +298,7 @@ class RolloutExchanger:
         ctx.env_episode = max(int(ctx.env_episode), int(msg['env_episode']))
         return True
 
-    def _send_rollout(self, msg: Dict[str, object]) -> bool:
+    def _send_rollout(self, msg: _RolloutMsg) -> bool:
         """Send ``msg`` to every live learner; False when none is alive or none took it (the bus declared
         it dead between our look and the send: the bus counts it undeliverable)."""
         with self._w.cv:
@@ -320,7 +349,7 @@ class RolloutExchanger:
         log.warning('RolloutExchanger (node %d): a learner is alive again; sent the rollout of weights version %d '
                     'kept meanwhile', self.node_id, msg['version'])
 
-    def _collector_step(self, ctx: Any) -> Generator:
+    def _collector_step(self, ctx: OnlineRLContext) -> Generator:
         self._load_newer(ctx, f'weights newer than version {self.version}', self._send_kept)
         with self._w.cv:
             self._send_kept()   # a kept rollout: dropped if the weights just loaded are newer, else sent if it can be
@@ -332,7 +361,7 @@ class RolloutExchanger:
         r = getattr(ctx, 'rollout', None)
         if r is not None:
             info = ctx.info_for_logging
-            msg = {'node': self.node_id, 'version': used, 'rollout': r,
+            msg: _RolloutMsg = {'node': self.node_id, 'version': used, 'rollout': r,
                    'env_step': int(ctx.env_step - step0), 'env_episode': int(ctx.env_episode - ep0),
                    'episode_return': [float(x) for x in info.get('collect_episode_return', ())[n_ret0:]],
                    'episode_length': [int(x) for x in info.get('collect_episode_length', ())[n_ret0:]]}
@@ -355,17 +384,17 @@ class RolloutExchanger:
                 self._drop_kept('the run finished before a learner was back')
             self._final(ctx)
 
-    def _evaluator_step(self, ctx: Any) -> Generator:
+    def _evaluator_step(self, ctx: OnlineRLContext) -> Generator:
         self._load_newer(ctx, f'weights newer than version {self.version} to evaluate')
         yield
         ev = getattr(ctx, 'eval_value', None)
         if ev is not None and ev > float('-inf'):
-            msg = {'node': self.node_id, 'eval_value': float(ev), 'train_iter': int(ctx.train_iter)}
+            msg: EvalMsg = {'node': self.node_id, 'eval_value': float(ev), 'train_iter': int(ctx.train_iter)}
             current_task().emit(EV_EVAL, msg, only_remote=True)
         if current_task().finish:
             log.debug('RolloutExchanger (evaluator %d) at finish: %s', self.node_id, self.stats)
 
-    def _final(self, ctx: object) -> None:
+    def _final(self, ctx: OnlineRLContext) -> None:
         """Finishing: give a live evaluator up to 3 s to deliver a last result, then load it."""
         if not self.is_evaluator and any('evaluator' in r for r in self._roles.values()):
             n = self._evals.n

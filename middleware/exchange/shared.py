@@ -5,13 +5,17 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, Generic, Iterable, List, Mapping, Optional, Protocol, Sequence, Set,
+                    Tuple, TypedDict, TypeVar, cast)
 
 import numpy as np
 
 from pipeline import task
 from pipeline.runtime.roles import Role
 from pipeline.runtime.task import Task
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger('middleware.distributor')
 
@@ -25,11 +29,62 @@ PEER_JOINED = '__peer_joined__'
 POLL = 0.05
 
 
+class _EvalMsg(TypedDict):
+    node: int
+    eval_value: float
+    train_iter: int
+
+
+class EvalMsg(_EvalMsg, total=False):
+    """An evaluator's result (``EV_EVAL``, ``EV_FINAL``); ``ContextExchanger`` adds its ``env_step``."""
+
+    env_step: int
+
+
+class LearnerMsg(TypedDict):
+    """The learner's counters (``EV_LEARNER``), with the last batch it consumed per collector:
+    ``acks[collector id] = [incarnation, batch sequence number]``."""
+
+    node: int
+    train_iter: int
+    env_step: int
+    env_episode: int
+    acks: Dict[int, List[int]]
+
+
+class DataMsg(TypedDict, total=False):
+    """A collector's batch (``EV_DATA``): what it collected (packed rows) and its increments, or, with
+    ``storage``, the ``file`` that holds them; always ``node``, ``inc`` (incarnation) and ``seq``."""
+
+    node: int
+    inc: int
+    seq: int
+    file: str
+    env_step: int
+    env_episode: int
+    transitions: object            # pack_rows of the transitions, or None
+    episodes: Optional[List[object]]  # pack_rows of each episode, or None
+    episode_return: List[float]
+    episode_length: List[int]
+
+
+class StateModel(Protocol):
+    """A model whose weights are exchanged (a ``torch.nn.Module``)."""
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], /) -> object: ...
+
+
+class _KnowsPeers(Protocol):
+    def peer_info(self, node_id: int) -> Mapping[str, List[object]]: ...
+
+
 def current_task() -> Task:
     return task
 
 
-def host_state(model: Any) -> Dict[str, object]:
+def host_state(model: StateModel) -> Dict[str, torch.Tensor]:
     """``model.state_dict()`` as host tensors to send (detached; copied off a GPU, as they are on the CPU): the
     receiver loads them onto its own model's device."""
     return {k: v.detach() if v.device.type == 'cpu' else v.detach().cpu() for k, v in model.state_dict().items()}
@@ -47,9 +102,9 @@ def inactive_void(name: str) -> object:
     return None
 
 
-def peer_roles(router: Any, node_id: int) -> Set[str]:
+def peer_roles(router: object, node_id: int) -> Set[str]:
     try:
-        return {str(r) for r in router.peer_info(node_id)['roles']}
+        return {str(r) for r in cast(_KnowsPeers, router).peer_info(node_id)['roles']}  # a bus router; else set()
     except (KeyError, AttributeError, TypeError):
         return set()
 
@@ -65,23 +120,26 @@ def exchanger_roles(name: str) -> Tuple[bool, bool, bool]:
     return learner, collector, Role.EVALUATOR in roles
 
 
-class Newest:
+_Msg = TypeVar('_Msg', bound=Mapping[str, object])
+
+
+class Newest(Generic[_Msg]):
     """The newest message of one kind and how many arrived (under ``waiter``'s lock, waking its waits):
     a reader ``take``s each one at most once."""
 
     def __init__(self, waiter: 'Waiter') -> None:
         self._w = waiter
-        self.msg: Optional[Dict[str, Any]] = None
+        self.msg: Optional[_Msg] = None
         self.n = 0          # messages arrived
         self.taken = 0      # the count at the last take
 
-    def put(self, msg: Dict[str, object]) -> None:
+    def put(self, msg: _Msg) -> None:
         with self._w.cv:
             self.msg = msg
             self.n += 1
             self._w.cv.notify_all()
 
-    def take(self) -> Optional[Dict[str, Any]]:
+    def take(self) -> Optional[_Msg]:
         """The newest message if it arrived after the last take, else None."""
         with self._w.cv:
             msg, n = self.msg, self.n
@@ -138,6 +196,15 @@ class PeerTable:
             self._on_lost_cb(node_id, roles, dead)
 
 
+class _Streak:
+    """A repeated condition of one kind of wait: its reason, the message logged, how often, since when (monotonic)."""
+
+    __slots__ = ('reason', 'message', 'count', 'since')
+
+    def __init__(self, reason: str, message: str, count: int, since: float) -> None:
+        self.reason, self.message, self.count, self.since = reason, message, count, since
+
+
 class Waiter:
     """A condition variable whose waits are bounded, poll ``task.finish`` and log why they ended.
 
@@ -153,8 +220,8 @@ class Waiter:
 
     def __init__(self) -> None:
         self.cv = threading.Condition()
-        # per kind of wait, the repeated condition being counted: [reason, message, count, since (monotonic)]
-        self._streaks: Dict[str, List[Any]] = {}
+        # per kind of wait, the repeated condition being counted
+        self._streaks: Dict[str, _Streak] = {}
         self.repeats_logged = 0  # repeated conditions logged with their count
 
     def notify(self) -> None:
@@ -165,19 +232,20 @@ class Waiter:
         """Log ``message`` (a warning) unless it repeats the condition of the streak of ``kind``; returns the
         streak's count."""
         st = self._streaks.get(kind)
-        if st is not None and st[0] == reason:
-            st[2] += 1
-            return st[2]
+        if st is not None and st.reason == reason:
+            st.count += 1
+            return st.count
         self._end_streak(kind)
-        self._streaks[kind] = [reason, message, 1, time.monotonic()]
+        self._streaks[kind] = _Streak(reason, message, 1, time.monotonic())
         log.warning('%s', message)
         return 1
 
     def _end_streak(self, kind: str) -> None:
         st = self._streaks.pop(kind, None)
-        if st is not None and st[2] > 1:
+        if st is not None and st.count > 1:
             self.repeats_logged += 1
-            log.warning('%s: %d times in a row over %.1f s (logged once)', st[1], st[2], time.monotonic() - st[3])
+            log.warning('%s: %d times in a row over %.1f s (logged once)', st.message, st.count,
+                        time.monotonic() - st.since)
 
     def flush(self) -> None:
         """Log the count of every repeated condition still going on (e.g. when the task finishes)."""
@@ -223,7 +291,7 @@ class Waiter:
                 self.cv.wait(min(POLL, left))
 
 
-def pack_rows(rows: List[Any]) -> object:
+def pack_rows(rows: Sequence[object]) -> object:
     """A list of same-keyed dicts -> columns (numpy rows of one shape/dtype stacked): fewer, larger wire
     items. Anything else is sent as is."""
     if not rows or not isinstance(rows[0], dict):
@@ -235,21 +303,22 @@ def pack_rows(rows: List[Any]) -> object:
     if not all(type(r) is dict and r.keys() == ks for r in rows):
         return rows
     cols: Dict[str, object] = {}
+    dicts = cast(Sequence[Dict[str, object]], rows)  # checked above
     for k in keys:
-        vals = [r[k] for r in rows]
+        vals = [r[k] for r in dicts]
         v0 = vals[0]
         if isinstance(v0, np.ndarray) and all(isinstance(v, np.ndarray) and v.shape == v0.shape
                                               and v.dtype == v0.dtype for v in vals):
-            cols[k] = np.stack(vals)
+            cols[k] = np.stack(cast(List[np.ndarray], vals))
         else:
             cols[k] = vals
     return {'__columns__': keys, 'n': len(rows), 'cols': cols}
 
 
-def unpack_rows(packed: Any) -> List[object]:
+def unpack_rows(packed: object) -> List[object]:
     """The inverse of ``pack_rows``."""
     if not isinstance(packed, dict) or '__columns__' not in packed:
-        return list(packed) if packed is not None else []
+        return list(cast(Iterable[object], packed)) if packed is not None else []  # rows sent as they were
     keys, n, cols = packed['__columns__'], int(packed['n']), packed['cols']
     columns = [cols[k] for k in keys]
     return [dict(zip(keys, (c[j] for c in columns))) for j in range(n)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Protocol,
+from typing import (TYPE_CHECKING, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Protocol,
                     Sequence, Tuple, Union, cast)
 
 import numpy as np
@@ -21,6 +21,7 @@ from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
+    from pipeline.data.item import BufferedData
     from pipeline.data.protocols import ReplayBuffer
     from pipeline.data.records import OnTrained, TrainBatch, TrainOutput
 
@@ -33,11 +34,23 @@ Buffers = Union['ReplayBuffer', Sequence[Tuple['ReplayBuffer', float]], Mapping[
 
 # Bound by _load() when the first pusher or fetcher is made (or uses_per is called), not at import: torch and
 # pipeline.data (every buffer module) would make `import middleware` ten times slower.
-torch: Any = None
-collate: Any = None
-wants_priorities: Any = None
-samples_by_priority: Any = None
-sample_arguments: Any = None
+if TYPE_CHECKING:
+    import torch
+    from pipeline.data.collate import collate
+    from pipeline.data.protocols import sample_arguments, samples_by_priority, wants_priorities
+    from pipeline.data.sampler import Priorities
+else:
+    torch = collate = wants_priorities = samples_by_priority = sample_arguments = None
+
+
+class _TakesPriorities(Protocol):
+    """A buffer whose sampler takes priorities (:func:`pipeline.data.protocols.samples_by_priority`)."""
+
+    def update_priority(self, indices: Sequence[int], priorities: np.ndarray) -> List[bool]: ...
+
+
+#: One share's sample: the batch, the sampled items' indices and their importance-sampling weights (or None).
+_Sampled = Tuple[Dict[str, object], List[int], Optional['torch.Tensor']]
 
 
 def _load() -> None:
@@ -121,7 +134,7 @@ class _Share(NamedTuple):
     """One buffer's part of every batch: the form all buffer setups are normalised to."""
 
     key: object              # its key in a dict of buffers (the batch is nested under it), else None
-    buffer: Any           # a ReplayBuffer, as the user handed it (checked by use, not by class)
+    buffer: ReplayBuffer  # as the user handed it (checked by use, not by class)
     rows: int             # rows it gives to each batch (0: none, for a tiny weight)
     need: int             # items it must hold before a batch is drawn
     span: Optional[slice]  # its rows in a concatenated batch (weighted list), else None: the whole batch
@@ -155,7 +168,7 @@ def _normalise_buffers(buffer_: object, batch_size: int, min_count: int) -> Tupl
     if not hasattr(buffer_, 'sample'):
         raise TypeError(f'offpolicy_data_fetcher: expected a buffer, a list of (buffer, weight) pairs or a '
                         f'dict of buffers; got {type(buffer_).__name__}')
-    return 'single', [_Share(None, buffer_, batch_size, min_count, None)]
+    return 'single', [_Share(None, cast('ReplayBuffer', buffer_), batch_size, min_count, None)]
 
 
 def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
@@ -169,7 +182,7 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
     return sizes
 
 
-def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[str, object], object, object]:
+def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> _Sampled:
     """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
     (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
     the importance-sampling weights (None without prioritized replay)."""
@@ -189,7 +202,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> Tuple[Dict[
                                 f'holds {kind} items')
             data = dict(data)
         return data, sb.index, sb.weight
-    items = buffer_.sample(size, **kw)
+    items = cast('List[BufferedData]', buffer_.sample(size, **kw))  # no groupby: items, not groups
     data = collate([it.data for it in items])
     if not isinstance(data, dict):
         raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
@@ -209,34 +222,35 @@ def _with_priority_fields(data: Mapping[str, object], index: object, weight: obj
     return cast('TrainBatch', out)  # the batch's fields plus the two above
 
 
-def _cat(parts: Sequence[Mapping[str, Any]]) -> Dict[str, object]:
+def _cat(parts: Sequence[Mapping[str, object]]) -> Dict[str, object]:
     keys = parts[0].keys()
     for p in parts[1:]:
         if p.keys() != keys:
             raise ValueError(f'offpolicy_data_fetcher: buffers hold items with different keys '
                              f'({sorted(keys)} vs {sorted(p.keys())})')
-    out = {}
+    out: Dict[str, object] = {}
     for k in keys:
         col = [p[k] for p in parts]
-        out[k] = torch.cat(col) if isinstance(col[0], torch.Tensor) else [x for c in col for x in c]
+        out[k] = (torch.cat(cast(List[torch.Tensor], col)) if isinstance(col[0], torch.Tensor)
+                  else [x for c in cast(List[list], col) for x in c])
     return out
 
 
-def _assemble(kind: str, shares: List[_Share], sampled: List[Any]) -> Any:
+def _assemble(kind: str, shares: List[_Share], sampled: List[Optional[_Sampled]]) -> TrainBatch:
     """The batch from each share's ``(data, indices, weight)`` (None for a share of no rows): one buffer's
     batch as it is, a weighted list's parts concatenated, a dict's batches under their names."""
     if kind == 'single':
-        data, index, weight = sampled[0]
-        return data if weight is None else _with_priority_fields(data, index, weight)
-    if kind == 'dict':
-        return {sh.key: data if weight is None else _with_priority_fields(data, index, weight)
-                for sh, (data, index, weight) in zip(shares, sampled)}
+        data, index, weight = cast(_Sampled, sampled[0])  # one buffer: it gives rows
+        return cast('TrainBatch', data) if weight is None else _with_priority_fields(data, index, weight)
+    if kind == 'dict':  # a TrainBatch per buffer (see TrainBatch)
+        return cast('TrainBatch', {sh.key: data if weight is None else _with_priority_fields(data, index, weight)
+                                   for sh, (data, index, weight) in zip(shares, cast(List[_Sampled], sampled))})
     parts = [p for p in sampled if p is not None]
     if any(weight is not None for _, _, weight in parts):  # rows of a buffer without PER weigh 1
-        return _cat([_with_priority_fields(data, index, weight if weight is not None else
-                                           torch.ones(len(index), dtype=torch.float32))
-                     for data, index, weight in parts])
-    return _cat([data for data, _, _ in parts])
+        return cast('TrainBatch', _cat([_with_priority_fields(data, index, weight if weight is not None else
+                                                              torch.ones(len(index), dtype=torch.float32))
+                                        for data, index, weight in parts]))
+    return cast('TrainBatch', _cat([data for data, _, _ in parts]))
 
 
 def last_train_output(train_output: object) -> Optional[TrainOutput]:
@@ -249,18 +263,18 @@ def last_train_output(train_output: object) -> Optional[TrainOutput]:
     return None
 
 
-def _priority_for(out: object, key: object) -> Any:
+def _priority_for(out: object, key: object) -> Optional[Priorities]:
     """``out['priority']``; for a buffer of a dict, that module's own (``out[key]['priority']``) first."""
     if not isinstance(out, MappingABC):
         return None
     if key is not None:
         sub = out.get(key)
         if isinstance(sub, MappingABC) and sub.get('priority') is not None:
-            return sub['priority']
-    return out.get('priority')
+            return cast('Priorities', sub['priority'])
+    return cast('Optional[Priorities]', out.get('priority'))
 
 
-def _write_priorities(buffer_: Any, index: Sequence[int], priority: object) -> None:
+def _write_priorities(buffer_: ReplayBuffer, index: Sequence[int], priority: object) -> None:
     if isinstance(priority, torch.Tensor):
         priority = priority.detach().cpu().numpy()
     priority = np.asarray(priority, dtype=np.float64).reshape(-1)
@@ -268,12 +282,12 @@ def _write_priorities(buffer_: Any, index: Sequence[int], priority: object) -> N
         raise ValueError(f'offpolicy_data_fetcher: train_output has {len(priority)} priorities for a batch '
                          f'of {len(index)} rows; the learner must output one priority per row')
     if samples_by_priority(buffer_):
-        buffer_.update_priority(index, priority)  # the buffer's sampler takes them
+        cast(_TakesPriorities, buffer_).update_priority(index, priority)  # the buffer's sampler takes them
     else:  # a middleware with `wants_priorities` takes them from the update
         buffer_.update_many(index, meta={'priority': priority})
 
 
-def _write_back(sampled: List[Tuple[_Share, Any]], train_output: Optional[TrainOutput]) -> None:
+def _write_back(sampled: List[Tuple[_Share, List[int]]], train_output: Optional[TrainOutput]) -> None:
     """Write ``train_output``'s per-row ``priority`` to the items each prioritized share sampled: the one
     place priorities go back to buffers."""
     for share, index in sampled:

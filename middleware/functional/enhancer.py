@@ -3,7 +3,7 @@ the ``NStepAccumulator`` that turns 1-step transitions into n-step ones."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, cast
+from typing import TYPE_CHECKING, Callable, Deque, Dict, List, Mapping, cast
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles

@@ -3,13 +3,20 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union, cast
+from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union, cast
 
 import numpy as np
 
 from contexts import RLContext
 from pipeline import task
 from pipeline.runtime.roles import Role, for_roles
+
+from ..env_stepper import Actor
+
+if TYPE_CHECKING:  # loads gymnasium and torch, which `import middleware` does not
+    import torch
+
+    from pipeline.envs import EnvManager
 
 __all__ = ['interaction_evaluator', 'evaluate_episodes', 'run_eval_episodes', 'EvalResult', 'episode_return_bound',
            'episode_step_limit', 'STEP_REWARD_BOUNDS']
@@ -48,7 +55,7 @@ STEP_REWARD_BOUNDS: Dict[str, float] = {
 }
 
 
-def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -> Optional[float]:
+def episode_return_bound(env_id: object, max_episode_steps: Optional[int] = None) -> Optional[float]:
     """The best return one episode of ``env_id`` can have, or None when it is not known.
 
     Known when :data:`STEP_REWARD_BOUNDS` has the env's per-step reward bound and the env has a
@@ -67,7 +74,7 @@ def episode_return_bound(env_id: Any, max_episode_steps: Optional[int] = None) -
     return float(max_episode_steps) * per_step if max_episode_steps else None
 
 
-def episode_step_limit(env_id: Any, max_episode_steps: Optional[int] = None) -> Optional[int]:
+def episode_step_limit(env_id: object, max_episode_steps: Optional[int] = None) -> Optional[int]:
     """The most steps one episode of ``env_id`` can take: ``max_episode_steps`` when given, else the time
     limit of the env's gymnasium registration (500 for CartPole-v1); None when neither is known (an env
     id that is not a registered str, or a registration without a time limit)."""
@@ -83,7 +90,7 @@ def episode_step_limit(env_id: Any, max_episode_steps: Optional[int] = None) -> 
     return int(limit) if limit else None
 
 
-def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000,
+def run_eval_episodes(policy: Actor, env: EnvManager, n_episode: int, max_env_steps: int = 1_000_000,
                       target_mean: Optional[float] = None, max_episode_return: Optional[float] = None,
                       min_running_mean: Optional[float] = None) -> EvalResult:
     """Run ``n_episode`` fresh episodes (fewer when stopped early) and say what it cost.
@@ -136,7 +143,7 @@ def run_eval_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     return EvalResult(np.asarray(returns, dtype=np.float64), np.asarray(lengths, dtype=np.int64), steps, True)
 
 
-def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int = 1_000_000
+def evaluate_episodes(policy: Actor, env: EnvManager, n_episode: int, max_env_steps: int = 1_000_000
                       ) -> Tuple[np.ndarray, np.ndarray]:
     """Run exactly ``n_episode`` fresh episodes and return their (returns, lengths)
     (:func:`run_eval_episodes` without an early stop)."""
@@ -144,7 +151,7 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, max_env_steps: int 
     return r.returns, r.lengths
 
 
-def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
+def _snapshot(policy: object) -> Optional[Dict[str, torch.Tensor]]:
     """A detached copy of the evaluated model's weights (``policy.model``) on the host, or None."""
     model = getattr(policy, 'model', None)
     state_dict = getattr(model, 'state_dict', None)
@@ -155,7 +162,8 @@ def _snapshot(policy: Any) -> Optional[Dict[str, Any]]:
 
 @for_roles(Role.EVALUATOR, reads=["train_iter", "last_eval_iter", "env_step?", "info_for_logging?"],
            writes=["eval_value", "last_eval_value", "last_eval_iter", "eval_output"])
-def interaction_evaluator(cfg: Mapping, policy: Any, env: Any, max_episode_return: Union[float, str, None] = None,
+def interaction_evaluator(cfg: Mapping, policy: Actor, env: EnvManager,
+                          max_episode_return: Union[float, str, None] = None,
                           snapshot: bool = True, min_collect_return: Optional[float] = None,
                           max_eval_gap: Optional[int] = None, collect_window: int = 1,
                           eval_cost_ratio: Optional[float] = None,

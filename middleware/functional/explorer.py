@@ -2,7 +2,7 @@
 schedule of the collect mode."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from contexts import OnlineRLContext
 from pipeline.runtime.roles import Role, for_roles

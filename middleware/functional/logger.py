@@ -8,13 +8,16 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping as MappingABC
-from typing import Any, Callable, Dict, Optional, Protocol, TextIO, cast
+from typing import TYPE_CHECKING, Callable, Deque, Dict, Optional, Protocol, TextIO, TypedDict, cast
 
 from tqdm import tqdm
 
 from contexts import OnlineRLContext
 from pipeline.runtime.node import node_is_quiet, node_label
 from pipeline.runtime.roles import for_all_roles
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ['online_logger', 'LoggerMiddleware', 'scalar_means', 'ProgressDisplay', 'UpdateRate', 'PROGRESS_TAGS', 'RETURN_WINDOW']
 
@@ -185,6 +188,24 @@ class ProgressDisplay:
             self._bar = None
 
 
+class _LoggerState(TypedDict):
+    """What :func:`online_logger`'s middleware keeps between calls."""
+
+    writer: Optional[SummaryWriter]
+    tb_failed: bool
+    last_train_write: Optional[int]
+    acc: Dict[str, float]          # train scalar -> sum since the last write
+    acc_n: Dict[str, int]          # train scalar -> count since the last write
+    last_print: float
+    last_loss: Optional[float]
+    last_eval: Optional[float]
+    t0: Optional[float]
+    display: Optional[ProgressDisplay]
+    returns: Deque[float]          # the last RETURN_WINDOW collect episode returns
+    rate: UpdateRate
+    ups: Optional[float]
+
+
 class LoggerMiddleware(Protocol):
     """What :func:`online_logger` returns: the middleware, ``close()`` (closes the progress line and the
     TensorBoard writer) and ``log_dir``."""
@@ -231,12 +252,12 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
     exp_name = exp_name or 'exp'
     log_dir = log_dir or os.path.join(exp_name, 'log')
     out: TextIO = stream if stream is not None else sys.stderr
-    state: Dict[str, Any] = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
+    state: _LoggerState = {'writer': None, 'tb_failed': not tensorboard, 'last_train_write': None,
                              'acc': {}, 'acc_n': {}, 'last_print': 0.0, 'last_loss': None, 'last_eval': None,
                              't0': None, 'display': None, 'returns': deque(maxlen=RETURN_WINDOW),
                              'rate': UpdateRate(), 'ups': None}
 
-    def writer() -> Any:
+    def writer() -> Optional[SummaryWriter]:
         if state['writer'] is None and not state['tb_failed']:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # lazy: imports tensorboard

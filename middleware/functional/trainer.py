@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping as MappingABC
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, cast
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Protocol, cast
 
 from contexts import RLContext
 from pipeline.runtime.protocols import TrainablePolicy

@@ -16,7 +16,7 @@ middleware.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
 
@@ -73,18 +73,18 @@ class RandomShift:
         else:
             self.generator.seed()
 
-    def __call__(self, batch: Mapping[str, Any]) -> Dict[str, Any]:
+    def __call__(self, batch: Mapping[str, object]) -> Dict[str, object]:
         out = dict(batch)
         for k in self.keys:
             if k in out:
                 out[k] = random_shift(torch.as_tensor(out[k]), self.pad, self.generator)
         return out
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, torch.Tensor]:
         """The generator's state (for checkpoints)."""
         return {'generator': self.generator.get_state()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.generator.set_state(state['generator'])
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ import functools
 import operator
 import threading
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from .collate import collate
 from .item import BufferedData, SampledBatch
 from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
-from .storage import SlotStorage, _meta_rows, delete_ids, update_item, update_items
+from .storage import ManyMeta, SlotStorage, _meta_rows, delete_ids, update_item, update_items
 
 __all__ = ["DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 
@@ -39,7 +39,7 @@ ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
 
 #: ``mw(action, chain, *args, **kwargs)``: handle (or just pass on via ``chain(*args, **kwargs)``)
 #: one buffer action and return its result.
-Middleware = Callable[..., Any]
+Middleware = Callable[..., object]
 
 
 class DequeBuffer:
@@ -149,7 +149,7 @@ class DequeBuffer:
         self._c_clear = build("clear", self._clear)
 
     # ------------------------------------------------------------------ public API
-    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> BufferedData:
+    def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
         """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
         When the buffer is full the oldest item is evicted first."""
         with self._lock:
@@ -158,7 +158,7 @@ class DequeBuffer:
     def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
                replace: bool = False, sample_range: Optional[slice] = None,
                ignore_insufficient: bool = False, groupby: Optional[str] = None,
-               unroll_len: Optional[int] = None, **kwargs: Any
+               unroll_len: Optional[int] = None, **kwargs: object
                ) -> Union[List[BufferedData], List[List[BufferedData]]]:
         """Sample items.
 
@@ -179,14 +179,14 @@ class DequeBuffer:
                                   ignore_insufficient=ignore_insufficient, groupby=groupby,
                                   unroll_len=unroll_len, **kwargs)
 
-    def update(self, index: int, data: Any = None, meta: Optional[Dict[str, Any]] = None) -> bool:
+    def update(self, index: int, data: object = None, meta: Optional[Mapping[str, object]] = None) -> bool:
         """Replace the data (if not None) and merge ``meta`` into the meta of item ``index``.
         Returns False if there is no such item (deleted or evicted)."""
         with self._lock:
             return self._c_update(index, data, meta)
 
-    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
-                    meta: Union[None, Sequence[Dict[str, Any]], Dict[str, Sequence[Any]]] = None
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+                    meta: ManyMeta = None
                     ) -> List[bool]:
         """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
         index, or one dict of columns (``{"priority": array_of_len_n}``). Returns one bool per index."""
@@ -281,7 +281,7 @@ class DequeBuffer:
         return self._s
 
     # ------------------------------------------------------------------ core of the chain
-    def _push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+    def _push(self, data: object, meta: Optional[Mapping]) -> BufferedData:
         if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
             check_priority(meta["priority"])
         return self._s.push(data, meta)
@@ -289,7 +289,7 @@ class DequeBuffer:
     def _sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
                 replace: bool = False, sample_range: Optional[slice] = None,
                 ignore_insufficient: bool = False, groupby: Optional[str] = None,
-                unroll_len: Optional[int] = None, _columns_only: bool = False, **unknown: Any) -> Any:
+                unroll_len: Optional[int] = None, _columns_only: bool = False, **unknown: object) -> object:
         if unknown:
             raise TypeError(f"sample() got unexpected keyword arguments {sorted(unknown)} (extra arguments "
                             "are only accepted when a middleware that consumes them is in use)")
@@ -335,7 +335,7 @@ class DequeBuffer:
             self._drawn = (tuple(res), slots, self._s.pushes, weights)
         return res
 
-    def _update(self, index: int, data: Any = None, meta: Optional[Mapping] = None) -> bool:
+    def _update(self, index: int, data: object = None, meta: Optional[Mapping] = None) -> bool:
         p = None
         if meta and self._sampler.wants_priorities and isinstance(meta, Mapping) and "priority" in meta:
             p = check_priority(meta["priority"])  # before anything is written
@@ -347,7 +347,8 @@ class DequeBuffer:
     def _delete(self, indices: List[int]) -> int:
         return delete_ids(self._s, indices)
 
-    def _update_many(self, indices: Sequence[int], data: Any = None, meta: Any = None) -> List[bool]:
+    def _update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+                     meta: ManyMeta = None) -> List[bool]:
         if isinstance(indices, (np.ndarray, torch.Tensor)):
             indices = indices.tolist()
         smp = self._sampler
@@ -360,9 +361,10 @@ class DequeBuffer:
             if "priority" not in meta:
                 return update_items(self._s, indices, data, meta)
             rest = {k: v for k, v in meta.items() if k != "priority"}
+            given = cast(Priorities, meta["priority"])  # checked by the sampler / priority_array
             if data is None and not rest:
-                return smp.update_priority(indices, meta["priority"])
-            pri = priority_array(meta["priority"], len(indices), "update_many")[0]
+                return smp.update_priority(indices, given)
+            pri = priority_array(given, len(indices), "update_many")[0]
             ok = update_items(self._s, indices, data, rest or None)
             smp.update_priority(indices, pri)
             return ok
@@ -377,7 +379,7 @@ class DequeBuffer:
         self._s.clear()
 
     def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
-                     ignore_insufficient: bool = False, **kwargs: Any) -> SampledBatch:
+                     ignore_insufficient: bool = False, **kwargs: object) -> SampledBatch:
         """Sample ``size`` items and collate them into tensors.
 
         One route: the sampler draws slots and the storage turns them into the batch

@@ -13,7 +13,7 @@ import copy
 import math
 import random
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union, cast
 
 import numpy as np
 import torch
@@ -30,12 +30,14 @@ __all__ = [
 ]
 
 
-def _is_grouped(kwargs: Dict[str, Any]) -> bool:
+def _is_grouped(kwargs: Dict[str, object]) -> bool:
     return kwargs.get("groupby") is not None
 
 
-def _flat(result: Any, grouped: bool) -> List[BufferedData]:
-    return [it for g in result for it in g] if grouped else result
+def _flat(result: Union[List[BufferedData], List[List[BufferedData]]], grouped: bool) -> List[BufferedData]:
+    if grouped:
+        return [it for g in cast(List[List[BufferedData]], result) for it in g]
+    return cast(List[BufferedData], result)
 
 
 class _BufferMiddleware:
@@ -45,7 +47,7 @@ class _BufferMiddleware:
 
     __name__ = "buffer_middleware"
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         raise NotImplementedError
 
 
@@ -58,7 +60,7 @@ class CloneObject(_BufferMiddleware):
 
     __name__ = "clone_object_mw"
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         if action == "push":
             data, meta = _args2(args, kwargs, "data", "meta")
             return chain(copy.deepcopy(data), copy.deepcopy(meta))
@@ -94,7 +96,7 @@ class UseTimeCheck(_BufferMiddleware):
         self.buffer = buffer
         self.max_use = max_use
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         if action == "push":
             data, meta = _args2(args, kwargs, "data", "meta")
             meta = dict(meta) if meta else {}
@@ -148,10 +150,10 @@ class StalenessCheck(_BufferMiddleware):
         self.monotonic = True
 
     @staticmethod
-    def sample_kwargs(train_iter: int) -> Dict[str, Any]:
+    def sample_kwargs(train_iter: int) -> Dict[str, int]:
         return {"train_iter_sample_data": train_iter}
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         key = self.KEY
         if action == "push":
             data, meta = _args2(args, kwargs, "data", "meta")
@@ -211,7 +213,7 @@ class GroupSample(_BufferMiddleware):
         self.ordered_in_group = ordered_in_group
         self.max_use_in_group = bool(max_use_in_group)
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         if action != "sample":
             return chain(*args, **kwargs)
         if not _is_grouped(kwargs):
@@ -267,7 +269,7 @@ class Padding(_BufferMiddleware):
         # a copy: a padding item never shares data with the item it repeats (or with the buffer)
         return BufferedData(copy.deepcopy(src.data), src.index, {**copy.deepcopy(src.meta), "padding": True})
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         if action != "sample" or not _is_grouped(kwargs):
             return chain(*args, **kwargs)
         res = chain(*args, **kwargs)
@@ -297,8 +299,7 @@ def padding(policy: str = "random", size: Optional[int] = None) -> Callable:
     return Padding(policy, size)
 
 
-def _zeros_like(x: Any) -> Any:
-
+def _zeros_like(x: object) -> object:
     if isinstance(x, torch.Tensor):
         return torch.zeros_like(x)
     if isinstance(x, np.ndarray):
@@ -327,7 +328,7 @@ class SampleRangeView(_BufferMiddleware):
                 raise ValueError(f"sample_range_view: {name} must be an integer or None, got {v!r}")
         self.range = slice(start, stop)
 
-    def __call__(self, action: str, chain: Callable, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, action: str, chain: Callable, *args: object, **kwargs: object) -> object:
         if action == "sample" and kwargs.get("sample_range") is None:
             kwargs["sample_range"] = self.range
         return chain(*args, **kwargs)

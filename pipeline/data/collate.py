@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 __all__ = ["collate", "collate_transitions", "stack_transitions", "to_treetensor"]
 
 
-def _numeric(values: Sequence[Any], first: Any) -> torch.Tensor:
+def _numeric(values: Sequence[object], first: object) -> torch.Tensor:
     """Stack tensors, numpy arrays or Python numbers (the type of ``first``) into one tensor."""
     if isinstance(first, torch.Tensor):
-        return torch.stack(list(values))
+        return torch.stack(cast(List[torch.Tensor], list(values)))
     if isinstance(first, np.ndarray):
-        return torch.from_numpy(np.stack(values))
+        return torch.from_numpy(np.stack(cast(Sequence[np.ndarray], values)))
     if isinstance(first, bool):
         return torch.tensor(values, dtype=torch.bool)
     if isinstance(first, int):
@@ -51,7 +51,7 @@ def is_tree(x: object) -> TypeGuard[TreeValue]:
     return tv is not None and isinstance(x, tv.TreeValue)
 
 
-def collate(items: Sequence[Any]) -> Any:
+def collate(items: Sequence[object]) -> object:
     """Stack a list of same-structured samples into a batch of torch tensors.
 
     Dicts (any ``Mapping``) are collated key by key, tuples/lists element by element; torch tensors
@@ -69,10 +69,11 @@ def collate(items: Sequence[Any]) -> Any:
     first = items[0]
     if isinstance(first, Mapping):
         n = len(first)
-        if any(len(d) != n for d in items):
+        dicts = cast(Sequence[Mapping], items)
+        if any(len(d) != n for d in dicts):
             raise ValueError("collate(): items do not share the same keys")
         try:
-            return {k: collate([d[k] for d in items]) for k in first}
+            return {k: collate([d[k] for d in dicts]) for k in first}
         except (KeyError, TypeError) as e:
             raise ValueError(f"collate(): items do not share the same keys ({e!r})") from None
     if isinstance(first, (torch.Tensor, np.ndarray, bool, int, float)):
@@ -81,14 +82,15 @@ def collate(items: Sequence[Any]) -> Any:
         return torch.from_numpy(np.array(items))
     if isinstance(first, (tuple, list)) and not isinstance(first, str):
         n = len(first)
-        if any(len(x) != n for x in items):
+        seqs = cast(Sequence[Sequence[object]], items)
+        if any(len(x) != n for x in seqs):
             raise ValueError("collate(): sequences in the items have different lengths")
-        out = [collate([x[i] for x in items]) for i in range(n)]
+        out = [collate([x[i] for x in seqs]) for i in range(n)]
         return tuple(out) if isinstance(first, tuple) else out
     return list(items)
 
 
-def to_treetensor(batch: Any) -> Any:
+def to_treetensor(batch: object) -> TreeValue:
     """Wrap a (nested) dict of tensors as a ``treetensor.torch.Tensor`` (imports treetensor lazily).
 
     Leaves are shared, not copied. When every leaf is already a tensor the tree is built straight from
@@ -125,7 +127,7 @@ def _plain_dicts(d: Mapping) -> dict:
     return {k: _plain_dicts(v) if isinstance(v, Mapping) else v for k, v in d.items()}
 
 
-def _column(values: List[Any]) -> torch.Tensor:
+def _column(values: List[object]) -> torch.Tensor:
     first = values[0]
     if isinstance(first, (torch.Tensor, np.ndarray)) or type(first) in (bool, int, float):
         return _numeric(values, first)  # the same stacking as collate()
@@ -138,8 +140,8 @@ def _column(values: List[Any]) -> torch.Tensor:
     raise TypeError(f'cannot collate values of type {type(first).__name__}')
 
 
-def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Optional[Sequence[str]] = None,
-                        as_tree: bool = False) -> Any:
+def collate_transitions(items: Sequence[Mapping[str, object]], keys: Optional[Sequence[str]] = None,
+                        as_tree: bool = False) -> Union[Dict[str, torch.Tensor], TreeValue]:
     """Stack a list of transition dicts into one dict (or tree) of tensors with a batch axis.
 
     The general fallback path: one ``np.stack``/``torch.tensor`` per key. Keys whose values are
@@ -159,7 +161,7 @@ def collate_transitions(items: Sequence[Mapping[str, Any]], keys: Optional[Seque
     return to_treetensor(out) if as_tree else out
 
 
-def _stack_leaves(values: list, where: str) -> Any:
+def _stack_leaves(values: list, where: str) -> object:
     first = values[0]
     if isinstance(first, torch.Tensor):
         return torch.stack(values, dim=0)
@@ -176,7 +178,7 @@ def _stack_leaves(values: list, where: str) -> Any:
         raise ValueError(f"the values of {where} ({arr.dtype}) cannot become a tensor: {exc}") from exc
 
 
-def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> Any:
+def stack_transitions(transitions: Sequence[object], *, where: str = "episode") -> object:
     """Stack a sequence of transitions (dicts of tensors/arrays/numbers, or trees) into a batch."""
     if not transitions:
         raise ValueError(f"{where} has no transitions")
@@ -193,7 +195,7 @@ def stack_transitions(transitions: Sequence[Any], *, where: str = "episode") -> 
     out = {}
     for key, v in first.items():
         try:
-            column = [t[key] for t in transitions]
+            column = [cast(Mapping, t)[key] for t in transitions]
         except KeyError as exc:
             raise ValueError(f"{where}: transitions do not all have field {key!r}") from exc
         if isinstance(v, Mapping):

@@ -16,7 +16,7 @@ were first seen across the rows.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Sequence, cast
 
 import numpy as np
 import torch
@@ -27,14 +27,19 @@ _K = "kind"
 _PY = {bool: torch.bool, int: torch.int64, float: torch.float64}
 _PY_NAMES = {"bool": bool, "int": int, "float": float}
 
+Node = Dict[str, object]
+"""A column node: ``{"kind": ..., ...}`` holding tensors, lists, strings and nested nodes."""
+Encode = Callable[[object, str], object]
+Decode = Callable[[object], object]
 
-def encode_rows(rows: List[Any], encode_one: Callable[[Any, str], Any], where: str) -> Dict[str, Any]:
+
+def encode_rows(rows: Sequence[object], encode_one: Encode, where: str) -> Node:
     """The column node for ``rows`` (``encode_one(value, where)`` encodes a value of a mixed column)."""
     node = _columnar(rows, encode_one, where) if rows else None
     return node if node is not None else {_K: "items", "v": [encode_one(r, where) for r in rows]}
 
 
-def _columnar(rows: List[Any], encode_one: Callable[[Any, str], Any], where: str) -> Any:
+def _columnar(rows: Sequence[object], encode_one: Encode, where: str) -> Optional[Node]:
     t0 = type(rows[0])
     if not all(type(r) is t0 for r in rows):
         return None
@@ -48,35 +53,38 @@ def _columnar(rows: List[Any], encode_one: Callable[[Any, str], Any], where: str
     if t0 is str:
         return {_K: "str", "v": list(rows)}
     if t0 is torch.Tensor:
-        r0 = rows[0]
+        trows = cast(Sequence[torch.Tensor], rows)
+        r0 = trows[0]
         if r0.device.type != "cpu" or not all(r.dtype == r0.dtype and r.shape == r0.shape and r.device == r0.device
-                                                for r in rows):
+                                                for r in trows):
             return None
-        return {_K: "tensor", "v": torch.stack([r.detach() for r in rows])}
+        return {_K: "tensor", "v": torch.stack([r.detach() for r in trows])}
     if t0 is np.ndarray or issubclass(t0, np.generic):
-        d0, s0 = rows[0].dtype, rows[0].shape
-        if d0.kind not in "biufc" or not d0.isnative or not all(r.dtype == d0 and r.shape == s0 for r in rows):
+        arows = cast(Sequence[np.ndarray], rows)
+        d0, s0 = arows[0].dtype, arows[0].shape
+        if d0.kind not in "biufc" or not d0.isnative or not all(r.dtype == d0 and r.shape == s0 for r in arows):
             return None
-        return {_K: "ndarray" if t0 is np.ndarray else "npscalar", "v": torch.from_numpy(np.stack(rows))}
+        return {_K: "ndarray" if t0 is np.ndarray else "npscalar", "v": torch.from_numpy(np.stack(arows))}
     if t0 is dict:
-        return _dict_node(rows, encode_one, where)
+        return _dict_node(cast(Sequence[dict], rows), encode_one, where)
     if t0 in (list, tuple):
-        flat = [v for r in rows for v in r]
-        return {_K: t0.__name__, "len": torch.tensor([len(r) for r in rows], dtype=torch.int64),
+        srows = cast(Sequence[Sequence[object]], rows)
+        flat = [v for r in srows for v in r]
+        return {_K: t0.__name__, "len": torch.tensor([len(r) for r in srows], dtype=torch.int64),
                 "v": encode_rows(flat, encode_one, where)}
     return None
 
 
-def _dict_node(rows: List[dict], encode_one: Callable[[Any, str], Any], where: str) -> Any:
-    keys: Dict[Any, None] = {}
+def _dict_node(rows: Sequence[dict], encode_one: Encode, where: str) -> Optional[Node]:
+    keys: Dict[object, None] = {}
     for r in rows:
         keys.update(dict.fromkeys(r))
     if not all(type(k) is str for k in keys):
         return None
     n = len(rows)
-    cols: Dict[str, Any] = {}
+    cols: Dict[str, Node] = {}
     present: Dict[str, torch.Tensor] = {}
-    for k in keys:
+    for k in cast(Dict[str, None], keys):
         vals = [r[k] for r in rows if k in r]
         if len(vals) < n:
             present[k] = torch.tensor([k in r for r in rows], dtype=torch.bool)
@@ -84,7 +92,7 @@ def _dict_node(rows: List[dict], encode_one: Callable[[Any, str], Any], where: s
     return {_K: "dict", "keys": list(keys), "cols": cols, "present": present}
 
 
-def decode_rows(node: Any, n: int, decode_one: Callable[[Any], Any]) -> List[Any]:
+def decode_rows(node: object, n: int, decode_one: Decode) -> List[object]:
     """The ``n`` rows of ``node`` (inverse of :func:`encode_rows`); ``ValueError`` for a malformed node."""
     if not isinstance(node, dict) or not isinstance(node.get(_K), str):
         raise ValueError("a column is not a dict with a 'kind'")
@@ -119,20 +127,21 @@ def decode_rows(node: Any, n: int, decode_one: Callable[[Any], Any]) -> List[Any
     raise ValueError(f"unknown column kind {kind!r} (file from a newer rlpipe?)")
 
 
-def _column_tensor(node: Dict[str, Any], n: int, kind: str) -> torch.Tensor:
+def _column_tensor(node: Node, n: int, kind: str) -> torch.Tensor:
     t = node.get("v")
     if not isinstance(t, torch.Tensor) or t.dim() < 1 or len(t) != n:
         raise ValueError(f"a {kind} column is not a tensor of {n} rows")
     return t
 
 
-def _decode_nested(node: Dict[str, Any], kind: str, n: int, decode_one: Callable[[Any], Any]) -> List[Any]:
+def _decode_nested(node: Node, kind: str, n: int, decode_one: Decode) -> List[object]:
     if kind != "dict":
         lens = _column_tensor({"v": node.get("len")}, n, f"{kind} length")
         if lens.dtype != torch.int64 or (n and int(lens.min()) < 0):
             raise ValueError(f"the lengths of a {kind} column are not integers >= 0")
         flat = decode_rows(node.get("v"), int(lens.sum()), decode_one)
-        out, pos = [], 0
+        out: List[object] = []
+        pos = 0
         for m in lens.tolist():
             out.append(flat[pos:pos + m] if kind == "list" else tuple(flat[pos:pos + m]))
             pos += m
@@ -141,7 +150,7 @@ def _decode_nested(node: Dict[str, Any], kind: str, n: int, decode_one: Callable
     if not (isinstance(keys, list) and isinstance(cols, dict) and isinstance(present, dict)
             and all(type(k) is str for k in keys) and set(cols) == set(keys) and set(present) <= set(keys)):
         raise ValueError("a dict column has inconsistent 'keys', 'cols' and 'present'")
-    rows: List[Dict[str, Any]] = [{} for _ in range(n)]
+    rows: List[Dict[str, object]] = [{} for _ in range(n)]
     for k in keys:
         mask = present.get(k)
         if mask is None:
@@ -153,4 +162,4 @@ def _decode_nested(node: Dict[str, Any], kind: str, n: int, decode_one: Callable
         where = mask.nonzero().flatten().tolist()
         for i, v in zip(where, decode_rows(cols[k], len(where), decode_one)):
             rows[i][k] = v
-    return rows
+    return cast(List[object], rows)

@@ -4,7 +4,7 @@ Turning lists of transitions into batches otherwise lives in :mod:`pipeline.data
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, List, Protocol, Tuple, Union
+from typing import Dict, List, Protocol, Tuple, Union, cast
 
 import numpy as np
 import torch
@@ -12,7 +12,7 @@ import torch
 __all__ = ["Columns", "ColumnStore", "Unsupported", "GatheredBatch"]
 
 #: What gathering rows gives: (nested) dicts of ``[B, ...]`` tensors, or one tensor when the items are single leaves.
-GatheredBatch = Union[Dict[Any, Any], torch.Tensor]
+GatheredBatch = Union[Dict[object, object], torch.Tensor]
 
 
 class Unsupported(Exception):
@@ -36,11 +36,18 @@ class ColumnStore(Protocol):
 
     ok: np.ndarray
 
-    def write(self, slot: int, data: Any) -> None: ...
+    def write(self, slot: int, data: object) -> None: ...
 
-    def write_many(self, slots: List[int], datas: List[Any]) -> None: ...
+    def write_many(self, slots: List[int], datas: List[object]) -> None: ...
 
     def gather(self, slots: np.ndarray) -> GatheredBatch: ...
+
+
+def _at(data: object, path: tuple) -> object:
+    """The node of the nested mappings ``data`` at ``path`` (``KeyError``/``TypeError`` where there is none)."""
+    for k in path:
+        data = cast(Mapping, data)[k]
+    return data
 
 
 class Columns:
@@ -52,7 +59,7 @@ class Columns:
     :func:`collate`.
     """
 
-    def __init__(self, capacity: int, example: Any) -> None:
+    def __init__(self, capacity: int, example: object) -> None:
         self.capacity = capacity
         self.ok = np.zeros(capacity, dtype=bool)
         self._leaves: List[tuple] = []  # (path, kind, column, shape, dtype)
@@ -69,7 +76,7 @@ class Columns:
         self._row_spec = [(p[0], mode, col) for (p, _k, col, _s, _d), mode in zip(self._leaves, self._modes)] \
             if self.rows and len(self._dicts) == 1 else []  # a flat dict: one pass over its fields
 
-    def _build(self, path: tuple, x: Any) -> None:
+    def _build(self, path: tuple, x: object) -> None:
         if not path:
             self._modes: List[int] = []
         if isinstance(x, Mapping):
@@ -80,6 +87,7 @@ class Columns:
             return
         t = type(x)
         if t is torch.Tensor:
+            x = cast(torch.Tensor, x)
             if x.device.type != "cpu":
                 raise Unsupported("non-cpu tensor")
             try:
@@ -91,6 +99,7 @@ class Columns:
             self._modes.append(_ROW_TENSOR)
             self._nodes.append((path, len(self._leaves) - 1))
         elif t is np.ndarray or isinstance(x, np.generic):
+            x = cast(Union[np.ndarray, np.generic], x)
             if x.dtype.kind not in "biuf":
                 raise Unsupported(f"dtype {x.dtype}")
             col = np.zeros((self.capacity,) + x.shape, dtype=x.dtype)
@@ -105,26 +114,21 @@ class Columns:
         else:
             raise Unsupported(f"leaf type {t.__name__}")
 
-    def write(self, slot: int, data: Any) -> None:
+    def write(self, slot: int, data: object) -> None:
         """Copy ``data`` into row ``slot`` (or flag the slot as non-conforming)."""
         try:
             if not self._dicts:
                 if isinstance(data, Mapping):
                     raise KeyError
             elif self._flat:
-                if len(data) != self._dicts[0][1]:
+                if len(cast(Mapping, data)) != self._dicts[0][1]:
                     raise KeyError
             else:
                 for path, n in self._dicts:
-                    v = data
-                    for k in path:
-                        v = v[k]
-                    if len(v) != n:
+                    if len(cast(Mapping, _at(data, path))) != n:
                         raise KeyError
             for path, kind, col, shape, dtype in self._leaves:
-                v = data
-                for k in path:
-                    v = v[k]
+                v = _at(data, path)
                 if kind == _TT:
                     if type(v) is not torch.Tensor or v.dtype is not dtype or v.shape != shape:
                         raise KeyError
@@ -144,7 +148,7 @@ class Columns:
             return
         self.ok[slot] = True
 
-    def write_many(self, slots: List[int], datas: List[Any]) -> None:
+    def write_many(self, slots: List[int], datas: List[object]) -> None:
         """Copy many items at once (vectorised per field); falls back to :meth:`write` per item
         when the batch does not stack cleanly."""
         if len(slots) < 4 or not self._flat or not self._dicts:
@@ -153,15 +157,16 @@ class Columns:
             return
         n0 = self._dicts[0][1]
         try:
-            for d in datas:
+            rows = cast(List[Mapping[object, object]], datas)
+            for d in rows:
                 if len(d) != n0:
                     raise KeyError
-            staged: List[Tuple[np.ndarray, Union[np.ndarray, List[Any]]]] = []
+            staged: List[Tuple[np.ndarray, Union[np.ndarray, List[object]]]] = []
             for path, kind, col, shape, dtype in self._leaves:
                 k = path[0]
-                vals = [d[k] for d in datas]
+                vals = [d[k] for d in rows]
                 if kind == _TT:
-                    tt = torch.stack(vals)
+                    tt = torch.stack(cast(List[torch.Tensor], vals))
                     if tt.dtype is not dtype or tt.shape[1:] != shape:
                         raise KeyError
                     if tt.requires_grad:
@@ -173,7 +178,7 @@ class Columns:
                             raise KeyError
                     staged.append((col, vals))
                 else:
-                    st = np.stack(vals)
+                    st = np.stack(cast(List[np.ndarray], vals))
                     if st.dtype != dtype or st.shape[1:] != shape:
                         raise KeyError
                     staged.append((col, st))
@@ -186,26 +191,23 @@ class Columns:
             col[idx] = v
         self.ok[idx] = True
 
-    def plain(self, data: Any) -> bool:
+    def plain(self, data: object) -> bool:
         """True when ``data``'s dict nodes (at the layout's places) are all plain ``dict`` s: what :meth:`row`
         rebuilds exactly (an item of the layout, ``ok`` in its row)."""
         if type(data) is not dict:
             return False
         for path, _n in self._dicts[1:]:
-            v = data
-            for k in path:
-                v = v[k]
-            if type(v) is not dict:
+            if type(_at(data, path)) is not dict:
                 return False
         return True
 
-    def row(self, slot: int) -> Dict[Any, Any]:
+    def row(self, slot: int) -> Dict[object, object]:
         """The item of row ``slot`` rebuilt as the dict that was written there, nested dicts and keys in the
         first item's order (only when :attr:`rows`): Python scalars and numpy scalars as they were pushed,
         arrays and tensors as new copies of the row."""
         if not self._row_spec:
             return self._nested_row(slot)
-        out: Dict[Any, Any] = {}
+        out: Dict[object, object] = {}
         for key, mode, col in self._row_spec:
             if mode == _ROW_PY:
                 out[key] = col[slot].item()
@@ -219,13 +221,13 @@ class Columns:
                 out[key] = torch.from_numpy(col[slot, ...].copy())
         return out
 
-    def _nested_row(self, slot: int) -> Dict[Any, Any]:
-        out: Dict[Any, Any] = {}
+    def _nested_row(self, slot: int) -> Dict[object, object]:
+        out: Dict[object, object] = {}
         leaves, modes = self._leaves, self._modes
         for path, leaf in self._nodes[1:]:  # the root is out
             parent = out
             for k in path[:-1]:
-                parent = parent[k]
+                parent = cast(Dict[object, object], parent[k])
             if leaf < 0:
                 parent[path[-1]] = {}
                 continue
@@ -244,7 +246,7 @@ class Columns:
 
     def gather(self, slots: np.ndarray) -> GatheredBatch:
         """Return the batch for ``slots`` as (nested) dicts of torch tensors."""
-        out: Dict[Any, Any] = {}
+        out: Dict[object, object] = {}
         for path, _kind, col, _shape, dtype in self._leaves:
             v = col.take(slots, axis=0)
             t = torch.from_numpy(v.astype(np.float32) if dtype is float else v)  # Python floats: float32 batches
@@ -252,6 +254,6 @@ class Columns:
                 return t  # the item itself is a single leaf
             d = out
             for k in path[:-1]:
-                d = d.setdefault(k, {})
+                d = cast(Dict[object, object], d.setdefault(k, {}))
             d[path[-1]] = t
         return out

@@ -9,12 +9,12 @@ materialised); loading into any other storage rebuilds the stacks of every item.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import torch
 
-from .columnar_io import decode_rows, encode_rows
+from .columnar_io import Decode, Encode, Node, decode_rows, encode_rows
 from .frame_storage import FramePool, _Packed
 from .frame_storage import _RAW, FrameItem
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["frames_node", "frame_rows", "packed_rows"]
 
 
-def frames_node(s: "FrameStorage", items: Sequence[Any], encode: Callable[[Any, str], Any]) -> Optional[Dict[str, Any]]:
+def frames_node(s: "FrameStorage", items: Sequence[object], encode: Encode) -> Optional[Node]:
     """The ``"frames"`` data column for the live ``items`` of ``s`` (None: write ordinary columns)."""
 
     if s.pool is None or not items or any(type(it) is not FrameItem for it in items):
@@ -38,7 +38,7 @@ def frames_node(s: "FrameStorage", items: Sequence[Any], encode: Callable[[Any, 
             "rest": encode_rows([p.rest for p in packed], encode, "data")}
 
 
-def _checked(node: Dict[str, Any], n: int) -> tuple:
+def _checked(node: Node, n: int) -> Tuple[np.ndarray, np.ndarray, List[str], List[str], int]:
     frames, ids, keys, order, m = (node.get(k) for k in ("frames", "ids", "pixel_keys", "key_order", "stack_len"))
     if not (isinstance(keys, list) and keys and all(type(k) is str for k in keys) and isinstance(order, list)
             and all(type(k) is str for k in order) and type(m) is int and m >= 1):
@@ -52,13 +52,13 @@ def _checked(node: Dict[str, Any], n: int) -> tuple:
     return frames.numpy(), ids.numpy(), keys, order, m
 
 
-def frame_rows(node: Dict[str, Any], n: int, decode: Callable[[Any], Any]) -> List[Dict[str, Any]]:
+def frame_rows(node: Node, n: int, decode: Decode) -> List[Dict[str, object]]:
     """The ``n`` items of a ``"frames"`` column with their stacks rebuilt (for a storage without frames)."""
     frames, ids, keys, order, m = _checked(node, n)
     rest = decode_rows(node.get("rest"), n, decode)
     out = []
     for j in range(n):
-        d = dict(rest[j])
+        d = dict(cast(Dict[str, object], rest[j]))
         stacks = frames.take(ids[j], axis=0)
         for i, k in enumerate(keys):
             d[k] = stacks[i * m:(i + 1) * m]
@@ -66,8 +66,7 @@ def frame_rows(node: Dict[str, Any], n: int, decode: Callable[[Any], Any]) -> Li
     return out
 
 
-def packed_rows(new: "FrameStorage", node: Dict[str, Any], n: int, start: int,
-                decode: Callable[[Any], Any]) -> List[Any]:
+def packed_rows(new: "FrameStorage", node: Node, n: int, start: int, decode: Decode) -> List[_Packed]:
     """Fill the empty frame storage ``new`` with the file's frames and return the packed records of items
     ``start..n`` (to push with ``new.push_packed``); frames only the dropped items used are freed."""
 
@@ -84,4 +83,4 @@ def packed_rows(new: "FrameStorage", node: Dict[str, Any], n: int, start: int,
     pool.refs[unused] = 1
     pool.release(unused)
     new.key_order, new.stack_len = list(order), m
-    return [_Packed(r, row.astype(np.int32), new) for r, row in zip(rest, rows)]
+    return [_Packed(cast(Dict[str, object], r), row.astype(np.int32), new) for r, row in zip(rest, rows)]

@@ -21,9 +21,10 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from numpy.typing import DTypeLike
 import torch
 
 from .columns import Columns, ColumnStore, GatheredBatch, Unsupported
@@ -38,7 +39,7 @@ _RAW = _DATA  # the slot descriptor: a FrameItem keeps its packed record there
 class FramePool:
     """Distinct frames of one shape and dtype, reference counted; grows when full."""
 
-    def __init__(self, frame_shape: Tuple[int, ...], dtype: Any, capacity: int) -> None:
+    def __init__(self, frame_shape: Tuple[int, ...], dtype: DTypeLike, capacity: int) -> None:
         self.frame_shape = tuple(frame_shape)
         self.dtype = np.dtype(dtype)
         self.frames = np.empty((max(16, capacity),) + self.frame_shape, dtype=self.dtype)
@@ -112,10 +113,10 @@ class _Packed:
 
     __slots__ = ('rest', 'ids', 'storage')
 
-    def __init__(self, rest: Dict[str, Any], ids: np.ndarray, storage: 'FrameStorage') -> None:
+    def __init__(self, rest: Dict[str, object], ids: np.ndarray, storage: 'FrameStorage') -> None:
         self.rest, self.ids, self.storage = rest, ids, storage
 
-    def unpack(self) -> Dict[str, Any]:
+    def unpack(self) -> Dict[str, object]:
         st = self.storage
         out = dict(self.rest)
         frames = st.frame_pool.frames.take(self.ids, axis=0)
@@ -132,11 +133,11 @@ class FrameItem(BufferedData):
     __slots__ = ()
 
     @property
-    def data(self) -> Any:
+    def data(self) -> object:
         return _RAW.__get__(self).unpack()
 
     @data.setter
-    def data(self, value: Any) -> None:
+    def data(self, value: object) -> None:
         old = _RAW.__get__(self)
         new = old.storage.pack(value)
         old.storage.unpack_release(old)
@@ -153,7 +154,7 @@ class _FrameColumns:
         self.rest = Columns(capacity, example.rest)
         self.ok = self.rest.ok
 
-    def write(self, slot: int, data: Any) -> None:
+    def write(self, slot: int, data: object) -> None:
         if not isinstance(data, _Packed):
             self.ok[slot] = False
             return
@@ -161,7 +162,7 @@ class _FrameColumns:
         if self.ok[slot]:
             self.ids[slot] = data.ids
 
-    def write_many(self, slots: List[int], datas: List[Any]) -> None:
+    def write_many(self, slots: List[int], datas: List[object]) -> None:
         for s, d in zip(slots, datas):
             self.write(s, d)
 
@@ -205,11 +206,11 @@ class FrameStorage(SlotStorage):
         super().__init__(size, True, seed)
 
     # ------------------------------------------------------------------ packing
-    def pack(self, data: Any) -> _Packed:
+    def pack(self, data: object) -> _Packed:
         """Store ``data``'s frames (one more reference each) and return its packed record."""
         if not isinstance(data, Mapping):
             raise TypeError(f'FrameStorage stores dict transitions, got {type(data).__name__}')
-        rest: Dict[str, Any] = {}
+        rest: Dict[str, object] = {}
         stacks: Dict[str, np.ndarray] = {}
         for k, v in data.items():
             if k in self.pixel_keys:
@@ -231,7 +232,7 @@ class FrameStorage(SlotStorage):
         ids = np.concatenate([pool.add_stack(stacks[k]) for k in self.pixel_keys]).astype(np.int32)
         return _Packed(rest, ids, self)
 
-    def _stack(self, key: str, v: Any) -> np.ndarray:
+    def _stack(self, key: str, v: object) -> np.ndarray:
         if isinstance(v, torch.Tensor):
             v = v.detach().cpu().numpy()
         a = np.asarray(v)
@@ -256,7 +257,7 @@ class FrameStorage(SlotStorage):
         return pool
 
     # ------------------------------------------------------------------ storage overrides
-    def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+    def push(self, data: object, meta: Optional[Mapping]) -> BufferedData:
         packed = self.pack(data)
         try:
             item = super().push(packed, meta)

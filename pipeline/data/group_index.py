@@ -6,7 +6,7 @@ up to date incrementally by the storage's push/remove/update.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,8 +35,8 @@ class GroupIndex:
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self.groups: Dict[Any, _Group] = {}
-        self.value_of: Dict[int, Any] = {}
+        self.groups: Dict[object, _Group] = {}
+        self.value_of: Dict[int, object] = {}
 
     def add(self, item: BufferedData) -> None:
         v = item.meta.get(self.key, _MISSING)
@@ -110,7 +110,7 @@ def sample_groups(st: SlotStorage, size: Optional[int], key: str, unroll_len: Op
                     g.dead = 0
                 cand.append((g.ids, g.head))
     else:
-        by: Dict[Any, List[int]] = {}
+        by: Dict[object, List[int]] = {}
         for s in st.ordered_slots()[sample_range].tolist():
             it = st.item(s)
             v = it.meta.get(key, _MISSING)

@@ -3,8 +3,9 @@ the sample lists the storage builds, and :class:`SampledBatch` (what ``sample_ba
 from __future__ import annotations
 
 import copy
+import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, SupportsIndex, Tuple, TypeVar, cast
 
 import numpy as np
 import torch
@@ -39,12 +40,12 @@ class BufferedData:
       updated data are copied on the way in), so nothing is shared in either direction.
     """
 
-    data: Any
+    data: Any  # whatever was pushed
     index: int
-    meta: Dict[str, Any]
+    meta: Dict[str, Any]  # whatever the pusher and the middleware put there
 
 
-_DATA: Any = BufferedData.__dict__["data"]  # the slot descriptor: a RowItem keeps its _Row there
+_DATA: types.MemberDescriptorType = BufferedData.__dict__["data"]  # the slot descriptor: a RowItem keeps its _Row there
 
 
 class _Row:
@@ -65,7 +66,7 @@ class RowItem(BufferedData):
     __slots__ = ()
 
     @property
-    def data(self) -> Any:
+    def data(self) -> object:
         row = _DATA.__get__(self)
         if type(row) is not _Row:  # given its data by another thread meanwhile
             return row
@@ -75,7 +76,7 @@ class RowItem(BufferedData):
         return _DATA.__get__(self)
 
     @data.setter
-    def data(self, value: Any) -> None:
+    def data(self, value: object) -> None:
         _DATA.__set__(self, value)
         _become_plain(self)
 
@@ -85,8 +86,11 @@ class RowItem(BufferedData):
         _DATA.__set__(self, row.columns.row(row.slot))
         _become_plain(self)
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Tuple[type, Tuple[object, int, Dict[str, object]]]:
         return BufferedData, (self.data, self.index, self.meta)
+
+
+_Item = TypeVar("_Item", bound=Optional[BufferedData])
 
 
 def _become_plain(item: BufferedData) -> None:
@@ -95,7 +99,7 @@ def _become_plain(item: BufferedData) -> None:
     setattr(item, "__class__", BufferedData)
 
 
-def peek_data(item: BufferedData) -> Any:
+def peek_data(item: BufferedData) -> object:
     """``item.data`` without keeping it in the item: a :class:`RowItem` stays in its row (what saving a
     whole buffer reads; the caller holds the storage's lock)."""
     if type(item) is RowItem:
@@ -104,7 +108,7 @@ def peek_data(item: BufferedData) -> Any:
     return item.data
 
 
-def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
+def copy_repeats(items: List[_Item], start: int = 0) -> List[_Item]:
     """Replace, in place, every item of ``items[start:]`` that is an object already seen in ``items``
     by a deep copy (data and meta), so that no two entries of a sample are the same object."""
     seen = set(map(id, items[:start]))
@@ -114,7 +118,7 @@ def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
             continue
         k = id(it)
         if k in seen:
-            items[j] = BufferedData(deep_copy(it.data), it.index, deep_copy(it.meta))
+            items[j] = cast(_Item, BufferedData(deep_copy(it.data), it.index, deep_copy(it.meta)))
         else:
             seen.add(k)
     return items
@@ -123,22 +127,25 @@ def copy_repeats(items: List[Any], start: int = 0) -> List[Any]:
 _ATOMS = (int, float, bool, str, bytes, type(None))
 
 
-def deep_copy(x: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def deep_copy(x: _T) -> _T:
     """``copy.deepcopy`` with fast paths for what transitions are made of (dicts, lists, tuples,
     tensors, numpy arrays, numbers, strings); anything else goes to ``copy.deepcopy``."""
     t = type(x)
     if t is dict:
-        return {k: deep_copy(v) for k, v in x.items()}
+        return cast(_T, {k: deep_copy(v) for k, v in cast(dict, x).items()})
     if t in _ATOMS:
         return x
-    if t is torch.Tensor and not x.requires_grad:
-        return x.clone()
-    if t is np.ndarray and x.dtype.kind in "biufc":
-        return x.copy()
+    if t is torch.Tensor and not cast(torch.Tensor, x).requires_grad:
+        return cast(_T, cast(torch.Tensor, x).clone())
+    if t is np.ndarray and cast(np.ndarray, x).dtype.kind in "biufc":
+        return cast(_T, cast(np.ndarray, x).copy())
     if t is list:
-        return [deep_copy(v) for v in x]
+        return cast(_T, [deep_copy(v) for v in cast(list, x)])
     if t is tuple:
-        return tuple(deep_copy(v) for v in x)
+        return cast(_T, tuple(deep_copy(v) for v in cast(tuple, x)))
     return copy.deepcopy(x)
 
 
@@ -154,7 +161,7 @@ class SampledBatch:
 
     __slots__ = ("data", "index", "weight", "_items", "_storage", "_slots")
 
-    def __init__(self, data: Any, index: List[int], weight: Optional[torch.Tensor],
+    def __init__(self, data: object, index: List[int], weight: Optional[torch.Tensor],
                  items: Optional[List[Optional[BufferedData]]] = None, *, _storage: Optional["SlotStorage"] = None,
                  _slots: Optional[np.ndarray] = None) -> None:
         self.data = data

@@ -17,7 +17,7 @@ reach it as ``buffer.sampler``.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -190,7 +190,7 @@ class PrioritizedSampler:
             self._last = (last[0], slots, last[2], True, res)  # distinct stored items: an update writes their meta
         return res
 
-    def _write_meta(self, res: List[Any], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
+    def _write_meta(self, res: List[BufferedData], slots: np.ndarray, weights: Optional[np.ndarray]) -> None:
         stale = self._stale.take(slots)
         if stale.any():
             pl = self._raw.take(slots).tolist()
@@ -346,7 +346,7 @@ class PrioritizedSampler:
         self._tree.set_many(slots, arr, positive=True, distinct=distinct)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         """Counters plus every live item's priority (by index); loads with ``torch.load(weights_only=True)``."""
         with self._s.lock:
             s = self._s
@@ -358,16 +358,16 @@ class PrioritizedSampler:
                 "priorities": self._raw[np.asarray(slots, dtype=np.int64)].tolist(),
             }
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, object]) -> None:
         """Restore :meth:`state_dict` (priorities of indices no longer stored are ignored)."""
         for key in ("max_priority", "sample_count", "indices", "priorities"):
             if key not in state:
                 raise ValueError(f"PrioritizedSampler.load_state_dict: missing {key!r}")
         with self._s.lock:
-            self.max_priority = float(state["max_priority"])
-            self.sample_count = int(state["sample_count"])
+            self.max_priority = float(cast(float, state["max_priority"]))
+            self.sample_count = int(cast(int, state["sample_count"]))
             s = self._s
-            for i, p in zip(state["indices"], state["priorities"]):
+            for i, p in zip(cast(List[int], state["indices"]), cast(List[float], state["priorities"])):
                 slot = s.id2slot.get(int(i))
                 if slot is None:
                     continue

@@ -13,7 +13,11 @@ attribute, never by class name:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
+
+if TYPE_CHECKING:
+    from .item import BufferedData, SampledBatch
+    from .storage import ManyMeta
 
 __all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments",
            "wants_priorities", "samples_by_priority", "sample_arguments"]
@@ -23,21 +27,23 @@ __all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments
 class ReplayBuffer(Protocol):
     """A buffer as pipeline middleware see it."""
 
-    def push(self, data: Any, meta: Optional[Dict[str, Any]] = None) -> Any:
+    def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
         """Store one item (a transition or a whole episode) with its meta."""
 
-    def sample(self, size: Optional[int] = None, **kwargs: Any) -> List[Any]:
-        """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them."""
+    def sample(self, size: Optional[int] = None, **kwargs: Any
+               ) -> Union[List[BufferedData], List[List[BufferedData]]]:
+        """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them. ``kwargs``: the buffer's
+        own ``sample`` arguments (typed by the buffer) and its middleware's."""
 
-    def update_many(self, indices: Sequence[int], data: Optional[Sequence[Any]] = None,
-                    meta: Any = None) -> List[bool]:
+    def update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+                    meta: ManyMeta = None) -> List[bool]:
         """Batched update (e.g. ``meta={"priority": array}``)."""
 
     def count(self) -> int:
         """Number of stored items."""
 
     @property
-    def middleware(self) -> List[Any]:
+    def middleware(self) -> Sequence[object]:
         """The buffer's middleware, in call order."""
 
 
@@ -46,7 +52,7 @@ class BatchSampling(Protocol):
     """A buffer that hands out whole batches (``DequeBuffer.sample_batch``)."""
 
     def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
-                     ignore_insufficient: bool = False, **kwargs: Any) -> Any:
+                     ignore_insufficient: bool = False, **kwargs: object) -> SampledBatch:
         """``.data`` (dict of ``[size, ...]`` tensors; non-numeric fields as lists), ``.index``,
         ``.weight`` (importance-sampling weights or None)."""
 
@@ -66,24 +72,24 @@ class PriorityFeedback(Protocol):
 class SampleArguments(Protocol):
     """Buffer middleware that needs extra ``sample`` keyword arguments from the pipeline."""
 
-    def sample_kwargs(self, train_iter: int) -> Dict[str, Any]:
+    def sample_kwargs(self, train_iter: int) -> Dict[str, object]:
         """The extra ``sample`` arguments for the learner's current train iteration."""
 
 
-def wants_priorities(buffer: Any) -> bool:
+def wants_priorities(buffer: object) -> bool:
     """True when ``buffer``'s sampler or one of its middleware takes priorities back (:class:`PriorityFeedback`)."""
     return samples_by_priority(buffer) or any(getattr(m, "wants_priorities", False) is True
                                               for m in getattr(buffer, "middleware", ()))
 
 
-def samples_by_priority(buffer: Any) -> bool:
+def samples_by_priority(buffer: object) -> bool:
     """True when ``buffer``'s sampler takes priorities: ``buffer.update_priority(indices, priorities)`` works."""
     return getattr(getattr(buffer, "sampler", None), "wants_priorities", False) is True
 
 
-def sample_arguments(buffer: Any, train_iter: int) -> Dict[str, Any]:
+def sample_arguments(buffer: object, train_iter: int) -> Dict[str, object]:
     """The extra ``sample`` arguments ``buffer``'s middleware need (:class:`SampleArguments`)."""
-    out: Dict[str, Any] = {}
+    out: Dict[str, object] = {}
     for m in getattr(buffer, "middleware", ()):
         fn = getattr(m, "sample_kwargs", None)
         if fn is not None:

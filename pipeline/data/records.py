@@ -25,9 +25,10 @@ This module imports neither numpy nor torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable, Dict, TypedDict, Union
 
 if TYPE_CHECKING:
+    import numpy as np
     from torch import Tensor
 
 __all__ = ["Transition", "TrainBatch", "TrainOutput", "OnTrained"]
@@ -46,10 +47,10 @@ class Transition(_TransitionExtras):
     ``truncated`` are those of the last summed step.
     """
 
-    obs: Any          # np.ndarray [*obs_shape] (a row of EnvStep.obs); goal envs: a dict of rows
-    action: Any       # int (discrete) or np.ndarray [*act_shape]
+    obs: Union[np.ndarray, Dict[str, np.ndarray]]  # [*obs_shape] (a row of EnvStep.obs); goal envs: a dict of rows
+    action: Union[int, np.ndarray]  # int (discrete) or [*act_shape]
     reward: float
-    next_obs: Any     # the observation reached (the final one when the episode ended)
+    next_obs: Union[np.ndarray, Dict[str, np.ndarray]]  # the observation reached (the final one when the episode ended)
     terminated: bool  # the MDP ended: no bootstrapping
     truncated: bool   # a time limit cut the episode: bootstrap from next_obs
     env_id: int

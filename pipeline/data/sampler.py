@@ -16,7 +16,8 @@ buffer calls it under the storage's lock.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
+from typing import (TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, SupportsFloat, Tuple, Union, cast,
+                    runtime_checkable)
 
 import numpy as np
 
@@ -68,10 +69,10 @@ class Sampler(Protocol):
     def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices``; one bool per index: was it stored."""
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         """The sampler's own state (loadable with ``torch.load(weights_only=True)``)."""
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, object]) -> None:
         """Restore :meth:`state_dict`."""
 
 
@@ -117,11 +118,11 @@ class UniformSampler:
         raise TypeError("update_priority(): this buffer samples uniformly (UniformSampler) and keeps no priorities; "
                         "build it with DequeBuffer(size, sampler=PrioritizedSampler(...))")
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         """Empty: nothing to save."""
         return {}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, object]) -> None:
         """Nothing to restore."""
 
 
@@ -136,10 +137,10 @@ def _bind(sampler: Union["UniformSampler", "PrioritizedSampler"], storage: SlotS
     return True
 
 
-def check_priority(p: Any) -> float:
+def check_priority(p: object) -> float:
     """``p`` as a float; ``ValueError`` unless it is a finite number ``>= 0``."""
     try:
-        f = float(p)
+        f = float(cast(SupportsFloat, p))  # anything float() takes; other values are refused below
     except (TypeError, ValueError):
         f = math.nan
     if not (math.isfinite(f) and f >= 0):

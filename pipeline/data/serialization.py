@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Protocol, Sequence, cast
 
 import numpy as np
 import torch
@@ -24,12 +24,23 @@ from .item import peek_data
 from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage
 
+if TYPE_CHECKING:
+    from treevalue import TreeValue
+
+
+class Stateful(Protocol):
+    """A part of a buffer whose state ``save_data`` saves: middleware or a sampler with ``state_dict``."""
+
+    def state_dict(self) -> Mapping[str, object]: ...
+
+    def load_state_dict(self, state: Dict[str, object]) -> None: ...
+
 _TAG = "__rlpipe__"
 FORMAT = "rlpipe.DequeBuffer"
 VERSION = 2  # 2: one column per field (columnar_io); 1: one encoded object per item (still read)
 
 
-def encode(x: Any, _where: str = "data") -> Any:
+def encode(x: object, _where: str = "data") -> object:
     """Turn ``x`` into something ``torch.load(weights_only=True)`` can read back."""
     if x is None or isinstance(x, (bool, int, float, str)):
         if type(x) not in (type(None), bool, int, float, str):  # e.g. IntEnum / str subclasses
@@ -65,14 +76,14 @@ def encode(x: Any, _where: str = "data") -> Any:
                     "numbers, strings and dicts/lists/tuples of them")
 
 
-def _tree_to_dict(t: Any) -> dict:
+def _tree_to_dict(t: TreeValue) -> dict:
     out = {}
     for k, v in t.items():
         out[k] = _tree_to_dict(v) if type(v).__module__.startswith("treetensor") and hasattr(v, "items") else v
     return out
 
 
-def decode(x: Any) -> Any:
+def decode(x: object) -> object:
     """Inverse of :func:`encode`."""
     if isinstance(x, dict):
         tag = x.get(_TAG)
@@ -145,7 +156,7 @@ def _read(path: str, where: str) -> dict:
     return payload
 
 
-def _items_v1(payload: dict, where: str, keep: int, new: Any) -> tuple:
+def _items_v1(payload: dict, where: str, keep: int, new: SlotStorage) -> tuple:
     """(all ids, [(data, meta)] of the newest ``keep``) of a version-1 file (one object per item)."""
     ids, datas, metas = payload["ids"], payload["data"], payload["meta"]
     if not all(isinstance(x, list) for x in (ids, datas, metas)):
@@ -164,7 +175,7 @@ def _items_v1(payload: dict, where: str, keep: int, new: Any) -> tuple:
     return ids, items
 
 
-def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
+def _items_v2(payload: dict, where: str, keep: int, new: SlotStorage) -> tuple:
     """(all ids, [(data, meta)] of the newest ``keep``) of a version-2 (columnar) file."""
     ids, n = payload["ids"], payload["count"]
     if type(n) is not int or n < 0:
@@ -181,7 +192,7 @@ def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
         if isinstance(node, dict) and node.get("kind") == "frames":
 
             if hasattr(new, "push_packed"):  # into a FrameStorage: its pool straight from the file's frames
-                return ids, list(zip(packed_rows(new, node, n, start, decode), metas))
+                return ids, list(zip(packed_rows(cast(FrameStorage, new), node, n, start, decode), metas))
             return ids, list(zip(frame_rows(node, n, decode)[start:], metas))
         datas = decode_rows(node, n, decode)[start:]
     except Exception as e:  # noqa: BLE001 - whatever a damaged column raises
@@ -190,7 +201,7 @@ def _items_v2(payload: dict, where: str, keep: int, new: Any) -> tuple:
     return ids, list(zip(datas, metas))
 
 
-def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
+def load_into_storage(s: "SlotStorage", path: str, lock: ContextManager[object]) -> dict:
     """Replace the contents of ``s`` with the file ``DequeBuffer.save_data`` wrote (format version 2, or
     version 1 from rlpipe before columnar files).
 
@@ -235,17 +246,17 @@ def load_into_storage(s: "SlotStorage", path: str, lock: Any) -> dict:
     return states
 
 
-def stateful_parts(middleware: Sequence[Callable[..., Any]], sampler: Sampler) -> Dict[str, Any]:
+def stateful_parts(middleware: Sequence[Callable[..., object]], sampler: Sampler) -> Dict[str, Stateful]:
     """What ``save_data`` saves the state of: middleware with ``state_dict``/``load_state_dict`` at their place in
     the chain (``"<i>:<class>"``), and the sampler (``"sampler:<class>"``; a uniform sampler has no state)."""
-    out: Dict[str, Any] = {f"{i}:{type(mw).__name__}": mw for i, mw in enumerate(middleware)
+    out: Dict[str, Stateful] = {f"{i}:{type(mw).__name__}": cast(Stateful, mw) for i, mw in enumerate(middleware)
                            if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
     if type(sampler) is not UniformSampler:
         out[f"sampler:{type(sampler).__name__}"] = sampler
     return out
 
 
-def restore_states(states: Dict[str, Any], parts: Dict[str, Any], path: str, wants_priorities: bool) -> None:
+def restore_states(states: Dict[str, object], parts: Dict[str, Stateful], path: str, wants_priorities: bool) -> None:
     """``load_data``: give each of ``parts`` (:func:`stateful_parts`) its state saved in ``path``, if any; a
     ``UserWarning`` when a prioritized buffer's file holds the state of the removed ``PriorityExperienceReplay``
     middleware instead of a sampler's."""
@@ -253,7 +264,7 @@ def restore_states(states: Dict[str, Any], parts: Dict[str, Any], path: str, wan
         state = states.get(key)
         if state is not None:
             try:
-                obj.load_state_dict(state)
+                obj.load_state_dict(cast(Dict[str, object], state))  # checked by the part itself
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"load_data({path!r}): the saved state of {key} does not fit "
                                  f"({type(e).__name__}: {e}); the items were loaded") from None

@@ -51,7 +51,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, Union, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -62,6 +62,16 @@ from .group_index import GroupIndex, sample_groups
 from .item import _DATA, BufferedData, RowItem, _Row, copy_repeats
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
+
+
+ManyMeta = Union[None, Sequence[Optional[Mapping]], Mapping[str, Union[Sequence[object], np.ndarray, torch.Tensor]]]
+"""``update_many``'s meta: None, one dict (or None) per index, or a dict of columns (one value per index)."""
+
+
+class MetaSyncer(Protocol):
+    """A listener that writes meta lazily (PER priorities): ``sync_meta`` brings some slots' meta up to date."""
+
+    def sync_meta(self, slots: np.ndarray) -> None: ...
 
 
 @runtime_checkable
@@ -89,7 +99,7 @@ class SlotStorage:
         self.rng = np.random.default_rng(self.seed_seq)  # the same stream as default_rng(seed)
         self.columnar = columnar
         self.listeners: List[StorageListener] = []
-        self.syncers: List[Any] = []  # listeners with sync_meta(slots): lazily written meta
+        self.syncers: List[MetaSyncer] = []  # listeners with sync_meta(slots): lazily written meta
         self._alloc()
 
     def __getstate__(self) -> dict:
@@ -142,9 +152,9 @@ class SlotStorage:
         self._rn = self._rn_prev = -1
 
     # ------------------------------------------------------------------ core mutations
-    def push(self, data: Any, meta: Optional[Mapping]) -> BufferedData:
+    def push(self, data: object, meta: Optional[Mapping]) -> BufferedData:
         if meta is None:
-            m: Dict[str, Any] = {}
+            m: Dict[str, object] = {}
         elif isinstance(meta, Mapping):
             m = dict(meta)
         else:
@@ -361,7 +371,7 @@ class SlotStorage:
             self.groups[key] = gi
         return gi
 
-    def make_columns(self, example: Any) -> ColumnStore:
+    def make_columns(self, example: object) -> ColumnStore:
         """The columnar mirror for items shaped like ``example`` (raise ``Unsupported`` if none)."""
         return Columns(self.size, example)
 
@@ -369,7 +379,7 @@ class SlotStorage:
         """Tell ``listener`` about every later change (and about lazy meta, if it has ``sync_meta``)."""
         self.listeners.append(listener)
         if hasattr(listener, "sync_meta"):
-            self.syncers.append(listener)
+            self.syncers.append(cast(MetaSyncer, listener))
 
     def sync(self, slots: np.ndarray) -> None:
         """Let middleware that writes meta lazily (PER priorities) bring these slots' meta up to date."""
@@ -377,7 +387,7 @@ class SlotStorage:
             syncer.sync_meta(slots)
 
     # ------------------------------------------------------------------ sampling
-    def batch(self, slots: np.ndarray, items: Optional[Sequence[BufferedData]] = None, rows: bool = True) -> Any:
+    def batch(self, slots: np.ndarray, items: Optional[Sequence[BufferedData]] = None, rows: bool = True) -> object:
         """The batch of a sample: the ``[B, ...]`` tensors of the items in ``slots`` (``sample_batch``'s one
         route). The columns gather it when they hold every one of these rows (and ``rows``: the rows still
         hold these items); only data they cannot hold (items whose structure differs from the first one's,
@@ -431,7 +441,7 @@ class SlotStorage:
 
 
 # ---------------------------------------------------------------------- item updates (the buffer's update/delete)
-def update_item(s: SlotStorage, index: int, data: Any, meta: Optional[Mapping]) -> bool:
+def update_item(s: SlotStorage, index: int, data: object, meta: Optional[Mapping]) -> bool:
     """``update(index, data, meta)`` on the storage: new data (its row rewritten at the next batch), meta merged
     (group indexes re-filed); False when no item has this index."""
     slot = s.id2slot.get(index)
@@ -457,7 +467,8 @@ def update_item(s: SlotStorage, index: int, data: Any, meta: Optional[Mapping]) 
     return True
 
 
-def update_items(s: SlotStorage, indices: Sequence[int], data: Any, meta: Any) -> List[bool]:
+def update_items(s: SlotStorage, indices: Sequence[int], data: Optional[Sequence[object]],
+                 meta: ManyMeta) -> List[bool]:
     """``update_many`` on the storage (``meta``: one dict per index, or a dict of columns); one bool per index."""
     n = len(indices)
     if data is not None and len(data) != n:
@@ -479,7 +490,7 @@ def update_items(s: SlotStorage, indices: Sequence[int], data: Any, meta: Any) -
             out.append(True)
         return out
     rows = _meta_rows(meta, n)
-    datas = data if data is not None else [None] * n
+    datas: Sequence[object] = data if data is not None else [None] * n
     return [update_item(s, i, d, m) for i, d, m in zip(indices, datas, rows)]
 
 
@@ -494,7 +505,7 @@ def delete_ids(s: SlotStorage, indices: List[int]) -> int:
     return n
 
 
-def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
+def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[object]]:
     """``update_many``'s dict-of-columns meta, validated, as lists."""
     cols = {}
     for k, v in meta.items():
@@ -510,7 +521,7 @@ def _meta_cols(meta: Mapping, n: int) -> Dict[str, List[Any]]:
     return cols
 
 
-def _meta_rows(meta: Any, n: int) -> List[Optional[Mapping]]:
+def _meta_rows(meta: ManyMeta, n: int) -> List[Optional[Mapping]]:
     """Normalise ``update_many``'s meta argument to one dict (or None) per index."""
     if meta is None:
         return [None] * n

@@ -1,7 +1,7 @@
 """Choosing and building the env manager's backend: :data:`BACKENDS` and :func:`make_backend`."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from .backend_protocol import EnvBackend
 from .envpool_backend import EnvPoolBackend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 import gymnasium as gym
 

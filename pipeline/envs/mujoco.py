@@ -7,7 +7,7 @@ truncation, not termination).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import gymnasium as gym
 import numpy as np

@@ -8,7 +8,7 @@ loader then needs the env. ``Box`` bounds are stored as tensors (they load with 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping as MappingT, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping as MappingT, Optional, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 Batch = Union[MappingT[str, Any], "TreeValue", torch.Tensor]
 #: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time).
 ModuleBatches = Dict[str, Batch]
+#: A leaf of a batch, or a whole batch that is not a dict: what rows are taken from.
+_Leaf = Union[torch.Tensor, np.ndarray, List[object], "TreeValue"]
 
 __all__ = [
     "is_tree",
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 
-def _tree_leaves(tree: Any) -> list:
+def _tree_leaves(tree: object) -> list:
     from treevalue import flatten  # only reached when a tree exists, so treevalue is imported
 
     return [v for _, v in flatten(tree)]
@@ -58,7 +60,7 @@ def _dict_leaves(d: Mapping, out: list) -> list:
     return out
 
 
-def num_rows(batch: Any, *, where: str = "batch") -> int:
+def num_rows(batch: object, *, where: str = "batch") -> int:
     """Size of the common first (batch) axis of every leaf; ValueError when leaves disagree.
 
     ``where`` names the batch in error messages (e.g. ``"module 'default_policy' batch"``).
@@ -107,21 +109,21 @@ def num_rows(batch: Any, *, where: str = "batch") -> int:
     return int(rows)
 
 
-def slice_rows(batch: Any, start: int, stop: int) -> Any:
+def slice_rows(batch: object, start: int, stop: int) -> object:
     """Rows ``start:stop`` (views, no copy) of every leaf."""
     if isinstance(batch, Mapping):
         return {k: (slice_rows(v, start, stop) if isinstance(v, Mapping) else v[start:stop]) for k, v in batch.items()}
-    return batch[start:stop]  # tensors and trees
+    return cast(_Leaf, batch)[start:stop]  # tensors and trees
 
 
-def take_rows(batch: Any, index: torch.Tensor) -> Any:
+def take_rows(batch: object, index: torch.Tensor) -> object:
     """Rows at ``index`` (a 1-d LongTensor) of every leaf."""
     if isinstance(batch, Mapping):
         return {k: (take_rows(v, index) if isinstance(v, Mapping) else _take(v, index)) for k, v in batch.items()}
     return _take(batch, index)
 
 
-def _take(x: Any, index: torch.Tensor) -> Any:
+def _take(x: object, index: torch.Tensor) -> object:
     if type(x) is torch.Tensor and x.dim() > 0:
         if x.device != index.device:
             index = index.to(x.device)
@@ -131,21 +133,21 @@ def _take(x: Any, index: torch.Tensor) -> Any:
     if type(x) is list:  # a non-numeric field (e.g. strings) travels as a plain list
         return [x[i] for i in index.tolist()]
     if not isinstance(x, torch.Tensor) and not is_tree(x):
-        return x[index.numpy()]  # numpy arrays
-    return x[index]
+        return cast(np.ndarray, x)[index.numpy()]  # numpy arrays
+    return cast(_Leaf, x)[index]
 
 
-def cat_rows(parts: Sequence[Any]) -> Any:
+def cat_rows(parts: Sequence[object]) -> object:
     """Concatenate batches of the same structure along the batch axis."""
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
     if isinstance(first, Mapping):
-        return {k: cat_rows([p[k] for p in parts]) for k in first}
+        return {k: cat_rows([cast(Mapping, p)[k] for p in parts]) for k in first}
     if isinstance(first, torch.Tensor):
-        return torch.cat(list(parts), dim=0)
+        return torch.cat(cast(List[torch.Tensor], list(parts)), dim=0)
     if type(first) is list:
-        return [x for p in parts for x in p]
+        return [x for p in cast(Sequence[list], parts) for x in p]
     if is_tree(first):
         import treetensor.torch as ttorch  # lazy: treetensor loads only for tree batches
 
@@ -154,7 +156,7 @@ def cat_rows(parts: Sequence[Any]) -> Any:
     return np.concatenate(list(parts), axis=0)
 
 
-def split_rows(batch: Any, n: int) -> List[Any]:
+def split_rows(batch: object, n: int) -> List[object]:
     """Split into ``n`` contiguous shards whose sizes differ by at most one (for n learners).
 
     Every shard has at least one row: ValueError when the batch has fewer than ``n`` rows.
@@ -183,7 +185,7 @@ class RowStream:
 
     __slots__ = ("_orig", "_cur", "_n", "_pos", "_shuffle", "_gen", "passes_started")
 
-    def __init__(self, batch: Any, n: int, shuffle: bool = False, generator: Optional[torch.Generator] = None):
+    def __init__(self, batch: object, n: int, shuffle: bool = False, generator: Optional[torch.Generator] = None):
         if n <= 0:
             raise ValueError("RowStream needs a batch with at least one row")
         self._orig = batch
@@ -201,7 +203,7 @@ class RowStream:
             self._cur = take_rows(self._orig, perm)
         self._pos = 0
 
-    def take(self, m: int) -> Any:
+    def take(self, m: int) -> object:
         """The next ``m`` rows (wrapping around as often as needed)."""
         pos, n = self._pos, self._n
         if pos + m <= n:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 import torch
 
 from . import metrics as M
 from .stats import Stats
+
+if TYPE_CHECKING:
+    from .learner import Learner
 
 __all__ = ["CallMetrics"]
 
@@ -142,7 +145,7 @@ class CallMetrics:
                     extras[k] = (total, acc[1])
         return losses
 
-    def results(self, n_updates: int, learner: Any) -> dict:
+    def results(self, n_updates: int, learner: Learner) -> dict:
         """The call's results (``{module_id: {...}, "__all_modules__": {...}}`` of :class:`Stats`), with the
         learning rates and lifetime counters read from ``learner`` (committed before this is called).
 

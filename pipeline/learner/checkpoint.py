@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Dict, Union
+from typing import Dict, Union
 
 import torch
 
@@ -18,7 +18,7 @@ _META_FILE = "learner_meta.json"
 _FORMAT_VERSION = 1
 
 
-def save_state_dir(path: Union[str, os.PathLike], state: Mapping, meta: Mapping[str, Any]) -> str:
+def save_state_dir(path: Union[str, os.PathLike], state: Mapping, meta: Mapping[str, object]) -> str:
     """Write a learner's ``state`` (``Learner.get_state``) into directory ``path`` (created) as a file that
     loads with ``torch.load(weights_only=True)``, and ``meta`` (plus the format version) beside it as JSON;
     returns the path. ``TypeError`` for state that such a file cannot hold (:func:`check_safe`)."""
@@ -34,7 +34,7 @@ def save_state_dir(path: Union[str, os.PathLike], state: Mapping, meta: Mapping[
     return path
 
 
-def load_state_dir(path: Union[str, os.PathLike]) -> Dict[str, Any]:
+def load_state_dir(path: Union[str, os.PathLike]) -> Dict[str, object]:
     """The state :func:`save_state_dir` wrote into ``path`` (safe: no arbitrary unpickling)."""
     target = os.path.join(os.fspath(path), _STATE_FILE)
     if not os.path.isfile(target):
@@ -50,7 +50,7 @@ def load_state_dir(path: Union[str, os.PathLike]) -> Dict[str, Any]:
 _SAFE_SCALARS = (str, int, float, bool, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
-def check_safe(obj: Any, where: str) -> None:
+def check_safe(obj: object, where: str) -> None:
     """Raise TypeError unless ``obj`` only holds what torch.load(weights_only=True) accepts."""
     if isinstance(obj, (torch.Tensor,) + _SAFE_SCALARS):
         return

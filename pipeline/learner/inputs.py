@@ -5,7 +5,7 @@ count (:meth:`LearnerInputs.minibatches`). Past the door the learner never sees 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -42,7 +42,7 @@ def select_input(
     return data.kind, data  # .kind raises ValueError unless exactly one was given
 
 
-def normalize_timesteps(timesteps: Union[None, int, Mapping[str, Any]]) -> Dict[str, Any]:
+def normalize_timesteps(timesteps: Union[None, int, Mapping[str, int]]) -> Dict[str, int]:
     """``update``'s ``timesteps`` (None, an int or a mapping) as a dict."""
     if timesteps is None:
         return {}

@@ -15,7 +15,7 @@ import math
 import operator
 import os
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union, cast
 
 import torch
 from torch import nn
@@ -84,7 +84,7 @@ class Learner:
         seed: Optional[int] = None,
         device: DeviceLike = None,
         shared_batch: bool = False,
-        **config: Any,
+        **config: object,
     ) -> None:
         #: module id -> the module it trains
         self.modules = ModuleSet(modules, self.DEFAULT_MODULE_ID)
@@ -93,7 +93,7 @@ class Learner:
                                      else module_device(next(iter(self.modules.values()))))
         for mod in self.modules.values():
             place_module(mod, self.device)
-        self.config: Dict[str, Any] = dict(config)
+        self.config: Dict[str, object] = dict(config)
         #: each module's optimizer, parameters and lr schedule, and the gradient clipping
         self.optim = ModuleOptimizers(self.modules, lr, optimizer or default_optimizer, lr_schedule, grad_clip)
         self.optimizers: Dict[str, torch.optim.Optimizer] = self.optim.optimizers
@@ -122,19 +122,20 @@ class Learner:
         self.call_metrics = CallMetrics()
 
     # ================================================================== hooks to override
-    def forward_train(self, module_id: str, batch: Any) -> Any:
+    def forward_train(self, module_id: str, batch: Batch) -> object:
         """Forward pass of one module on its (mini)batch. Default: ``self.modules[module_id](batch)``."""
         return self.modules[module_id](batch)
 
-    def compute_loss_for_module(self, module_id: str, batch: Any, fwd_out: Any) -> Union[_Tensor, dict]:
+    def compute_loss_for_module(self, module_id: str, batch: Batch, fwd_out: Any) -> Union[_Tensor, dict]:
         """The loss of one module: a scalar tensor or a dict with ``"total_loss"`` and extras (or a function of
-        no arguments returning either, computed after the other modules stepped)."""
+        no arguments returning either, computed after the other modules stepped). ``fwd_out`` is whatever
+        :meth:`forward_train` returned (loosely typed, so that subclasses can name what theirs returns)."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement compute_loss_for_module(module_id, batch, fwd_out) "
             "(or override compute_losses)"
         )
 
-    def compute_losses(self, batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> Dict[str, _Tensor]:
+    def compute_losses(self, batch: ModuleBatches, fwd_out: Dict[str, object]) -> Dict[str, _Tensor]:
         """Per-module total losses for one minibatch (calls :meth:`compute_loss_for_module`).
 
         Dict losses are split here: ``"total_loss"`` is returned, extras are recorded.
@@ -198,10 +199,10 @@ class Learner:
             else:
                 call.step_skipped(mid)
 
-    def before_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
+    def before_gradient_based_update(self, timesteps: Dict[str, int]) -> None:
         """Runs once per ``update`` call before the first minibatch (after the lr schedule)."""
 
-    def after_gradient_based_update(self, timesteps: Dict[str, Any]) -> None:
+    def after_gradient_based_update(self, timesteps: Dict[str, int]) -> None:
         """Runs once per ``update`` call after the last minibatch (e.g. target-network sync).
 
         ``weights_seq_no`` and ``num_minibatch_updates_lifetime`` already include this call.
@@ -220,11 +221,11 @@ class Learner:
                                "that stops alone would leave the others waiting")
         self._stop_call = True
 
-    def get_extra_state(self) -> Dict[str, Any]:
+    def get_extra_state(self) -> Dict[str, object]:
         """Extra subclass state saved with get_state (tensors, numbers, str, lists, dicts only)."""
         return {}
 
-    def set_extra_state(self, state: Dict[str, Any]) -> None:
+    def set_extra_state(self, state: Dict[str, object]) -> None:
         """Restore what :meth:`get_extra_state` returned."""
 
     def episodes_to_batch(self, episodes: List[Episode]) -> Batch:
@@ -254,7 +255,7 @@ class Learner:
         shuffle_batch_per_epoch: bool = False,
         num_iters: Optional[int] = None,
         _no_metrics_reduce: bool = False,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> Optional[dict]:
         """Train on exactly one input and return the metrics of this call.
 
@@ -352,7 +353,7 @@ class Learner:
             self.weights_seq_no = int(weights_seq_no)
         return True
 
-    def get_state(self) -> Dict[str, Any]:
+    def get_state(self) -> Dict[str, object]:
         """A snapshot: weights, optimizer states, counters and :meth:`get_extra_state`, every tensor a copy on
         the host (CPU) whatever the learner's device (:meth:`set_state` loads it onto any device)."""
         on_cpu = self.device.type == "cpu"
@@ -433,7 +434,7 @@ class Learner:
         self.call_metrics.minibatch_done(now, rows, env_rows)
         return None
 
-    def _checked_losses(self, losses: Dict[str, Any]) -> Dict[str, _Tensor]:
+    def _checked_losses(self, losses: Dict[str, object]) -> Dict[str, _Tensor]:
         """``losses`` with each dict loss split into its ``total_loss`` (extras recorded)."""
         call = self.call_metrics
         for mid, loss in losses.items():
@@ -445,7 +446,7 @@ class Learner:
                         f"the loss of module {mid!r} is a {type(loss).__name__}; return a scalar tensor, "
                         "a dict with 'total_loss', or a function of no arguments returning either"
                     )
-        return losses
+        return cast(Dict[str, _Tensor], losses)  # every value is a tensor now
 
     def _step(self, losses: Dict[str, _Tensor], rows: Dict[str, int]) -> None:
         """Backpropagate ``losses`` and step their modules' optimizers."""

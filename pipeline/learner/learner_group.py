@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from .batch import num_rows, split_rows
+from .batch import Batch, num_rows, split_rows
 from .learner import Learner
 from .metrics import MetricsLogger
 from .ray_learners import LearnerWorker, new_group_name, require_ray
 from .training_data import INPUT_KINDS
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
+_T = TypeVar("_T")
 
 __all__ = ["LearnerGroup", "plan_shards"]
 
@@ -21,7 +27,7 @@ _RAY_NEEDED = (
 
 
 def plan_shards(
-    module_batches: Mapping[str, Any],
+    module_batches: Mapping[str, Batch],
     num_learners: int,
     *,
     minibatch_size: Optional[int] = None,
@@ -91,8 +97,8 @@ class LearnerGroup:
         if type(max_requests_in_flight) is not int or max_requests_in_flight < 1:
             raise ValueError(f"max_requests_in_flight must be an int >= 1, got {max_requests_in_flight!r}")
         self.num_learners = num_learners
-        self._actors: List[Any] = []
-        self._in_flight: List[Any] = []
+        self._actors: List[ActorHandle] = []
+        self._in_flight: List[List[ObjectRef]] = []
         self._max_in_flight = max_requests_in_flight
         if num_learners > 0:
             self._start_actors(learner_factory, num_cpus_per_learner, num_gpus_per_learner, torch_threads, start_timeout)
@@ -134,8 +140,9 @@ class LearnerGroup:
             state = self._get(self._actors[0].get_state.remote())
             self._get([a.set_state.remote(state) for a in self._actors[1:]])
 
-    def _get(self, refs: Any) -> Any:
-        """``ray.get`` that reports a dead learner at once (its peers may be blocked in an all-reduce)."""
+    def _get(self, refs: Union[ObjectRef, List[ObjectRef]]) -> Any:
+        """``ray.get`` that reports a dead learner at once (its peers may be blocked in an all-reduce): what the
+        actors' methods returned."""
         import ray  # optional extra: ray
 
         try:
@@ -171,8 +178,8 @@ class LearnerGroup:
         return self._get(self._actors[0].weights_seq_no.remote())
 
     # ------------------------------------------------------------------ training
-    def update(self, *args: Any, async_update: bool = False, **kwargs: Any) -> Any:
-        """``Learner.update`` on the group (same arguments); returns its metrics.
+    def update(self, *args: Any, async_update: bool = False, **kwargs: Any) -> Union[None, dict, List[dict]]:
+        """``Learner.update`` on the group (same arguments, passed on); returns its metrics.
 
         With Ray learners the metrics of all learners are merged (``MetricsLogger.aggregate``).
         ``async_update=True`` (Ray learners only) queues the update and returns, without
@@ -191,7 +198,7 @@ class LearnerGroup:
             return self._merge(self._get(refs))
         import ray  # optional extra: ray
 
-        done: List[Any] = []
+        done: List[dict] = []
         while len(self._in_flight) >= self._max_in_flight:
             done.append(self._merge(self._get(self._in_flight.pop(0))))
         self._in_flight.append(refs)
@@ -209,7 +216,7 @@ class LearnerGroup:
             out.append(self._merge(self._get(self._in_flight.pop(0))))
         return out
 
-    def _remote_input(self, args: tuple, kwargs: Dict[str, Any]) -> tuple:
+    def _remote_input(self, args: tuple, kwargs: Dict[str, object]) -> Tuple[str, object]:
         import ray  # optional extra: ray
 
         if args:
@@ -241,7 +248,7 @@ class LearnerGroup:
         logger.aggregate(results)
         return logger.reduce()
 
-    def foreach_learner(self, fn: Callable[[Learner], Any]) -> List[Any]:
+    def foreach_learner(self, fn: Callable[[Learner], _T]) -> List[_T]:
         """Call ``fn(learner)`` on every learner; returns the results in learner order."""
         if self._learner is not None:
             return [fn(self._learner)]
@@ -261,7 +268,7 @@ class LearnerGroup:
             return self._learner.set_weights(weights, weights_seq_no=weights_seq_no)
         return all(self._get([a.set_weights.remote(weights, weights_seq_no) for a in self._actors]))
 
-    def get_state(self) -> Dict[str, Any]:
+    def get_state(self) -> Dict[str, object]:
         if self._learner is not None:
             return self._learner.get_state()
         return self._get(self._actors[0].get_state.remote())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union, Unpack
+from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union, Unpack, cast
 
 from .stats import Stats, StatsSettings
 
@@ -74,8 +74,8 @@ class MetricsLogger:
         self.stats: dict = {}
 
     # ------------------------------------------------------------------ internals
-    def _get(self, path: Tuple[str, ...], default: Any = _MISSING) -> Any:
-        node: Any = self.stats
+    def _get(self, path: Tuple[str, ...], default: object = _MISSING) -> object:
+        node: object = self.stats
         for k in path:
             if not isinstance(node, dict) or k not in node:
                 if default is _MISSING:
@@ -105,7 +105,7 @@ class MetricsLogger:
         """Whether a metric (or a sub-tree) exists at ``key``."""
         return self._get(_path(key), None) is not None
 
-    def log_value(self, key: Key, value: Any, **settings: Unpack[StatsSettings]) -> None:
+    def log_value(self, key: Key, value: object, **settings: Unpack[StatsSettings]) -> None:
         """Push ``value`` to the Stats at ``key``; the first call creates it with ``settings``
         (``reduce``, ``window``, ``ema_coeff``, ``clear_on_reduce``, ``throughput``: see :class:`Stats`)."""
         path = _path(key)
@@ -149,7 +149,7 @@ class MetricsLogger:
                 raise ValueError(f"metric key {full!r} holds a sub-tree, not a value")
 
     # ------------------------------------------------------------------ reading
-    def peek(self, key: Optional[Key] = None, default: Any = _MISSING) -> Any:
+    def peek(self, key: Optional[Key] = None, default: object = _MISSING) -> object:
         """The float at ``key`` (a nested dict of floats for a sub-tree or for ``key=None``)."""
         node = self._get(_path(key), default)
         if node is default and default is not _MISSING:
@@ -159,7 +159,7 @@ class MetricsLogger:
         return MetricsLogger.peek_results(node)
 
     @staticmethod
-    def peek_results(results: Any) -> Any:
+    def peek_results(results: object) -> object:
         """Turn a nested dict with Stats leaves (e.g. ``Learner.update`` output) into floats."""
         if isinstance(results, Stats):
             return results.peek()
@@ -179,7 +179,7 @@ class MetricsLogger:
         def _red(tree: dict) -> dict:
             return {k: (v.reduce() if isinstance(v, Stats) else _red(v)) for k, v in tree.items()}
 
-        return _red(node)
+        return _red(cast(dict, node))  # a sub-tree: _get returns Stats leaves or dicts
 
     def delete(self, key: Key) -> None:
         """Remove the metric or sub-tree at ``key`` (KeyError if absent)."""

@@ -4,7 +4,7 @@ weights read and loaded by id."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Dict, Iterable, Optional, Union
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ class ModuleSet(Dict[str, nn.Module]):
             self[mid].load_state_dict(sd)
 
 
-def move_modules(objects: Iterable[Any], device: torch.device) -> Dict[int, nn.Parameter]:
+def move_modules(objects: Iterable[object], device: torch.device) -> Dict[int, nn.Parameter]:
     """Move every ``nn.Module`` among ``objects`` (each once) to ``device``; returns id of each old parameter ->
     the parameter after the move (a move may make new ``Parameter`` objects, e.g. to ``'meta'``)."""
     mods: Dict[int, nn.Module] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -146,7 +146,7 @@ class ModuleOptimizers:
                     g.mul_(coef)
         return norm
 
-    def moved(self, renamed: Dict[int, nn.Parameter], saved: Dict[str, Dict[str, Any]]) -> None:
+    def moved(self, renamed: Dict[int, nn.Parameter], saved: Dict[str, Dict[str, object]]) -> None:
         """After the modules moved: point each optimizer at the moved parameters (``renamed``: id of the old
         parameter -> the new one) and load its ``saved`` state onto their device."""
         for mid, opt in self.optimizers.items():

@@ -25,21 +25,23 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional
+import types
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar
 
 import torch
 
-from ..device import ray_gpu_ids
-from .batch import num_rows, split_rows, take_rows
+from ..device import DeviceLike, ray_gpu_ids
+from .batch import Batch, num_rows, split_rows, take_rows
 from .learner import Learner
 from .training_data import TrainingData
 
 __all__ = ["require_ray", "LearnerWorker", "shard_for_rank", "total_minibatches", "collective_backend", "worker_device"]
 
 _group_ids = itertools.count()
+_T = TypeVar("_T")
 
 
-def require_ray(what: str) -> Any:
+def require_ray(what: str) -> types.ModuleType:
     """Import and return ``ray``; a clear ImportError naming the extra when it is missing."""
     try:
         import ray  # optional extra: ray
@@ -51,15 +53,15 @@ def require_ray(what: str) -> Any:
     return ray
 
 
-def collective_backend(params: Any) -> str:
+def collective_backend(params: Iterable[object]) -> str:
     """The all-reduce backend for these parameters: ``"nccl"`` when they live on a GPU, else ``"gloo"``.
     (Only the gloo path is exercised on this project's CPU-only CI.)"""
     return "nccl" if any(getattr(p, "is_cuda", False) for p in params) else "gloo"
 
 
-def shard_for_rank(module_batches: Mapping[str, Any], rank: int, world: int) -> Dict[str, Any]:
+def shard_for_rank(module_batches: Mapping[str, Batch], rank: int, world: int) -> Dict[str, object]:
     """Rank ``rank``'s contiguous row shard of every module batch (never empty, see module doc)."""
-    out = {}
+    out: Dict[str, object] = {}
     for mid, b in module_batches.items():
         rows = num_rows(b, where=f"module {mid!r} batch")
         if rows == 0:
@@ -83,7 +85,7 @@ def total_minibatches(
     return math.ceil(num_epochs * largest / minibatch_size)
 
 
-def worker_device(device: Any, gpu_ids: Optional[List[Any]]) -> Any:
+def worker_device(device: DeviceLike, gpu_ids: Optional[Sequence[object]]) -> DeviceLike:
     """Where a learner actor trains: ``device`` when given; else ``'cuda:0'`` when Ray assigned it GPUs
     (``gpu_ids`` from ``ray.get_gpu_ids()``: Ray sets ``CUDA_VISIBLE_DEVICES``, so the first assigned GPU is
     ``cuda:0`` inside the actor); else None (the learner stays where its factory put it)."""
@@ -115,7 +117,7 @@ class LearnerWorker:
         world_size: int,
         group_name: str,
         torch_threads: Optional[int] = 1,
-        device: Any = None,
+        device: DeviceLike = None,
     ) -> None:
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -169,7 +171,8 @@ class LearnerWorker:
 
     # ------------------------------------------------------------------ training
     def update(self, kind: str, payload: Any, kwargs: Dict[str, Any]) -> Optional[dict]:
-        """Resolve the input, keep this rank's shard and run ``Learner.update`` on it."""
+        """Resolve the input, keep this rank's shard and run ``Learner.update`` on it. ``payload`` is the input of
+        kind ``kind`` and ``kwargs`` the other ``update`` arguments, both passed on to their typed parameters."""
         learner = self.learner
         if kind in ("batch_refs", "episodes_refs"):
             # refs nested in a list arrive unresolved: resolve them here, not in the driver
@@ -198,7 +201,7 @@ class LearnerWorker:
     def set_weights(self, weights: Mapping, weights_seq_no: Optional[int] = None) -> bool:
         return self.learner.set_weights(weights, weights_seq_no=weights_seq_no)
 
-    def get_state(self) -> Dict[str, Any]:
+    def get_state(self) -> Dict[str, object]:
         return self.learner.get_state()
 
     def set_state(self, state: Mapping) -> None:
@@ -213,7 +216,7 @@ class LearnerWorker:
     def restore_from_path(self, path: str) -> None:
         self.learner.restore_from_path(path)
 
-    def apply(self, fn: Callable[[Learner], Any]) -> Any:
+    def apply(self, fn: Callable[[Learner], _T]) -> _T:
         return fn(self.learner)
 
     def pid(self) -> int:

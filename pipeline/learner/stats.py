@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any, Iterable, Optional, Sequence, TypedDict
+from typing import Iterable, Optional, Sequence, SupportsFloat, TypedDict, cast
 
 __all__ = ["Stats", "StatsSettings"]
 
@@ -27,11 +27,11 @@ class StatsSettings(TypedDict, total=False):
 _now = time.perf_counter
 
 
-def _to_float(value: Any) -> float:
+def _to_float(value: object) -> float:
     if isinstance(value, float):
         return value
     try:
-        return float(value)  # python numbers, numpy scalars, 0-d / one-element tensors
+        return float(cast(SupportsFloat, value))  # python numbers, numpy scalars, 0-d / one-element tensors
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"Stats values must be numbers or one-element tensors, got {type(value).__name__}: {value!r}"
@@ -73,7 +73,7 @@ class Stats:
 
     def __init__(
         self,
-        init_value: Any = None,
+        init_value: object = None,
         *,
         reduce: str = "mean",
         window: Optional[int] = None,
@@ -143,7 +143,7 @@ class Stats:
         """True for a running sum that is never cleared (merged by replacing, never re-added)."""
         return self.reduce_method == "sum" and self.window is None and not self.clear_on_reduce
 
-    def push(self, value: Any) -> None:
+    def push(self, value: object) -> None:
         """Add one value according to the reduction rule."""
         v = _to_float(value)
         if self._values is not None:
@@ -167,7 +167,7 @@ class Stats:
             if v > cur or math.isnan(v):
                 self._value = v
 
-    def set(self, value: Any) -> None:
+    def set(self, value: object) -> None:
         """Replace the content by a single value (used for lifetime sums on merge)."""
         v = _to_float(value)
         if self._values is not None:

@@ -4,7 +4,7 @@ critics have."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import torch
 from torch import nn
@@ -36,8 +36,8 @@ class SoftTarget:
         with torch.no_grad():
             torch._foreach_lerp_(self._target, self._online, self.theta)
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, object]:
         return self.module.state_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, object]) -> None:
         self.module.load_state_dict(state)

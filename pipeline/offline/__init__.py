@@ -7,7 +7,7 @@ their modules are imported.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 

@@ -13,7 +13,7 @@ episode. :func:`validate_columns` refuses a dataset whose last episode has no en
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-from typing import Any
 
 from .keycheck import KeyMismatchError
 from .keys import MissingKeyError

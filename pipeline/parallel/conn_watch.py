@@ -6,7 +6,7 @@ import socket as _socket
 import struct
 import sys
 import time
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 try:  # the bound on what a connection can make ZeroMQ hold reads kernel counters (Linux TCP)
     import fcntl
@@ -49,7 +49,7 @@ def counters(sock: _socket.socket) -> Optional[Tuple[int, int]]:
     return struct.unpack_from("<Q", info, 200)[0], struct.unpack_from("<Q", info, 128)[0] - unread
 
 
-def peer_still_there(sock: Any) -> Optional[bool]:
+def peer_still_there(sock: _socket.socket) -> Optional[bool]:
     """Whether the peer of a TCP connection that ZeroMQ closed had not ended it: the connection is still
     established (no FIN or reset came), or it holds bytes nobody read (ZeroMQ reads a connection its peer
     closes to its end). ZeroMQ's ``close`` leaves the connection open while the guard's duplicate of the

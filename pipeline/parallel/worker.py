@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from .keycheck import KeyMismatchError
 from .launch import CRASH_EXIT_CODE, PARENT_ENV, configure_from_env, remove_ipc_files

@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from easydict import EasyDict
 
@@ -35,6 +35,7 @@ from .prepare import RunInfo, prepare_run
 
 if TYPE_CHECKING:  # they load gymnasium and numpy; this module is on the --help path
     from contexts import OnlineRLContext
+    from middleware.ckpt_handler import BufferFiles
     from middleware.functional.logger import LoggerMiddleware
     from ..envs import EnvManager
 
@@ -135,7 +136,7 @@ def compile_run_config(run: RunInfo, policy: str) -> object:
 
 
 def checkpointer(run: RunInfo, policy: object, cfg: Mapping[str, object], policy_type: str, train_freq: int,
-                 buffer: object = None, spaces: Optional[Tuple[object, object]] = None) -> object:
+                 buffer: Optional[BufferFiles] = None, spaces: Optional[Tuple[object, object]] = None) -> object:
     """A ``CkptSaver`` under the run folder (made now) that saves the config (and the env's ``spaces``,
     ``(observation_space, action_space)``) with the weights and resumes from ``--resume`` (a checkpoint
     that does not fit the policy ends the run with its reason)."""

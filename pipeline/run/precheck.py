@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import sys
-from typing import Any, List, Mapping, NoReturn, Optional, Sequence
+from typing import List, Mapping, NoReturn, Optional, Sequence
 
 from ..config import ConfigError, check_user_config, compile_config, config_table, format_config_table
 from ..device import DeviceError, device_problem, node_learns, policy_device

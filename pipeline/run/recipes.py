@@ -16,7 +16,7 @@ Each ``use_*`` function adds an algorithm's middleware to the running task, insi
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from easydict import EasyDict
 
