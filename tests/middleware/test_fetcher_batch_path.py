@@ -125,3 +125,28 @@ def test_buffers_and_middleware_satisfy_the_declared_protocols():
     st = staleness_check(buf, 5)
     assert isinstance(st, SampleArguments) and st.sample_kwargs(7) == {'train_iter_sample_data': 7}
     assert not isinstance(object(), ReplayBuffer)
+
+
+class SampleOnlyBuffer:
+    """A DI-engine-style buffer without ``sample_batch``: the fetcher collates the items ``sample`` returns."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def count(self):
+        return self.inner.count()
+
+    def sample(self, size, **kw):
+        return self.inner.sample(size, **kw)
+
+
+def test_a_buffer_without_sample_batch_is_fetched_through_its_items():
+    inner = DequeBuffer(50, seed=0, sampler=PrioritizedSampler(alpha=0.6, beta=0.4))
+    for i in range(10):
+        inner.push({'obs': np.full(3, i, np.float32), 'y': float(i)})
+    ctx = OnlineRLContext()
+    next(offpolicy_data_fetcher(cfg(), SampleOnlyBuffer(inner))(ctx))
+    batch = ctx.train_data
+    assert batch['obs'].shape == (4, 3) and batch['y'].dtype == torch.float32
+    assert torch.equal(batch['obs'][:, 0], batch['y'])  # rows stay whole
+    assert 'weight' in batch and batch['weight'].shape == (4,)  # the items' IS weights
