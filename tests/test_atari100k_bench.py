@@ -275,7 +275,7 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
             assert r['settings'] == lab.VARIANTS[agent] and r.get('agent_preset', agent) == agent, path
             assert r['agent'] == lab.VARIANT_NAMES[agent], path   # runs older than the field agent_preset
             checked += 1
-    assert checked == 16                                   # drq_eps: 3 seeds x 5 games; drq_eps_noisy: Freeway 0
+    assert checked == 17    # drq_eps: 3 seeds x 5 games; drq_eps_noisy and drq_eps_narrow_ez: Freeway 0
 
 
 def test_an_agent_setting_init_gets_that_initialisation():
