@@ -20,12 +20,13 @@ from . import codec
 from .wire import K_HEARTBEAT, PEER_DEAD
 
 if TYPE_CHECKING:
+    from .delivery import Delivery
     from .ending import Ending
     from .handshake import Handshake
     from .membership import Membership
     from .node_state import NodeState
     from .peers import Notices, Peers
-    from .reader import Delivery, Reader
+    from .reader import Reader
     from .sending import Sender
     from .waker import Waker
     from .wire import Framer

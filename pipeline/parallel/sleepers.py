@@ -1,7 +1,7 @@
 """Threads of ``ZmqRouter`` in ``wait`` that do not read: ``Sleepers`` (see ``reader``).
 
-The reader counts and wakes them, and the delivery wakes them after each message; it imports nothing of the
-bus.
+The reader counts and wakes them, and the delivery wakes them after each message. This module imports
+nothing of the bus.
 """
 from __future__ import annotations
 

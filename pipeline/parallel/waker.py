@@ -1,6 +1,6 @@
 """The in-process wake-up of a reader of ``ZmqRouter`` blocked in ``recv``: ``Waker`` (see ``reader``).
 
-The reader, the heartbeat thread and the ending send it; it imports nothing of the bus.
+The reader, the heartbeat thread and the ending send it. This module imports nothing of the bus.
 """
 from __future__ import annotations
 
