@@ -29,10 +29,10 @@ from .wire import FINISH, K_DATA
 if TYPE_CHECKING:
     from .connector import Connector
     from .keycheck import KeyCheck
-    from .liveness import Notices, Peer, Peers
     from .node_state import NodeState
-    from .reader import Waker
+    from .peers import Notices, Peer, Peers
     from .sending import Sender
+    from .waker import Waker
     from .wire import Framer
 
 log = logging.getLogger("rlpipe.parallel")

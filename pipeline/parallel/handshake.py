@@ -1,9 +1,9 @@
 """How nodes find each other (the HELLO/ACK handshake of ``ZmqRouter``).
 
 A node sends HELLO to the addresses it was given (the group's addresses, filtered by the topology, plus
-``attach_to``), repeating it every 0.2 s per address (a *probe*) until answered; the receiver connects back
-to the address announced in the HELLO and answers ACK. In a ``mesh`` the ACK also lists the receiver's
-peers, so a late joiner that attached to one node connects to the whole group.
+``attach_to``), repeating it every 0.2 s per address (a *probe*, ``probes``) until answered; the receiver
+connects back to the address announced in the HELLO and answers ACK. In a ``mesh`` the ACK also lists the
+receiver's peers, so a late joiner that attached to one node connects to the whole group.
 
 A HELLO (the one message sent before the pair has sequence numbers) is made fresh by what its MAC covers:
 the sender's node id and incarnation (session) in the header, and its clock time in the body. It is refused
@@ -25,9 +25,7 @@ cannot add to it.
 """
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -37,11 +35,10 @@ from .sending import send_nowait
 from .wire import _INF, K_ACK, K_HELLO
 
 if TYPE_CHECKING:
-    import zmq
-
-    from .connector import Connector
-    from .liveness import Membership, Peers
+    from .membership import Membership
     from .node_state import NodeState
+    from .peers import Peers
+    from .probes import Probes, _Probe
     from .sending import Sender
     from .wire import Framer
 
@@ -62,39 +59,6 @@ def seed_addresses(node_id: int, group: Mapping[int, str], topology: str, attach
         if a not in seeds:
             seeds.append(a)
     return seeds
-
-
-class _Probe:
-    __slots__ = ("address", "sock", "token", "last_sent")
-
-    def __init__(self, address: str, sock: zmq.Socket, token: int) -> None:
-        self.address = address
-        self.sock = sock
-        self.token = token
-        self.last_sent = 0.0
-
-
-class Probes(Dict[int, _Probe]):
-    """The addresses this node sends HELLOs to and that have not answered yet: token -> probe (its socket,
-    its token, when it last sent). Used only under the state lock (``Peers.lock``); the handshake adds them
-    and settles them, the router closes what is left when it stops, ``keycheck`` reads their addresses."""
-
-    def __init__(self, connector: Connector) -> None:
-        super().__init__()
-        self._connector = connector
-        self._tokens = itertools.count(secrets.randbits(32) << 20)
-
-    def add(self, address: str) -> None:
-        token = next(self._tokens)
-        self[token] = _Probe(address, self._connector.push(address), token)
-
-    def addresses(self) -> List[str]:
-        return [p.address for p in self.values()]
-
-    def close_all(self) -> None:
-        for probe in self.values():
-            probe.sock.close(0)
-        self.clear()
 
 
 class Handshake:

@@ -19,9 +19,9 @@ import time
 from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
 
 if TYPE_CHECKING:
-    from .handshake import Probes
-    from .liveness import Peers
     from .node_state import NodeState
+    from .peers import Peers
+    from .probes import Probes
 
 log = logging.getLogger("rlpipe.parallel")
 

@@ -1,4 +1,4 @@
-"""Reading the bus: who reads the PULL socket, the hand-over between threads, and delivery.
+"""Reading the bus: who reads the PULL socket, and the hand-over between threads.
 
 One thread at a time reads the PULL socket (it holds the read token), handles what arrives in arrival order
 and calls ``on_message`` on its own thread, so ``on_message`` is never called concurrently. The reader is
@@ -16,88 +16,34 @@ and the heartbeat thread (every 50 ms to a waiting thread, so that it checks its
 once for a notice such as a dead peer). ``stop`` releases every waiter and takes the token for good before
 closing the socket.
 
-The pieces: ``Reader`` (the read token, the receiver thread, ``wait`` and ``wake``), ``Delivery`` (acting on
-what was read, and calling ``on_message``), ``Sleepers`` (waiters that do not read) and ``Waker`` (the
-in-process wake-up of a reader blocked in ``recv``).
+Here: ``Reader`` (the read token, the receiver thread, ``wait`` and ``wake``). It hands what it reads to
+``delivery.Delivery`` (acting on what was read, and calling ``on_message``), and uses ``sleepers.Sleepers``
+(waiters that do not read) and ``waker.Waker`` (the in-process wake-up of a reader blocked in ``recv``).
 """
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import zmq as _zmq
 
-from . import codec
-from .codec_format import Buffer
-from .decoder import _decode_small_event
-from .wire import (_BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _NONCE, _KIND_NAMES, _SEQ_AT,
-                   _unpack_seq, FINISH, K_BYE, K_DATA, K_HEARTBEAT, K_HELLO, K_LARGE, PEER_LEFT, WIRE_MAX, Header,
-                   is_chunk)
+from .wire import _BODY_AT, _compare_digest, _INF, _MAC_LEN, _MIN_FRAME, _SEQ_AT, _unpack_seq, WIRE_MAX
 
 if TYPE_CHECKING:
-    from ..runtime.router import OnMessage
-    from .ending import Ending
-    from .handshake import Handshake
-    from .liveness import Membership, Notices, Peers
+    from .delivery import Delivery
     from .node_state import NodeState
+    from .sleepers import Sleepers
+    from .waker import Waker
     from .wire import Framer
 
 log = logging.getLogger("rlpipe.parallel")
-_NOBLOCK = _zmq.NOBLOCK
 
 _HANDBACK = 0.002  # the receiver thread reads again this long after the last wait() returned
 _SHORT = 0.2  # a reader whose deadline is closer than this receives with a timeout (see _read)
 _PARK = 0.02  # while a wait() is in progress the receiver thread looks every _PARK s (and is woken at the end
 # of a wait longer than that); after a shorter wait it is back within _PARK + _HANDBACK s at most
-
-
-class Waker:
-    """The in-process wake-up of a reader blocked in ``recv``: a PUSH socket (connected once the router
-    started, ``connect``; closed by ``stop``) to the router's own PULL socket that sends ``msg``, which the
-    reader recognises and skips. Owns the socket and the lock that serialises its use."""
-
-    def __init__(self) -> None:
-        self.msg = secrets.token_bytes(16)
-        self._sock: Any = None
-        self._lock = threading.Lock()
-
-    def connect(self, ctx: _zmq.Context) -> None:
-        self._sock = ctx.socket(_zmq.PUSH)
-        self._sock.setsockopt(_zmq.SNDHWM, 2)
-        self._sock.setsockopt(_zmq.LINGER, 0)
-        self._sock.connect("inproc://rlpipe-wake")
-
-    def send(self) -> None:
-        with self._lock:
-            if self._sock is not None:
-                try:
-                    self._sock.send(self.msg, _NOBLOCK)
-                except _zmq.ZMQError:
-                    pass  # a wake-up is already queued (or the router is closing)
-
-    def close(self) -> None:
-        with self._lock:
-            self._sock.close(0)
-            self._sock = None
-
-
-class Sleepers:
-    """Threads in ``wait`` that are not reading: they sleep on ``cond`` until a message was delivered,
-    ``wake()``, ``stop`` or a slice of 50 ms ends. Owns ``lock`` (the condition's, which also guards the
-    reader's count of threads in ``wait``) and ``count``, how many sleep now (read without the lock by
-    whoever may notify them: no notify when nobody sleeps)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.count = 0
-
-    def notify(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
 
 
 class Reader:
@@ -380,133 +326,3 @@ class Reader:
 
     def close(self) -> None:
         self._pull.close(0)
-
-
-class Delivery:
-    """Acts on each message the reader read (``handle``; ``act`` once its header is checked) and calls
-    ``on_message``: peers' messages, and the notices (``notices``: joined, dead and left peers and a local
-    finish, queued by the membership and the ending). Owns ``on_message`` (set at ``start``) and what the
-    heartbeat thread reads to see a listener, or a slow decode, running: ``in_handler``, ``handler_event``
-    and ``deliveries`` (the number of calls so far). Checks with ``framer``, hands HELLO and ACK to the
-    handshake, BYE and revivals to the membership and a received "__finish__" to the ending, counts what
-    peers sent (``Peer.rx_count``), and notifies the ``sleepers`` after each delivery."""
-
-    def __init__(self, node: NodeState, peers: Peers, framer: Framer, membership: Membership,
-                 handshake: Handshake, ending: Ending, notices: Notices, sleepers: Sleepers) -> None:
-        self._node, self._peers, self._framer = node, peers, framer
-        self._membership, self._handshake, self._ending = membership, handshake, ending
-        self.notices, self._sleepers = notices, sleepers
-        self.on_message: Optional[OnMessage] = None
-        self.in_handler = False
-        self.handler_event = ""  # the remote event whose listener runs now (for the slow-listener warning)
-        self.deliveries = 0  # number of on_message calls so far (the heartbeat thread spots long ones)
-
-    def handle(self, first: bytes, extra: Sequence[Buffer]) -> None:
-        """Check and act on one message: ``first`` frame (MAC + header + body) and the ``extra`` frames.
-        (``Reader._read`` does the same for a single frame, with the common case inline.)"""
-        framer = self._framer
-        if is_chunk(first, extra):
-            done = framer.on_chunk(first, extra[0])
-            if done is not None:  # the last chunk of a chunked message
-                meta, parts, sender, session = done
-                self.on_data(meta, parts, sender, session, 0)
-            return
-        self.act(first, extra, framer.open(first, extra))
-
-    def act(self, first: bytes, extra: Sequence[Buffer], header: Optional[Header]) -> None:
-        """Act on a message that passed ``Framer.open`` (``header``: its fields; None: it was dropped)."""
-        if header is None:
-            return
-        magic, version, kind, sender, session, dest, dest_session, seq, nbufs = header
-        start = _BODY_AT + _NONCE if extra else _BODY_AT  # the body, read in place
-        if kind == K_DATA:
-            self.on_data(first, extra, sender, session, start)
-            return
-        if kind == K_LARGE:
-            peer = self._peers.get(sender)
-            if peer is not None and peer.session == session:
-                peer.rx_count += 1
-            self._framer.on_large_head(first, sender, session, seq, nbufs)
-            return
-        try:
-            value = codec.decode(first[start:], extra)
-        except codec.DecodeError as e:
-            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {e}")
-            return
-        peer = self._peers.get(sender)
-        if peer is not None and peer.session == session:
-            peer.rx_count += 1
-            if not peer.alive and kind == K_HEARTBEAT:
-                self._membership.revive(peer)
-        self._node.stats["control_received"] += 1
-        if kind == K_HEARTBEAT:
-            return
-        if kind == K_BYE:
-            if peer is not None and peer.session == session and peer.alive:
-                log.log(logging.DEBUG if self._node.finish_seen else logging.INFO, "node %d: node %d left",
-                        self._node.node_id, sender)
-                self._membership.lose(peer, PEER_LEFT)
-                self.deliver_notices()
-            return
-        if not isinstance(value, dict) or not isinstance(value.get("address"), str) \
-                or not isinstance(value.get("token"), int):
-            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender} lacks address/token")
-            return
-        try:
-            if kind == K_HELLO:
-                self._handshake.on_hello(sender, session, value)
-            else:
-                self._handshake.on_ack(sender, session, value)
-        except Exception as e:  # e.g. an announced address ZeroMQ cannot connect to
-            self._node.drop("malformed", f"{_KIND_NAMES[kind]} from node {sender}: {type(e).__name__}: {e}")
-        self.deliver_notices()
-
-    def on_data(self, first: bytes, extra: Sequence[Buffer], sender: int, session: int, start: int) -> None:
-        """Decode and deliver an authenticated data message (its body starts at ``first[start]``)."""
-        small = None if extra else _decode_small_event(first, start)  # leaves only: nothing to import, quick
-        if small is not None:
-            event, args, kwargs = small
-        else:
-            # Decoding counts as busy, like a listener: a slow decode (the first tensor imports torch, which
-            # can take many seconds on a loaded machine) must not make this node hold the peers' silence
-            # against them (the heartbeat thread sees the reader busy, see liveness).
-            self.deliveries += 1
-            self.handler_event = "(decoding a message)"
-            self.in_handler = True
-            try:
-                event, args, kwargs = codec.decode_event(first, extra, start, try_small=False, adopt=True)
-            except codec.DecodeError as e:
-                self.in_handler = False
-                self._node.drop("malformed", f"data from node {sender} is not (event, args, kwargs): {e}")
-                return
-        peer = self._peers.get(sender)
-        if peer is not None and peer.session == session:
-            peer.rx_count += 1
-            if not peer.alive:
-                try:
-                    self._membership.revive(peer)
-                except Exception:
-                    log.exception("node %d: could not reconnect to node %d", self._node.node_id, sender)
-        self._node.stats["received"] += 1
-        if event == FINISH:
-            self._ending.spread_finish(came_from=sender)  # on to every other peer (``ending``)
-        self.deliver(event, args, kwargs)
-
-    def deliver(self, event: str, args: tuple, kwargs: dict) -> None:
-        self.deliveries += 1
-        self.handler_event = event
-        self.in_handler = True
-        try:
-            self.on_message(event, args, kwargs)  # type: ignore[misc]  # a callable attribute, not a method
-        except Exception:
-            log.exception("node %d: listener of remote event %r raised", self._node.node_id, event)
-        finally:
-            self.in_handler = False
-        if self._sleepers.count:
-            self._sleepers.notify()
-
-    def deliver_notices(self) -> None:
-        notices = self.notices
-        while notices:
-            event, args = notices.popleft()
-            self.deliver(event, args, {})

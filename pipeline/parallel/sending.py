@@ -21,7 +21,7 @@ from .encoder import encode_event as _encode_event
 from .wire import _BODY_AT, _MIN_FRAME, _NONCE, K_BYE, K_DATA, WIRE_MAX, _Large, _pack_seq
 
 if TYPE_CHECKING:
-    from .liveness import Peer, Peers
+    from .peers import Peer, Peers
     from .node_state import NodeState
     from .wire import Framer
 

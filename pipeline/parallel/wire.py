@@ -56,7 +56,7 @@ from .codec_format import Buffer
 from .replay import ReplayWindow
 
 if TYPE_CHECKING:
-    from .liveness import Peers
+    from .peers import Peers
     from .node_state import NodeState
 
 _AESGCM: Any

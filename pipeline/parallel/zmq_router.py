@@ -11,20 +11,24 @@ Topologies
     ``alone``: connect only to ``attach_to``. In all topologies a node accepts nodes that attach to it.
 
 The router holds one part per concern (listed in its constructor, with the state they share); each part's
-module docstring says what it guarantees:
+module docstring says what it guarantees. The modules import one way (``tests/parallel/test_import_layers.py``
+checks it), so they read bottom-up:
 
+* the shared state: ``node_state.NodeState`` (this node), ``peers`` (the peer table ``Peers``, its entries
+  and the ``Notices`` delivered besides messages), ``sleepers.Sleepers`` and ``waker.Waker`` (waking
+  threads in ``wait`` and a reader in ``recv``);
 * ``wire.Framer``: framing and HMAC authentication (nothing is decoded before the MAC check; payloads use
   the pickle-free ``codec``), sequence numbers against duplicates and replays, chunked messages;
-* ``handshake.Handshake`` (and its ``Probes``): HELLO/ACK, how nodes find each other, and refusing replayed
-  HELLOs;
-* ``liveness``: the peer table (``Peers``), how entries join, die, leave and come back (``Membership``) and
-  the heartbeat thread (``Heartbeat``);
-* ``reader``: which thread reads the socket (``Reader``, the hand-over to threads in ``wait``) and delivery
-  to ``on_message`` (``Delivery``);
+* ``transport_guard``: the incoming connections; ``connector.Connector``: the outgoing ones, and
+  ``probes.Probes`` on them (the addresses that have not answered our HELLOs yet);
 * ``sending.Sender``: ``emit``, backpressure (``BackpressureTimeout``) and counting what cannot be delivered;
-* ``ending.Ending``: "__finish__" reaching every node, and the peerless bound;
 * ``keycheck.KeyCheck``: telling a peer with another key from silence (``KeyMismatchError``);
-* ``connector.Connector``: the outgoing connections; ``transport_guard``: the incoming ones;
+* ``ending.Ending``: "__finish__" reaching every node, and the peerless bound;
+* ``membership.Membership``: how peer entries join, die, leave and come back;
+* ``handshake.Handshake``: HELLO/ACK, how nodes find each other, and refusing replayed HELLOs;
+* ``delivery.Delivery``: acting on what was read, and calling ``on_message``; ``reader.Reader``: which
+  thread reads the socket (the hand-over to threads in ``wait``);
+* ``heartbeat.Heartbeat``: the heartbeat thread, which drives the parts below it (liveness of the peers);
 * this module: configuration, start and stop.
 """
 from __future__ import annotations
@@ -43,15 +47,21 @@ import zmq
 from ..runtime.node import node_is_quiet
 from ..runtime.router import OnMessage, Router
 from .connector import Connector
+from .delivery import Delivery
 from .ending import Ending
-from .handshake import Handshake, Probes, seed_addresses
+from .handshake import Handshake, seed_addresses
+from .heartbeat import Heartbeat
 from .keycheck import KeyCheck, KeyMismatchError
 from .keys import resolve_key
-from .liveness import Heartbeat, Membership, Notices, Peers
+from .membership import Membership
 from .node_state import NodeState
-from .reader import Delivery, Reader, Sleepers, Waker
+from .peers import Notices, Peers
+from .probes import Probes
+from .reader import Reader
 from .sending import BackpressureTimeout, Sender
+from .sleepers import Sleepers
 from .transport_auth import TransportGuard, resolve_bus_auth
+from .waker import Waker
 from .wire import (FINISH, PEER_DEAD, PEER_JOINED, PEER_LEFT, WIRE_MAX, Framer, _Assemblies, is_local_address)
 
 log = logging.getLogger("rlpipe.parallel")

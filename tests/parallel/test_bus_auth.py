@@ -69,10 +69,10 @@ def test_forged_garbage_and_malformed_are_dropped_and_counted(node):
 
 def test_the_codec_is_not_reached_before_the_mac_check(node, monkeypatch):
     r, push, got = node
-    from pipeline.parallel import reader
+    from pipeline.parallel import delivery
     calls = []
-    for module, name in ((codec, "decode"), (codec, "decode_event"), (reader, "_decode_small_event")):
-        real = getattr(module, name)  # the reader decodes the common small event itself
+    for module, name in ((codec, "decode"), (codec, "decode_event"), (delivery, "_decode_small_event")):
+        real = getattr(module, name)  # the delivery decodes the common small event itself
         monkeypatch.setattr(module, name, lambda *a, _real=real, **kw: calls.append(1) or _real(*a, **kw))
     push.send(_message(b"y" * 32, r, "forged"))
     assert wait_until(lambda: r.stats["auth_failed"] == 1)
