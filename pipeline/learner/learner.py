@@ -158,9 +158,9 @@ class Learner:
         Returns module id -> its parameters (gradients live in ``param.grad``).
         """
         params = self._params
-        optimizers = self.optimizers
+        optim = self.optim
         for mid in losses:
-            optimizers[mid].zero_grad(set_to_none=True)
+            optim.zero_grad(mid)
         if len(losses) == 1:
             (total,) = losses.values()
         else:
@@ -171,6 +171,8 @@ class Learner:
                 "(requires_grad=False): was it computed under torch.no_grad() or from detached tensors?"
             )
         total.backward()
+        for mid in losses:
+            optim.backward_done(mid)
         return {mid: params[mid] for mid in losses}
 
     def postprocess_gradients(self, gradients: Dict[str, List[nn.Parameter]]) -> Dict[str, List[nn.Parameter]]:
@@ -181,7 +183,7 @@ class Learner:
         """
         norms, clip = self.call_metrics.step_norms, self.optim.clip
         for mid, params in gradients.items():
-            norms[mid] = clip(params)
+            norms[mid] = clip(params, mid)
         return gradients
 
     def apply_gradients(self, gradients: Dict[str, List[nn.Parameter]]) -> None:

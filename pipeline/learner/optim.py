@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 __all__ = ["OptimizerFactory", "LRSchedule", "default_optimizer", "kernel_kwargs", "make_schedule", "total_norm",
-           "ModuleOptimizers"]
+           "FlatGrads", "ModuleOptimizers"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
 LRSchedule = Union[Sequence[Sequence[float]], Callable[[int], float]]
@@ -84,6 +84,79 @@ def total_norm(grads: List[torch.Tensor]) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms)))
 
 
+class FlatGrads:
+    """One module's gradients in one flat tensor: each parameter's ``.grad`` is a view of it, so that the
+    global norm and the clipping are one operation each, not one per parameter.
+
+    :meth:`zero` before a backward pass: the views go back where ``.grad`` was replaced or set to None (e.g. by
+    a user's ``optimizer.zero_grad()``), then the buffer is zeroed (the backward pass adds into it, which
+    gives the same values as fresh gradients). :meth:`finish` after it: a parameter the pass did not reach
+    gets ``.grad = None``, as ``zero_grad(set_to_none=True)`` leaves it, so that its optimizer skips it (a
+    post-accumulate-grad hook per parameter records which were reached). :meth:`norm` and :meth:`scale`
+    work on the buffer while every gradient is still its view (:meth:`intact`); otherwise the caller takes
+    the per-tensor route. Only for dense parameters of one dtype on one device (:meth:`supports`).
+    """
+
+    def __init__(self, params: List[nn.Parameter]) -> None:
+        self.params = params
+        p0 = params[0]
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=p0.dtype, device=p0.device)
+        self.views: List[torch.Tensor] = []
+        at = 0
+        for p in params:
+            self.views.append(self.flat[at:at + p.numel()].view_as(p))
+            at += p.numel()
+        self._reached: set = set()
+        self._hooks: Optional[list] = None  # registered on the first zero(): until then .grad stays None
+
+    @staticmethod
+    def supports(params: List[nn.Parameter]) -> bool:
+        """True when ``params`` can share one buffer: dense, floating point, one dtype, one device."""
+        if not params:
+            return False
+        p0 = params[0]
+        return all(p.layout == torch.strided and p.dtype == p0.dtype and p.device == p0.device
+                   and p.is_floating_point() for p in params)
+
+    def zero(self) -> None:
+        """Point every ``.grad`` at its view and zero the buffer."""
+        if self._hooks is None:
+            reached = self._reached
+            self._hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i: reached.add(i))
+                           for i, p in enumerate(self.params)]
+        for p, v in zip(self.params, self.views):
+            if p.grad is not v:
+                p.grad = v
+        self.flat.zero_()
+        self._reached.clear()
+
+    def finish(self) -> None:
+        """After the backward pass: parameters it did not reach get ``.grad = None``."""
+        reached = self._reached
+        if len(reached) != len(self.params):
+            for i, (p, v) in enumerate(zip(self.params, self.views)):
+                if i not in reached and p.grad is v:
+                    p.grad = None
+
+    def intact(self) -> bool:
+        """True while every gradient is its view or None (nothing replaced a ``.grad`` since :meth:`zero`)."""
+        return all(p.grad is v or p.grad is None for p, v in zip(self.params, self.views))
+
+    def norm(self) -> float:
+        """The global L2 norm of the gradients (parameters without a gradient count as zero)."""
+        return float(torch.linalg.vector_norm(self.flat))
+
+    def scale(self, coef: float) -> None:
+        """Multiply every gradient by ``coef``."""
+        self.flat.mul_(coef)
+
+    def remove(self) -> None:
+        """Drop the hooks (the parameters moved or the module left)."""
+        for h in self._hooks or ():
+            h.remove()
+        self._hooks = None
+
+
 class ModuleOptimizers:
     """Each trained module's optimizer, its parameters and its learning-rate schedule (one of a
     :class:`~pipeline.learner.Learner`'s collaborators): built from a factory and per-module learning rates,
@@ -110,6 +183,8 @@ class ModuleOptimizers:
                 raise TypeError(f"optimizer factory returned {type(opt).__name__}, not a torch Optimizer")
             self.optimizers[mid] = opt
             self.params[mid] = [p for g in opt.param_groups for p in g["params"]]
+        #: module id -> its gradients in one buffer (None: the per-tensor route, see :class:`FlatGrads`)
+        self.flat_grads: Dict[str, Optional[FlatGrads]] = {mid: self._flat(ps) for mid, ps in self.params.items()}
         self.schedules: Dict[str, Callable[[int], float]] = {}
         if lr_schedule is not None:
             per_module = isinstance(lr_schedule, Mapping)
@@ -130,8 +205,33 @@ class ModuleOptimizers:
             for g in self.optimizers[mid].param_groups:
                 g["lr"] = lr
 
-    def clip(self, params: List[nn.Parameter]) -> float:
-        """The global norm of ``params``' gradients (before clipping), clipped to ``grad_clip`` when finite."""
+    @staticmethod
+    def _flat(params: List[nn.Parameter]) -> Optional[FlatGrads]:
+        return FlatGrads(params) if FlatGrads.supports(params) else None
+
+    def zero_grad(self, mid: str) -> None:
+        """Clear module ``mid``'s gradients before a backward pass."""
+        fg = self.flat_grads[mid]
+        if fg is None:
+            self.optimizers[mid].zero_grad(set_to_none=True)
+        else:
+            fg.zero()
+
+    def backward_done(self, mid: str) -> None:
+        """After a backward pass: module ``mid``'s parameters it did not reach have no gradient."""
+        fg = self.flat_grads[mid]
+        if fg is not None:
+            fg.finish()
+
+    def clip(self, params: List[nn.Parameter], mid: Optional[str] = None) -> float:
+        """The global norm of ``params``' gradients (before clipping), clipped to ``grad_clip`` when finite
+        (``mid``: the module they are, for one operation on its gradient buffer)."""
+        fg = self.flat_grads.get(mid) if mid is not None else None
+        if fg is not None and params is fg.params and fg.intact():
+            norm = fg.norm()
+            if self.grad_clip is not None and norm > self.grad_clip and math.isfinite(norm):
+                fg.scale(self.grad_clip / (norm + 1e-6))
+            return norm
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return 0.0
@@ -155,3 +255,7 @@ class ModuleOptimizers:
             opt.state.clear()
             opt.load_state_dict(saved[mid])  # casts the state onto the parameters' new device
             self.params[mid] = [p for g in opt.param_groups for p in g["params"]]
+            old = self.flat_grads.get(mid)
+            if old is not None:
+                old.remove()
+            self.flat_grads[mid] = self._flat(self.params[mid])
