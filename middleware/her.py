@@ -69,9 +69,10 @@ def her_data_enhancer(
 ) -> HerEnhancer:
     """Sample whole episodes from ``buffer_``, relabel them and collate a training batch.
 
-    Reads the buffer only. Writes ``ctx.train_data``: a ``treetensor.torch.Tensor`` batch of the
-    relabelled transitions (``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ...; one
-    row per transition ``her_reward_model.relabel`` returned), or ``None`` when the buffer holds
+    Reads the buffer only. Writes ``ctx.train_data``: a :class:`~pipeline.data.records.TrainBatch` of the
+    relabelled transitions (a dict ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ... ->
+    ``[B, ...]`` tensors; goal observations are nested dicts of them; one row per transition
+    ``her_reward_model.relabel`` returned), or ``None`` when the buffer holds
     fewer than ``episode_size`` episodes (default ``her_reward_model.episode_size``).
 
     When ``her_reward_model`` has no ``sample_per_episode`` limit and the relabelled data has more
@@ -88,7 +89,7 @@ def her_data_enhancer(
     rng = np.random.default_rng(seed)
 
     def _sample(ctx: OnlineRLContext) -> Optional[TrainBatch]:
-        from pipeline.data.collate import collate_transitions, to_treetensor  # lazy: `import middleware` loads no torch
+        from pipeline.data.collate import collate_transitions  # lazy: `import middleware` loads no torch
 
         if buffer_.count() < n_ep:
             return None
@@ -105,7 +106,7 @@ def her_data_enhancer(
         if batch_size and len(data) > batch_size:
             pick = rng.choice(len(data), int(batch_size), replace=False)
             data = [data[i] for i in pick]
-        return to_treetensor(collate_transitions(data))
+        return cast('TrainBatch', collate_transitions(data))
 
     def _enhance(ctx: OnlineRLContext) -> None:
         ctx.train_data = _sample(ctx)

@@ -1,11 +1,11 @@
-"""Row operations on per-module batches: dicts of tensors (possibly nested) or treetensor trees.
+"""Row operations on per-module batches: dicts of tensors, possibly nested (the one form past the learner's
+door), or single tensors.
 
 A leaf that is a plain list (a non-numeric field such as strings) has one entry per row.
 Building a batch from transitions lives in :mod:`pipeline.data.collate` (``stack_transitions``
-is re-exported here).
-
-treetensor is never imported here: a tree can only exist if the caller imported it already, so
-the check looks it up in ``sys.modules``.
+is re-exported here). A treetensor tree given to ``Learner.update`` becomes nested dicts at the door
+(:func:`untree`); treetensor is never imported here: a tree can only exist if the caller imported it
+already, so the check looks it up in ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ if TYPE_CHECKING:
     from treevalue import TreeValue
 
 #: One batch as the learner takes it: a :class:`~pipeline.data.records.TrainBatch` (field -> ``[B, ...]``
-#: tensor, possibly nested; non-numeric fields as lists of B values), a tree (treevalue) of such tensors, or
-#: (a single-module learner) one ``[B, ...]`` tensor.
+#: tensor, possibly nested; non-numeric fields as lists of B values), a tree (treevalue) of such tensors (made
+#: nested dicts at the door), or (a single-module learner) one ``[B, ...]`` tensor.
 Batch = Union[MappingT[str, Any], "TreeValue", torch.Tensor]
-#: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time).
+#: One batch per module: module id -> its batch (what the learner's core trains on, one minibatch at a time):
+#: dicts of tensors (possibly nested) or one tensor, never a tree.
 ModuleBatches = Dict[str, Batch]
 #: A leaf of a batch, or a whole batch that is not a dict: what rows are taken from.
-_Leaf = Union[torch.Tensor, np.ndarray, List[object], "TreeValue"]
+_Leaf = Union[torch.Tensor, np.ndarray, List[object]]
 
 __all__ = [
     "is_tree",
+    "untree",
     "num_rows",
     "slice_rows",
     "take_rows",
@@ -43,18 +45,29 @@ __all__ = [
 ]
 
 
-def _tree_leaves(tree: object) -> list:
-    from treevalue import flatten  # only reached when a tree exists, so treevalue is imported
+def untree(batch: Batch) -> Batch:
+    """``batch`` with every treetensor tree in it, at the top or under a dict key, turned into nested dicts of
+    its leaves (the batch itself when it holds no tree: no copy)."""
+    tv = sys.modules.get("treevalue")
+    if tv is None:  # no tree can exist
+        return batch
+    return cast(Batch, _untree(batch, tv.TreeValue))
 
-    return [v for _, v in flatten(tree)]
+
+def _untree(x: object, tree: type) -> object:
+    if isinstance(x, tree):
+        return {k: _untree(v, tree) for k, v in cast("TreeValue", x).items()}
+    if isinstance(x, Mapping):
+        vals = [_untree(v, tree) for v in x.values()]
+        if any(a is not b for a, b in zip(vals, x.values())):
+            return dict(zip(x.keys(), vals))
+    return x
 
 
 def _dict_leaves(d: Mapping, out: list) -> list:
     for v in d.values():
         if isinstance(v, Mapping):
             _dict_leaves(v, out)
-        elif is_tree(v):
-            out.extend(_tree_leaves(v))
         else:
             out.append(v)
     return out
@@ -82,12 +95,8 @@ def num_rows(batch: object, *, where: str = "batch") -> int:
         leaves = [batch]
     elif isinstance(batch, Mapping):
         leaves = _dict_leaves(batch, [])
-    elif is_tree(batch):
-        leaves = _tree_leaves(batch)
     else:
-        raise TypeError(
-            f"{where} must be a dict of tensors or a treetensor tree, got {type(batch).__name__}"
-        )
+        raise TypeError(f"{where} must be a dict of tensors (or one tensor), got {type(batch).__name__}")
     if not leaves:
         raise ValueError(f"{where} is empty (no tensors); pass at least one tensor with a batch axis")
     rows: Optional[int] = None
@@ -113,7 +122,7 @@ def slice_rows(batch: object, start: int, stop: int) -> object:
     """Rows ``start:stop`` (views, no copy) of every leaf."""
     if isinstance(batch, Mapping):
         return {k: (slice_rows(v, start, stop) if isinstance(v, Mapping) else v[start:stop]) for k, v in batch.items()}
-    return cast(_Leaf, batch)[start:stop]  # tensors and trees
+    return cast(_Leaf, batch)[start:stop]
 
 
 def take_rows(batch: object, index: torch.Tensor) -> object:
@@ -132,7 +141,7 @@ def _take(x: object, index: torch.Tensor) -> object:
         index = index.to(x.device)
     if type(x) is list:  # a non-numeric field (e.g. strings) travels as a plain list
         return [x[i] for i in index.tolist()]
-    if not isinstance(x, torch.Tensor) and not is_tree(x):
+    if not isinstance(x, torch.Tensor):
         return cast(np.ndarray, x)[index.numpy()]  # numpy arrays
     return cast(_Leaf, x)[index]
 
@@ -148,11 +157,6 @@ def cat_rows(parts: Sequence[object]) -> object:
         return torch.cat(cast(List[torch.Tensor], list(parts)), dim=0)
     if type(first) is list:
         return [x for p in cast(Sequence[list], parts) for x in p]
-    if is_tree(first):
-        import treetensor.torch as ttorch  # lazy: treetensor loads only for tree batches
-
-        return ttorch.cat(list(parts), dim=0)
-
     return np.concatenate(list(parts), axis=0)
 
 

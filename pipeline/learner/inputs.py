@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Un
 import torch
 
 from ..device import to_device
-from .batch import Batch, ModuleBatches, cat_rows, is_tree, num_rows, stack_transitions
+from .batch import Batch, ModuleBatches, cat_rows, num_rows, stack_transitions, untree
 from .minibatch_plan import Minibatch, check_loop_args, plan_batch, plan_iterators
 from .training_data import INPUT_KINDS, DataIterators, Episode, TrainingData
 
@@ -79,7 +79,7 @@ def stack_episodes(episodes: List[Episode], module_ids: Sequence[str]) -> Module
 
 
 def _is_batch_like(x: object) -> bool:
-    return isinstance(x, Mapping) or is_tree(x)
+    return isinstance(x, Mapping)
 
 
 class LearnerInputs:
@@ -136,14 +136,15 @@ class LearnerInputs:
         return self.resolve(data.solve_refs())
 
     def as_module_batches(self, batch: Batch) -> ModuleBatches:
-        """Normalize one batch to a dict module id -> per-module batch."""
+        """Normalize one batch to a dict module id -> per-module batch (trees become nested dicts: :func:`untree`)."""
+        batch = untree(batch)
         single = self.single_id
         if type(batch) is dict and single is not None and single not in batch:
             return {single: batch}  # hot path: a plain single-module batch
         ids = self.module_ids
         if self.shared and not (isinstance(batch, Mapping) and batch and set(batch.keys()) <= set(ids)):
             return {mid: batch for mid in ids}
-        if isinstance(batch, Mapping) or is_tree(batch):
+        if isinstance(batch, Mapping):
             keys = list(batch.keys())
             if not keys and single is None:
                 return {}  # reported by rows() as "no module batches"
@@ -154,7 +155,7 @@ class LearnerInputs:
                 return {k: batch[k] for k in keys}
         if single is not None:
             return {single: batch}
-        if isinstance(batch, Mapping) or is_tree(batch):
+        if isinstance(batch, Mapping):
             raise ValueError(f"batch keys {list(batch.keys())} are not module ids; this learner has modules "
                              f"{ids}: pass a mapping module_id -> batch")
         raise TypeError(f"batch is a {type(batch).__name__}; pass a mapping module_id -> batch (dict of tensors "

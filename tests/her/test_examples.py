@@ -38,9 +38,9 @@ def test_her_bitflip_tiny_budget(no_her):
     out = r["train_output"]
     assert isinstance(out, list) and len(out) == 16 and all("total_loss" in o for o in out)
     b = r["train_data"]
-    n = b.obs.shape[0]
-    assert 16 <= n <= 128 and b.obs.shape == b.next_obs.shape == (n, 15)  # 16 episodes x <= 8 rows
-    assert b.reward.shape == b.terminated.shape == b.action.shape == (n,)
+    n = b["obs"].shape[0]
+    assert 16 <= n <= 128 and b["obs"].shape == b["next_obs"].shape == (n, 15)  # 16 episodes x <= 8 rows
+    assert b["reward"].shape == b["terminated"].shape == b["action"].shape == (n,)
     assert 0.0 <= r["success_rate"] <= 1.0
 
 
@@ -53,10 +53,10 @@ def test_her_point_tiny_budget():
     # learning starts once the buffer holds 16 episodes (the 2nd step), which trains 64 rounds
     assert r["train_iter"] == 64
     b = r["train_data"]
-    n = b.obs.shape[0]
-    assert n == 128 and b.obs.shape == (n, 6) and b.action.shape == (n, 2) and b.reward.shape == (n,)
-    assert b.action.dtype == torch.float32 and bool((b.action.abs() <= 1).all())
-    assert bool(((b.reward == 0) | (b.reward == -1)).all()) and not bool(b.terminated.any())
+    n = b["obs"].shape[0]
+    assert n == 128 and b["obs"].shape == (n, 6) and b["action"].shape == (n, 2) and b["reward"].shape == (n,)
+    assert b["action"].dtype == torch.float32 and bool((b["action"].abs() <= 1).all())
+    assert bool(((b["reward"] == 0) | (b["reward"] == -1)).all()) and not bool(b["terminated"].any())
     out = r["train_output"]
     assert len(out) == 64 and all({"actor", "critic", "alpha"} <= set(o) for o in out)
     assert 0.0 <= r["success_rate"] <= 1.0

@@ -75,14 +75,15 @@ def test_enhancer_batch_is_consistent_and_leaves_buffer_alone(env):
     ctx = OnlineRLContext()
     her_data_enhancer(cfg(), buf, her)(ctx)
     b = ctx.train_data
-    assert b.obs.shape == (30, 3 * N_BITS) and b.next_obs.shape == (30, 3 * N_BITS)
-    assert b.action.shape == (30,) and b.reward.shape == (30,) and b.terminated.dtype == torch.bool
+    assert type(b) is dict  # the TrainBatch form every fetcher writes, not a tree
+    assert b["obs"].shape == (30, 3 * N_BITS) and b["next_obs"].shape == (30, 3 * N_BITS)
+    assert b["action"].shape == (30,) and b["reward"].shape == (30,) and b["terminated"].dtype == torch.bool
     # every row (original or relabelled) is self-consistent: reward from its own goal
-    exp = env.compute_reward(b.next_obs[:, lay.achieved].numpy(), b.obs[:, lay.desired].numpy(), None)
-    np.testing.assert_array_equal(b.reward.numpy(), exp)
-    np.testing.assert_array_equal(b.terminated.numpy(), exp == 0.0)
-    assert torch.equal(b.obs[:, lay.desired], b.next_obs[:, lay.desired])
-    assert (b.reward == 0).any(), "hindsight goals should produce some successes"
+    exp = env.compute_reward(b["next_obs"][:, lay.achieved].numpy(), b["obs"][:, lay.desired].numpy(), None)
+    np.testing.assert_array_equal(b["reward"].numpy(), exp)
+    np.testing.assert_array_equal(b["terminated"].numpy(), exp == 0.0)
+    assert torch.equal(b["obs"][:, lay.desired], b["next_obs"][:, lay.desired])
+    assert (b["reward"] == 0).any(), "hindsight goals should produce some successes"
     after = [buf.get(i).data for i in range(buf.count())]
     for e0, e1 in zip(before, after):
         for t0, t1 in zip(e0, e1):
@@ -96,7 +97,7 @@ def test_enhancer_subsamples_to_batch_size_and_rejects_non_episodes(env):
     her = HerRewardModel.from_env(env, k=4, episode_size=4)
     ctx = OnlineRLContext()
     her_data_enhancer(cfg(batch_size=16), buf, her)(ctx)
-    assert ctx.train_data.reward.shape == (16,)
+    assert ctx.train_data["reward"].shape == (16,)
     bad = DequeBuffer(10)
     for i in range(4):
         bad.push({"obs": np.zeros(3)})
@@ -119,7 +120,7 @@ def test_her_learner_rounds_and_early_stop(env):
     hl(ctx)
     assert ctx.train_iter == 3 and len(learner.batches) == 3 and len(ctx.train_output) == 3
     assert [o["total_loss"] for o in ctx.train_output] == [1.0, 2.0, 3.0]
-    assert all(b.reward.shape == (8,) for b in learner.batches)
+    assert all(b["reward"].shape == (8,) for b in learner.batches)
     assert ctx.train_data is learner.batches[-1]
     assert HERLearner.__roles__ == frozenset({Role.LEARNER})
 

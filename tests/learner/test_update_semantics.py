@@ -166,6 +166,24 @@ def test_multi_module_treetensor_batch():
     assert lrn.seen == {"p": [[0, 1], [2, 3]], "q": [[0, 1], [0, 1]]}
 
 
+def test_a_tree_given_to_update_reaches_the_core_as_nested_dicts():
+    import treetensor.torch as ttorch
+
+    class Seen(RecordingLearner):
+        def forward_train(self, module_id, batch):
+            self.seen.setdefault("types", []).append((type(batch), type(batch["sub"])))
+            return super().forward_train(module_id, batch)
+
+    data = index_batch(6)
+    data["sub"] = ttorch.Tensor({"j": torch.arange(6)})  # a tree under a key of a plain dict
+    lrn = Seen()
+    lrn.update(data, minibatch_size=3, num_epochs=1)
+    assert lrn.seen["types"] == [(dict, dict), (dict, dict)]
+    assert lrn.seen["default_policy"] == [[0, 1, 2], [3, 4, 5]]
+    lrn.update(ttorch.Tensor(data), minibatch_size=6, num_epochs=1)  # a whole tree
+    assert lrn.seen["types"][-1] == (dict, dict)
+
+
 def test_nested_dict_batch_slices_every_leaf():
     class Nested(RecordingLearner):
         def forward_train(self, module_id, batch):
