@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import Dict, Optional, Protocol
 
 import torch
 
 from . import metrics as M
 from .stats import Stats
 
-if TYPE_CHECKING:
-    from .learner import Learner
+__all__ = ["CallMetrics", "LearnerCounters"]
 
-__all__ = ["CallMetrics"]
+
+class LearnerCounters(Protocol):
+    """What :meth:`CallMetrics.results` reads from the learner it reports on (a ``Learner`` has all of it)."""
+
+    optimizers: Dict[str, torch.optim.Optimizer]
+    num_module_steps_trained_lifetime: Dict[str, int]
+    num_skipped_steps_lifetime: Dict[str, int]
+    num_env_steps_trained_lifetime: int
+    weights_seq_no: int
 
 _Tensor = torch.Tensor
 
@@ -145,7 +152,7 @@ class CallMetrics:
                     extras[k] = (total, acc[1])
         return losses
 
-    def results(self, n_updates: int, learner: Learner) -> dict:
+    def results(self, n_updates: int, learner: LearnerCounters) -> dict:
         """The call's results (``{module_id: {...}, "__all_modules__": {...}}`` of :class:`Stats`), with the
         learning rates and lifetime counters read from ``learner`` (committed before this is called).
 
