@@ -9,7 +9,8 @@ Quick start::
     buf.update_priority(batch.index, td_error.abs())                   # prioritized only
 
 A buffer is a storage (``SlotStorage``) plus a sampler (``UniformSampler``, ``PrioritizedSampler``:
-``buf.sampler``) plus an optional middleware chain. DI-engine's ``buf.use(PriorityExperienceReplay(buf))``
+``buf.sampler``) plus a writer (``FifoWriter`` by default: ``buf.writer``, which item a push evicts)
+plus an optional middleware chain. DI-engine's ``buf.use(PriorityExperienceReplay(buf))``
 is ``DequeBuffer(size, sampler=PrioritizedSampler(...))`` here (docs/from_di_engine.md).
 
 What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, and the
@@ -32,6 +33,7 @@ from .prioritized_sampler import PrioritizedSampler
 from .records import TrainBatch, TrainOutput, Transition
 from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage, StorageListener
+from .writer import DROP, FREE, FifoWriter, Writer
 
 __all__ = [
     "ACTIONS",
@@ -44,6 +46,10 @@ __all__ = [
     "Sampler",
     "UniformSampler",
     "PrioritizedSampler",
+    "Writer",
+    "FifoWriter",
+    "FREE",
+    "DROP",
     "clone_object",
     "group_sample",
     "padding",

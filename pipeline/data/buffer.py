@@ -1,13 +1,14 @@
 """Replay buffers with a middleware chain: :class:`DequeBuffer`.
 
-:class:`DequeBuffer` is a FIFO replay buffer of fixed size. Every item gets a stable, unique integer
-``index`` when pushed (a counter, never reused and never an offset), so ``update``/``delete`` keep
-working on the right item after other items are deleted or evicted.
+:class:`DequeBuffer` is a replay buffer of fixed size (FIFO unless given another writer). Every item
+gets a stable, unique integer ``index`` when pushed (a counter, never reused and never an offset), so
+``update``/``delete`` keep working on the right item after other items are deleted or evicted.
 
 A buffer is a composition of components: the *storage* (:mod:`.storage`, ``SlotStorage``: slots,
-FIFO eviction, order, columns, group indexes, with its interface for samplers and alternative
-storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
-``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The buffer itself is
+order, columns, group indexes, with its interface for samplers and alternative storages), the
+*writer* (:mod:`.writer`: ``FifoWriter`` by default) that decides which item each push evicts, and
+the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or ``PrioritizedSampler`` for
+prioritized replay) that picks the slots to hand out. The buffer itself is
 the public API and the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping,
 ...); what ``sample_batch`` returns is in :mod:`.item` (``SampledBatch``); the file format in
 :mod:`.serialization`.
@@ -31,6 +32,7 @@ from .item import BufferedData, SampledBatch
 from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
 from .storage import ManyMeta, SlotStorage, _meta_rows, delete_ids, update_item, update_items
+from .writer import Writer
 
 __all__ = ["DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
 
@@ -43,12 +45,13 @@ Middleware = Callable[..., object]
 
 
 class DequeBuffer:
-    """FIFO replay buffer holding at most ``size`` items.
+    """Replay buffer holding at most ``size`` items (FIFO by default).
 
     ``sampler``: which items ``sample``/``sample_batch`` draw (:mod:`pipeline.data.sampler`): a
     :class:`~pipeline.data.sampler.UniformSampler` (default) or a
     :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler` (prioritized replay: new
-    priorities go in through :meth:`update_priority`). ``storage``: where the items live (default: a
+    priorities go in through :meth:`update_priority`). ``writer``: which item a push evicts (:mod:`.writer`;
+    default: the oldest; a given ``storage`` keeps its writer). ``storage``: where the items live (default: a
     :class:`SlotStorage`). ``columnar``: mirror the data into numpy columns for :meth:`sample_batch`
     -- ``None`` (default) starts mirroring at the first ``sample_batch`` call, ``True`` at the first
     push, ``False`` never. ``seed`` seeds this buffer's random generator (default: drawn from
@@ -71,7 +74,7 @@ class DequeBuffer:
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
                  storage: Optional[SlotStorage] = None, sampler: Optional[Sampler] = None,
-                 _storage: Optional[SlotStorage] = None) -> None:
+                 writer: Optional[Writer] = None, _storage: Optional[SlotStorage] = None) -> None:
         size = _check_size("buffer size", size, 1)
         if storage is None:
             storage = _storage
@@ -85,6 +88,8 @@ class DequeBuffer:
                             f"got {type(sampler).__name__}")
         sampler.attach(self._s)
         self._sampler = sampler  # views share it
+        if writer is not None:
+            self._s.set_writer(writer)  # held by the storage: views share it too
         self.size = size
         self._lock = self._s.lock
         self._middleware: List[Middleware] = []
@@ -150,8 +155,8 @@ class DequeBuffer:
 
     # ------------------------------------------------------------------ public API
     def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
-        """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
-        When the buffer is full the oldest item is evicted first."""
+        """Store ``data`` (with a copy of ``meta``); returns the item with its new ``index``. The writer decides what
+        leaves (default: the oldest item, when full); a push it drops returns an item not stored (:mod:`.writer`)."""
         with self._lock:
             return self._c_push(data, meta)
 
@@ -215,12 +220,17 @@ class DequeBuffer:
 
     def __repr__(self) -> str:
         return (f"DequeBuffer(size={self.size}, count={self._s.count}, sampler={self._sampler!r}, "
-                f"middleware={len(self._middleware)})")
+                f"writer={self._s.writer!r}, middleware={len(self._middleware)})")
 
     @property
     def sampler(self) -> Sampler:
         """The sampler this buffer draws with (given to the constructor; shared with its views)."""
         return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """Which item each push evicts, or whether it is kept (:mod:`.writer`; shared with views)."""
+        return self._s.writer
 
     def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
@@ -440,7 +450,7 @@ class DequeBuffer:
         with self._lock:
             payload = storage_payload(self._s)
             payload["middleware"] = {key: obj.state_dict()
-                                     for key, obj in stateful_parts(self._middleware, self._sampler).items()}
+                                     for key, obj in stateful_parts(self._middleware, self._sampler, self.writer).items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
@@ -452,5 +462,6 @@ class DequeBuffer:
         former ``PriorityExperienceReplay`` middleware loads its items and their ``meta["priority"]``,
         not that state (``max_priority``, the IS-weight annealing count): a ``UserWarning`` says so."""
         states = load_into_storage(self._s, path, self._lock)
-        restore_states(states, stateful_parts(self._middleware, self._sampler), path, self._sampler.wants_priorities)
+        parts = stateful_parts(self._middleware, self._sampler, self.writer)
+        restore_states(states, parts, path, self._sampler.wants_priorities)
 
