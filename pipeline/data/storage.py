@@ -167,13 +167,20 @@ class SlotStorage:
         else:
             raise TypeError(f"push(meta=...) must be a dict or None, got {type(meta).__name__}")
         at = self.writer.push_slot()
-        if at != FREE:
-            if at == DROP:
-                return self.dropped(data, m)
-            if not (type(at) is int and 0 <= at < self.size and self.items[at] is not None):
+        if at >= 0:
+            try:
+                free = self.items[at] is None  # holds no reference: release() counts them
+            except (IndexError, TypeError):
+                free = True
+            if free:
                 raise ValueError(f"{type(self.writer).__name__}.push_slot() returned {at!r}: expected FREE (-1), "
                                  "DROP (-2) or an occupied slot")
             self.remove_slot(at)  # the slot is now the last freed one: the new item takes it
+        elif at == DROP:
+            return self.dropped(data, m)
+        elif at != FREE:
+            raise ValueError(f"{type(self.writer).__name__}.push_slot() returned {at!r}: expected FREE (-1), "
+                             "DROP (-2) or an occupied slot")
         elif self.count >= self.size:
             raise ValueError(f"{type(self.writer).__name__}.push_slot() returned FREE but the storage is full "
                              f"({self.size} items): return the slot of the item that leaves, or DROP")

@@ -58,6 +58,8 @@ class FifoWriter:
     """First in, first out (the default): while there is room a push takes a free slot; when the
     storage is full the oldest item (in push order) leaves. Keeps no state of its own."""
 
+    _s: SlotStorage  # set by attach(): the storage served
+
     def __init__(self) -> None:
         self.storage: Optional[SlotStorage] = None
 
@@ -66,13 +68,12 @@ class FifoWriter:
 
     def attach(self, storage: SlotStorage) -> None:
         """Bind to ``storage``."""
-        bind_writer(self, storage)
+        if bind_writer(self, storage):
+            self._s = storage
 
     def push_slot(self) -> int:
-        """:data:`FREE`, or the oldest item's slot when the storage is full."""
-        s = self.storage
-        if s is None:
-            raise RuntimeError("FifoWriter: attach() it to a storage first")
+        """:data:`FREE`, or the oldest item's slot when the storage is full (attach it first)."""
+        s = self._s
         if s.count < s.size:
             return FREE
         return int(s.order[s.otail])  # the storage keeps order[otail] on its oldest live item
