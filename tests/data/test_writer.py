@@ -87,7 +87,7 @@ def test_keep_first_writer_drops_later_pushes_and_reports_them_by_index():
     assert [it.index in buf for it in got] == [True] * 4 + [False] * 3
     assert buf.get_by_index(5) is None and got[5].data["obs"][0] == 5.0 and got[5].meta == {"i": 5}
     b = buf.sample_batch(4)
-    assert sorted(b.index) == [0, 1, 2, 3] and sorted(b.data["reward"].tolist()) == [0.0, 1.0, 2.0, 3.0]
+    assert sorted(b["indices"].tolist()) == [0, 1, 2, 3] and sorted(b["reward"].tolist()) == [0.0, 1.0, 2.0, 3.0]
     buf.delete(1)
     assert buf.push(tr(9)).index in buf  # room again: kept
     assert buf.indices() == [0, 2, 3, 7]
@@ -104,8 +104,8 @@ def test_reservoir_writer_keeps_a_uniform_sample_of_all_pushes_with_uniform_samp
     assert ids[-1] == max(ids)
     for _ in range(20):
         b = buf.sample_batch(16)
-        assert all(i in buf for i in b.index)
-        assert b.data["reward"].tolist() == [float(i) for i in b.index]  # rows hold the right items
+        assert all(i in buf for i in b["indices"].tolist())
+        assert b["reward"].tolist() == [float(i) for i in b["indices"].tolist()]  # rows hold the right items
     items = buf.sample(50)
     assert sorted(it.index for it in items) == sorted(ids)
 
@@ -135,14 +135,14 @@ def test_evictions_and_drops_leave_the_priority_tree_right(writer):
             _check_tree(buf, per)
         if i % 7 == 0 and buf.count() >= 8:
             b = buf.sample_batch(8)
-            assert all(i in buf for i in b.index)
-            assert b.data["reward"].tolist() == [float(i) for i in b.index]
+            assert all(i in buf for i in b["indices"].tolist())
+            assert b["reward"].tolist() == [float(i) for i in b["indices"].tolist()]
             # the weights follow the stored priorities: (leaf / smallest stored leaf) ** -beta (the draw's beta)
-            leaf = np.array([max(per.priority(i), per._FLOOR) ** per.alpha for i in b.index])
+            leaf = np.array([max(per.priority(i), per._FLOOR) ** per.alpha for i in b["indices"].tolist()])
             mn, beta = per._wargs
             assert mn == per._tree.min
-            np.testing.assert_allclose(b.weight.numpy(), (leaf / mn) ** -beta, rtol=1e-5)
-            buf.update_priority(b.index, rng.random(8) * 5 + 0.1)
+            np.testing.assert_allclose(b["weight"].numpy(), (leaf / mn) ** -beta, rtol=1e-5)
+            buf.update_priority(b["indices"].tolist(), rng.random(8) * 5 + 0.1)
     _check_tree(buf, per)
 
 
@@ -181,7 +181,7 @@ def test_a_frame_storage_drops_a_push_without_keeping_its_frames():
     it = buf.push({"obs": frames[5], "r": 5.0})
     assert it.index not in buf and st.frame_pool.live == live
     assert type(it.data["obs"]) is np.ndarray and (it.data["obs"] == 5).all()
-    assert buf.sample_batch(3).data["obs"].shape == (3, 2, 4, 4)
+    assert buf.sample_batch(3)["obs"].shape == (3, 2, 4, 4)
 
 
 def test_a_writer_that_breaks_the_rules_gets_a_clear_error():
