@@ -132,7 +132,7 @@ def main() -> None:
 
     def per_batch_update_many():
         b = per_buf.sample_batch(BATCH)
-        per_buf.update_many(b.index, meta={"priority": pri[next(k) % 64]})
+        per_buf.update_many(b["indices"], meta={"priority": pri[next(k) % 64]})
 
     # heavy-tailed priorities (a few items far above the rest): rejection sampling would accept too
     # rarely, so sampling goes to the sum tree
@@ -163,7 +163,7 @@ def main() -> None:
 
     def np_batch_update_many():
         b = np_buf.sample_batch(BATCH)
-        np_buf.update_many(b.index, meta={"priority": pri[next(k) % 64]})
+        np_buf.update_many(b["indices"], meta={"priority": pri[next(k) % 64]})
 
     def per_sample_update_each():
         items = per_buf.sample(BATCH)

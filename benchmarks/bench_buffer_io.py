@@ -53,7 +53,7 @@ def filled(n: int) -> DequeBuffer:
                   "terminated": False, "truncated": i % 1000 == 999, "env_id": 0},
                  {"env": 0, "train_iter_data_collected": i})
     b = buf.sample_batch(256)
-    buf.update_many(b.index, meta={"priority": np.linspace(0.1, 3.0, 256)})
+    buf.update_many(b["indices"], meta={"priority": np.linspace(0.1, 3.0, 256)})
     return buf
 
 

@@ -62,7 +62,7 @@ def make(kind, B, how):
                 sb = b.sample_batch(B); b.update_many(sb.index, meta={"priority": pri[next(it) % 64]})
         else:
             def f():
-                sb = b.sample_batch(B); b.update_priority(sb.index, pri[next(it) % 64])
+                sb = b.sample_batch(B); b.update_priority(sb["indices"], pri[next(it) % 64])
     else:  # sample() items + update_many (DI-engine style), same call on both
         def f():
             items = b.sample(B); b.update_many([x.index for x in items], meta={"priority": pri[next(it) % 64]})

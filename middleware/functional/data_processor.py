@@ -49,8 +49,8 @@ class _TakesPriorities(Protocol):
     def update_priority(self, indices: Sequence[int], priorities: np.ndarray) -> List[bool]: ...
 
 
-#: One share's sample: the batch, the sampled items' indices and their importance-sampling weights (or None).
-_Sampled = Tuple[Dict[str, object], List[int], Optional['torch.Tensor']]
+#: One share's sample: the batch (with ``indices`` and, prioritized, ``weight``) and the sampled items' indices.
+_Sampled = Tuple[Dict[str, object], List[int]]
 
 
 def _load() -> None:
@@ -183,43 +183,32 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
 
 
 def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> _Sampled:
-    """``(batch, indices, weight)`` for ``size`` rows of one buffer: the buffer's own batch
-    (``sample_batch``: numpy columns gathered into tensors) as it is, the sampled items' indices and
-    the importance-sampling weights (None without prioritized replay)."""
+    """``(batch, indices)`` for ``size`` rows of one buffer: the buffer's own batch (``sample_batch``: numpy
+    columns gathered into tensors, with ``indices`` and, prioritized, ``weight``) as it is, and the sampled
+    items' indices as a list. A buffer without ``sample_batch`` gets its items collated into the same form."""
     kw = sample_arguments(buffer_, ctx.train_iter)  # e.g. staleness_check needs the train iteration
     # a BatchSampling buffer (pipeline.data.protocols); checked by attribute: isinstance against a
     # runtime Protocol walks its members on every call
     sample_batch = getattr(buffer_, 'sample_batch', None)
     if callable(sample_batch):
-        sb = sample_batch(size, **kw)
-        data = sb.data
-        if type(data) is not dict:
-            if not isinstance(data, MappingABC):
-                items = sb.items
-                kind = type(items[0].data).__name__ if items else type(data).__name__
-                raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
-                                f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer '
-                                f'holds {kind} items')
-            data = dict(data)
-        return data, sb.index, sb.weight
+        batch = cast(Dict[str, object], sample_batch(size, **kw))
+        return batch, cast('torch.Tensor', batch['indices']).tolist()
     items = cast('List[BufferedData]', buffer_.sample(size, **kw))  # no groupby: items, not groups
     data = collate([it.data for it in items])
-    if not isinstance(data, dict):
+    if not isinstance(data, MappingABC):
         raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '
                         f'(e.g. {{"obs": ..., "action": ..., "reward": ...}}) to be batched; the buffer holds '
                         f'{type(items[0].data).__name__} items')
-    weight = None
-    if items and 'priority_IS' in items[0].meta:
-        weight = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
-    return data, [it.index for it in items], weight
-
-
-def _with_priority_fields(data: Mapping[str, object], index: object, weight: object) -> TrainBatch:
-    """A copy of ``data`` with ``weight`` and ``indices`` (the batch's fields when sampled with priorities)."""
-    out = dict(data)
-    out['weight'] = weight
+    out: Dict[str, object] = dict(data)
+    for k in ('indices', 'weight'):
+        if k in out:
+            raise ValueError(f'offpolicy_data_fetcher: the buffer items have a field named {k!r}, a name the batch '
+                             f'gives the items\' buffer indices / importance-sampling weights; rename that field')
+    index = [it.index for it in items]
     out['indices'] = torch.tensor(index, dtype=torch.int64)
-    return cast('TrainBatch', out)  # the batch's fields plus the two above
+    if items and 'priority_IS' in items[0].meta:
+        out['weight'] = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
+    return out, index
 
 
 def _cat(parts: Sequence[Mapping[str, object]]) -> Dict[str, object]:
@@ -237,20 +226,19 @@ def _cat(parts: Sequence[Mapping[str, object]]) -> Dict[str, object]:
 
 
 def _assemble(kind: str, shares: List[_Share], sampled: List[Optional[_Sampled]]) -> TrainBatch:
-    """The batch from each share's ``(data, indices, weight)`` (None for a share of no rows): one buffer's
-    batch as it is, a weighted list's parts concatenated, a dict's batches under their names."""
+    """The batch from each share's ``(batch, indices)`` (None for a share of no rows): one buffer's batch as
+    it is, a weighted list's parts concatenated (rows of a buffer without weights weigh 1 when another
+    buffer's rows have weights), a dict's batches under their names."""
     if kind == 'single':
-        data, index, weight = cast(_Sampled, sampled[0])  # one buffer: it gives rows
-        return cast('TrainBatch', data) if weight is None else _with_priority_fields(data, index, weight)
+        return cast('TrainBatch', cast(_Sampled, sampled[0])[0])  # one buffer: it gives rows
     if kind == 'dict':  # a TrainBatch per buffer (see TrainBatch)
-        return cast('TrainBatch', {sh.key: data if weight is None else _with_priority_fields(data, index, weight)
-                                   for sh, (data, index, weight) in zip(shares, cast(List[_Sampled], sampled))})
-    parts = [p for p in sampled if p is not None]
-    if any(weight is not None for _, _, weight in parts):  # rows of a buffer without PER weigh 1
-        return cast('TrainBatch', _cat([_with_priority_fields(data, index, weight if weight is not None else
-                                                              torch.ones(len(index), dtype=torch.float32))
-                                        for data, index, weight in parts]))
-    return cast('TrainBatch', _cat([data for data, _, _ in parts]))
+        return cast('TrainBatch', {sh.key: data for sh, (data, _) in zip(shares, cast(List[_Sampled], sampled))})
+    parts = [data for data, _ in (p for p in sampled if p is not None)]
+    if any('weight' in data for data in parts) and not all('weight' in data for data in parts):
+        parts = [data if 'weight' in data else
+                 {**data, 'weight': torch.ones(len(cast('torch.Tensor', data['indices'])), dtype=torch.float32)}
+                 for data in parts]
+    return cast('TrainBatch', _cat(parts))
 
 
 def last_train_output(train_output: object) -> Optional[TrainOutput]:
@@ -333,7 +321,8 @@ class ReplaySource:
     cfg.policy.learn.learning_starts)`` items (a weighted list: fewer than its share, or fewer than that
     together). The batch (a :class:`~pipeline.data.records.TrainBatch`) is the buffer's batch as
     ``sample_batch`` returns it, a plain dict ``field -> [batch_size, ...]`` tensor (non-numeric fields
-    as lists), with ``weight`` and ``indices`` added when the buffer samples with priorities.
+    as lists), with ``indices`` (the items' buffer indices) and, when the buffer samples with priorities,
+    ``weight``.
     """
 
     def __init__(self, cfg: Mapping, buffer_: object, data_shortage_warning: bool = False) -> None:
@@ -387,8 +376,8 @@ def offpolicy_data_fetcher(cfg: Mapping[str, object], buffer_: Buffers, data_sho
     Reads ``ctx.train_iter`` (for ``staleness_check`` buffers). Writes ``ctx.train_data``: a
     :class:`~pipeline.data.records.TrainBatch`, the buffer's batch as it comes from ``sample_batch``,
     a plain dict ``field -> [batch_size, ...] tensor`` (fields that are not numbers or arrays, e.g.
-    strings, are plain lists; ``weight`` holds the importance-sampling weights and ``indices`` the
-    items' buffer indices when the buffer uses prioritized replay; use
+    strings, are plain lists; ``indices`` holds the items' buffer indices and, when the buffer uses
+    prioritized replay, ``weight`` the importance-sampling weights; use
     :func:`pipeline.data.to_treetensor` for attribute access), or ``None`` when a buffer holds fewer
     than ``max(batch_size, cfg.policy.learn.learning_starts)`` items.
 

@@ -5,11 +5,12 @@ Quick start::
     from pipeline.data import DequeBuffer, PrioritizedSampler
     buf = DequeBuffer(20000, sampler=PrioritizedSampler(alpha=0.6, beta=0.4))   # default: uniform
     buf.push({"obs": obs, "action": a, "reward": r, "next_obs": obs2, "done": d})
-    batch = buf.sample_batch(64)                    # .data (dict of [64, ...] tensors), .index, .weight
-    buf.update_priority(batch.index, td_error.abs())                   # prioritized only
+    batch = buf.sample_batch(64)       # dict of [64, ...] tensors + "indices" (+ "weight": prioritized)
+    buf.update_priority(batch["indices"], td_error.abs())             # prioritized only
 
 A buffer is a storage (``SlotStorage``) plus a sampler (``UniformSampler``, ``PrioritizedSampler``:
-``buf.sampler``) plus an optional middleware chain. DI-engine's ``buf.use(PriorityExperienceReplay(buf))``
+``buf.sampler``) plus a writer (``FifoWriter`` by default: ``buf.writer``, which item a push evicts)
+plus an optional middleware chain. DI-engine's ``buf.use(PriorityExperienceReplay(buf))``
 is ``DequeBuffer(size, sampler=PrioritizedSampler(...))`` here (docs/from_di_engine.md).
 
 What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, and the
@@ -18,7 +19,7 @@ What goes in and out: :class:`Transition` items, :class:`TrainBatch` batches, an
 Prioritized replay's hot loops are compiled (``_per_kernels.c``, built by ``pip install -e .``)
 when a C compiler was available, else numpy does the same work; ``RLPIPE_NO_EXT=1`` forces numpy.
 """
-from .buffer import ACTIONS, BufferedData, DequeBuffer, Middleware, SampledBatch
+from .buffer import ACTIONS, BufferedData, DequeBuffer, Middleware
 from .buffer_middleware import (
     clone_object,
     group_sample,
@@ -32,18 +33,22 @@ from .prioritized_sampler import PrioritizedSampler
 from .records import TrainBatch, TrainOutput, Transition
 from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage, StorageListener
+from .writer import DROP, FREE, FifoWriter, Writer
 
 __all__ = [
     "ACTIONS",
     "BufferedData",
     "DequeBuffer",
     "Middleware",
-    "SampledBatch",
     "SlotStorage",
     "StorageListener",
     "Sampler",
     "UniformSampler",
     "PrioritizedSampler",
+    "Writer",
+    "FifoWriter",
+    "FREE",
+    "DROP",
     "clone_object",
     "group_sample",
     "padding",

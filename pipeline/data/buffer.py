@@ -1,16 +1,17 @@
 """Replay buffers with a middleware chain: :class:`DequeBuffer`.
 
-:class:`DequeBuffer` is a FIFO replay buffer of fixed size. Every item gets a stable, unique integer
-``index`` when pushed (a counter, never reused and never an offset), so ``update``/``delete`` keep
-working on the right item after other items are deleted or evicted.
+:class:`DequeBuffer` is a replay buffer of fixed size (FIFO unless given another writer). Every item
+gets a stable, unique integer ``index`` when pushed (a counter, never reused and never an offset), so
+``update``/``delete`` keep working on the right item after other items are deleted or evicted.
 
 A buffer is a composition of components: the *storage* (:mod:`.storage`, ``SlotStorage``: slots,
-FIFO eviction, order, columns, group indexes, with its interface for samplers and alternative
-storages) and the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or
-``PrioritizedSampler`` for prioritized replay) that picks the slots to hand out. The buffer itself is
+order, columns, group indexes, with its interface for samplers and alternative storages), the
+*writer* (:mod:`.writer`: ``FifoWriter`` by default) that decides which item each push evicts, and
+the *sampler* (:mod:`.sampler`: ``UniformSampler`` by default, or ``PrioritizedSampler`` for
+prioritized replay) that picks the slots to hand out. The buffer itself is
 the public API and the middleware chain (``buffer.use(mw)``: clone, staleness, use-time, grouping,
-...); what ``sample_batch`` returns is in :mod:`.item` (``SampledBatch``); the file format in
-:mod:`.serialization`.
+...); ``sample_batch`` returns the batch form of :mod:`.records` (``TrainBatch``: a dict of
+``[B, ...]`` tensors with ``indices`` and, prioritized, ``weight``); the file format in :mod:`.serialization`.
 
 All public methods hold one re-entrant lock (shared by views), so concurrent ``push``/``sample``
 from several threads are safe.
@@ -27,12 +28,17 @@ import numpy as np
 import torch
 
 from .collate import collate
-from .item import BufferedData, SampledBatch
+from .item import BufferedData
+from .records import TrainBatch
 from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
 from .storage import ManyMeta, SlotStorage, _meta_rows, delete_ids, update_item, update_items
+from .writer import Writer
 
-__all__ = ["DequeBuffer", "BufferedData", "SampledBatch", "Middleware", "ACTIONS", "SlotStorage"]
+__all__ = ["DequeBuffer", "BufferedData", "Middleware", "ACTIONS", "SlotStorage"]
+
+#: A draw through the middleware chain (``DequeBuffer._drawn``).
+_Drawn = Tuple[Tuple[BufferedData, ...], np.ndarray, int, Optional[np.ndarray]]
 
 #: The actions that go through a buffer's middleware chain.
 ACTIONS = ("push", "sample", "update", "update_many", "delete", "clear")
@@ -43,12 +49,13 @@ Middleware = Callable[..., object]
 
 
 class DequeBuffer:
-    """FIFO replay buffer holding at most ``size`` items.
+    """Replay buffer holding at most ``size`` items (FIFO by default).
 
     ``sampler``: which items ``sample``/``sample_batch`` draw (:mod:`pipeline.data.sampler`): a
     :class:`~pipeline.data.sampler.UniformSampler` (default) or a
     :class:`~pipeline.data.prioritized_sampler.PrioritizedSampler` (prioritized replay: new
-    priorities go in through :meth:`update_priority`). ``storage``: where the items live (default: a
+    priorities go in through :meth:`update_priority`). ``writer``: which item a push evicts (:mod:`.writer`;
+    default: the oldest; a given ``storage`` keeps its writer). ``storage``: where the items live (default: a
     :class:`SlotStorage`). ``columnar``: mirror the data into numpy columns for :meth:`sample_batch`
     -- ``None`` (default) starts mirroring at the first ``sample_batch`` call, ``True`` at the first
     push, ``False`` never. ``seed`` seeds this buffer's random generator (default: drawn from
@@ -58,8 +65,8 @@ class DequeBuffer:
 
         buf = DequeBuffer(20000, sampler=PrioritizedSampler(alpha=0.6, beta=0.4, anneal=1e5))
         buf.push({"obs": obs, "action": 1, ...}, meta={"env": 0})
-        batch = buf.sample_batch(64)        # SampledBatch: .data["obs"] is a [64, ...] tensor, .weight
-        buf.update_priority(batch.index, td_error.abs())
+        batch = buf.sample_batch(64)        # {"obs": [64, ...] tensor, ..., "indices": [64], "weight": [64]}
+        buf.update_priority(batch["indices"], td_error.abs())
 
     The middleware chain: a middleware is ``mw(action, chain, *args, **kwargs)`` where ``action`` is one of
     :data:`ACTIONS`; it must call ``chain(*args, **kwargs)`` (possibly with changed arguments) to run the
@@ -71,7 +78,7 @@ class DequeBuffer:
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
                  storage: Optional[SlotStorage] = None, sampler: Optional[Sampler] = None,
-                 _storage: Optional[SlotStorage] = None) -> None:
+                 writer: Optional[Writer] = None, _storage: Optional[SlotStorage] = None) -> None:
         size = _check_size("buffer size", size, 1)
         if storage is None:
             storage = _storage
@@ -85,12 +92,14 @@ class DequeBuffer:
                             f"got {type(sampler).__name__}")
         sampler.attach(self._s)
         self._sampler = sampler  # views share it
+        if writer is not None:
+            self._s.set_writer(writer)  # held by the storage: views share it too
         self.size = size
         self._lock = self._s.lock
         self._middleware: List[Middleware] = []
         # sample_batch through a middleware chain: (the items as the storage handed them out, their slots, the
         # storage's push count then, their IS weights or None), set by the chain's core, read and cleared at once
-        self._drawn: Optional[Tuple[Tuple[BufferedData, ...], np.ndarray, int, Optional[np.ndarray]]] = None
+        self._drawn: Optional[_Drawn] = None
         self._build_chains()
 
     # ------------------------------------------------------------------ copies
@@ -150,8 +159,8 @@ class DequeBuffer:
 
     # ------------------------------------------------------------------ public API
     def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
-        """Store ``data`` (with a copy of ``meta``); returns the stored item with its new ``index``.
-        When the buffer is full the oldest item is evicted first."""
+        """Store ``data`` (with a copy of ``meta``); returns the item with its new ``index``. The writer decides what
+        leaves (default: the oldest item, when full); a push it drops returns an item not stored (:mod:`.writer`)."""
         with self._lock:
             return self._c_push(data, meta)
 
@@ -215,12 +224,17 @@ class DequeBuffer:
 
     def __repr__(self) -> str:
         return (f"DequeBuffer(size={self.size}, count={self._s.count}, sampler={self._sampler!r}, "
-                f"middleware={len(self._middleware)})")
+                f"writer={self._s.writer!r}, middleware={len(self._middleware)})")
 
     @property
     def sampler(self) -> Sampler:
         """The sampler this buffer draws with (given to the constructor; shared with its views)."""
         return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """Which item each push evicts, or whether it is kept (:mod:`.writer`; shared with views)."""
+        return self._s.writer
 
     def update_priority(self, indices: Sequence[int], priorities: Priorities) -> List[bool]:
         """New priorities for the items ``indices`` (one finite value ``>= 0`` each: an array, tensor or
@@ -379,19 +393,28 @@ class DequeBuffer:
         self._s.clear()
 
     def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
-                     ignore_insufficient: bool = False, **kwargs: object) -> SampledBatch:
-        """Sample ``size`` items and collate them into tensors.
+                     ignore_insufficient: bool = False, **kwargs: object) -> TrainBatch:
+        """Sample ``size`` items as one batch: a dict of ``[B, ...]`` tensors (a :class:`TrainBatch` for
+        stored :class:`~pipeline.data.records.Transition` s; for other dict items, the same form with their
+        keys; non-numeric fields are lists) plus
+
+        * ``indices``: ``[B]`` int64, the sampled items' buffer indices (always; for
+          :meth:`update_priority`, ``update_many``, ``delete``);
+        * ``weight``: ``[B]`` float32 importance-sampling weights, only when the sampler gives them
+          (``PrioritizedSampler`` with ``is_weight=True``).
 
         One route: the sampler draws slots and the storage turns them into the batch
         (:meth:`SlotStorage.batch`: its columns gather the rows; only data the columns cannot hold, items
-        of other structures than the first, are stacked by :func:`collate`), and the sampler's
-        importance-sampling weights become ``.weight``. Returns a :class:`SampledBatch`
-        (``.data``, ``.index``, ``.weight``, ``.items``). Raises ``ValueError`` if there is nothing to
-        sample.
+        of other structures than the first, are stacked by :func:`collate`). For the items themselves
+        (``.data``, ``.index``, ``.meta``) use :meth:`sample`.
+
+        Raises ``ValueError`` if there is nothing to sample or the stored dicts have a field named
+        ``indices`` or ``weight`` (the names of the two fields above), ``TypeError`` if the stored data is
+        not a dict (a bare tensor, a tuple: use :meth:`sample` and :func:`collate`).
 
         With middleware in the call chain the items come through the chain; the chain sees
         ``_columns_only=True``: a hint that per-item meta written only for the caller
-        (``meta["priority_IS"]``) may be skipped, since ``.weight`` carries it. A middleware that hands out
+        (``meta["priority_IS"]``) may be skipped, since ``weight`` carries it. A middleware that hands out
         items of its own (``clone_object``) gets them stacked as they are.
         """
         with self._lock:
@@ -400,35 +423,20 @@ class DequeBuffer:
                 if kwargs:
                     raise TypeError(f"sample_batch() got unexpected keyword arguments {sorted(kwargs)} (extra "
                                     "arguments are only accepted when a middleware that consumes them is in use)")
-                slots, ids, w = self._draw(size, replace, sample_range, ignore_insufficient)
+                slots, _, w = self._draw(size, replace, sample_range, ignore_insufficient)
                 if not len(slots):
                     raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-                return SampledBatch(s.batch(slots), s.slot_id.take(slots).tolist() if ids is None else ids,
-                                    None if w is None else torch.from_numpy(w), _storage=s, _slots=slots)
+                return _train_batch(s.batch(slots), torch.from_numpy(s.slot_id.take(slots)),
+                                    None if w is None else torch.from_numpy(w), lambda: s.item(int(slots[0])).data)
             self._drawn = None
             try:
                 items = self._c_sample(size, indices=None, replace=replace, sample_range=sample_range,
                                        ignore_insufficient=ignore_insufficient, groupby=None,
                                        unroll_len=None, _columns_only=True, **kwargs)
-                drawn = self._drawn
+                box: List[Optional[_Drawn]] = [self._drawn]  # emptied by _chained_batch
             finally:
                 self._drawn = None  # holds no items once the call is over (RowItem binding counts references)
-            if not items:
-                raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
-            index = [it.index for it in items]
-            if drawn is not None and len(drawn[0]) == len(items) and all(map(operator.is_, items, drawn[0])):
-                # the stored items as the storage handed them out; their rows still hold them unless a
-                # middleware pushed into their slots meanwhile
-                ref, slots, pushes, w = drawn
-                del drawn, ref
-                rows = pushes == s.pushes or s.slot_id[slots].tolist() == index
-                return SampledBatch(s.batch(slots, items, rows), index,
-                                    None if w is None else torch.from_numpy(w), items)
-            # a middleware built new items (e.g. clone_object): their data and meta are this call's
-            weight = None
-            if "priority_IS" in items[0].meta:
-                weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
-            return SampledBatch(collate([it.data for it in items]), index, weight, items)
+            return _chained_batch(s, cast(List[BufferedData], items), box)
 
     # ------------------------------------------------------------------ persistence
     def save_data(self, path: str) -> None:
@@ -439,8 +447,8 @@ class DequeBuffer:
         saved with the items."""
         with self._lock:
             payload = storage_payload(self._s)
-            payload["middleware"] = {key: obj.state_dict()
-                                     for key, obj in stateful_parts(self._middleware, self._sampler).items()}
+            parts = stateful_parts(self._middleware, self._sampler, self.writer)
+            payload["middleware"] = {key: obj.state_dict() for key, obj in parts.items()}
         torch.save(payload, path)
 
     def load_data(self, path: str) -> None:
@@ -452,5 +460,58 @@ class DequeBuffer:
         former ``PriorityExperienceReplay`` middleware loads its items and their ``meta["priority"]``,
         not that state (``max_priority``, the IS-weight annealing count): a ``UserWarning`` says so."""
         states = load_into_storage(self._s, path, self._lock)
-        restore_states(states, stateful_parts(self._middleware, self._sampler), path, self._sampler.wants_priorities)
+        parts = stateful_parts(self._middleware, self._sampler, self.writer)
+        restore_states(states, parts, path, self._sampler.wants_priorities)
 
+
+def _chained_batch(s: SlotStorage, items: List[BufferedData], box: List[Optional[_Drawn]]) -> TrainBatch:
+    """``sample_batch`` through a middleware chain: the batch of the ``items`` the chain handed out (``box``: the
+    draw the chain's core recorded, or None; taken out of the box so that nothing else holds its items)."""
+    drawn = box.pop()
+    if not items:
+        raise ValueError("sample_batch(): nothing to sample (the buffer is empty)")
+    index = [it.index for it in items]
+    if drawn is not None and len(drawn[0]) == len(items) and all(map(operator.is_, items, drawn[0])):
+        # the stored items as the storage handed them out; their rows still hold them unless a
+        # middleware pushed into their slots meanwhile
+        ref, slots, pushes, w = drawn
+        del drawn, ref
+        rows = pushes == s.pushes or s.slot_id[slots].tolist() == index
+        return _train_batch(s.batch(slots, items, rows), torch.tensor(index, dtype=torch.int64),
+                            None if w is None else torch.from_numpy(w), lambda: items[0].data)
+    # a middleware built new items (e.g. clone_object): their data and meta are this call's; their
+    # weights are the draw's when they are the drawn items' copies (the same indices in the same order)
+    weight = None
+    if drawn is not None and drawn[3] is not None and [it.index for it in drawn[0]] == index:
+        weight = torch.from_numpy(drawn[3])
+    elif "priority_IS" in items[0].meta:
+        weight = torch.tensor([it.meta["priority_IS"] for it in items], dtype=torch.float32)
+    del drawn
+    return _train_batch(collate([it.data for it in items]), torch.tensor(index, dtype=torch.int64), weight,
+                        lambda: items[0].data)
+
+
+#: The fields ``sample_batch`` adds to the stored items' own (stored dicts may not use these names).
+BATCH_FIELDS = ("indices", "weight")
+
+
+def _train_batch(data: object, indices: torch.Tensor, weight: Optional[torch.Tensor],
+                 first: Callable[[], object]) -> TrainBatch:
+    """``sample_batch``'s result: the gathered ``data`` (a new dict) with ``indices`` and, when given, ``weight``
+    (``first()``: the first sampled item's data, read only for the error message)."""
+    if type(data) is not dict:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"sample_batch() returns a dict of [B, ...] tensors and needs dict items "
+                            f"({{'obs': ..., 'action': ..., ...}}); this buffer holds {type(first()).__name__} "
+                            "items: use sample(n) for the items (.data, .index, .meta) and collate()")
+        data = dict(data)
+    out = cast(Dict[str, object], data)
+    for k in BATCH_FIELDS:
+        if k in out:
+            raise ValueError(f"sample_batch(): the stored items have a field named {k!r}, the name of the batch's "
+                             f"{'buffer indices' if k == 'indices' else 'importance-sampling weights'}; rename "
+                             "that field when pushing (or use sample())")
+    out["indices"] = indices
+    if weight is not None:
+        out["weight"] = weight
+    return cast(TrainBatch, out)

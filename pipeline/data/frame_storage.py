@@ -30,6 +30,7 @@ import torch
 from .columns import Columns, ColumnStore, GatheredBatch, Unsupported
 from .item import _DATA, BufferedData, _become_plain
 from .storage import SlotStorage
+from .writer import FifoWriter
 
 __all__ = ['FrameStorage', 'FramePool']
 
@@ -264,8 +265,17 @@ class FrameStorage(SlotStorage):
         except BaseException:
             self.unpack_release(packed)
             raise
-        item.__class__ = FrameItem  # same layout: reads of .data now rebuild the stacks
+        if _RAW.__get__(item) is packed:  # stored (a dropped push holds its data unpacked: see dropped())
+            item.__class__ = FrameItem  # same layout: reads of .data now rebuild the stacks
         return item
+
+    def dropped(self, data: object, meta: Dict[str, object]) -> BufferedData:
+        """A push the writer dropped: its frames released, the item holding its rebuilt data."""
+        if isinstance(data, _Packed):
+            out = data.unpack()
+            self.unpack_release(data)
+            data = out
+        return super().dropped(data, meta)
 
     def remove_slot(self, slot: int) -> None:
         item = self.item(slot)
@@ -288,7 +298,8 @@ class FrameStorage(SlotStorage):
     def push_packed(self, packed: _Packed, meta: Optional[Mapping]) -> BufferedData:
         """Store an item already packed for this storage (its frames referenced in the pool)."""
         item = super().push(packed, meta)
-        item.__class__ = FrameItem
+        if _RAW.__get__(item) is packed:
+            item.__class__ = FrameItem
         return item
 
     def adopt(self, other: SlotStorage) -> None:
@@ -303,8 +314,10 @@ class FrameStorage(SlotStorage):
                 self.columns.storage = self
             return
         version, pushes = self.version, self.pushes
-        listeners, syncers = self.listeners, self.syncers
+        listeners, syncers, writer = self.listeners, self.syncers, self.writer
         self.listeners, self.syncers = [], []
+        self.writer = FifoWriter()  # every item of ``other`` is kept, whatever this buffer's writer does
+        self.writer.attach(self)
         try:
             self.clear()
             items = other.items
@@ -314,7 +327,7 @@ class FrameStorage(SlotStorage):
                 self.push(it.data, it.meta)
             self.next_id = other.next_id
         finally:
-            self.listeners, self.syncers = listeners, syncers
+            self.listeners, self.syncers, self.writer = listeners, syncers, writer
         self.version = version + other.version + 1
         self.pushes = pushes + other.pushes + 1
         self.groups = {}

@@ -1,5 +1,5 @@
 """What a buffer stores and returns: :class:`BufferedData` (and :class:`RowItem`, one living in its columnar row),
-the sample lists the storage builds, and :class:`SampledBatch` (what ``sample_batch`` returns)."""
+and the sample lists the storage builds (``sample_batch``'s batch form is :class:`~pipeline.data.records.TrainBatch`)."""
 from __future__ import annotations
 
 import copy
@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     import threading
 
     from .columns import Columns
-    from .storage import SlotStorage
 
-__all__ = ["BufferedData", "RowItem", "SampledBatch", "copy_repeats"]
+__all__ = ["BufferedData", "RowItem", "copy_repeats"]
 
 
 @dataclass(slots=True, eq=False)
@@ -34,7 +33,7 @@ class BufferedData:
     * An item that appears more than once in one sample (``replace=True``, repeated ``indices``,
       ``groupby`` with ``replace=True``, ``padding``) is the stored object the first time and a deep
       copy (data and meta) every other time: repeats never alias each other.
-    * ``sample_batch().data`` is always new memory (tensors gathered or stacked from the items);
+    * ``sample_batch()``'s tensors are always new memory (tensors gathered or stacked from the items);
       non-numeric fields are plain lists holding the stored objects themselves.
     * With the ``clone_object()`` middleware every sampled item is a full deep copy (and pushed /
       updated data are copied on the way in), so nothing is shared in either direction.
@@ -114,7 +113,7 @@ def copy_repeats(items: List[_Item], start: int = 0) -> List[_Item]:
     seen = set(map(id, items[:start]))
     for j in range(start, len(items)):
         it = items[j]
-        if it is None:  # an item evicted before SampledBatch.items was read
+        if it is None:  # no item at this place
             continue
         k = id(it)
         if k in seen:
@@ -147,51 +146,3 @@ def deep_copy(x: _T) -> _T:
     if t is tuple:
         return cast(_T, tuple(deep_copy(v) for v in cast(tuple, x)))
     return copy.deepcopy(x)
-
-
-class SampledBatch:
-    """Result of :meth:`DequeBuffer.sample_batch`.
-
-    ``data``: the sampled data collated into (nested dicts of) torch tensors with a leading batch
-    dimension; ``index``: the items' indices (for ``update``/``update_many``); ``weight``: float32
-    tensor ``[B]`` of importance-sampling weights when prioritized replay is in use, else ``None``;
-    ``items``: the sampled :class:`BufferedData` objects (built on first access when the buffer has
-    no middleware; an item evicted or deleted before that access shows up as ``None``).
-    """
-
-    __slots__ = ("data", "index", "weight", "_items", "_storage", "_slots")
-
-    def __init__(self, data: object, index: List[int], weight: Optional[torch.Tensor],
-                 items: Optional[List[Optional[BufferedData]]] = None, *, _storage: Optional["SlotStorage"] = None,
-                 _slots: Optional[np.ndarray] = None) -> None:
-        self.data = data
-        self.index = index
-        self.weight = weight
-        self._items = items
-        self._storage = _storage
-        self._slots = _slots
-
-    @property
-    def items(self) -> List[Optional[BufferedData]]:
-        if self._items is None:
-            s, slots = self._storage, self._slots
-            assert s is not None and slots is not None  # given together when the items are not
-            with s.lock:
-                out: List[Optional[BufferedData]] = []
-                for slot, idx in zip(slots.tolist(), self.index):
-                    it = s.items[slot]
-                    if it is None or it.index != idx:
-                        sl = s.id2slot.get(idx)
-                        it = None if sl is None else s.items[sl]
-                    out.append(it)
-                if s.syncers:
-                    live = [s.id2slot[it.index] for it in out if it is not None]
-                    if live:
-                        s.sync(np.array(live, dtype=np.int64))
-                copy_repeats(out)  # sample_batch(replace=True): repeats are copies
-            self._items = out
-            self._storage = self._slots = None
-        return self._items
-
-    def __repr__(self) -> str:
-        return f"SampledBatch(index={self.index!r}, weight={self.weight!r}, data={self.data!r})"

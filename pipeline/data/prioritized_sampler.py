@@ -37,7 +37,7 @@ class PrioritizedSampler:
 
     - ``alpha``: how much the priorities count (0: uniform). ``beta``: the importance-sampling (IS)
       exponent at the start; it goes linearly to 1 over ``anneal`` draws. ``is_weight=False``: no
-      weights (``SampledBatch.weight`` is None).
+      weights (``sample_batch`` gives no ``weight`` field).
     - A pushed item's priority is ``meta["priority"]`` if given (finite, ``>= 0``), else the largest
       priority seen so far (written back into ``meta["priority"]``).
     - :meth:`update_priority` (``buffer.update_priority``) sets new priorities; the items'

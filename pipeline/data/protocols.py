@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 if TYPE_CHECKING:
-    from .item import BufferedData, SampledBatch
+    from .item import BufferedData
+    from .records import TrainBatch
     from .storage import ManyMeta
 
 __all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments",
@@ -52,9 +53,9 @@ class BatchSampling(Protocol):
     """A buffer that hands out whole batches (``DequeBuffer.sample_batch``)."""
 
     def sample_batch(self, size: int, replace: bool = False, sample_range: Optional[slice] = None,
-                     ignore_insufficient: bool = False, **kwargs: object) -> SampledBatch:
-        """``.data`` (dict of ``[size, ...]`` tensors; non-numeric fields as lists), ``.index``,
-        ``.weight`` (importance-sampling weights or None)."""
+                     ignore_insufficient: bool = False, **kwargs: object) -> TrainBatch:
+        """A dict of ``[size, ...]`` tensors (non-numeric fields as lists) with ``indices`` (``[size]`` int64,
+        the items' buffer indices) and, with importance-sampling weights, ``weight`` (``[size]`` float32)."""
 
 
 @runtime_checkable

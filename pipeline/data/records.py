@@ -10,8 +10,8 @@
 They are :class:`typing.TypedDict` s: the names and types are for readers and type checkers; at run
 time each is a plain ``dict`` (``batch["obs"]`` as always, no conversion and no copy on the way).
 In between: a stored Transition lives in the buffer's columnar rows (``sample()`` items rebuild it from
-there); ``sample_batch`` gathers a TrainBatch's fields from those rows in one route (its
-:class:`~pipeline.data.SampledBatch` carries them with the items' indices and weights); the learner's
+there); ``sample_batch`` gathers a TrainBatch from those rows in one route (its fields, the items'
+buffer ``indices`` and, prioritized, the ``weight`` s); the learner's
 one door (``LearnerInputs.minibatches``) turns any input into minibatches of the same fields; the
 learner's metrics (:class:`~pipeline.learner.Stats`) become the TrainOutput's floats.
 
@@ -60,7 +60,7 @@ class _TrainBatchExtras(TypedDict, total=False):
     env_id: Tensor   # [B] int64 (transitions from collectors)
     nstep: Tensor    # [B] int64 (n-step transitions)
     weight: Tensor   # [B] float32 importance-sampling weights: sampled with priorities only
-    indices: Tensor  # [B] int64 the rows' buffer item indices: sampled with priorities only
+    indices: Tensor  # [B] int64 the rows' buffer item indices: every batch sampled from a buffer
 
 
 class TrainBatch(_TrainBatchExtras):
@@ -68,11 +68,12 @@ class TrainBatch(_TrainBatchExtras):
 
     The fields of :class:`Transition` stacked along a batch axis (numbers and arrays become tensors:
     ``action`` int64 for discrete actions, ``terminated``/``truncated`` bool; fields that are not
-    numbers or arrays, e.g. strings, stay plain lists). With a buffer that takes priorities back
-    (``PrioritizedSampler``) it also has ``weight`` (the importance-sampling weights, for the
-    loss) and ``indices`` (which buffer items the rows are; the fetcher keeps them itself to write the
-    priorities back, so a loss may ignore them). A dict of buffers gives a dict of ``TrainBatch``
-    keyed like the buffers. ``offline_data_fetcher`` writes the same form from a dataset.
+    numbers or arrays, e.g. strings, stay plain lists). Sampled from a buffer (``sample_batch``,
+    ``offpolicy_data_fetcher``) it also has ``indices`` (which buffer items the rows are: for writing
+    priorities or meta back; a loss may ignore them) and, with a sampler that gives importance-sampling
+    weights (``PrioritizedSampler``), ``weight`` (for the loss). A dict of buffers gives a dict of
+    ``TrainBatch`` keyed like the buffers. ``offline_data_fetcher`` writes the same form from a dataset,
+    without ``indices``.
     """
 
     obs: Tensor

@@ -1,7 +1,8 @@
 """Samplers: which stored items a :class:`~pipeline.data.DequeBuffer` draws (one component of a buffer).
 
 A buffer is a composition: the *storage* (:class:`~pipeline.data.storage.SlotStorage`) holds the
-items in fixed slots and evicts the oldest when full; the *sampler* picks slots; the buffer gathers
+items in fixed slots; the *writer* (:mod:`.writer`) decides which item a push evicts (the oldest, by
+default); the *sampler* picks slots; the buffer gathers
 the picked slots' items (or their column rows, for ``sample_batch``) and hands out the sampler's
 importance-sampling weights with them. Two samplers exist:
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Optional, Protocol, Sequence, cast
 
 import numpy as np
 import torch
@@ -23,13 +23,14 @@ from .frame_storage import FrameStorage, _Packed
 from .item import peek_data
 from .sampler import Sampler, UniformSampler
 from .storage import SlotStorage
+from .writer import FifoWriter, Writer
 
 if TYPE_CHECKING:
     from treevalue import TreeValue
 
 
 class Stateful(Protocol):
-    """A part of a buffer whose state ``save_data`` saves: middleware or a sampler with ``state_dict``."""
+    """A part of a buffer whose state ``save_data`` saves: middleware, a sampler or a writer with ``state_dict``."""
 
     def state_dict(self) -> Mapping[str, object]: ...
 
@@ -246,13 +247,17 @@ def load_into_storage(s: "SlotStorage", path: str, lock: ContextManager[object])
     return states
 
 
-def stateful_parts(middleware: Sequence[Callable[..., object]], sampler: Sampler) -> Dict[str, Stateful]:
+def stateful_parts(middleware: Sequence[Callable[..., object]], sampler: Sampler,
+                   writer: Optional[Writer] = None) -> Dict[str, Stateful]:
     """What ``save_data`` saves the state of: middleware with ``state_dict``/``load_state_dict`` at their place in
-    the chain (``"<i>:<class>"``), and the sampler (``"sampler:<class>"``; a uniform sampler has no state)."""
+    the chain (``"<i>:<class>"``), the sampler (``"sampler:<class>"``; a uniform sampler has no state) and the
+    writer (``"writer:<class>"``; the FIFO writer has no state)."""
     out: Dict[str, Stateful] = {f"{i}:{type(mw).__name__}": cast(Stateful, mw) for i, mw in enumerate(middleware)
                            if hasattr(mw, "state_dict") and hasattr(mw, "load_state_dict")}
     if type(sampler) is not UniformSampler:
         out[f"sampler:{type(sampler).__name__}"] = sampler
+    if writer is not None and type(writer) is not FifoWriter:
+        out[f"writer:{type(writer).__name__}"] = writer
     return out
 
 

@@ -4,8 +4,8 @@ Layout (all operations O(1) except where noted):
 
 * items live in fixed *slots* (``size`` of them) that never move; ``index -> slot`` is a dict;
 * a dense array of occupied slots gives uniform sampling in O(k) (swap-remove on delete);
-* an order array (slots in push order, with tombstones for deleted items) gives FIFO eviction,
-  ``get(offset)`` and ``sample_range``; it is compacted with one vectorised numpy pass, lazily,
+* an order array (slots in push order, with tombstones for deleted items) gives ``get(offset)``,
+  ``sample_range`` and the oldest item (what the default writer evicts); it is compacted with one vectorised numpy pass, lazily,
   only when an ordered operation runs after an interior delete;
 * numpy columns (:class:`~pipeline.data.columns.Columns`, made at the first ``sample_batch`` or push)
   hold the data of items that share the first item's structure, so ``sample_batch`` gathers tensors
@@ -18,6 +18,10 @@ The storage interface
 ---------------------
 What a buffer middleware that keeps per-slot state (prioritized replay) or an alternative storage
 (e.g. a frame-efficient pixel storage) may rely on. The caller always holds ``storage.lock``.
+
+Which item a push evicts, or whether the pushed item is stored at all, is not the storage's decision:
+``push`` asks its ``writer`` (:mod:`.writer`; :class:`~pipeline.data.writer.FifoWriter` by default,
+``set_writer(writer)`` to change it) and then removes the chosen item and stores the new one.
 
 Read-only state: ``size`` (slots), ``count`` (items stored), ``lock`` (re-entrant, shared with every
 buffer view), ``rng`` (the buffer's ``numpy.random.Generator``), ``items`` (slot -> stored
@@ -60,6 +64,7 @@ from .collate import collate
 from .columns import Columns, ColumnStore, Unsupported
 from .group_index import GroupIndex, sample_groups
 from .item import _DATA, BufferedData, RowItem, _Row, copy_repeats
+from .writer import DROP, FREE, FifoWriter, Writer
 
 __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 
@@ -100,6 +105,8 @@ class SlotStorage:
         self.columnar = columnar
         self.listeners: List[StorageListener] = []
         self.syncers: List[MetaSyncer] = []  # listeners with sync_meta(slots): lazily written meta
+        self.writer: Writer = FifoWriter()  # decides which slot each push takes (DequeBuffer(writer=...))
+        self.writer.attach(self)
         self._alloc()
 
     def __getstate__(self) -> dict:
@@ -159,8 +166,24 @@ class SlotStorage:
             m = dict(meta)
         else:
             raise TypeError(f"push(meta=...) must be a dict or None, got {type(meta).__name__}")
-        if self.count >= self.size:
-            self.remove_slot(int(self.order[self.otail]))
+        at = self.writer.push_slot()
+        if at >= 0:
+            try:
+                free = self.items[at] is None  # holds no reference: release() counts them
+            except (IndexError, TypeError):
+                free = True
+            if free:
+                raise ValueError(f"{type(self.writer).__name__}.push_slot() returned {at!r}: expected FREE (-1), "
+                                 "DROP (-2) or an occupied slot")
+            self.remove_slot(at)  # the slot is now the last freed one: the new item takes it
+        elif at == DROP:
+            return self.dropped(data, m)
+        elif at != FREE:
+            raise ValueError(f"{type(self.writer).__name__}.push_slot() returned {at!r}: expected FREE (-1), "
+                             "DROP (-2) or an occupied slot")
+        elif self.count >= self.size:
+            raise ValueError(f"{type(self.writer).__name__}.push_slot() returned FREE but the storage is full "
+                             f"({self.size} items): return the slot of the item that leaves, or DROP")
         if self.free:
             slot = self.free.pop()
         else:
@@ -202,6 +225,24 @@ class SlotStorage:
             for listener in self.listeners:
                 listener.on_push(slot, item)
         return item
+
+    def dropped(self, data: object, meta: Dict[str, object]) -> BufferedData:
+        """A push the writer dropped (:data:`~pipeline.data.writer.DROP`): the item, with a new index, not
+        stored (nothing else changes). A storage that stores data in another form overrides this to undo
+        what its ``push`` prepared."""
+        idx = self.next_id
+        self.next_id = idx + 1
+        return BufferedData(data, idx, meta)
+
+    def set_writer(self, writer: Writer) -> None:
+        """Let ``writer`` decide where pushes go from now on (``DequeBuffer(size, writer=...)``)."""
+        if not isinstance(writer, Writer):
+            raise TypeError(f"writer must be a Writer (attach, push_slot, state_dict, load_state_dict), e.g. "
+                            f"FifoWriter(); got {type(writer).__name__}")
+        if writer is self.writer:
+            return
+        writer.attach(self)
+        self.writer = writer
 
     def release(self, slot: int) -> None:
         """Before row ``slot`` is reused (eviction, ``update``, ``clear``): a :class:`RowItem` that somebody
@@ -271,10 +312,10 @@ class SlotStorage:
 
     def adopt(self, other: "SlotStorage") -> None:
         """Take ``other``'s contents (items, indexes, columns), keeping this storage's lock, random
-        generator, settings and listeners (``load_data``: the caller then tells the listeners)."""
+        generator, settings, listeners and writer (``load_data``: the caller then tells the listeners)."""
         self._release_all()
         version, pushes = self.version, self.pushes
-        keep = {"size", "lock", "rng", "seed_seq", "columnar", "listeners", "syncers"}
+        keep = {"size", "lock", "rng", "seed_seq", "columnar", "listeners", "syncers", "writer"}
         for k, v in other.__dict__.items():
             if k not in keep:
                 setattr(self, k, v)

@@ -18,12 +18,12 @@ def transition(i):
 
 
 def check_batch(b):
-    ids = torch.tensor(b.index, dtype=torch.float32)
-    assert torch.equal(b.data["obs"], ids[:, None].expand(-1, 4))
-    assert torch.equal(b.data["next_obs"], ids[:, None].expand(-1, 4) + 0.5)
-    assert b.data["action"].dtype == torch.int64 and b.data["action"].tolist() == [i % 2 for i in b.index]
-    assert b.data["reward"].dtype == torch.float32 and torch.equal(b.data["reward"], ids)
-    assert b.data["done"].dtype == torch.bool and b.data["done"].tolist() == [i % 5 == 0 for i in b.index]
+    ids = torch.tensor(b["indices"].tolist(), dtype=torch.float32)
+    assert torch.equal(b["obs"], ids[:, None].expand(-1, 4))
+    assert torch.equal(b["next_obs"], ids[:, None].expand(-1, 4) + 0.5)
+    assert b["action"].dtype == torch.int64 and b["action"].tolist() == [i % 2 for i in b["indices"].tolist()]
+    assert b["reward"].dtype == torch.float32 and torch.equal(b["reward"], ids)
+    assert b["done"].dtype == torch.bool and b["done"].tolist() == [i % 5 == 0 for i in b["indices"].tolist()]
 
 
 @pytest.mark.parametrize("columnar", [None, True, False])
@@ -33,11 +33,11 @@ def test_sample_batch_cartpole_transitions(columnar):
         buf.push(transition(i))
     for _ in range(5):
         b = buf.sample_batch(16)
-        assert len(set(b.index)) == 16 and min(b.index) >= 30
+        assert len(set(b["indices"].tolist())) == 16 and min(b["indices"].tolist()) >= 30
         check_batch(b)
-        assert b.weight is None and len(b.items) == 16
-    buf.update(b.index[0], data=transition(1000))
-    b2 = buf.sample(indices=[b.index[0]])
+        assert "weight" not in b and b["indices"].dtype == torch.int64 and b["indices"].shape == (16,)
+    buf.update(b["indices"].tolist()[0], data=transition(1000))
+    b2 = buf.sample(indices=[b["indices"].tolist()[0]])
     assert b2[0].data["obs"][0].item() == 1000.0
     assert (buf._s.columns is not None) == (columnar is not False)
 
@@ -48,10 +48,10 @@ def test_sample_batch_uses_columns_and_matches_collate():
         buf.push({"o": np.full(3, i, dtype=np.float32), "n": {"r": float(i), "k": i}, "f": np.int32(i)})
     b = buf.sample_batch(10)
     assert buf._s.columns is not None
-    ref = collate([it.data for it in b.items])
-    assert torch.equal(b.data["o"], ref["o"]) and torch.equal(b.data["n"]["r"], ref["n"]["r"])
-    assert torch.equal(b.data["n"]["k"], ref["n"]["k"]) and torch.equal(b.data["f"], ref["f"])
-    assert b.data["o"].dtype == torch.float32 and b.data["f"].dtype == torch.int32
+    ref = collate([buf.get_by_index(i).data for i in b["indices"].tolist()])
+    assert torch.equal(b["o"], ref["o"]) and torch.equal(b["n"]["r"], ref["n"]["r"])
+    assert torch.equal(b["n"]["k"], ref["n"]["k"]) and torch.equal(b["f"], ref["f"])
+    assert b["o"].dtype == torch.float32 and b["f"].dtype == torch.int32
 
 
 def test_sample_batch_falls_back_for_non_conforming_items():
@@ -68,8 +68,8 @@ def test_sample_batch_falls_back_for_non_conforming_items():
             buf.sample_batch(7)  # the odd item cannot be stacked: collate reports it
     buf.delete(bad)
     b = buf.sample_batch(5)
-    assert b.data["x"].shape == (5, 1)
-    assert sorted(b.data["x"].squeeze(1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert b["x"].shape == (5, 1)
+    assert sorted(b["x"].squeeze(1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_sample_batch_after_use_time_check_deletes():
@@ -180,11 +180,11 @@ def test_concurrent_push_sample_update_delete_from_threads():
                 if buf.count() < 64:
                     continue
                 b = buf.sample_batch(32)
-                assert len(set(b.index)) == 32
-                assert torch.equal(b.data["reward"], b.data["obs"][:, 0])
-                assert torch.equal(b.data["next_obs"], b.data["obs"] + 0.5)
-                buf.update_many(b.index[:4], meta={"seen": [True] * 4})
-                buf.delete(b.index[-1])
+                assert len(set(b["indices"].tolist())) == 32
+                assert torch.equal(b["reward"], b["obs"][:, 0])
+                assert torch.equal(b["next_obs"], b["obs"] + 0.5)
+                buf.update_many(b["indices"].tolist()[:4], meta={"seen": [True] * 4})
+                buf.delete(b["indices"].tolist()[-1])
                 for it in buf.sample(8):
                     assert float(it.data["reward"]) == float(it.data["obs"][0])
         except Exception as e:  # noqa: BLE001
@@ -234,25 +234,21 @@ def test_columnar_pending_rows_stay_bounded():
     check_batch(buf.sample_batch(16))
 
 
-def test_sample_batch_fast_path_items_are_built_on_access():
+def test_sample_batch_is_the_batch_dict_with_the_items_indices():
     buf = DequeBuffer(8, seed=0)
     for i in range(8):
         buf.push(transition(i))
     b = buf.sample_batch(8)
     check_batch(b)
-    assert [it.index for it in b.items] == b.index
-    assert all(it is buf.get_by_index(i) for it, i in zip(b.items, b.index))
+    assert type(b) is dict and set(b) == {"obs", "next_obs", "action", "reward", "done", "indices"}
+    assert sorted(b["indices"].tolist()) == buf.indices()
     b2 = buf.sample_batch(8)
-    oldest = min(b2.index)
-    buf.push(transition(8))  # evicts the oldest, reusing its slot
-    items = b2.items
-    assert [it is None for it in items] == [i == oldest for i in b2.index]
-    assert [it.index for it in items if it is not None] == [i for i in b2.index if i != oldest]
-    assert "SampledBatch(index=" in repr(b2)
+    buf.push(transition(8))  # evicts the oldest, reusing its slot: the batch already taken is unchanged
+    assert torch.equal(b2["reward"], b2["indices"].float())
     with pytest.raises(ValueError):
         buf.sample_batch(9)
-    assert len(buf.sample_batch(9, ignore_insufficient=True).index) == 8
-    assert len(buf.sample_batch(20, replace=True).index) == 20
+    assert len(buf.sample_batch(9, ignore_insufficient=True)["indices"].tolist()) == 8
+    assert len(buf.sample_batch(20, replace=True)["indices"].tolist()) == 20
 
 
 def test_to_treetensor_fast_path_shares_leaves_and_falls_back_for_arrays():
@@ -269,3 +265,39 @@ def test_to_treetensor_fast_path_shares_leaves_and_falls_back_for_arrays():
     assert to_treetensor(t) is t
     mixed = to_treetensor({"x": np.arange(3), "y": torch.ones(3)})
     assert isinstance(mixed.x, torch.Tensor) and mixed.x.tolist() == [0, 1, 2]
+
+
+def test_sample_batch_is_the_train_batch_form_with_indices_always_and_weight_with_priorities():
+    from pipeline.data import PrioritizedSampler, clone_object
+
+    for sampler, weighted in ((None, False), (PrioritizedSampler(), True), (PrioritizedSampler(is_weight=False), False)):
+        buf = DequeBuffer(10, seed=0, sampler=sampler)
+        for i in range(10):
+            buf.push(transition(i))
+        for b in (buf.sample_batch(4), buf.view().use(clone_object()).sample_batch(4)):  # middleware: same form
+            assert type(b) is dict and ("weight" in b) == weighted
+            assert b["indices"].dtype == torch.int64 and b["indices"].shape == (4,)
+            assert torch.equal(b["reward"], b["indices"].float())  # each row is the item of its index
+            if weighted:
+                assert b["weight"].dtype == torch.float32 and b["weight"].shape == (4,)
+
+
+def test_sample_batch_refuses_items_it_cannot_batch_and_reserved_field_names():
+    import pytest
+
+    from pipeline.data import clone_object
+
+    for items, kind in (([torch.zeros(3)] * 4, "Tensor"), ([(1.0, 2.0)] * 4, "tuple"), ([3] * 4, "int")):
+        buf = DequeBuffer(8, seed=0)
+        for it in items:
+            buf.push(it)
+        with pytest.raises(TypeError, match=f"holds {kind} items: use sample"):
+            buf.sample_batch(2)
+        assert len(buf.sample(2)) == 2  # the items are still there for sample()
+    for name in ("indices", "weight"):
+        buf = DequeBuffer(8, seed=0)
+        for i in range(4):
+            buf.push({"obs": np.zeros(2, np.float32), name: float(i)})
+        for b in (buf, buf.view().use(clone_object())):
+            with pytest.raises(ValueError, match=f"stored items have a field named '{name}'"):
+                b.sample_batch(2)

@@ -49,7 +49,7 @@ def test_round_trip_keeps_every_field_dtype_index_meta_and_per_priority(tmp_path
         buf.push(sac_transition(i, rng), {'env': i % 4, 'train_iter_data_collected': i // 8})
     buf.delete([150, 151])
     batch = buf.sample_batch(32)
-    buf.update_many(batch.index, meta={'priority': np.linspace(0.5, 9.0, 32)})  # written lazily
+    buf.update_many(batch["indices"].tolist(), meta={'priority': np.linspace(0.5, 9.0, 32)})  # written lazily
     buf.sample(5)  # these items get meta['priority_IS'], the others do not
     path = str(tmp_path / 'buf.pt')
     buf.save_data(path)
@@ -66,7 +66,7 @@ def test_round_trip_keeps_every_field_dtype_index_meta_and_per_priority(tmp_path
     assert per2.max_priority == per.max_priority and per2.sample_count == per.sample_count == 2
     assert per2.beta == per.beta  # the IS-weight annealing continues where it was
     assert other.push(sac_transition(1, rng)).index == 400
-    got = other.sample_batch(64).data  # the loaded rows feed the columnar batch path
+    got = other.sample_batch(64)  # the loaded rows feed the columnar batch path
     assert got['obs'].shape == (64, 17) and got['obs'].dtype == torch.float32 and got['value'].dtype == torch.float16
 
 
@@ -120,7 +120,7 @@ def test_frame_storage_file_holds_every_frame_once_and_loads_into_any_storage(tm
             assert_same(buf.get_by_index(i).data, target.get_by_index(i).data)
             assert buf.get_by_index(i).meta == target.get_by_index(i).meta
         got, want = target.sample_batch(8), buf.sample_batch(8)
-        assert got.data['obs'].shape == want.data['obs'].shape == (8, 4, 8, 8)
+        assert got['obs'].shape == want['obs'].shape == (8, 4, 8, 8)
     loaded = DequeBuffer(30, storage=FrameStorage(30))
     loaded.load_data(path)
     assert loaded.storage.pool.live == buf.storage.pool.live == 34

@@ -83,7 +83,7 @@ def test_nested_dict_items_live_in_the_columns_too_and_read_back_exactly():
     batch = buf.sample_batch(5)
     storage = buf.storage
     assert all(type(storage.items[s]) is RowItem for s in storage.dense[:storage.count].tolist())
-    assert batch.data["goal"]["xy"]["x"].shape == (5,) and batch.data["obs"]["image"].shape == (5, 2, 3)
+    assert batch["goal"]["xy"]["x"].shape == (5,) and batch["obs"]["image"].shape == (5, 2, 3)
     for it, t in zip(buf.sample(indices=list(range(12))), pushed):
         _same_nested(it.data, t)  # keys in push order at every level, leaves of their pushed types
 
@@ -96,7 +96,7 @@ def test_items_the_columns_cannot_rebuild_exactly_keep_their_own_data():
         inner.push({"obs": EasyDict({"a": np.full(2, i)}), "reward": 1.0})  # an inner mapping that is not a dict
         empty.push({"x": np.full(2, i), "info": {}})  # an empty dict: no column holds it
     for buf in (inner, empty):
-        assert buf.sample_batch(2).data["x" if buf is empty else "reward"].shape[0] == 2
+        assert buf.sample_batch(2)["x" if buf is empty else "reward"].shape[0] == 2
         storage = buf.storage
         assert storage.columns is not None
         assert not any(type(storage.items[s]) is RowItem for s in storage.dense[:storage.count].tolist())
@@ -135,7 +135,7 @@ def test_update_clear_and_copies_keep_data_apart():
     _same(kept.data, pushed[3])
     _same(twin.sample(indices=[3])[0].data, pushed[3])
     b = twin.sample_batch(20)
-    assert b.data["reward"].dtype == torch.float32 and b.data["obs"].shape == (20, 11)
+    assert b["reward"].dtype == torch.float32 and b["obs"].shape == (20, 11)
 
 
 def test_items_of_another_shape_are_kept_as_pushed():
@@ -181,7 +181,7 @@ def test_heap_stays_flat_while_pushing_and_training():
     n, start = 2000, 500
     for i in range(n):  # one push and one update per step, as SAC does
         push(i)
-        b = buf.sample_batch(256).data
+        b = buf.sample_batch(256)
         loss = (net(torch.cat([b["obs"], b["action"]], -1)).squeeze(-1) - b["reward"]).pow(2).mean()
         opt.zero_grad()
         loss.backward()

@@ -18,7 +18,7 @@ def _buffer(per: bool = False) -> DequeBuffer:
 
 
 def _draws(buf: DequeBuffer, n: int = 5) -> list:
-    return [sorted(buf.sample_batch(16).index) for _ in range(n)]
+    return [sorted(buf.sample_batch(16)["indices"].tolist()) for _ in range(n)]
 
 
 @pytest.mark.usefixtures("kernel")  # both kernels: the numpy path once copied its drawn-ahead blocks

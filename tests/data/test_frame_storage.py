@@ -42,10 +42,10 @@ def pair(size, seed=0, sampler=lambda: None):
 
 
 def assert_batches_equal(a, b):
-    assert a.index == b.index
-    assert a.data.keys() == b.data.keys()
-    for k in a.data:
-        torch.testing.assert_close(a.data[k], b.data[k], rtol=0, atol=0)
+    assert a["indices"].tolist() == b["indices"].tolist()
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
 
 
 def test_same_samples_as_the_default_storage_with_eviction():
@@ -74,9 +74,9 @@ def test_per_and_update_work_unchanged():
     for _ in range(5):
         a, b = ref.sample_batch(16), fr.sample_batch(16)
         assert_batches_equal(a, b)
-        torch.testing.assert_close(a.weight, b.weight)
-        pri = np.random.default_rng(len(a.index)).random(16) + 0.1
-        for i, p in zip(a.index, pri):
+        torch.testing.assert_close(a["weight"], b["weight"])
+        pri = np.random.default_rng(len(a["indices"])).random(16) + 0.1
+        for i, p in zip(a["indices"].tolist(), pri):
             assert ref.update(i, meta={'priority': float(p)}) and fr.update(i, meta={'priority': float(p)})
     # replacing an item's data re-packs it: new frames read back, old ones released
     idx = fr.sample(1)[0].index
@@ -88,7 +88,7 @@ def test_per_and_update_work_unchanged():
     np.testing.assert_array_equal(got['obs'], new['obs'])
     assert fr.storage.pool.live <= live + 1
     b = fr.sample_batch(100)
-    assert (b.data['obs'][b.index.index(idx)] == 7).all()
+    assert (b['obs'][b["indices"].tolist().index(idx)] == 7).all()
 
 
 def test_evicted_item_still_held_keeps_its_data_and_save_load_roundtrip(tmp_path):

@@ -31,8 +31,8 @@ def test_clone_object_sample_batch_falls_back_to_collate_correctly():
     for i in range(8):
         buf.push({"x": torch.tensor([float(i)]), "a": i})
     b = buf.sample_batch(8)
-    assert sorted(b.data["x"].squeeze(1).tolist()) == [float(i) for i in range(8)]
-    assert b.data["a"].tolist() == [int(v) for v in b.data["x"].squeeze(1).tolist()]
+    assert sorted(b["x"].squeeze(1).tolist()) == [float(i) for i in range(8)]
+    assert b["a"].tolist() == [int(v) for v in b["x"].squeeze(1).tolist()]
 
 
 def test_use_time_check_deletes_after_max_use():

@@ -89,9 +89,9 @@ def test_per_is_weights():
         assert it.meta["priority_IS"] == pytest.approx((it.data / 1.0) ** -0.5, rel=1e-5)
     assert max(it.meta["priority_IS"] for it in items) == pytest.approx(1.0)
     noweight, _ = make(3, is_weight=False)
-    noweight.push(1)
+    noweight.push({"x": 1})  # sample_batch batches dict items
     assert "priority_IS" not in noweight.sample(1)[0].meta
-    assert noweight.sample_batch(1).weight is None
+    assert noweight.sample_batch(1).get("weight") is None
 
 
 def test_per_beta_anneals_to_one():
@@ -168,19 +168,19 @@ def test_per_sample_batch_weights_and_update_many():
     for i in range(64):
         buf.push({"x": torch.tensor([float(i)])}, meta={"priority": 1.0})
     b = buf.sample_batch(16)
-    assert b.weight.dtype == torch.float32 and b.weight.shape == (16,)
-    assert torch.allclose(b.weight, torch.ones(16))
-    assert b.data["x"].squeeze(1).long().tolist() == b.index
-    ok = buf.update_many(b.index, meta={"priority": np.full(16, 3.0)})
+    assert b.get("weight").dtype == torch.float32 and b.get("weight").shape == (16,)
+    assert torch.allclose(b.get("weight"), torch.ones(16))
+    assert b["x"].squeeze(1).long().tolist() == b["indices"].tolist()
+    ok = buf.update_many(b["indices"].tolist(), meta={"priority": np.full(16, 3.0)})
     assert ok == [True] * 16
-    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
+    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b["indices"].tolist())
     assert per._tree.total == pytest.approx(16 * 3.0 + 48 * 1.0)
-    assert buf.update_many([b.index[0], 12345], meta=[{"priority": 2.0}, {"priority": 2.0}]) == [True, False]
+    assert buf.update_many([b["indices"].tolist()[0], 12345], meta=[{"priority": 2.0}, {"priority": 2.0}]) == [True, False]
     td = torch.full((16,), 0.5, requires_grad=True) * 2
-    assert buf.update_many(b.index, meta={"priority": td}) == [True] * 16
-    assert buf.get_by_index(b.index[3]).meta["priority"] == 1.0
+    assert buf.update_many(b["indices"].tolist(), meta={"priority": td}) == [True] * 16
+    assert buf.get_by_index(b["indices"].tolist()[3]).meta["priority"] == 1.0
     with pytest.raises(ValueError):
-        buf.update_many(b.index[:2], meta={"priority": [1.0, -2.0]})
+        buf.update_many(b["indices"].tolist()[:2], meta={"priority": [1.0, -2.0]})
 
 
 def test_per_state_dict_round_trip_and_save_load(tmp_path):
@@ -224,39 +224,39 @@ def test_per_needs_valid_args():
 def test_per_update_many_after_eviction_does_not_touch_the_new_item():
     buf, per = make(4, alpha=1.0)
     for i in range(4):
-        buf.push(i, meta={"priority": 1.0})
+        buf.push({"x": i}, meta={"priority": 1.0})
     b = buf.sample_batch(4)  # every item, including index 0
-    newcomer = buf.push(99, meta={"priority": 5.0})  # evicts index 0, reusing its slot
-    ok = buf.update_many(b.index, meta={"priority": np.full(4, 2.0)})
-    assert ok == [i != 0 for i in b.index]
+    newcomer = buf.push({"x": 99}, meta={"priority": 5.0})  # evicts index 0, reusing its slot
+    ok = buf.update_many(b["indices"].tolist(), meta={"priority": np.full(4, 2.0)})
+    assert ok == [i != 0 for i in b["indices"].tolist()]
     assert buf.get_by_index(newcomer.index).meta["priority"] == 5.0
     assert per._tree.total == pytest.approx(5.0 + 3 * 2.0)
     # and the fast path (nothing changed since the sample) writes every priority
     b = buf.sample_batch(4)
-    assert buf.update_many(b.index, meta={"priority": np.full(4, 3.0)}) == [True] * 4
+    assert buf.update_many(b["indices"].tolist(), meta={"priority": np.full(4, 3.0)}) == [True] * 4
     assert per._tree.total == pytest.approx(12.0)
-    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b.index)
+    assert all(buf.get_by_index(i).meta["priority"] == 3.0 for i in b["indices"].tolist())
 
 
 def test_update_many_priorities_reach_meta_on_every_read_path(tmp_path):
     buf, per = make(6, alpha=1.0)
     for i in range(6):
-        buf.push(i, meta={"priority": 1.0, "g": i % 2})
+        buf.push({"x": i}, meta={"priority": 1.0, "g": i % 2})
     b = buf.sample_batch(6)
-    buf.update_many(b.index, meta={"priority": np.arange(6, dtype=np.float64) + 10})
-    want = {i: 10.0 + k for k, i in enumerate(b.index)}
+    buf.update_many(b["indices"].tolist(), meta={"priority": np.arange(6, dtype=np.float64) + 10})
+    want = {i: 10.0 + k for k, i in enumerate(b["indices"].tolist())}
     assert all(per.priority(i) == want[i] for i in want)
     assert per.priority(12345) is None
-    i0, i1, i2, i3 = b.index[:4]
+    i0, i1, i2, i3 = b["indices"].tolist()[:4]
     assert buf.get_by_index(i0).meta["priority"] == want[i0]
     assert buf.get(buf.indices().index(i1)).meta["priority"] == want[i1]
     assert buf.sample(indices=[i2])[0].meta["priority"] == want[i2]
     groups = DequeBuffer(6, storage=buf.storage).sample(groupby="g")  # uniform, on the same storage
     assert all(it.meta["priority"] == want[it.index] for g in groups for it in g)
-    buf.update_many(b.index, meta={"priority": np.full(6, 7.0)})
+    buf.update_many(b["indices"].tolist(), meta={"priority": np.full(6, 7.0)})
     buf.save_data(str(tmp_path / "b.pt"))
     other, per2 = make(6)
     other.load_data(str(tmp_path / "b.pt"))
-    assert all(other.get_by_index(i).meta["priority"] == 7.0 for i in b.index)
-    assert all(per2.priority(i) == 7.0 for i in b.index)
+    assert all(other.get_by_index(i).meta["priority"] == 7.0 for i in b["indices"].tolist())
+    assert all(per2.priority(i) == 7.0 for i in b["indices"].tolist())
     assert per.state_dict()["priorities"] == [7.0] * 6

@@ -383,7 +383,7 @@ def test_same_seed_same_samples_and_weights():
             out.append([(it.index, it.meta["priority_IS"]) for it in items])
             buf.update_many([it.index for it in items], meta={"priority": np.linspace(0.1, 5, len(items))})
             b = buf.sample_batch(6)
-            out.append((b.index, b.weight.tolist()))
+            out.append((b["indices"].tolist(), b.get("weight").tolist()))
         runs.append(out)
     assert runs[0] == runs[1]
 
@@ -436,8 +436,8 @@ def test_threads_pushing_sampling_and_updating_priorities_keep_the_tree_consiste
                     buf.update_many([it.index for it in items], meta={"priority": rng.random(16) + 0.01})
                 else:
                     b = buf.sample_batch(16)
-                    assert len(set(b.index)) == 16 and b.weight.shape == (16,)
-                    buf.update_many(b.index, meta={"priority": rng.random(16) + 0.01})
+                    assert len(set(b["indices"].tolist())) == 16 and b.get("weight").shape == (16,)
+                    buf.update_many(b["indices"].tolist(), meta={"priority": rng.random(16) + 0.01})
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 

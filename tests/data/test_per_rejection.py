@@ -185,21 +185,21 @@ def test_direct_route_weights_and_priorities_match_brute_force(columnar):
         if step % 2:
             b = buf.sample_batch(8)
             beta = per.beta  # sample_count has advanced: the weights used the previous beta
-            assert b.weight.dtype == torch.float32
+            assert b.get("weight").dtype == torch.float32
             per.sample_count -= 1
-            ref = _weights_ref(per, buf, b.index, 0.6)
+            ref = _weights_ref(per, buf, b["indices"].tolist(), 0.6)
             per.sample_count += 1
-            assert np.allclose(b.weight.numpy(), ref, rtol=1e-5), (b.weight, ref)
+            assert np.allclose(b.get("weight").numpy(), ref, rtol=1e-5), (b.get("weight"), ref)
             assert beta == per.beta
-            assert [float(x) for x in b.data["x"][:, 0]] == [float(buf.get_by_index(i).data["x"][0])
-                                                            for i in b.index]
+            assert [float(x) for x in b["x"][:, 0]] == [float(buf.get_by_index(i).data["x"][0])
+                                                            for i in b["indices"].tolist()]
             new = rng.random(8) * 5
             if step % 3 == 0:  # raise the current minimum: the lazy min must notice
                 lo = min(buf.indices(), key=per.priority)
-                b_idx = list(b.index) + [lo]
+                b_idx = list(b["indices"].tolist()) + [lo]
                 new = np.append(new, 10.0)
             else:
-                b_idx = b.index
+                b_idx = b["indices"].tolist()
             buf.update_many(b_idx, meta={"priority": new})
             for i, p in zip(b_idx, new):
                 assert per.priority(i) == p

@@ -74,10 +74,10 @@ class BufferMachine(RuleBasedStateMachine):
     def sample_batch(self, k, data):
         k = min(k, len(self.model))
         b = self.buf.sample_batch(k)
-        assert len(set(b.index)) == k
-        expect = [self.model[i][0] for i in b.index]
-        assert b.data["a"].tolist() == expect
-        assert b.data["obs"][:, 0].tolist() == [float(v) for v in expect]
+        assert len(set(b["indices"].tolist())) == k
+        expect = [self.model[i][0] for i in b["indices"].tolist()]
+        assert b["a"].tolist() == expect
+        assert b["obs"][:, 0].tolist() == [float(v) for v in expect]
 
     @rule(data=st.data())
     def sample_range(self, data):

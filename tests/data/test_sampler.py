@@ -42,12 +42,12 @@ def _scenario(build):
         out.append([round(it.meta["priority_IS"], 6) for it in items])
         buf.update_many([it.index for it in items], meta={"priority": rng.random(8) * 5})
         b = buf.sample_batch(32)
-        out.append(b.index)
-        out.append([round(w, 6) for w in b.weight.tolist()])
-        buf.update_many(b.index, meta={"priority": rng.random(32) * 3})
+        out.append(b["indices"].tolist())
+        out.append([round(w, 6) for w in b.get("weight").tolist()])
+        buf.update_many(b["indices"].tolist(), meta={"priority": rng.random(32) * 3})
         b = buf.sample_batch(100)
-        out.append(b.index)
-        buf.update_many(b.index, meta={"priority": rng.random(100) * 2 + 0.01})
+        out.append(b["indices"].tolist())
+        buf.update_many(b["indices"].tolist(), meta={"priority": rng.random(100) * 2 + 0.01})
         out.append([it.index for it in buf.sample(6, replace=True)])
         out.append([it.index for it in buf.sample(4, sample_range=slice(-50, None))])
         out.append([it.index for it in buf.sample(4, replace=True, sample_range=slice(-50, None))])
@@ -57,8 +57,8 @@ def _scenario(build):
         skew.push({"x": np.full(3, i, np.float32)}, meta={"priority": 1000.0 if i % 97 == 0 else 0.01})
     for _ in range(10):
         b = skew.sample_batch(16)
-        out.append(b.index)
-        skew.update_many(b.index, meta={"priority": np.full(16, 0.5)})
+        out.append(b["indices"].tolist())
+        skew.update_many(b["indices"].tolist(), meta={"priority": np.full(16, 0.5)})
     return out
 
 
@@ -78,14 +78,14 @@ def test_update_priority_and_update_many_are_one_route():
             buf.push({"x": np.full(2, i, np.float32)}, meta={"priority": 1.0})
     for step in range(5):
         ba, bb = a.sample_batch(16), b.sample_batch(16)
-        assert ba.index == bb.index and torch.equal(ba.weight, bb.weight)
+        assert ba["indices"].tolist() == bb["indices"].tolist() and torch.equal(ba["weight"], bb["weight"])
         pri = np.linspace(0.5, 4.0, 16) + step
-        assert a.update_priority(ba.index, pri) == [True] * 16
-        assert b.update_many(bb.index, meta={"priority": pri}) == [True] * 16
+        assert a.update_priority(ba["indices"].tolist(), pri) == [True] * 16
+        assert b.update_many(bb["indices"].tolist(), meta={"priority": pri}) == [True] * 16
     assert np.array_equal(a.sampler._tree.leaves, b.sampler._tree.leaves)
     assert all(a.get_by_index(i).meta["priority"] == a.sampler.priority(i) for i in a.indices())
-    assert a.update_priority([ba.index[0], 10**6], [2.0, 3.0]) == [True, False]  # gone: skipped
-    assert a.update_priority(torch.tensor(ba.index[:2]), torch.tensor([1.0, 2.0], requires_grad=True) * 1) == [True] * 2
+    assert a.update_priority([ba["indices"].tolist()[0], 10**6], [2.0, 3.0]) == [True, False]  # gone: skipped
+    assert a.update_priority(torch.tensor(ba["indices"].tolist()[:2]), torch.tensor([1.0, 2.0], requires_grad=True) * 1) == [True] * 2
 
 
 def test_update_priority_refuses_bad_input_in_one_line():

@@ -47,9 +47,9 @@ def test_a_storage_subclass_serves_a_buffer_its_views_and_prioritized_replay():
         buf.push({"x": torch.tensor([float(i)])})
     assert st.pushed == 6 and buf.count() == 4 and buf.indices() == [2, 3, 4, 5]
     sb = buf.sample_batch(3)
-    assert st.columns is None and sb.data["x"].shape == (3, 1) and sb.weight.shape == (3,)
-    buf.update_many(sb.index, meta={"priority": np.array([3.0, 4.0, 5.0])})
-    assert per.priority(sb.index[0]) == 3.0
+    assert st.columns is None and sb["x"].shape == (3, 1) and sb.get("weight").shape == (3,)
+    buf.update_many(sb["indices"].tolist(), meta={"priority": np.array([3.0, 4.0, 5.0])})
+    assert per.priority(sb["indices"].tolist()[0]) == 3.0
 
 
 def test_listeners_hear_every_change_whichever_view_made_it(tmp_path):

@@ -70,7 +70,7 @@ def test_fetcher_hands_the_buffers_batch_to_the_learner_unconverted(monkeypatch)
 
     def spy(self, *a, **kw):
         sb = orig(self, *a, **kw)
-        handed.append(sb.data)
+        handed.append(sb)
         return sb
 
     monkeypatch.setattr(DequeBuffer, 'sample_batch', spy)
@@ -150,3 +150,21 @@ def test_a_buffer_without_sample_batch_is_fetched_through_its_items():
     assert batch['obs'].shape == (4, 3) and batch['y'].dtype == torch.float32
     assert torch.equal(batch['obs'][:, 0], batch['y'])  # rows stay whole
     assert 'weight' in batch and batch['weight'].shape == (4,)  # the items' IS weights
+    assert batch['indices'].tolist() == [int(y) for y in batch['y'].tolist()]  # the rows' buffer indices
+
+
+def test_fetched_batches_carry_the_rows_indices_and_refuse_reserved_field_names():
+    buf = DequeBuffer(50, seed=0)  # uniform: indices, no weight
+    for i in range(10):
+        buf.push({'obs': np.full(3, i, np.float32), 'y': float(i)})
+    for b in (buf, SampleOnlyBuffer(buf)):
+        ctx = OnlineRLContext()
+        next(offpolicy_data_fetcher(cfg(), b)(ctx))
+        assert 'weight' not in ctx.train_data
+        assert ctx.train_data['indices'].tolist() == [int(y) for y in ctx.train_data['y'].tolist()]
+    clash = DequeBuffer(50, seed=0)
+    for i in range(10):
+        clash.push({'obs': np.full(3, i, np.float32), 'indices': i})
+    for b in (clash, SampleOnlyBuffer(clash)):
+        with pytest.raises(ValueError, match="field named 'indices'"):
+            next(offpolicy_data_fetcher(cfg(), b)(OnlineRLContext()))
