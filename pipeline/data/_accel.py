@@ -13,6 +13,8 @@ import os
 from types import ModuleType
 from typing import Optional
 
+from .item import BufferedData
+
 __all__ = ["EXT", "kernel_name", "load", "state_without_ext", "ext_from_state"]
 
 
@@ -24,7 +26,6 @@ def load() -> Optional[ModuleType]:
         _per_kernels = importlib.import_module(f"{__package__}._per_kernels")  # optional: built by setup.py build_ext
     except ImportError:
         return None
-    from .buffer import BufferedData  # lazy: pipeline.data.buffer imports this module
 
     _per_kernels.set_item_type(BufferedData)
     return _per_kernels

@@ -58,7 +58,7 @@ class _Row:
 
 class RowItem(BufferedData):
     """A stored item whose data lives only in its row of the buffer's columns (see
-    ``SlotStorage._bind``). The first read of ``data`` rebuilds the dict from the row (arrays of
+    the storage's ``_bind``). The first read of ``data`` rebuilds the dict from the row (arrays of
     its own) and the item becomes a plain :class:`BufferedData` holding it; assigning ``data``
     does the same with the new value. Copies and pickles are plain items."""
 

@@ -28,8 +28,6 @@ from .storage import SlotStorage
 if TYPE_CHECKING:
     import torch
 
-    from .prioritized_sampler import PrioritizedSampler
-
 #: New priorities for some items, one each: an array, a tensor (any device, may require grad) or a list of numbers.
 Priorities = Union[np.ndarray, "torch.Tensor", Sequence[float]]
 
@@ -127,7 +125,13 @@ class UniformSampler:
         """Nothing to restore."""
 
 
-def _bind(sampler: Union["UniformSampler", "PrioritizedSampler"], storage: SlotStorage) -> bool:
+class _Bound(Protocol):
+    """A sampler that keeps the storage it serves in ``storage``."""
+
+    storage: Optional[SlotStorage]
+
+
+def _bind(sampler: _Bound, storage: SlotStorage) -> bool:
     """Set ``sampler.storage``; False when it was already bound to ``storage`` (nothing to do)."""
     if sampler.storage is storage:
         return False

@@ -62,7 +62,7 @@ import torch
 
 from .collate import collate
 from .columns import Columns, ColumnStore, Unsupported
-from .group_index import GroupIndex, sample_groups
+from .group_index import MISSING, GroupIndex
 from .item import _DATA, BufferedData, RowItem, _Row, copy_repeats
 from .writer import DROP, FREE, FifoWriter, Writer
 
@@ -574,3 +574,67 @@ def _meta_rows(meta: ManyMeta, n: int) -> List[Optional[Mapping]]:
     if len(rows) != n:
         raise ValueError(f"update_many got {len(rows)} meta dicts for {n} indices")
     return rows
+
+
+def sample_groups(st: SlotStorage, size: Optional[int], key: str, unroll_len: Optional[int], replace: bool,
+                  sample_range: Optional[slice], ignore_insufficient: bool) -> List[List[BufferedData]]:
+    """``sample(groupby=key)``: groups of live items by ``meta[key]`` (see ``DequeBuffer.sample``)."""
+    need = 1 if unroll_len is None else unroll_len
+    cand: List[Tuple[List[int], int]] = []  # each eligible group: its ids in push order, from position head on
+    if sample_range is None:
+        gi = st.group_index(key)
+        for g in gi.groups.values():
+            if g.live() >= need:
+                if g.dead:
+                    alive = st.id2slot
+                    g.ids = [i for i in g.ids[g.head:] if i in alive]
+                    g.head = 0
+                    g.dead = 0
+                cand.append((g.ids, g.head))
+    else:
+        by: Dict[object, List[int]] = {}
+        for s in st.ordered_slots()[sample_range].tolist():
+            it = st.item(s)
+            v = it.meta.get(key, MISSING)
+            if v is MISSING:
+                continue
+            try:
+                by.setdefault(v, []).append(it.index)
+            except TypeError:
+                raise TypeError(f"meta[{key!r}] = {v!r} is not hashable; groupby needs hashable values") from None
+        cand = [(ids, 0) for ids in by.values() if len(ids) >= need]
+    n = len(cand)
+    if size is None:
+        chosen = range(n)
+    else:
+        k = size
+        if k > 0 and (n == 0 or (not replace and k > n)):
+            if not ignore_insufficient:
+                raise ValueError(f"cannot sample {k} groups by meta[{key!r}]"
+                                 f"{'' if unroll_len is None else f' with at least {unroll_len} items'}: "
+                                 f"only {n} such groups; push more data first or pass "
+                                 "ignore_insufficient=True")
+            k = 0 if n == 0 else (k if replace else n)
+        if k == 0:
+            return []
+        chosen = (st.rng.integers(0, n, k) if replace else st.rng.choice(n, k, replace=False)).tolist()
+    id2slot = st.id2slot
+    out: List[List[BufferedData]] = []
+    for c in chosen:
+        ids, head = cand[c]
+        if unroll_len is None:
+            window = ids[head:]
+        else:
+            start = head + int(st.rng.integers(0, len(ids) - head - unroll_len + 1))
+            window = ids[start:start + unroll_len]
+        out.append([st.item(id2slot[i]) for i in window])
+    if st.syncers and out:
+        st.sync(np.array([id2slot[it.index] for g in out for it in g], dtype=np.int64))
+    if replace and len(out) > 1:  # a group (or overlapping windows) drawn twice: copies, not aliases
+        seen = 0
+        flat = [it for g in out for it in g]
+        copy_repeats(flat)
+        for window_items in out:
+            window_items[:] = flat[seen:seen + len(window_items)]
+            seen += len(window_items)
+    return out

@@ -22,12 +22,11 @@ To write your own (a reservoir, "keep the first N", ...), implement :class:`Writ
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional, Protocol, runtime_checkable
+from typing import Dict, Optional, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from .storage import SlotStorage
+import numpy as np
 
-__all__ = ["Writer", "FifoWriter", "FREE", "DROP"]
+__all__ = ["Writer", "WriterStorage", "FifoWriter", "FREE", "DROP"]
 
 #: :meth:`Writer.push_slot`: nothing leaves, the new item takes a free slot.
 FREE = -1
@@ -35,11 +34,23 @@ FREE = -1
 DROP = -2
 
 
+class WriterStorage(Protocol):
+    """What a writer may read of the storage it serves (:class:`~pipeline.data.storage.SlotStorage` has it):
+    ``count`` items in ``size`` slots, the occupied slots ``dense[:count]``, and the push order
+    (``order[otail]`` is the oldest live item's slot). A writer never changes them."""
+
+    size: int
+    count: int
+    dense: np.ndarray
+    order: np.ndarray
+    otail: int
+
+
 @runtime_checkable
 class Writer(Protocol):
     """What a storage asks of its writer (the caller holds the storage's lock)."""
 
-    def attach(self, storage: SlotStorage) -> None:
+    def attach(self, storage: WriterStorage) -> None:
         """Bind to ``storage`` (once; attaching again to the same storage does nothing)."""
 
     def push_slot(self) -> int:
@@ -58,15 +69,15 @@ class FifoWriter:
     """First in, first out (the default): while there is room a push takes a free slot; when the
     storage is full the oldest item (in push order) leaves. Keeps no state of its own."""
 
-    _s: SlotStorage  # set by attach(): the storage served
+    _s: WriterStorage  # set by attach(): the storage served
 
     def __init__(self) -> None:
-        self.storage: Optional[SlotStorage] = None
+        self.storage: Optional[WriterStorage] = None
 
     def __repr__(self) -> str:
         return "FifoWriter()"
 
-    def attach(self, storage: SlotStorage) -> None:
+    def attach(self, storage: WriterStorage) -> None:
         """Bind to ``storage``."""
         if bind_writer(self, storage):
             self._s = storage
@@ -86,7 +97,7 @@ class FifoWriter:
         """Nothing to restore."""
 
 
-def bind_writer(writer: object, storage: SlotStorage) -> bool:
+def bind_writer(writer: object, storage: WriterStorage) -> bool:
     """Set ``writer.storage`` (for writers that keep it there); False when it was already bound to
     ``storage``. ``ValueError`` when the writer serves another storage."""
     current = getattr(writer, "storage", None)
