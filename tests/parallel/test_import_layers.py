@@ -117,3 +117,12 @@ def test_an_import_of_the_package_itself_counts_as_one_of_its_init(tmp_path):
     graph = package_imports(folder, 'pkg')
     assert graph == {'__init__': {'part'}, 'part': {'__init__'}}
     assert find_cycle(graph) == ['__init__', 'part', '__init__']
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize('package', ['data', 'learner', 'runtime', 'envs', 'policy', 'offline', 'run'])
+def test_the_other_packages_of_the_library_import_one_way_too(package):
+    cycle = find_cycle(package_imports(os.path.join(ROOT, 'pipeline', package), 'pipeline.' + package))
+    assert cycle is None, f'pipeline/{package} imports in a circle: ' + ' -> '.join(cycle)
