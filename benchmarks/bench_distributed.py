@@ -94,7 +94,7 @@ def single(n: int, timeout: float) -> dict:
 
 def distributed(n: int, timeout: float) -> dict:
     out = tempfile.mkdtemp(prefix='bench-dist-')
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', HERE, '--main',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', HERE, '--main',
            'bench_distributed.timed_main', '--parallel-workers', '4', '--topology', 'mesh', '--startup-interval', '0',
            '--ports', str(40000 + os.getpid() % 20000), '--', *_example_args(n, out + '/exp')]
     return _run(cmd, out, timeout)

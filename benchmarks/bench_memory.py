@@ -253,7 +253,7 @@ def run_distributed(steps: int, workdir: str) -> None:
     """DQN CartPole as 4 processes (learner, 2 collectors, evaluator) over the ZeroMQ bus; a 10k replay
     buffer fills early, so any growth over the last 60 % of the learner's samples is per update."""
     print(f"# distributed DQN learner node, {steps} env steps, replay buffer 10k ({_machine()})")
-    cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", ".", "--main", "examples.dqn_cartpole.main",
+    cmd = [sys.executable, "-m", "pipeline.run.cli", "run", "--package", ".", "--main", "examples.dqn_cartpole.main",
            "--parallel-workers", "4", "--", "--max-env-step", str(steps), "--set", "env.stop_value=1000000",
            "--set", "policy.other.replay_buffer.replay_buffer_size=10000", "--no-progress",
            "--exp-name", os.path.join(workdir, "dist"), "--middleware", "benchmarks.bench_memory:learner_rss_probe",

@@ -6,7 +6,7 @@
 2. Transport between node actors: a small-event round trip through the rlpipe bus (two ZmqRouters in
    two Ray actors, what ``--backend ray`` uses) next to a Ray actor-call round trip (``ray.get`` of a
    method call), each over ``--pings`` round trips. This is the measurement behind the transport choice
-   in ``pipeline/parallel/ray_launch.py``.
+   in ``pipeline/run/ray_launch.py``.
 3. The DQN CartPole example as 4 nodes (1 learner, 2 collectors, 1 evaluator), exactly ``--env-steps``
    env steps: ``rlpipe run --backend ray`` next to the ZeroMQ process launcher (``bench_distributed``).
 
@@ -186,7 +186,7 @@ def dqn_nodes(env_steps: int, timeout: float) -> None:
     print(f"\n3. DQN CartPole example as 4 nodes, {env_steps} env steps each run")
     zmq = bd.distributed(env_steps, timeout)
     out = tempfile.mkdtemp(prefix="bench-ray-")
-    cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--backend", "ray", "--package", HERE,
+    cmd = [sys.executable, "-m", "pipeline.run.cli", "run", "--backend", "ray", "--package", HERE,
            "--main", "bench_distributed.timed_main", "--parallel-workers", "4", "--learner-cpus", "0.5",
            "--collector-cpus", "0.5", "--evaluator-cpus", "0.5", "--", *bd._example_args(env_steps, out + "/exp")]
     rayr = bd._run(cmd, out, timeout)

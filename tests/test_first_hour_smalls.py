@@ -67,7 +67,7 @@ def test_a_launched_nodes_run_folder_line_has_its_node_tag_before_its_task_start
 def test_under_ray_the_end_of_run_lines_are_kept_for_the_launcher(monkeypatch, capsys):
     from pipeline.runtime.node import RAY_NODE_ENV
     from pipeline.run.console import node_print, take_summary
-    from pipeline.parallel.ray_launch import NodeActor
+    from pipeline.run.ray_launch import NodeActor
 
     monkeypatch.setenv(RAY_NODE_ENV, '1')
     node_print('run folder: x', summary=False)  # the start of a run: printed at once

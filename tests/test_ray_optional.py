@@ -38,11 +38,11 @@ HIDE_RAY = "import sys; sys.modules['ray'] = None; "
 
 
 def test_run_on_ray_and_the_cli_name_the_extra_without_ray(tmp_path):
-    code = HIDE_RAY + ("from pipeline.parallel.ray_launch import run_on_ray\n"
+    code = HIDE_RAY + ("from pipeline.run.ray_launch import run_on_ray\n"
                        "try:\n    run_on_ray('x.main', 2)\nexcept ImportError as e:\n    print(e)")
     p = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert "pip install rlpipe[ray]" in p.stdout and "--backend ray" in p.stdout, p.stdout + p.stderr[-2000:]
-    code = HIDE_RAY + ("from pipeline.parallel.cli import main\n"
+    code = HIDE_RAY + ("from pipeline.run.cli import main\n"
                        "sys.exit(main(['run', '--backend', 'ray', '--main', 'x.main', '--parallel-workers', '2']))")
     p = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120,
                        cwd=str(tmp_path))

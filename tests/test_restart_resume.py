@@ -77,7 +77,7 @@ def test_plain_launcher_auto_recover_restarts_a_killed_learner_that_resumes_from
     env['PYTHONPATH'] = os.pathsep.join([root, os.path.join(root, 'tests', 'parallel'), env.get('PYTHONPATH', '')])
     for k in ('RLPIPE_KEY', 'RLPIPE_RESTARTS', 'RLPIPE_LAUNCH_ID', 'RLPIPE_NODE'):
         env.pop(k, None)
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', root, '--main',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', root, '--main',
            'examples.dqn_cartpole.main', '--parallel-workers', '2', '--roles', 'learner:collector',
            '--ports', ','.join(ports), '--startup-interval', '0.05', '--stop-grace', '10',
            '--auto-recover', '--max-retries', '1', '--',

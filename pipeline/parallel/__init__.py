@@ -5,7 +5,7 @@
 * ``ZmqRouter``: the ``pipeline.runtime.router.Router`` that carries events between nodes.
 * ``configure(**router_kwargs)``: make ``task.start()`` in this process use a ``ZmqRouter``.
 * ``codec.encode/decode``: the pickle-free wire format.
-* ``rlpipe run ...`` (``pipeline.parallel.cli``): start nodes as local processes.
+* ``rlpipe run ...`` (``pipeline.run.cli``): start nodes as local processes.
 """
 from __future__ import annotations
 

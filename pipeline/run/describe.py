@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO
 
-from ..parallel.worker import load_main
+from ..runtime.entry import load_main
 from ..runtime import task
 from ..runtime.describe import Description
 

@@ -19,7 +19,7 @@ def _run(tmp_path, *flags):
     env = dict(os.environ)
     env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
     env.pop('RLPIPE_KEY', None)
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', ROOT, '--main', 'examples.dqn_cartpole.main',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', ROOT, '--main', 'examples.dqn_cartpole.main',
            '--parallel-workers', '3', '--ports', str(_free_port_base(3)), '--roles', 'learner:collector:evaluator',
            '--startup-interval', '0', *flags, '--',
            '--set', 'env.stop_value=-1', '--set', 'policy.learn.learning_starts=64',

@@ -50,7 +50,7 @@ def launch(main: str, n: int, out: str, main_args, extra=(), heartbeat_timeout: 
     env = dict(os.environ)
     env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
     env.pop('RLPIPE_KEY', None)
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', HERE, '--main', f'dist_nodes.{main}',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', HERE, '--main', f'dist_nodes.{main}',
            '--parallel-workers', str(n), '--topology', 'mesh', '--ports', str(_free_port_base(n)),
            '--startup-interval', '0', '--heartbeat-interval', '0.2', '--heartbeat-timeout', str(heartbeat_timeout),
            '--stop-grace', '5', *extra, '--', '--out', out, *main_args]

@@ -30,7 +30,7 @@ def launch(n: int, out: str, main_args, roles: str, heartbeat_timeout: float = 1
     env = dict(os.environ)
     env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
     env.pop('RLPIPE_KEY', None)
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', HERE, '--main', 'fault_nodes2.trio_main',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', HERE, '--main', 'fault_nodes2.trio_main',
            '--parallel-workers', str(n), '--topology', 'mesh', '--ports', str(_free_port_base(n)),
            '--startup-interval', '0', '--heartbeat-interval', '0.2', '--heartbeat-timeout', str(heartbeat_timeout),
            '--stop-grace', '5', '--roles', roles, '--', '--out', out, *main_args]

@@ -21,7 +21,7 @@ def test_ppo_example_as_three_processes(tmp_path):
     env = dict(os.environ)
     env['PYTHONPATH'] = ROOT + os.pathsep + env.get('PYTHONPATH', '')
     env.pop('RLPIPE_KEY', None)
-    cmd = [sys.executable, '-m', 'pipeline.parallel.cli', 'run', '--package', ROOT, '--main',
+    cmd = [sys.executable, '-m', 'pipeline.run.cli', 'run', '--package', ROOT, '--main',
            'examples.ppo_cartpole.main', '--parallel-workers', '3', '--ports', str(_free_port_base(3)),
            '--roles', 'learner:collector:collector',
            '--startup-interval', '0', '--stop-grace', '5', '-v', '--',  # default heartbeats: a busy CI machine stalls

@@ -3,7 +3,7 @@ first with --attach-to, until the job ends by itself.
 
 Only what cannot be the same on one machine is replaced: HOST_A/HOST_B become 127.0.0.1 (and the listen
 address 0.0.0.0 loopback: tests bind to loopback only), the ports become free ones, `rlpipe` is this
-Python's `-m pipeline.parallel.cli`. The job is shortened by arguments for the example (a stop value every
+Python's `-m pipeline.run.cli`. The job is shortened by arguments for the example (a stop value every
 evaluation reaches, an output folder in tmp); the flags of the recipe are the page's.
 """
 import os
@@ -49,7 +49,7 @@ def test_readme_multi_machine_recipe_runs_to_the_end(tmp_path):
                     arg = arg.replace(a, b)
                 argv.append(arg)
             assert argv[0] == 'rlpipe'
-            argv = [sys.executable, '-m', 'pipeline.parallel.cli', *argv[1:], '--startup-interval', '0', '--',
+            argv = [sys.executable, '-m', 'pipeline.run.cli', *argv[1:], '--startup-interval', '0', '--',
                     '--set', 'env.stop_value=-1', '--set', 'policy.learn.learning_starts=64',
                     '--set', 'policy.eval.evaluator.eval_freq=20', '--exp-name', str(tmp_path / 'exp')]
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

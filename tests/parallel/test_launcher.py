@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _run_cmd(n, *extra):
     ports = ",".join(map(str, free_ports(n)))
-    return [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+    return [sys.executable, "-m", "pipeline.run.cli", "run", "--package", HERE, "--main",
             "parallel_launch_main.main", "--parallel-workers", str(n), "--ports", ports,
             "--startup-interval", "0.05", "--heartbeat-timeout", "2", "--stop-grace", "5", *extra]
 
@@ -132,7 +132,7 @@ def test_auto_recover_restarts_a_failing_node(tmp_path):
 def test_per_role_entry_scripts_join_with_attach_to(tmp_path):
     """One `rlpipe run` per role, as on two machines: the learner listens, the collector attaches."""
     p0, p1 = free_ports(2)
-    base = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+    base = [sys.executable, "-m", "pipeline.run.cli", "run", "--package", HERE, "--main",
             "parallel_launch_main.main", "--heartbeat-timeout", "2", "--stop-grace", "5"]
     env = _env(tmp_path, RLPIPE_KEY="ab" * 32, RLPIPE_TEST_PEERS="1")
     learner = subprocess.Popen(base + ["--roles", "learner", "--node-ids", "0", "--ports", str(p0),
@@ -246,7 +246,7 @@ def test_nodes_with_different_keys_say_so_and_exit_with_an_error(tmp_path):
     """Two launchers as on two machines, with different RLPIPE_KEY: both name the other side ("peer at ADDR
     signs with a different key") and exit with an error after the startup timeout instead of running alone."""
     p0, p1 = free_ports(2)
-    base = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--package", HERE, "--main",
+    base = [sys.executable, "-m", "pipeline.run.cli", "run", "--package", HERE, "--main",
             "parallel_launch_main.main", "--heartbeat-timeout", "2", "--stop-grace", "5", "--startup-timeout", "3"]
     a = subprocess.Popen(base + ["--roles", "learner", "--node-ids", "0", "--ports", str(p0)],
                          env=_env(tmp_path, RLPIPE_KEY="ab" * 32, RLPIPE_TEST_PEERS="1"), cwd=ROOT,

@@ -11,7 +11,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install rlpipe[ray])")
 
-from pipeline.parallel.ray_launch import run_on_ray  # noqa: E402
+from pipeline.run.ray_launch import run_on_ray  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -64,7 +64,7 @@ def test_a_killed_node_actor_is_reported_and_restarted(local_ray):
 
 def test_cli_backend_ray_runs_the_entry_script(tmp_path):
     env = dict(os.environ, RLPIPE_TEST_COLLECTORS="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--backend", "ray", "--package", HERE,
+    cmd = [sys.executable, "-m", "pipeline.run.cli", "run", "--backend", "ray", "--package", HERE,
            "--main", "ray_node_main.main", "--parallel-workers", "3", "--learner-cpus", "0.25",
            "--collector-cpus", "0.25", "--evaluator-cpus", "0.25", "--heartbeat-timeout", "3"]
     p = subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
@@ -84,7 +84,7 @@ def test_resources_the_cluster_lacks_are_refused_before_any_node_starts(local_ra
 
 
 def test_cli_refuses_options_the_ray_backend_cannot_honour():
-    cmd = [sys.executable, "-m", "pipeline.parallel.cli", "run", "--backend", "ray", "--main", "x.main",
+    cmd = [sys.executable, "-m", "pipeline.run.cli", "run", "--backend", "ray", "--main", "x.main",
            "--attach-to", "tcp://127.0.0.1:5000"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))

@@ -49,7 +49,7 @@ def test_every_example_pipeline_is_wired(example):
     sys.path.insert(0, ROOT)
     task.instead_of_run = instead_of_run
     try:
-        from pipeline.parallel.worker import load_main
+        from pipeline.runtime.entry import load_main
         argv, sys.argv = sys.argv, [example]
         try:
             load_main(f"examples.{example}.main")()
@@ -68,7 +68,7 @@ def test_every_example_pipeline_is_wired(example):
 @pytest.mark.multiprocess
 def test_rlpipe_describe_command(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "pipeline.parallel.cli", "describe", "--package", ROOT, "--main",
+    out = subprocess.run([sys.executable, "-m", "pipeline.run.cli", "describe", "--package", ROOT, "--main",
                           "examples.hello_pipeline.main", "--roles", "learner:collector", "--out", str(tmp_path / "d")],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -83,7 +83,7 @@ def test_rlpipe_describe_leaves_no_run_folder_behind(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = dict(os.environ, PYTHONPATH=ROOT, TMPDIR=str(tmp))
-    out = subprocess.run([sys.executable, "-m", "pipeline.parallel.cli", "describe", "--package", ROOT, "--main",
+    out = subprocess.run([sys.executable, "-m", "pipeline.run.cli", "describe", "--package", ROOT, "--main",
                           "examples.dqn_cartpole.main"], capture_output=True, text=True, timeout=120, env=env,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -45,9 +45,9 @@ from pipeline import task
 
 from ..learner.ray_learners import require_ray
 from ..runtime.node import LAUNCH_ID_ENV, MAX_RESTARTS_ENV, RAY_NODE_ENV, RESTARTS_ENV
-from .keys import KEY_ENV, generate_key
-from .launch import NODE_ENV, NodeSpec, configure_from_env, plan_nodes
-from .worker import load_main
+from ..parallel.keys import KEY_ENV, generate_key
+from ..parallel.launch import NODE_ENV, NodeSpec, configure_from_env, plan_nodes
+from ..runtime.entry import load_main
 
 log = logging.getLogger("rlpipe.ray")
 
@@ -121,7 +121,7 @@ class NodeActor:
 
     def summary(self) -> List[str]:
         """The end-of-run lines the node's main printed with ``node_print`` (kept, not printed, in an actor)."""
-        from ..run.console import take_summary  # lazy: the run tooling is loaded by the node's main, not here
+        from .console import take_summary  # lazy: the run tooling is loaded by the node's main, not here
 
         return take_summary()
 

@@ -116,7 +116,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``rlpipe`` console script."""
     args = _parser().parse_args(argv)
     if args.command == "describe":
-        from ..run.describe import describe_main, parse_nodes  # lazy: rlpipe --help loads only this module
+        from .describe import describe_main, parse_nodes  # lazy: rlpipe --help loads only this module
         describe_main(args.main, args.main_args[1:] if args.main_args[:1] == ["--"] else args.main_args,
                       args.package, parse_nodes(args.roles), args.out)
         return 0
@@ -128,10 +128,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.environ["RLPIPE_BUS_AUTH"] = args.bus_auth  # every node this launcher starts inherits it
     if args.backend == "ray":
         return _run_on_ray(args)
-    from .keys import KEY_ENV, KEY_FILE_ENV, MissingKeyError  # lazy: rlpipe --help loads only this module
-    from .launch import Launcher, plan_cluster_node, plan_nodes  # lazy: rlpipe --help loads only this module
+    from ..parallel.keys import KEY_ENV, KEY_FILE_ENV, MissingKeyError  # lazy: rlpipe --help loads only this module
+    from ..parallel.launch import Launcher, plan_cluster_node, plan_nodes  # lazy: rlpipe --help loads only this module
     attach = [a.strip() for a in args.attach_to.split(",") if a.strip()]
-    from .wire import is_local_address  # lazy: rlpipe --help loads only this module
+    from ..parallel.wire import is_local_address  # lazy: rlpipe --help loads only this module
     if (args.platform == "local" and args.address is not None and args.parallel_workers == 1 and not attach
             and is_local_address(f"tcp://{args.address}:0")
             and not (args.key_file or os.environ.get(KEY_ENV) or os.environ.get(KEY_FILE_ENV))):
