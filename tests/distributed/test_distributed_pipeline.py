@@ -68,6 +68,20 @@ def wait(proc: subprocess.Popen, timeout: float = TIMEOUT) -> str:
     return out
 
 
+def excerpt(log: str) -> str:
+    """What a failed run's message shows: every node's error lines (a traceback, ERROR/CRITICAL lines, the
+    launcher's account of exits) wherever they are in the log, then its last 3000 characters."""
+    lines = log.splitlines()
+    keep, tb = [], 0
+    for line in lines:
+        if 'Traceback' in line:
+            tb = 40  # the traceback's lines follow
+        if tb or ' ERROR ' in line or ' CRITICAL ' in line or 'exited' in line or 'launcher' in line:
+            keep.append(line)
+            tb = max(tb - 1, 0)
+    return '\n'.join(keep[-150:]) + '\n--- last lines ---\n' + log[-3000:]
+
+
 def results(out_dir: str):
     res = {}
     for name in os.listdir(out_dir):
@@ -86,9 +100,9 @@ def test_dqn_four_nodes_learner_gets_everything_once_and_evaluator_finish_stops_
     # machine does not reach by accident.
     proc = launch('dqn_main', 4, out_dir, ['--stop-value', '-1', '--eval-freq', '40'], heartbeat_timeout=10)
     log = wait(proc)
-    assert proc.returncode == 0, log[-5000:]
+    assert proc.returncode == 0, excerpt(log)
     res = results(out_dir)
-    assert sorted(res) == [0, 1, 2, 3], log[-5000:]
+    assert sorted(res) == [0, 1, 2, 3], excerpt(log)
     learner, c1, c2, ev = res[0], res[1], res[2], res[3]
     assert learner['roles'] == ['learner'] and c1['roles'] == c2['roles'] == ['collector']
     assert ev['roles'] == ['evaluator']
@@ -110,7 +124,7 @@ def test_dqn_four_nodes_learner_gets_everything_once_and_evaluator_finish_stops_
         assert c['cx_stats']['batches_sent'] - 2 <= got <= c['cx_stats']['batches_sent']
         if got >= 3:  # it waited for an acknowledgement, so learner updates reached it
             delivered.append(c)
-    assert delivered, log[-5000:]
+    assert delivered, excerpt(log)
     assert sent - 2 * 2 * 3 * 4 <= learner['env_step'] <= sent  # at most 2 batches of 12 steps in flight each
     assert learner['buffer_count'] > 100
     # train_iter and weights went back: collectors saw the learner's train_iter and loaded new versions
@@ -137,7 +151,7 @@ def test_killed_collector(tmp_path, on_lost):
                   extra=['--roles', 'learner:collector:collector'])
     log = wait(proc)
     res = results(out_dir)
-    assert sorted(res) == [0, 2], log[-5000:]  # node 1 died before writing anything
+    assert sorted(res) == [0, 2], excerpt(log)  # node 1 died before writing anything
     learner, c2 = res[0], res[2]
     assert 'collector node 1 is lost' in log
     assert learner['received_from'].get('1', 0) >= 10  # it delivered before dying
@@ -180,9 +194,9 @@ def test_storage_reads_and_removes_only_its_own_batch_files(tmp_path):
                                            '--forge', ','.join(forged)],
                   extra=['--roles', 'learner:collector'], heartbeat_timeout=10)
     log = wait(proc)
-    assert proc.returncode == 0, log[-5000:]
+    assert proc.returncode == 0, excerpt(log)
     learner = results(out_dir)[0]
-    assert learner['cx_stats']['refused_files'] == len(forged), log[-5000:]
+    assert learner['cx_stats']['refused_files'] == len(forged), excerpt(log)
     assert 'refused the batch file' in log
     for v in victims + [storage / 'notes.txt']:
         assert v.read_bytes() == b'precious'
