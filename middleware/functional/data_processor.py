@@ -50,7 +50,7 @@ class _TakesPriorities(Protocol):
 
 
 #: One share's sample: the batch (with ``indices`` and, prioritized, ``weight``) and the sampled items' indices.
-_Sampled = Tuple[Dict[str, object], List[int]]
+_Sampled = Dict[str, object]  # one buffer's batch, with its items' ``indices``
 
 
 def _load() -> None:
@@ -183,16 +183,16 @@ def _split_sizes(batch_size: int, weights: Sequence[float]) -> List[int]:
 
 
 def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> _Sampled:
-    """``(batch, indices)`` for ``size`` rows of one buffer: the buffer's own batch (``sample_batch``: numpy
-    columns gathered into tensors, with ``indices`` and, prioritized, ``weight``) as it is, and the sampled
-    items' indices as a list. A buffer without ``sample_batch`` gets its items collated into the same form."""
+    """The batch of ``size`` rows of one buffer: the buffer's own batch (``sample_batch``: numpy columns
+    gathered into tensors, with ``indices`` and, prioritized, ``weight``) as it is. A buffer without
+    ``sample_batch`` gets its items collated into the same form."""
     kw = sample_arguments(buffer_, ctx.train_iter)  # e.g. staleness_check needs the train iteration
     # a BatchSampling buffer (pipeline.data.protocols); checked by attribute: isinstance against a
     # runtime Protocol walks its members on every call
     sample_batch = getattr(buffer_, 'sample_batch', None)
     if callable(sample_batch):
         batch = cast(Dict[str, object], sample_batch(size, **kw))
-        return batch, cast('torch.Tensor', batch['indices']).tolist()
+        return batch
     items = cast('List[BufferedData]', buffer_.sample(size, **kw))  # no groupby: items, not groups
     data = collate([it.data for it in items])
     if not isinstance(data, MappingABC):
@@ -208,7 +208,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> _Sampled:
     out['indices'] = torch.tensor(index, dtype=torch.int64)
     if items and 'priority_IS' in items[0].meta:
         out['weight'] = torch.tensor([it.meta['priority_IS'] for it in items], dtype=torch.float32)
-    return out, index
+    return out
 
 
 def _cat(parts: Sequence[Mapping[str, object]]) -> Dict[str, object]:
@@ -226,14 +226,14 @@ def _cat(parts: Sequence[Mapping[str, object]]) -> Dict[str, object]:
 
 
 def _assemble(kind: str, shares: List[_Share], sampled: List[Optional[_Sampled]]) -> TrainBatch:
-    """The batch from each share's ``(batch, indices)`` (None for a share of no rows): one buffer's batch as
+    """The batch from each share's batch (None for a share of no rows): one buffer's batch as
     it is, a weighted list's parts concatenated (rows of a buffer without weights weigh 1 when another
     buffer's rows have weights), a dict's batches under their names."""
     if kind == 'single':
-        return cast('TrainBatch', cast(_Sampled, sampled[0])[0])  # one buffer: it gives rows
+        return cast('TrainBatch', sampled[0])  # one buffer: it gives rows
     if kind == 'dict':  # a TrainBatch per buffer (see TrainBatch)
-        return cast('TrainBatch', {sh.key: data for sh, (data, _) in zip(shares, cast(List[_Sampled], sampled))})
-    parts = [data for data, _ in (p for p in sampled if p is not None)]
+        return cast('TrainBatch', {sh.key: data for sh, data in zip(shares, cast(List[_Sampled], sampled))})
+    parts = [p for p in sampled if p is not None]
     if any('weight' in data for data in parts) and not all('weight' in data for data in parts):
         parts = [data if 'weight' in data else
                  {**data, 'weight': torch.ones(len(cast('torch.Tensor', data['indices'])), dtype=torch.float32)}
@@ -349,7 +349,8 @@ class ReplaySource:
             return None, None
         sampled = [_sample_one(sh.buffer, sh.rows, ctx) if sh.rows else None for sh in shares]
         batch = _assemble(self.kind, shares, sampled)
-        prioritized = [(sh, s[1]) for sh, s in zip(shares, sampled) if s is not None and uses_per(sh.buffer)]
+        prioritized = [(sh, cast('torch.Tensor', s['indices']).tolist()) for sh, s in zip(shares, sampled)
+                       if s is not None and uses_per(sh.buffer)]  # where the priorities go back
         if not prioritized:
             return batch, None
         return batch, functools.partial(_write_back, prioritized)
