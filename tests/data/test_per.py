@@ -183,6 +183,29 @@ def test_per_sample_batch_weights_and_update_many():
         buf.update_many(b["indices"].tolist()[:2], meta={"priority": [1.0, -2.0]})
 
 
+def test_per_update_with_the_sampled_indices_tensor_writes_each_id_even_when_it_differs_from_the_draw():
+    buf, per = make(32, alpha=1.0)
+    for i in range(32):
+        buf.push({"x": torch.tensor([float(i)])}, meta={"priority": 1.0})
+    b = buf.sample_batch(8)
+    idx = b["indices"]
+    assert buf.update_many(idx, meta={"priority": np.full(8, 4.0)}) == [True] * 8  # the tensor as sampled
+    assert [buf.get_by_index(i).meta["priority"] for i in idx.tolist()] == [4.0] * 8
+    assert per._tree.total == pytest.approx(8 * 4.0 + 24 * 1.0)
+    other = next(i for i in range(32) if i not in idx.tolist())
+    changed = idx.clone()
+    changed[0] = other  # not the last draw's ids any more: each id is looked up
+    assert buf.update_priority(changed.numpy(), np.full(8, 2.0)) == [True] * 8
+    assert buf.get_by_index(other).meta["priority"] == 2.0
+    assert buf.get_by_index(idx[0].item()).meta["priority"] == 4.0
+    b = buf.sample_batch(8)
+    buf.push({"x": torch.tensor([99.0])}, meta={"priority": 1.0})  # evicts an item: the draw is stale
+    gone = min(set(range(33)) - set(buf.indices()))  # FIFO: item 0 left
+    ok = buf.update_many(b["indices"], meta={"priority": np.full(8, 5.0)})
+    assert ok == [i != gone for i in b["indices"].tolist()]
+    assert all(buf.get_by_index(i).meta["priority"] == 5.0 for i in b["indices"].tolist() if i != gone)
+
+
 def test_per_state_dict_round_trip_and_save_load(tmp_path):
     buf, per = make(8)
     for i in range(8):
