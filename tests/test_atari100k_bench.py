@@ -193,6 +193,15 @@ def test_a_lab_variant_runs_through_the_table_runner_on_the_path_its_stored_resu
 
 
 @needs_atari
+@pytest.mark.timeout(120)
+def test_the_ez_greedy_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_ez`` (the candidate for the table: its runs are collected over several sessions) gives the
+    numbers recorded with the code of its stored results, so runs made at different commits are one agent's."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_ez', 'atari100k_smoke_pong_seed3_drq_eps_narrow_ez.json', tmp_path)
+
+
+@needs_atari
 @pytest.mark.timeout(180)
 def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
     lab = _variants()
