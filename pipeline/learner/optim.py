@@ -26,7 +26,7 @@ def kernel_kwargs(params: Sequence[torch.Tensor]) -> Dict[str, bool]:
     Fused and multi-tensor Adam compute the same update; they round differently in the last bits.
     """
     try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices  # private to torch: guarded below
         fused_devices = set(_get_fused_kernels_supported_devices())
     except (ImportError, AttributeError):  # an older torch (its list names the CPU from 2.4 on)
         fused_devices = {"cuda"}
