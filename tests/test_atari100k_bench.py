@@ -274,7 +274,7 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
     import glob
 
     lab = _variants()
-    checked = 0
+    checked = {}
     for d in sorted(glob.glob(lab.RESULTS_DIR + '-*')):
         agent = os.path.basename(d)[len('atari100k-'):]
         assert agent in lab.VARIANTS, f'{d}: no variant {agent!r} in benchmarks/experiments/atari100k_variants.py'
@@ -283,8 +283,11 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
                 r = json.load(f)
             assert r['settings'] == lab.VARIANTS[agent] and r.get('agent_preset', agent) == agent, path
             assert r['agent'] == lab.VARIANT_NAMES[agent], path   # runs older than the field agent_preset
-            checked += 1
-    assert checked == 17    # drq_eps: 3 seeds x 5 games; drq_eps_noisy and drq_eps_narrow_ez: Freeway 0
+            checked[agent] = checked.get(agent, 0) + 1
+    # none lost: drq_eps 3 seeds x 5 games, drq_eps_noisy Freeway seed 0; drq_eps_narrow_ez collects its runs
+    # over several sessions (Freeway seeds 0-2 so far)
+    assert checked.pop('drq_eps') == 15 and checked.pop('drq_eps_noisy') == 1
+    assert checked.pop('drq_eps_narrow_ez') >= 3 and not checked, checked
 
 
 def test_an_agent_setting_init_gets_that_initialisation():
