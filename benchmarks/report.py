@@ -3,8 +3,9 @@
     python benchmarks/report.py                      # -> docs/benchmarks.md and docs/img/*.png
     python benchmarks/report.py --results /tmp/res --page /tmp/page.md --img-dir /tmp/img
 
-The page is ``benchmarks/page_template.md`` (hand-written prose: edit it there, not on the page) with two
-marker lines replaced: ``<!-- report: atari100k -->`` and ``<!-- report: mujoco -->``.
+The page is ``benchmarks/page_template.md`` (hand-written prose: edit it there, not on the page) with three
+marker lines replaced: ``<!-- report: atari100k -->``, ``<!-- report: atari100k-candidate -->`` and
+``<!-- report: mujoco -->``.
 
 Atari-100k: reads ``<results>/atari100k-<TABLE_AGENT>/*.json`` (``benchmarks/atari100k.py``; smoke runs and
 runs shorter than 100k agent steps are skipped) and the published scores in ``benchmarks/anchors/atari100k.json``
@@ -13,6 +14,11 @@ runs shorter than 100k agent steps are skipped) and the published scores in ``be
 human-normalised scores: IQM, mean and optimality gap with 95% stratified bootstrap confidence intervals
 (``rliable``, a fixed bootstrap seed so the page is the same every time), a line naming where this project is
 below an anchor, and three pictures: the aggregate intervals, the performance profile and the learning curves.
+
+Atari-100k candidate: the lab agent :data:`CANDIDATE_AGENT` whose full runs are being collected to replace the table's
+(``<lab results>/atari100k-<CANDIDATE_AGENT>/*.json``, default ``benchmarks/experiments/results``): per game, its
+runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds, and how many seeds each game
+still needs.
 
 MuJoCo: reads ``<results>/mujoco/*.json`` (``benchmarks/mujoco_vs_sb3.py``: fields ``algo``, ``env``, ``seed``,
 ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``, ``cpu_s``; smoke runs skipped) and
@@ -38,7 +44,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = os.path.join(ROOT, 'benchmarks', 'page_template.md')
 ATARI_ANCHORS = os.path.join(ROOT, 'benchmarks', 'anchors', 'atari100k.json')
 MUJOCO_ANCHORS = os.path.join(ROOT, 'benchmarks', 'anchors', 'mujoco.json')
-MARKERS = {'atari100k': '<!-- report: atari100k -->', 'mujoco': '<!-- report: mujoco -->'}
+LAB_RESULTS = os.path.join(ROOT, 'benchmarks', 'experiments', 'results')
+MARKERS = {'atari100k': '<!-- report: atari100k -->', 'atari100k-candidate': '<!-- report: atari100k-candidate -->',
+           'mujoco': '<!-- report: mujoco -->'}
+#: The lab agent whose full runs are collected to replace the table's (its results: ``LAB_RESULTS``).
+CANDIDATE_AGENT = 'drq_eps_narrow_ez'
+#: Seeds per game the table needs (issue 47's protocol).
+SEEDS_PER_GAME = 5
 #: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
 ATARI_STEPS = 100_000
 #: Bootstrap replications of the aggregate confidence intervals, and the seed of their resampling.
@@ -128,17 +140,25 @@ def table_agent() -> str:
     return TABLE_AGENT
 
 
-def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
-    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results skipped:
-    smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
-    atari, skipped = [], {'atari100k': 0, 'mujoco': 0}
+def load_atari(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], int]:
+    """(``agent``'s full Atari-100k results under ``results_dir``, how many were skipped: smoke runs and runs
+    shorter than :data:`ATARI_STEPS`)."""
+    atari, skipped = [], 0
     for file in sorted(glob.glob(os.path.join(results_dir, f'atari100k-{agent}', '*.json'))):
         with open(file) as f:
             r = json.load(f)
         if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
-            skipped['atari100k'] += 1
+            skipped += 1
             continue
         atari.append(r)
+    return atari, skipped
+
+
+def load_results(results_dir: str, agent: str) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Dict[str, int]]:
+    """(Atari-100k results of ``agent``, MuJoCo results, ``{'atari100k': n, 'mujoco': n}`` results skipped:
+    smoke runs, and Atari runs shorter than :data:`ATARI_STEPS`)."""
+    atari, skipped_atari = load_atari(results_dir, agent)
+    skipped = {'atari100k': skipped_atari, 'mujoco': 0}
     mujoco = []
     for path in sorted(glob.glob(os.path.join(results_dir, 'mujoco', '*.json'))):
         with open(path) as f:
@@ -371,6 +391,33 @@ def atari_section(results: List[Dict[str, Any]], skipped: int, agent: str, ancho
     return lines
 
 
+def candidate_section(candidate: List[Dict[str, Any]], table: List[Dict[str, Any]], agent: str,
+                      anchors: Dict[str, Any]) -> List[str]:
+    """Markdown lines of the candidate agent's runs so far: per game its mean +- std (seeds) beside the table
+    agent's on the same seeds, and the seeds each game still needs for :data:`SEEDS_PER_GAME`."""
+    if not candidate:
+        return [f'The candidate `{agent}` has no full run stored yet (`benchmarks/experiments/results/atari100k-{agent}/`).']
+    table_score = {(r['game'], r['seed']): float(r['eval']['mean']) for r in table}
+    by_game: Dict[str, List[Dict[str, Any]]] = {}
+    for r in sorted(candidate, key=lambda r: r['seed']):
+        by_game.setdefault(r['game'], []).append(r)
+
+    def cell(scores: List[float]) -> str:
+        if not scores:
+            return '-'
+        m, sd = _mean_std(scores)
+        return f'{_fmt(m)} +- {_fmt(sd)} ({len(scores)})'
+
+    lines = [f'| game | candidate `{agent}`: mean +- std (seeds) | the table agent on those seeds | seeds to go |',
+             '|---|---|---|---|']
+    for game in anchors['games']:
+        runs = by_game.get(game, [])
+        same = [table_score[(game, r['seed'])] for r in runs if (game, r['seed']) in table_score]
+        lines.append(f'| {game} | {cell([float(r["eval"]["mean"]) for r in runs])} | {cell(same)} | '
+                     f'{max(0, SEEDS_PER_GAME - len(runs))} |')
+    return lines
+
+
 def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, img_rel: str,
                    anchors_path: str = MUJOCO_ANCHORS, reps: int = REPS) -> List[str]:
     """Markdown lines of the MuJoCo results (table, the below-an-anchor line, one picture)."""
@@ -427,16 +474,19 @@ def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, im
 
 
 def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, agent: Optional[str] = None,
-                reps: int = REPS) -> str:
+                reps: int = REPS, lab_results: str = LAB_RESULTS) -> str:
     """The page: ``template`` (markdown) with its markers replaced by the sections of the results under
-    ``results_dir`` (the Atari agent ``agent``, default :func:`table_agent`); writes the PNGs into
-    ``img_dir``, linked as ``<img_rel>/<file>``."""
+    ``results_dir`` (the Atari agent ``agent``, default :func:`table_agent`) and of :data:`CANDIDATE_AGENT`'s
+    under ``lab_results``; writes the PNGs into ``img_dir``, linked as ``<img_rel>/<file>``."""
     for marker in MARKERS.values():
         if template.count(marker + '\n') != 1:
             raise ValueError(f'the page template needs the line {marker!r} exactly once')
     agent = agent or table_agent()
     atari, mujoco, skipped = load_results(results_dir, agent)
-    sections = {'atari100k': atari_section(atari, skipped['atari100k'], agent, load_anchors(), img_dir, img_rel, reps),
+    anchors = load_anchors()
+    candidate, _ = load_atari(lab_results, CANDIDATE_AGENT)
+    sections = {'atari100k': atari_section(atari, skipped['atari100k'], agent, anchors, img_dir, img_rel, reps),
+                'atari100k-candidate': candidate_section(candidate, atari, CANDIDATE_AGENT, anchors),
                 'mujoco': mujoco_section(mujoco, skipped['mujoco'], img_dir, img_rel, reps=reps)}
     for key, marker in MARKERS.items():
         template = template.replace(marker + '\n', '\n'.join(sections[key]) + '\n')
@@ -446,6 +496,7 @@ def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, age
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--results', default=os.path.join(ROOT, 'benchmarks', 'results'))
+    p.add_argument('--lab-results', default=LAB_RESULTS, help="the lab's results (the candidate agent's runs)")
     p.add_argument('--template', default=TEMPLATE, help='the page with its markers (default benchmarks/page_template.md)')
     p.add_argument('--page', default=os.path.join(ROOT, 'docs', 'benchmarks.md'))
     p.add_argument('--img-dir', default=None, help='where the PNGs go (default: img/ next to the page)')
@@ -455,7 +506,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     img_rel = os.path.relpath(img_dir, os.path.dirname(os.path.abspath(args.page)))
     with open(args.template) as f:
         template = f.read()
-    text = render_page(template, args.results, img_dir, img_rel, reps=args.reps)
+    text = render_page(template, args.results, img_dir, img_rel, reps=args.reps, lab_results=args.lab_results)
     with open(args.page, 'w') as f:
         f.write(text)
     print(f'wrote {args.page} ({text.count(chr(10))} lines) and its pictures in {img_dir}')

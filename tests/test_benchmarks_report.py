@@ -9,8 +9,8 @@ import pytest
 pytestmark = pytest.mark.bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEMPLATE = '# Benchmarks\n\nintro\n\n## Atari-100k\n\n<!-- report: atari100k -->\n\n## MuJoCo\n\n' \
-           '<!-- report: mujoco -->\n\n## Replay buffers\n\nkept\n'
+TEMPLATE = '# Benchmarks\n\nintro\n\n## Atari-100k\n\n<!-- report: atari100k -->\n\ncandidate:\n\n' \
+           '<!-- report: atari100k-candidate -->\n\n## MuJoCo\n\n<!-- report: mujoco -->\n\n## Replay buffers\n\nkept\n'
 REPS = 500  # bootstrap resamples in these tests (the page uses report.REPS)
 
 
@@ -29,21 +29,22 @@ def _result(game, seed, mean, points, smoke=False, steps=100_000):
             'update_phase': {'cpu_ms_per_step': 20.0 + seed}}
 
 
-def _render(report, tmp_path, results, mujoco=()):
-    res = tmp_path / 'results'
-    table = res / f'atari100k-{report.table_agent()}'
-    table.mkdir(parents=True)
+def _render(report, tmp_path, results, mujoco=(), candidate=()):
+    res, lab = tmp_path / 'results', tmp_path / 'lab'
+    for where, runs in ((res / f'atari100k-{report.table_agent()}', results),
+                        (lab / f'atari100k-{report.CANDIDATE_AGENT}', candidate)):
+        where.mkdir(parents=True)
+        for r in runs:
+            with open(where / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
+                json.dump(r, f)
     (res / 'mujoco').mkdir()
-    for r in results:
-        with open(table / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
-            json.dump(r, f)
     for i, r in enumerate(mujoco):
         with open(res / 'mujoco' / f'run{i}.json', 'w') as f:
             json.dump(r, f)
     (tmp_path / 'template.md').write_text(TEMPLATE)
     page = tmp_path / 'benchmarks.md'
-    argv = ['--results', str(res), '--template', str(tmp_path / 'template.md'), '--page', str(page),
-            '--img-dir', str(tmp_path / 'img'), '--reps', str(REPS)]
+    argv = ['--results', str(res), '--lab-results', str(lab), '--template', str(tmp_path / 'template.md'),
+            '--page', str(page), '--img-dir', str(tmp_path / 'img'), '--reps', str(REPS)]
     assert report.main(argv) == 0
     return page.read_text(), argv
 
@@ -116,6 +117,23 @@ def test_report_renders_tables_statistics_plots_and_keeps_the_template(tmp_path)
     assert {p.name: p.read_bytes() for p in (tmp_path / 'img').iterdir()} == first
 
 
+def test_the_candidate_table_sets_its_runs_beside_the_table_agents_on_the_same_seeds(tmp_path):
+    report = _load()
+    table = [_result('Freeway', s, m, []) for s, m in enumerate([0.0, 22.0, 0.0])] + [_result('Pong', 0, -20.0, [])]
+    candidate = [_result('Freeway', 0, 23.0, []), _result('Freeway', 2, 21.0, []), _result('Freeway', 7, 25.0, []),
+                 _result('Pong', 1, 30.0, [], smoke=True), _result('Boxing', 4, 50.0, [], steps=10_240)]
+    text, _ = _render(report, tmp_path, table, candidate=candidate)
+    lines = text.splitlines()
+    assert lines[lines.index('candidate:') + 2] == \
+        f'| game | candidate `{report.CANDIDATE_AGENT}`: mean +- std (seeds) | the table agent on those seeds | seeds to go |'
+    # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its cell is over those two
+    assert '| Freeway | 23.0 +- 2.0 (3) | 0.0 +- 0.0 (2) | 2 |' in lines
+    assert '| Pong | - | - | 5 |' in lines and '| Boxing | - | - | 5 |' in lines   # smoke and short runs do not count
+    # without a candidate run the section says so
+    text, _ = _render(report, tmp_path / 'none', table)
+    assert f'The candidate `{report.CANDIDATE_AGENT}` has no full run stored yet' in text
+
+
 def test_report_without_results_says_so(tmp_path):
     report = _load()
     text, _ = _render(report, tmp_path, [_result('Pong', 0, 5.0, [], smoke=True)])
@@ -127,7 +145,11 @@ def test_report_without_results_says_so(tmp_path):
 def test_a_template_without_its_markers_is_refused(tmp_path):
     report = _load()
     with pytest.raises(ValueError, match='<!-- report: mujoco -->'):
-        report.render_page('# B\n\n<!-- report: atari100k -->\n', str(tmp_path), str(tmp_path / 'img'), 'img')
+        report.render_page('# B\n\n<!-- report: atari100k -->\n<!-- report: atari100k-candidate -->\n', str(tmp_path),
+                           str(tmp_path / 'img'), 'img')
+    with pytest.raises(ValueError, match='<!-- report: atari100k-candidate -->'):
+        report.render_page('# B\n\n<!-- report: atari100k -->\n<!-- report: mujoco -->\n', str(tmp_path),
+                           str(tmp_path / 'img'), 'img')
 
 
 @pytest.mark.timeout(240)
