@@ -136,7 +136,8 @@ def dqn_config(a: Dict[str, Any], seed: int) -> Any:
             'other': {'replay_buffer': {'replay_buffer_size': a['replay_size']},
                       # ez-greedy when the agent sets it (None: plain eps-greedy)
                       'eps': {'repeat_exponent': a.get('eps_repeat_exponent'),
-                              'repeat_max': a.get('eps_repeat_max', 100)}},
+                              'repeat_max': a.get('eps_repeat_max', 100),
+                              'repeat_min_eps': a.get('eps_repeat_min_eps', 0.0)}},
         },
     }
     return compile_config(user, policy='dqn')

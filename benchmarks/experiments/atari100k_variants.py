@@ -19,6 +19,9 @@ one scored and why it lost: benchmarks/experiments/NOTES.md.
 - ``drq_eps_narrow_ez``: the table agent exploring with temporally-extended eps-greedy ("ez-greedy", Dabney et
   al. 2021; ``policy.other.eps.repeat_exponent``): an exploratory action is held for n ~ zeta(2) steps, at
   most 100. A candidate for Freeway, where eps-greedy's single random steps rarely get the chicken across.
+- ``drq_eps_narrow_ez_decay``: ``drq_eps_narrow_ez`` whose holds start only while eps is above 0.02
+  (``policy.other.eps.repeat_min_eps``), i.e. during the warm-up and the decay (agent steps 0-6,550); eps-greedy,
+  as the table agent, after it.
 """
 from __future__ import annotations
 
@@ -48,12 +51,14 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_nature': dict(DRQ_EPS, encoder='nature', feature_dim=512, hidden=0),
     'drq_eps_narrow_xavier': dict(_TABLE, init='xavier'),
     'drq_eps_narrow_ez': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100),
+    'drq_eps_narrow_ez_decay': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.02),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
     'drq_eps_nature': 'DrQ(eps) on the Nature encoder',
     'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init',
     'drq_eps_narrow_ez': 'DrQ(eps) on the half-width Nature encoder, ez-greedy',
+    'drq_eps_narrow_ez_decay': 'DrQ(eps) on the half-width Nature encoder, ez-greedy while eps decays',
 }
 
 

@@ -76,6 +76,7 @@ DQN_CONFIG: SchemaTree = {
                 # ez-greedy: a random action is held for n ~ zeta(repeat_exponent) steps (None: plain eps-greedy)
                 'repeat_exponent': Float(None, gt=1, optional=True),
                 'repeat_max': Int(100, min=1),                   # the cap on n
+                'repeat_min_eps': Float(0.0, min=0, max=1),      # holds start only while eps is above this
             },
             'replay_buffer': {
                 'replay_buffer_size': Int(20000, min=1),

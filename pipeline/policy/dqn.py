@@ -203,20 +203,25 @@ class DQNCollectMode(ActingMode):
     eps draw says "explore" takes a uniform random action and holds it for ``n`` steps, ``n`` drawn from a
     zeta distribution with that exponent (``P(n) ~ n^-exponent``, e.g. 2.0) and capped at ``repeat_max``;
     while it holds, it neither draws eps nor runs the network. ``hold`` is ``(steps left, action)`` per env
-    (save it with ``rng`` to resume a run exactly). None: plain eps-greedy.
+    (save it with ``rng`` to resume a run exactly). None: plain eps-greedy. With ``repeat_min_eps``, only
+    steps whose eps is above it start holds; at or below it a random action lasts its one step (e.g. the
+    schedule's final eps: ez-greedy while eps decays, eps-greedy after).
     """
 
     def __init__(self, model: nn.Module, action_shape: int, seed: Optional[int] = None, *,
-                 repeat_exponent: Optional[float] = None, repeat_max: int = 100) -> None:
+                 repeat_exponent: Optional[float] = None, repeat_max: int = 100, repeat_min_eps: float = 0.0) -> None:
         if repeat_exponent is not None and not repeat_exponent > 1.0:
             raise ValueError(f'repeat_exponent must be > 1 (a zeta distribution), got {repeat_exponent!r}')
         if repeat_max < 1:
             raise ValueError(f'repeat_max must be >= 1, got {repeat_max!r}')
+        if not 0.0 <= repeat_min_eps <= 1.0:
+            raise ValueError(f'repeat_min_eps must be in [0, 1], got {repeat_min_eps!r}')
         self.model = model
         self.action_shape = int(action_shape)
         self.rng = np.random.default_rng(seed)
         self.repeat_exponent = repeat_exponent
         self.repeat_max = int(repeat_max)
+        self.repeat_min_eps = float(repeat_min_eps)
         #: per env: steps the held random action still runs (0: none) and that action
         self.hold: Tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         # where the model's first tensor is held: (a submodule's _parameters or _buffers dict, its key)
@@ -268,8 +273,8 @@ class DQNCollectMode(ActingMode):
             starts = free[self.rng.random(free.size) < eps]
             if starts.size:
                 act[starts] = self.rng.integers(0, self.action_shape, starts.size)
-                # zeta draws, capped; the first step is this one
-                left[starts] = np.minimum(self.rng.zipf(exponent, starts.size), self.repeat_max) - 1
+                if eps > self.repeat_min_eps:  # zeta draws, capped; the first step is this one
+                    left[starts] = np.minimum(self.rng.zipf(exponent, starts.size), self.repeat_max) - 1
                 free = np.setdiff1d(free, starts, assume_unique=True)
         if free.size:
             idx = torch.from_numpy(free).to(x.device)
@@ -357,7 +362,7 @@ class DQNPolicy(Policy):
     def _build_collect_mode(self) -> DQNCollectMode:
         e = self.cfg['other']['eps']
         return DQNCollectMode(self.model, self.action_shape, self._seed, repeat_exponent=e['repeat_exponent'],
-                              repeat_max=e['repeat_max'])
+                              repeat_max=e['repeat_max'], repeat_min_eps=e['repeat_min_eps'])
 
     def _build_eval_mode(self) -> DQNEvalMode:
         return DQNEvalMode(self.model)

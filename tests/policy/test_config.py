@@ -13,7 +13,7 @@ def test_defaults_match_di_engine_cartpole_dqn():
     assert cfg.policy.other.replay_buffer.replay_buffer_size == 20000
     # DI-engine's schedule, and ez-greedy (rlpipe's addition) off
     assert cfg.policy.other.eps == {'type': 'exp', 'start': 0.95, 'end': 0.1, 'decay': 10000,
-                                    'repeat_exponent': None, 'repeat_max': 100}
+                                    'repeat_exponent': None, 'repeat_max': 100, 'repeat_min_eps': 0.0}
 
 
 def test_merge_overrides_without_touching_inputs():

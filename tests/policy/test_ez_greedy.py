@@ -75,3 +75,30 @@ def test_the_config_reaches_the_collect_mode_and_is_checked():
         compile_config({'policy': {**base['policy'], 'other': {'eps': {'repeat_exponent': 1.0}}}}, policy='dqn')
     with pytest.raises(ValueError, match='repeat_exponent must be > 1'):
         DQNCollectMode(CountingQ(), 3, repeat_exponent=0.5)
+
+
+def test_holds_start_only_while_eps_is_above_repeat_min_eps():
+    q = CountingQ()
+    mode = DQNCollectMode(q, 3, seed=0, repeat_exponent=2.0, repeat_max=100, repeat_min_eps=0.02)
+    obs = np.zeros((8, 4), np.float32)
+    held_early = 0
+    for _ in range(50):                              # eps still decaying: exploratory actions are held
+        mode.forward(obs, eps=0.9)
+        held_early += int((mode.hold[0] > 0).sum())
+    assert held_early > 0
+    mode.hold = (np.zeros(8, np.int64), np.zeros(8, np.int64))
+    end = 1.0 + (0.01 - 1.0) * 1.0                   # a linear schedule's last eps: 0.010000000000000009
+    for _ in range(2000):                            # at the schedule's end: eps-greedy, every random action one step
+        mode.forward(obs, eps=end)
+        assert (mode.hold[0] == 0).all()
+    explored = 0
+    for _ in range(200):                             # eps 0.02 itself starts no hold (above it only)
+        a = mode.forward(obs, eps=0.02)
+        explored += int((a != 2).sum())
+        assert (mode.hold[0] == 0).all()
+    assert explored > 0                               # it still explores
+    with pytest.raises(ValueError, match='repeat_min_eps must be in'):
+        DQNCollectMode(CountingQ(), 3, repeat_exponent=2.0, repeat_min_eps=1.5)
+    cfg = compile_config({'policy': {'model': {'obs_shape': 4, 'action_shape': 3},
+                                     'other': {'eps': {'repeat_exponent': 2.0, 'repeat_min_eps': 0.02}}}}, policy='dqn')
+    assert DQNPolicy(cfg, seed=0).collect_mode.repeat_min_eps == 0.02
