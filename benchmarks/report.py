@@ -15,10 +15,10 @@ human-normalised scores: IQM, mean and optimality gap with 95% stratified bootst
 (``rliable``, a fixed bootstrap seed so the page is the same every time), a line naming where this project is
 below an anchor, and three pictures: the aggregate intervals, the performance profile and the learning curves.
 
-Atari-100k candidate: the lab agent :data:`CANDIDATE_AGENT` whose full runs are being collected to replace the table's
-(``<lab results>/atari100k-<CANDIDATE_AGENT>/*.json``, default ``benchmarks/experiments/results``): per game, its
-runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds, and how many seeds each game
-still needs.
+Atari-100k candidates: the lab agents :data:`CANDIDATE_AGENTS` whose full runs are being collected to replace the
+table's (``<lab results>/atari100k-<agent>/*.json``, default ``benchmarks/experiments/results``): per game and
+candidate, its runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds, and how many seeds
+that game still needs.
 
 MuJoCo: reads ``<results>/mujoco/*.json`` (``benchmarks/mujoco_vs_sb3.py``: fields ``algo``, ``env``, ``seed``,
 ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``, ``cpu_s``; smoke runs skipped) and
@@ -47,8 +47,8 @@ MUJOCO_ANCHORS = os.path.join(ROOT, 'benchmarks', 'anchors', 'mujoco.json')
 LAB_RESULTS = os.path.join(ROOT, 'benchmarks', 'experiments', 'results')
 MARKERS = {'atari100k': '<!-- report: atari100k -->', 'atari100k-candidate': '<!-- report: atari100k-candidate -->',
            'mujoco': '<!-- report: mujoco -->'}
-#: The lab agent whose full runs are collected to replace the table's (its results: ``LAB_RESULTS``).
-CANDIDATE_AGENT = 'drq_eps_narrow_ez'
+#: The lab agents whose full runs are collected to replace the table's (their results: ``LAB_RESULTS``).
+CANDIDATE_AGENTS = ('drq_eps_narrow_ez', 'drq_eps_narrow_ez_decay')
 #: Seeds per game the table needs (issue 47's protocol).
 SEEDS_PER_GAME = 5
 #: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
@@ -391,16 +391,19 @@ def atari_section(results: List[Dict[str, Any]], skipped: int, agent: str, ancho
     return lines
 
 
-def candidate_section(candidate: List[Dict[str, Any]], table: List[Dict[str, Any]], agent: str,
+def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[Dict[str, Any]],
                       anchors: Dict[str, Any]) -> List[str]:
-    """Markdown lines of the candidate agent's runs so far: per game its mean +- std (seeds) beside the table
-    agent's on the same seeds, and the seeds each game still needs for :data:`SEEDS_PER_GAME`."""
-    if not candidate:
-        return [f'The candidate `{agent}` has no full run stored yet (`benchmarks/experiments/results/atari100k-{agent}/`).']
+    """Markdown lines of the candidate agents' runs so far (``candidates``: agent -> its full runs): one row per
+    game and candidate with runs of that game, its mean +- std (seeds) beside the table agent's on the same
+    seeds, and the seeds it still needs for :data:`SEEDS_PER_GAME`; a game no candidate has run gets one row."""
+    if not any(candidates.values()):
+        return ['No candidate has a full run stored yet (`benchmarks/experiments/results/atari100k-<agent>/`, agents: '
+                + ', '.join(f'`{a}`' for a in candidates) + ').']
     table_score = {(r['game'], r['seed']): float(r['eval']['mean']) for r in table}
-    by_game: Dict[str, List[Dict[str, Any]]] = {}
-    for r in sorted(candidate, key=lambda r: r['seed']):
-        by_game.setdefault(r['game'], []).append(r)
+    by_game: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    for agent, runs in candidates.items():
+        for r in sorted(runs, key=lambda r: r['seed']):
+            by_game.setdefault((r['game'], agent), []).append(r)
 
     def cell(scores: List[float]) -> str:
         if not scores:
@@ -408,13 +411,15 @@ def candidate_section(candidate: List[Dict[str, Any]], table: List[Dict[str, Any
         m, sd = _mean_std(scores)
         return f'{_fmt(m)} +- {_fmt(sd)} ({len(scores)})'
 
-    lines = [f'| game | candidate `{agent}`: mean +- std (seeds) | the table agent on those seeds | seeds to go |',
-             '|---|---|---|---|']
+    lines = ['| game | candidate | mean +- std (seeds) | the table agent on those seeds | seeds to go |',
+             '|---|---|---|---|---|']
     for game in anchors['games']:
-        runs = by_game.get(game, [])
-        same = [table_score[(game, r['seed'])] for r in runs if (game, r['seed']) in table_score]
-        lines.append(f'| {game} | {cell([float(r["eval"]["mean"]) for r in runs])} | {cell(same)} | '
-                     f'{max(0, SEEDS_PER_GAME - len(runs))} |')
+        ran = [a for a in candidates if (game, a) in by_game] or [next(iter(candidates))]
+        for agent in ran:
+            runs = by_game.get((game, agent), [])
+            same = [table_score[(game, r['seed'])] for r in runs if (game, r['seed']) in table_score]
+            lines.append(f'| {game} | `{agent}` | {cell([float(r["eval"]["mean"]) for r in runs])} | {cell(same)} | '
+                         f'{max(0, SEEDS_PER_GAME - len(runs))} |')
     return lines
 
 
@@ -476,7 +481,7 @@ def mujoco_section(results: List[Dict[str, Any]], skipped: int, img_dir: str, im
 def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, agent: Optional[str] = None,
                 reps: int = REPS, lab_results: str = LAB_RESULTS) -> str:
     """The page: ``template`` (markdown) with its markers replaced by the sections of the results under
-    ``results_dir`` (the Atari agent ``agent``, default :func:`table_agent`) and of :data:`CANDIDATE_AGENT`'s
+    ``results_dir`` (the Atari agent ``agent``, default :func:`table_agent`) and of the :data:`CANDIDATE_AGENTS`'
     under ``lab_results``; writes the PNGs into ``img_dir``, linked as ``<img_rel>/<file>``."""
     for marker in MARKERS.values():
         if template.count(marker + '\n') != 1:
@@ -484,9 +489,9 @@ def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, age
     agent = agent or table_agent()
     atari, mujoco, skipped = load_results(results_dir, agent)
     anchors = load_anchors()
-    candidate, _ = load_atari(lab_results, CANDIDATE_AGENT)
+    candidates = {a: load_atari(lab_results, a)[0] for a in CANDIDATE_AGENTS}
     sections = {'atari100k': atari_section(atari, skipped['atari100k'], agent, anchors, img_dir, img_rel, reps),
-                'atari100k-candidate': candidate_section(candidate, atari, CANDIDATE_AGENT, anchors),
+                'atari100k-candidate': candidate_section(candidates, atari, anchors),
                 'mujoco': mujoco_section(mujoco, skipped['mujoco'], img_dir, img_rel, reps=reps)}
     for key, marker in MARKERS.items():
         template = template.replace(marker + '\n', '\n'.join(sections[key]) + '\n')
@@ -496,7 +501,7 @@ def render_page(template: str, results_dir: str, img_dir: str, img_rel: str, age
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--results', default=os.path.join(ROOT, 'benchmarks', 'results'))
-    p.add_argument('--lab-results', default=LAB_RESULTS, help="the lab's results (the candidate agent's runs)")
+    p.add_argument('--lab-results', default=LAB_RESULTS, help="the lab's results (the candidate agents' runs)")
     p.add_argument('--template', default=TEMPLATE, help='the page with its markers (default benchmarks/page_template.md)')
     p.add_argument('--page', default=os.path.join(ROOT, 'docs', 'benchmarks.md'))
     p.add_argument('--img-dir', default=None, help='where the PNGs go (default: img/ next to the page)')

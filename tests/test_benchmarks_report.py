@@ -29,10 +29,13 @@ def _result(game, seed, mean, points, smoke=False, steps=100_000):
             'update_phase': {'cpu_ms_per_step': 20.0 + seed}}
 
 
-def _render(report, tmp_path, results, mujoco=(), candidate=()):
+def _render(report, tmp_path, results, mujoco=(), candidate=(), second=()):
+    """Renders the page of ``results`` (the table agent's), ``candidate`` and ``second`` (the first and second of
+    report.CANDIDATE_AGENTS) and ``mujoco``; returns (its text, the command line)."""
     res, lab = tmp_path / 'results', tmp_path / 'lab'
     for where, runs in ((res / f'atari100k-{report.table_agent()}', results),
-                        (lab / f'atari100k-{report.CANDIDATE_AGENT}', candidate)):
+                        (lab / f'atari100k-{report.CANDIDATE_AGENTS[0]}', candidate),
+                        (lab / f'atari100k-{report.CANDIDATE_AGENTS[1]}', second)):
         where.mkdir(parents=True)
         for r in runs:
             with open(where / f'{r["game"]}_seed{r["seed"]}{"_smoke" if r["smoke"] else ""}.json', 'w') as f:
@@ -122,16 +125,23 @@ def test_the_candidate_table_sets_its_runs_beside_the_table_agents_on_the_same_s
     table = [_result('Freeway', s, m, []) for s, m in enumerate([0.0, 22.0, 0.0])] + [_result('Pong', 0, -20.0, [])]
     candidate = [_result('Freeway', 0, 23.0, []), _result('Freeway', 2, 21.0, []), _result('Freeway', 7, 25.0, []),
                  _result('Pong', 1, 30.0, [], smoke=True), _result('Boxing', 4, 50.0, [], steps=10_240)]
-    text, _ = _render(report, tmp_path, table, candidate=candidate)
+    second = [_result('Freeway', 1, 20.0, []), _result('Pong', 0, -10.0, [])]
+    text, _ = _render(report, tmp_path, table, candidate=candidate, second=second)
     lines = text.splitlines()
-    assert lines[lines.index('candidate:') + 2] == \
-        f'| game | candidate `{report.CANDIDATE_AGENT}`: mean +- std (seeds) | the table agent on those seeds | seeds to go |'
+    first, other = (f'`{a}`' for a in report.CANDIDATE_AGENTS)
+    at = lines.index('candidate:') + 2
+    assert lines[at] == '| game | candidate | mean +- std (seeds) | the table agent on those seeds | seeds to go |'
     # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its cell is over those two
-    assert '| Freeway | 23.0 +- 2.0 (3) | 0.0 +- 0.0 (2) | 2 |' in lines
-    assert '| Pong | - | - | 5 |' in lines and '| Boxing | - | - | 5 |' in lines   # smoke and short runs do not count
+    assert lines[at + 2:at + 2 + 7] == [
+        f'| Boxing | {first} | - | - | 5 |',                    # a short run does not count
+        f'| Breakout | {first} | - | - | 5 |',                  # no candidate ran it: one row
+        f'| Freeway | {first} | 23.0 +- 2.0 (3) | 0.0 +- 0.0 (2) | 2 |',
+        f'| Freeway | {other} | 20.0 +- 0.0 (1) | 22.0 +- 0.0 (1) | 4 |',
+        f'| Pong | {other} | -10.0 +- 0.0 (1) | -20.0 +- 0.0 (1) | 4 |',   # the first's run is a smoke run
+        f'| RoadRunner | {first} | - | - | 5 |', '']
     # without a candidate run the section says so
     text, _ = _render(report, tmp_path / 'none', table)
-    assert f'The candidate `{report.CANDIDATE_AGENT}` has no full run stored yet' in text
+    assert 'No candidate has a full run stored yet' in text and first in text and other in text
 
 
 def test_report_without_results_says_so(tmp_path):
