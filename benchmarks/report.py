@@ -17,8 +17,7 @@ below an anchor, and three pictures: the aggregate intervals, the performance pr
 
 Atari-100k candidates: the lab agents :data:`CANDIDATE_AGENTS` whose full runs are being collected to replace the
 table's (``<lab results>/atari100k-<agent>/*.json``, default ``benchmarks/experiments/results``): per game and
-candidate, its runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds, and how many seeds
-that game still needs.
+candidate, its runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds.
 
 MuJoCo: reads ``<results>/mujoco/*.json`` (``benchmarks/mujoco_vs_sb3.py``: fields ``algo``, ``env``, ``seed``,
 ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``, ``cpu_s``; smoke runs skipped) and
@@ -49,8 +48,6 @@ MARKERS = {'atari100k': '<!-- report: atari100k -->', 'atari100k-candidate': '<!
            'mujoco': '<!-- report: mujoco -->'}
 #: The lab agents whose full runs are collected to replace the table's (their results: ``LAB_RESULTS``).
 CANDIDATE_AGENTS = ('drq_eps_narrow_ez', 'drq_eps_narrow_ez_decay')
-#: Seeds per game the table needs (issue 47's protocol).
-SEEDS_PER_GAME = 5
 #: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
 ATARI_STEPS = 100_000
 #: Bootstrap replications of the aggregate confidence intervals, and the seed of their resampling.
@@ -393,17 +390,12 @@ def atari_section(results: List[Dict[str, Any]], skipped: int, agent: str, ancho
 
 def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[Dict[str, Any]],
                       anchors: Dict[str, Any]) -> List[str]:
-    """Markdown lines of the candidate agents' runs so far (``candidates``: agent -> its full runs): one row per
-    game and candidate with runs of that game, its mean +- std (seeds) beside the table agent's on the same
-    seeds, and the seeds it still needs for :data:`SEEDS_PER_GAME`; a game no candidate has run gets one row."""
+    """Markdown lines of the candidate agents' runs so far (``candidates``: agent -> its full runs): a row per
+    game, a column per candidate, each cell its mean +- std (seeds) vs the table agent's on the same seeds."""
     if not any(candidates.values()):
         return ['No candidate has a full run stored yet (`benchmarks/experiments/results/atari100k-<agent>/`, agents: '
                 + ', '.join(f'`{a}`' for a in candidates) + ').']
     table_score = {(r['game'], r['seed']): float(r['eval']['mean']) for r in table}
-    by_game: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
-    for agent, runs in candidates.items():
-        for r in sorted(runs, key=lambda r: r['seed']):
-            by_game.setdefault((r['game'], agent), []).append(r)
 
     def cell(scores: List[float]) -> str:
         if not scores:
@@ -411,15 +403,16 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
         m, sd = _mean_std(scores)
         return f'{_fmt(m)} +- {_fmt(sd)} ({len(scores)})'
 
-    lines = ['| game | candidate | mean +- std (seeds) | the table agent on those seeds | seeds to go |',
-             '|---|---|---|---|---|']
+    lines = ['| game | ' + ' | '.join(f'`{a}` vs the table agent on its seeds' for a in candidates) + ' |',
+             '|---|' + '---|' * len(candidates)]
     for game in anchors['games']:
-        ran = [a for a in candidates if (game, a) in by_game] or [next(iter(candidates))]
-        for agent in ran:
-            runs = by_game.get((game, agent), [])
-            same = [table_score[(game, r['seed'])] for r in runs if (game, r['seed']) in table_score]
-            lines.append(f'| {game} | `{agent}` | {cell([float(r["eval"]["mean"]) for r in runs])} | {cell(same)} | '
-                         f'{max(0, SEEDS_PER_GAME - len(runs))} |')
+        cells = []
+        for runs in candidates.values():
+            seeds = sorted(r['seed'] for r in runs if r['game'] == game)
+            ours = [float(r['eval']['mean']) for r in sorted(runs, key=lambda r: r['seed']) if r['game'] == game]
+            same = [table_score[(game, k)] for k in seeds if (game, k) in table_score]
+            cells.append(f'{cell(ours)} vs {cell(same)}' if ours else '-')
+        lines.append(f'| {game} | ' + ' | '.join(cells) + ' |')
     return lines
 
 

@@ -130,15 +130,14 @@ def test_the_candidate_table_sets_its_runs_beside_the_table_agents_on_the_same_s
     lines = text.splitlines()
     first, other = (f'`{a}`' for a in report.CANDIDATE_AGENTS)
     at = lines.index('candidate:') + 2
-    assert lines[at] == '| game | candidate | mean +- std (seeds) | the table agent on those seeds | seeds to go |'
-    # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its cell is over those two
-    assert lines[at + 2:at + 2 + 7] == [
-        f'| Boxing | {first} | - | - | 5 |',                    # a short run does not count
-        f'| Breakout | {first} | - | - | 5 |',                  # no candidate ran it: one row
-        f'| Freeway | {first} | 23.0 +- 2.0 (3) | 0.0 +- 0.0 (2) | 2 |',
-        f'| Freeway | {other} | 20.0 +- 0.0 (1) | 22.0 +- 0.0 (1) | 4 |',
-        f'| Pong | {other} | -10.0 +- 0.0 (1) | -20.0 +- 0.0 (1) | 4 |',   # the first's run is a smoke run
-        f'| RoadRunner | {first} | - | - | 5 |', '']
+    assert lines[at] == f'| game | {first} vs the table agent on its seeds | {other} vs the table agent on its seeds |'
+    # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its part of the cell is over those two
+    assert lines[at + 2:at + 2 + 6] == [
+        '| Boxing | - | - |',                                         # a short run does not count
+        '| Breakout | - | - |',
+        '| Freeway | 23.0 +- 2.0 (3) vs 0.0 +- 0.0 (2) | 20.0 +- 0.0 (1) vs 22.0 +- 0.0 (1) |',
+        '| Pong | - | -10.0 +- 0.0 (1) vs -20.0 +- 0.0 (1) |',        # the first's run is a smoke run
+        '| RoadRunner | - | - |', '']
     # without a candidate run the section says so
     text, _ = _render(report, tmp_path / 'none', table)
     assert 'No candidate has a full run stored yet' in text and first in text and other in text
