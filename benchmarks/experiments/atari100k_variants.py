@@ -5,8 +5,9 @@
 
 Every flag is ``benchmarks/atari100k.py``'s (protocol, checkpoints, the result's fields: its docstring);
 ``--agent`` is required and picks one of :data:`VARIANTS`, whose results go to
-``benchmarks/experiments/results/atari100k-<agent>/``. None of them is on docs/benchmarks.md; what each
-one scored and why it lost: benchmarks/experiments/NOTES.md.
+``benchmarks/experiments/results/atari100k-<agent>/``. The candidates for the table among them
+(``benchmarks/report.py``'s ``CANDIDATE_AGENTS``) have their runs on docs/benchmarks.md; what each one scored
+and why it lost: benchmarks/experiments/NOTES.md.
 
 - ``drq_eps``: the table agent's DrQ(eps) settings on data-efficient Rainbow's encoder (two 5x5 stride-5
   convs, 256 hidden units per dueling branch); the table's agent until 2026-12-03.
@@ -22,6 +23,8 @@ one scored and why it lost: benchmarks/experiments/NOTES.md.
 - ``drq_eps_narrow_ez_decay``: ``drq_eps_narrow_ez`` whose holds start only while eps is above 0.02
   (``policy.other.eps.repeat_min_eps``), i.e. during the warm-up and the decay (agent steps 0-6,550); eps-greedy,
   as the table agent, after it.
+- ``drq_eps_narrow_ez_warmup``: ``drq_eps_narrow_ez`` whose holds start only while eps is above 0.99, i.e. in
+  the uniform-random warm-up and the first ~50 steps of the decay (agent steps 0-1,650).
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_xavier': dict(_TABLE, init='xavier'),
     'drq_eps_narrow_ez': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100),
     'drq_eps_narrow_ez_decay': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.02),
+    'drq_eps_narrow_ez_warmup': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -59,6 +63,7 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_xavier': 'DrQ(eps) on the half-width Nature encoder, Xavier init',
     'drq_eps_narrow_ez': 'DrQ(eps) on the half-width Nature encoder, ez-greedy',
     'drq_eps_narrow_ez_decay': 'DrQ(eps) on the half-width Nature encoder, ez-greedy while eps decays',
+    'drq_eps_narrow_ez_warmup': 'DrQ(eps) on the half-width Nature encoder, ez-greedy in the warm-up',
 }
 
 
