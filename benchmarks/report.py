@@ -408,10 +408,9 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
     for game in anchors['games']:
         cells = []
         for runs in candidates.values():
-            seeds = sorted(r['seed'] for r in runs if r['game'] == game)
-            ours = [float(r['eval']['mean']) for r in sorted(runs, key=lambda r: r['seed']) if r['game'] == game]
-            same = [table_score[(game, k)] for k in seeds if (game, k) in table_score]
-            cells.append(f'{cell(ours)} vs {cell(same)}' if ours else '-')
+            mine = [r for r in runs if r['game'] == game]
+            same = [table_score[(game, r['seed'])] for r in mine if (game, r['seed']) in table_score]
+            cells.append(f'{cell([float(r["eval"]["mean"]) for r in mine])} vs {cell(same)}' if mine else '-')
         lines.append(f'| {game} | ' + ' | '.join(cells) + ' |')
     return lines
 
