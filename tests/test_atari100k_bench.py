@@ -215,6 +215,16 @@ def test_the_decay_only_ez_greedy_variant_runs_the_learning_path_of_its_stored_r
 
 @needs_atari
 @pytest.mark.timeout(180)
+def test_the_warm_up_ez_greedy_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_ez_warmup`` (holds actions only in the warm-up) gives the numbers recorded with the code
+    of its runs, over 400 smoke steps (past the smoke warm-up and decay)."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_ez_warmup',
+                          'atari100k_smoke_pong_seed3_drq_eps_narrow_ez_warmup.json', tmp_path, steps=400)
+
+
+@needs_atari
+@pytest.mark.timeout(180)
 def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
     lab = _variants()
     monkeypatch.setattr(lab, 'RESULTS_DIR', str(tmp_path / 'atari100k'))
