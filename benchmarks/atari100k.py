@@ -49,6 +49,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -83,14 +84,15 @@ AGENT_NAMES: Dict[str, str] = {TABLE_AGENT: 'DrQ(eps) on the half-width Nature e
 
 
 def build_parser(agents: Optional[List[str]] = None, default_agent: Optional[str] = TABLE_AGENT,
-                 results_root: Optional[str] = None, doc: Optional[str] = None) -> argparse.ArgumentParser:
-    """The command line: ``--agent`` picks one of ``agents`` (default every agent of :data:`AGENTS`; required
-    when ``default_agent`` is None); a run of agent ``a`` writes to ``<results_root>-<a>/`` unless ``--out``
-    (default root :data:`RESULTS_DIR`)."""
+                 results_root: Optional[str] = None, doc: Optional[str] = None,
+                 script: str = 'benchmarks/atari100k.py') -> argparse.ArgumentParser:
+    """The command line of ``script``: ``--agent`` picks one of ``agents`` (default every agent of :data:`AGENTS`;
+    required when ``default_agent`` is None); a run of agent ``a`` writes to ``<results_root>-<a>/`` unless
+    ``--out`` (default root :data:`RESULTS_DIR`)."""
     doc = doc or __doc__
     p = argparse.ArgumentParser(description=doc.split('\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
-    p.set_defaults(results_root=results_root or RESULTS_DIR)
+    p.set_defaults(results_root=results_root or RESULTS_DIR, script=script)
     p.add_argument('--game', default='Pong', help=f'ALE game name ({", ".join(GAMES)} in the benchmark)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--steps', type=int, default=100_000, help='agent steps (4 frames each)')
@@ -323,7 +325,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         try:
             saved = checkpoint_pair.save_pair(stem, state, buffer_.save_data)
             print(f'\ninterrupted at agent step {ctx.env_step}: saved {ckpt_path}\n'
-                  f'resume with: python benchmarks/atari100k.py {" ".join(sys.argv[1:])}', flush=True)
+                  f'resume with: {resume_command(args)}', flush=True)
         except (KeyboardInterrupt, OSError) as e:  # a second signal, a full disk: the previous save is kept
             why = 'interrupted again' if isinstance(e, KeyboardInterrupt) else (e.strerror or type(e).__name__)
             print(f'\ninterrupted at agent step {ctx.env_step}; saving the checkpoint failed ({why}): the same '
@@ -371,6 +373,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that resumes the run ``args``: its script and its command line (``args.argv``, from
+    :func:`main`) without ``--fresh``, which would start over."""
+    words = [w for w in getattr(args, 'argv', sys.argv[1:]) if w != '--fresh']
+    return ' '.join(['python', getattr(args, 'script', 'benchmarks/atari100k.py'), shlex.join(words)]).rstrip()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f'signal {signum}')
 
@@ -382,6 +391,7 @@ def main(argv: Optional[List[str]] = None, parser: Optional[argparse.ArgumentPar
     import threading
 
     args = (parser or build_parser()).parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     saved = {}
     if threading.current_thread() is threading.main_thread():
         # a job started with `&` inherits SIGINT ignored, and `kill` sends SIGTERM: both save a checkpoint

@@ -47,7 +47,7 @@ LAB_RESULTS = os.path.join(ROOT, 'benchmarks', 'experiments', 'results')
 MARKERS = {'atari100k': '<!-- report: atari100k -->', 'atari100k-candidate': '<!-- report: atari100k-candidate -->',
            'mujoco': '<!-- report: mujoco -->'}
 #: The lab agents whose full runs are collected to replace the table's (their results: ``LAB_RESULTS``).
-CANDIDATE_AGENTS = ('drq_eps_narrow_ez', 'drq_eps_narrow_ez_decay')
+CANDIDATE_AGENTS = ('drq_eps_narrow_ez', 'drq_eps_narrow_ez_decay', 'drq_eps_narrow_ez_warmup')
 #: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
 ATARI_STEPS = 100_000
 #: Bootstrap replications of the aggregate confidence intervals, and the seed of their resampling.

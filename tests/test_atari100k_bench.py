@@ -243,7 +243,7 @@ def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypa
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)
-def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monkeypatch):
+def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monkeypatch, capsys):
     """``drq_eps_narrow_ez`` builds a collect mode with ez-greedy, and a Ctrl-C checkpoint keeps its held actions."""
     import torch
 
@@ -261,6 +261,7 @@ def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monke
     argv = ['--game', 'Freeway', '--seed', '0', '--smoke', '--steps', '200', '--out', str(tmp_path), '--no-progress',
             '--agent', 'drq_eps_narrow_ez']
     assert lab.main(argv) == 130
+    assert 'resume with: python benchmarks/experiments/atari100k_variants.py --game Freeway' in capsys.readouterr().out
     state = torch.load(tmp_path / 'Freeway_seed0.ckpt', weights_only=True)
     left, held = state['collect_hold']
     assert len(left) == len(held) == 1 and 0 <= left[0] < 100 and 0 <= held[0] < 3
@@ -292,6 +293,21 @@ def test_the_lab_script_runs_only_its_variants_and_needs_one(capsys):
         os.path.join(ROOT, 'benchmarks', 'experiments', 'results'))
 
 
+def test_an_interrupted_run_names_the_script_that_resumes_it():
+    """The resume hint names the script that was run (the lab's variants are unknown to the table's runner) and
+    drops ``--fresh``, which would start the run over."""
+    lab = _variants()
+    bench = lab.atari100k
+    argv = ['--game', 'Road Runner', '--seed', '1', '--fresh', '--agent', 'drq_eps_narrow_ez']
+    args = lab.build_parser().parse_args(argv)
+    args.argv = argv
+    assert bench.resume_command(args) == ("python benchmarks/experiments/atari100k_variants.py --game 'Road Runner' "
+                                          "--seed 1 --agent drq_eps_narrow_ez")
+    args = bench.build_parser().parse_args(['--fresh'])
+    args.argv = ['--fresh']
+    assert bench.resume_command(args) == 'python benchmarks/atari100k.py'
+
+
 def test_every_stored_lab_result_ran_the_settings_of_its_variant():
     import glob
 
@@ -307,9 +323,10 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
             assert r['agent'] == lab.VARIANT_NAMES[agent], path   # runs older than the field agent_preset
             checked[agent] = checked.get(agent, 0) + 1
     # none lost: drq_eps 3 seeds x 5 games, drq_eps_noisy Freeway seed 0; the ez-greedy variants collect their
-    # runs over several sessions (so far drq_eps_narrow_ez: 10, drq_eps_narrow_ez_decay: 5)
+    # runs over several sessions (so far drq_eps_narrow_ez: 10, drq_eps_narrow_ez_decay: 5, drq_eps_narrow_ez_warmup: 2)
     assert checked.pop('drq_eps') == 15 and checked.pop('drq_eps_noisy') == 1
     assert checked.pop('drq_eps_narrow_ez') >= 10 and checked.pop('drq_eps_narrow_ez_decay') >= 5
+    assert checked.pop('drq_eps_narrow_ez_warmup') >= 2
     assert not checked, checked
 
 

@@ -128,16 +128,18 @@ def test_the_candidate_table_sets_its_runs_beside_the_table_agents_on_the_same_s
     second = [_result('Freeway', 1, 20.0, []), _result('Pong', 0, -10.0, [])]
     text, _ = _render(report, tmp_path, table, candidate=candidate, second=second)
     lines = text.splitlines()
-    first, other = (f'`{a}`' for a in report.CANDIDATE_AGENTS)
+    first, other, *rest = (f'`{a}`' for a in report.CANDIDATE_AGENTS)
     at = lines.index('candidate:') + 2
-    assert lines[at] == f'| game | {first} vs the table agent on its seeds | {other} vs the table agent on its seeds |'
+    assert lines[at] == '| game | ' + ' | '.join(f'{a} vs the table agent on its seeds'
+                                                 for a in (first, other, *rest)) + ' |'
+    none = ' - |' * len(rest)                                        # the candidates after the second: no runs
     # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its part of the cell is over those two
     assert lines[at + 2:at + 2 + 6] == [
-        '| Boxing | - | - |',                                         # a short run does not count
-        '| Breakout | - | - |',
-        '| Freeway | 23.0 +- 2.0 (3) vs 0.0 +- 0.0 (2) | 20.0 +- 0.0 (1) vs 22.0 +- 0.0 (1) |',
-        '| Pong | - | -10.0 +- 0.0 (1) vs -20.0 +- 0.0 (1) |',        # the first's run is a smoke run
-        '| RoadRunner | - | - |', '']
+        '| Boxing | - | - |' + none,                                  # a short run does not count
+        '| Breakout | - | - |' + none,
+        '| Freeway | 23.0 +- 2.0 (3) vs 0.0 +- 0.0 (2) | 20.0 +- 0.0 (1) vs 22.0 +- 0.0 (1) |' + none,
+        '| Pong | - | -10.0 +- 0.0 (1) vs -20.0 +- 0.0 (1) |' + none,   # the first's run is a smoke run
+        '| RoadRunner | - | - |' + none, '']
     # without a candidate run the section says so
     text, _ = _render(report, tmp_path / 'none', table)
     assert 'No candidate has a full run stored yet' in text and first in text and other in text

@@ -75,7 +75,8 @@ def register() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """``benchmarks/atari100k.py``'s command line, ``--agent`` one of :data:`VARIANTS` (required)."""
-    return atari100k.build_parser(agents=sorted(VARIANTS), default_agent=None, results_root=RESULTS_DIR, doc=__doc__)
+    return atari100k.build_parser(agents=sorted(VARIANTS), default_agent=None, results_root=RESULTS_DIR, doc=__doc__,
+                                  script='benchmarks/experiments/atari100k_variants.py')
 
 
 def main(argv: Optional[List[str]] = None) -> int:
