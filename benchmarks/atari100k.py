@@ -46,7 +46,6 @@ naming the file and ``--fresh``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -343,19 +342,16 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     train_env.close()
     eval_env.close()
     returns = [float(r) for r in ev.returns]
-    digest = hashlib.sha256()
     fingerprint = []
     for name, t in model.state_dict().items():
-        t = t.detach().cpu()
-        digest.update(t.contiguous().numpy().tobytes())
-        step = (t.double() - initial[name].double()).numpy()
+        step = (t.detach().cpu().double() - initial[name].double()).numpy()
         fingerprint.append([name, float(step.sum()), float(np.abs(step).sum())])
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': AGENT_NAMES[args.agent], 'agent_preset': args.agent, 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
         'device': str(policy.device),
-        'weights_sha256': digest.hexdigest(), 'weights_fingerprint': fingerprint,
+        'weights_sha256': run_facts.weights_sha256(model.state_dict().values()), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
                  'mean': float(np.mean(returns)), 'lengths': [int(x) for x in ev.lengths], 'wall_s': eval_wall},
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},

@@ -11,8 +11,8 @@ directory) with the fields ``algo``, ``env``, ``seed``, ``framework`` ('rlpipe' 
 ``final_return`` (mean of ``--eval-episodes`` (10) deterministic episodes of the final policy, the
 same episode seeds for both frameworks), ``returns``, ``wall`` (seconds of training, evaluations
 during training included, the final evaluation not), ``cpu_s``, the settings, a learning ``curve``
-(mean return of 5 deterministic episodes every ``eval_every`` env steps), package versions and the
-machine (load average at start and end). ``python benchmarks/report.py`` renders the stored results
+(mean return of 5 deterministic episodes every ``eval_every`` env steps), ``weights_sha256`` (the final
+networks' weights), package versions and the machine (load average at start and end). ``python benchmarks/report.py`` renders the stored results
 into docs/benchmarks.md. Each framework runs in a process of its own with one torch thread.
 
 Settings (the same for both frameworks):
@@ -127,7 +127,7 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
     import numpy as np
     import torch
 
-    from pipeline.policy.loading import load_policy
+    from pipeline.policy.loading import build_policy_from_checkpoint
 
     curve: List[List[float]] = []
     exp = os.path.join(workdir, f'{algo}_rlpipe')
@@ -164,7 +164,8 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
     ckpts = sorted(glob.glob(os.path.join(exp, '*', 'ckpt', 'final.pth.tar')), key=os.path.getmtime)
     if not ckpts:
         raise SystemExit(f'the rlpipe run wrote no final checkpoint under {exp}')
-    policy = load_policy(ckpts[-1], device or 'auto')
+    trained = build_policy_from_checkpoint(ckpts[-1], device or 'auto')
+    policy = trained.eval_mode  # greedy
     cfg_file = os.path.join(os.path.dirname(os.path.dirname(ckpts[-1])), 'config.json')
     config = None
     if os.path.exists(cfg_file):
@@ -175,8 +176,9 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
         with torch.no_grad():
             return np.asarray(policy(np.asarray(obs, dtype=np.float32)[None]))[0]
 
+    weights = [t for _, net in sorted(trained.networks().items()) for t in net.state_dict().values()]
     return {'act': act, 'make_env': _rlpipe_env_maker(algo, env_id), 'wall': wall, 'cpu': cpu, 'curve': curve,
-            'config': config}
+            'config': config, 'weights': weights}
 
 
 # ----------------------------------------------------------------------------------------------- SB3
@@ -238,7 +240,8 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
         action, _ = model.predict(obs, deterministic=True)
         return action
 
-    return {'act': act, 'make_env': lambda: gym.make(env_id), 'wall': wall, 'cpu': cpu, 'curve': curve}
+    return {'act': act, 'make_env': lambda: gym.make(env_id), 'wall': wall, 'cpu': cpu, 'curve': curve,
+            'weights': list(model.policy.state_dict().values())}
 
 
 # ----------------------------------------------------------------------------------------------- runner
@@ -268,6 +271,7 @@ def run_one(args: argparse.Namespace) -> Dict[str, Any]:
         'smoke': bool(args.smoke), 'settings': s, 'env_steps': s['steps'],
         'final_return': float(np.mean(returns)), 'returns': returns, 'eval_episodes': episodes,
         'eval_wall_s': eval_wall, 'wall': r['wall'], 'cpu_s': r['cpu'],
+        'weights_sha256': run_facts.weights_sha256(r['weights']),  # the final policy's networks
         'curve': {'x': 'env_steps', 'y': f'mean return of {CURVE_EPISODES} deterministic episodes',
                   'points': r['curve']},
         'rlpipe_config': portable(r.get('config'), workdir),  # the run's compiled config (rlpipe runs)

@@ -1,10 +1,11 @@
 """What a benchmark result records about where it ran: package versions, the rlpipe commit, the machine and its load."""
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,3 +35,12 @@ def machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
     """Processor, CPU count, system, and the load average at the start of the run and now."""
     return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
             'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': load_average()}
+
+
+def weights_sha256(tensors: Iterable[Any]) -> str:
+    """SHA-256 of the bytes of ``tensors`` (torch tensors), in the order given: the digest of a trained network's
+    ``state_dict().values()`` that a result records, so two runs can be told to have ended on the same weights."""
+    digest = hashlib.sha256()
+    for t in tensors:
+        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

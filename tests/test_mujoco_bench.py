@@ -33,6 +33,7 @@ def _check(r, algo, framework, steps):
     xs = [p[0] for p in r['curve']['points']]
     assert xs and xs == sorted(xs) and xs[-1] <= steps
     assert not ABSOLUTE.search(json.dumps(r)), 'a result names an absolute path of the machine that ran it'
+    assert re.fullmatch('[0-9a-f]{64}', r['weights_sha256'])
 
 
 @pytest.mark.multiprocess
@@ -44,11 +45,14 @@ def test_sac_smoke_of_both_frameworks(tmp_path):
     bench = _load()
     assert bench.main(['--algo', 'sac', '--env', 'Hopper-v5', '--seed', '1', '--smoke', '--with-sb3',
                        '--out', str(tmp_path)]) == 0
+    digests = []
     for fw in ('rlpipe', 'sb3'):
         with open(tmp_path / f'sac_Hopper-v5_{fw}_seed1.json') as f:
             r = json.load(f)
         _check(r, 'sac', fw, 1000)
         assert r['settings']['random_steps'] == 300 and r['settings']['hidden'] == [256, 256]
+        digests.append(r['weights_sha256'])
+    assert digests[0] != digests[1]     # each framework's own trained weights
     with open(tmp_path / 'sac_Hopper-v5_rlpipe_seed1.json') as f:
         cfg = json.load(f)['rlpipe_config']['config']['policy']
     assert cfg['learn']['learning_starts'] == 300 and cfg['collect']['random_collect_size'] == 300
@@ -94,3 +98,21 @@ def test_no_stored_result_names_an_absolute_path():
     mod = _load()
     assert mod.portable({'command': f'{ROOT}/examples/x.py --exp-name /tmp/abc/run', 'n': [1, '/tmp/abc/y']},
                         '/tmp/abc') == {'command': 'examples/x.py --exp-name <workdir>/run', 'n': [1, '<workdir>/y']}
+
+
+def test_the_weights_digest_is_of_every_byte_in_order():
+    """``run_facts.weights_sha256``: the SHA-256 of the tensors' bytes in the order given (the Atari results'
+    digest since the first run), so one changed weight or a swapped order gives another digest."""
+    import hashlib
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location('run_facts', os.path.join(ROOT, 'benchmarks', 'run_facts.py'))
+    run_facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_facts)
+    a, b = torch.arange(6.0).reshape(2, 3), torch.ones(4, requires_grad=True)
+    want = hashlib.sha256(a.numpy().tobytes() + b.detach().numpy().tobytes()).hexdigest()
+    assert run_facts.weights_sha256([a, b]) == want == run_facts.weights_sha256([a.t().contiguous().t(), b])
+    assert run_facts.weights_sha256([b, a]) != want
+    a[1, 2] += 1e-6
+    assert run_facts.weights_sha256([a, b]) != want
