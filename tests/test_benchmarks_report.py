@@ -25,7 +25,7 @@ def _load():
 
 def _result(game, seed, mean, points, smoke=False, steps=100_000):
     return {'benchmark': 'atari100k', 'game': game, 'seed': seed, 'smoke': smoke, 'eval': {'mean': mean},
-            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed, 'agent_steps': steps,
+            'curve': {'points': points}, 'wall_s': 1800.0 + 60 * seed, 'cpu_s': 2000.0 + 800 * seed, 'agent_steps': steps,
             'update_phase': {'cpu_ms_per_step': 20.0 + seed}}
 
 
@@ -93,6 +93,8 @@ def test_report_renders_tables_statistics_plots_and_keeps_the_template(tmp_path)
     pong = next(line for line in text.splitlines() if line.startswith('| Pong |'))
     assert pong.startswith(f'| Pong | -16.0 +- 5.7 (2) | {(-16.0 + 20.7) / 35.3:.2f} | -20.7 | 14.6 | -19.3 | -9.1 | -5.4 |')
     assert '19.0' not in pong and '99.0' not in text                  # the smoke run and the short run are left out
+    # seed 1's runs took 46.7 CPU minutes, over the budget
+    assert 'Wall time per run 30-31 min, CPU time 33-47 min (5 of 10 runs over the 45-min budget);' in text
     # the aggregate row is rliable's over the 2 x 5 human-normalised scores
     games = anchors['games']
     ours = np.array([[report.human_normalised(r['eval']['mean'], g, anchors) for g in games
