@@ -370,10 +370,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def resume_command(args: argparse.Namespace) -> str:
-    """The command that resumes the run ``args``: its script and its command line (``args.argv``, from
-    :func:`main`) without ``--fresh``, which would start over."""
+    """The command that resumes the run ``args`` (parsed by :func:`build_parser`): its script and its command
+    line (``args.argv``, from :func:`main`) without ``--fresh``, which would start over."""
     words = [w for w in getattr(args, 'argv', sys.argv[1:]) if w != '--fresh']
-    return ' '.join(['python', getattr(args, 'script', 'benchmarks/atari100k.py'), shlex.join(words)]).rstrip()
+    return ' '.join(['python', args.script, shlex.join(words)]).rstrip()
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -34,7 +34,7 @@ def test_the_table_reads_full_runs_of_every_agent_and_skips_short_ones(tmp_path,
     def store(root, agent, seed, score, points, **extra):
         d = tmp_path / root / f'atari100k-{agent}'
         d.mkdir(parents=True, exist_ok=True)
-        r = dict({'seed': seed, 'agent_steps': 100_000, 'eval': {'mean': score}, 'curve': {'points': points}}, **extra)
+        r = dict({'game': 'RoadRunner', 'seed': seed, 'agent_steps': 100_000, 'eval': {'mean': score}, 'curve': {'points': points}}, **extra)
         (d / f'RoadRunner_seed{seed}{"_smoke" if extra.get("smoke") else ""}.json').write_text(json.dumps(r))
 
     store('results', 'table', 1, 8000.0, [[10, 3000]])

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.report import load_atari  # noqa: E402  (after ROOT is on sys.path)
+
 RESULT_DIRS = (os.path.join(ROOT, 'benchmarks', 'results'), os.path.join(ROOT, 'benchmarks', 'experiments', 'results'))
-ATARI_STEPS = 100_000
 
 
 def crossing(points: Sequence[Sequence[float]], threshold: float, window: int) -> Optional[int]:
@@ -37,19 +40,15 @@ def crossing(points: Sequence[Sequence[float]], threshold: float, window: int) -
 
 
 def runs(game: str, dirs: Sequence[str] = RESULT_DIRS) -> List[Dict[str, Any]]:
-    """The full (not smoke, 100k-step) stored runs of ``game`` under ``dirs``: in the order of ``dirs``, then by
-    agent, then by seed; each with its agent (its directory's name) under ``'_agent_dir'``."""
+    """The full stored runs of ``game`` under ``dirs`` (those :func:`benchmarks.report.load_atari` keeps): in the
+    order of ``dirs``, then by agent, then by seed; each with its agent (its directory's name) under
+    ``'_agent_dir'``."""
     found = []
     for d in dirs:
-        here = []
-        for path in glob.glob(os.path.join(d, 'atari100k-*', f'{game}_seed*.json')):
-            with open(path) as f:
-                r = json.load(f)
-            if r.get('smoke') or r.get('agent_steps', 0) < ATARI_STEPS:
-                continue
-            r['_agent_dir'] = os.path.basename(os.path.dirname(path))[len('atari100k-'):]
-            here.append(r)
-        found += sorted(here, key=lambda r: (r['_agent_dir'], r['seed']))
+        agents = sorted(os.path.basename(p)[len('atari100k-'):] for p in glob.glob(os.path.join(d, 'atari100k-*')))
+        for agent in agents:
+            here = [dict(r, _agent_dir=agent) for r in load_atari(d, agent)[0] if r['game'] == game]
+            found += sorted(here, key=lambda r: r['seed'])
     return found
 
 
