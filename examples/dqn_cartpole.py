@@ -74,18 +74,18 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     collector_env = EnvManager(cfg.env.env_id, cfg.env.collector_env_num, seed=cfg.seed)
     evaluator_env = EnvManager(cfg.env.env_id, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000)
     from pipeline.policy import DQNPolicy
-    from pipeline.policy.common import discrete_action_count
+    from pipeline.policy.common import discrete_action_count, vector_size
 
-    cfg.policy.model.obs_shape = collector_env.observation_space.shape[0]
     try:
+        cfg.policy.model.obs_shape = vector_size(collector_env.observation_space, 'observation', 'DQN')
         cfg.policy.model.action_shape = discrete_action_count(collector_env.action_space, 'DQN')
-    except ValueError as e:  # e.g. --set env.env_id=Pendulum-v1
+    except ValueError as e:  # e.g. --set env.env_id=Pendulum-v1 (continuous actions) or an image env
         usage_error(f'error: {e}')
     policy = DQNPolicy(cfg, seed=cfg.seed)
     buffer_ = make_buffer(cfg)
-    run.create_dir()  # only now: a start refused above leaves no run folder
+    run_dir = run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
-        ckpt = CkptSaver(policy, run.dir, train_freq=1000, resume_from=run.resume,
+        ckpt = CkptSaver(policy, run_dir, train_freq=1000, resume_from=run.resume,
                          buffer=None if args.no_save_buffer else buffer_, config=cfg, policy_type='dqn',
                          spaces=(collector_env.observation_space, collector_env.action_space))
     except CheckpointError as e:

@@ -105,10 +105,11 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         obs_dim=n * n, hidden=(64,), embed_dim=32, lr=1e-3, intrinsic_weight=args.intrinsic_weight,
         obs_norm=True, seed=args.seed)
     max_env_step = args.max_env_step if args.max_env_step is not None else args.max_episodes * n
-    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_,
+    run_dir = run.create_dir()
+    ckpt = CkptSaver(policy, run_dir, resume_from=run.resume, buffer=buffer_,
                      modules={"rnd": rnd} if rnd is not None else None)  # RND's predictor resumes too
     run.begin(cfg, quiet=args.quiet)
-    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+    logger = online_logger(log_dir=os.path.join(run_dir, "log"), progress=not (args.quiet or args.no_progress),
                            total_env_step=max_env_step)
 
     found: Dict[str, Any] = {"episode": None}
@@ -136,7 +137,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         ctx, interrupted = run_pipeline(ckpt)
     logger.close()
     env.close()
-    result = recorder.summary(ctx, run.dir, interrupted, rnd=not args.no_rnd, found=found["episode"] is not None,
+    result = recorder.summary(ctx, run_dir, interrupted, rnd=not args.no_rnd, found=found["episode"] is not None,
                               found_at_episode=found["episode"], buffer_count=buffer_.count(),
                               rnd_train_iter=rnd.train_iter if rnd is not None else 0)
     what = "DQN+RND" if rnd is not None else "DQN"

@@ -5,14 +5,19 @@
 import argparse
 import random
 
+import numpy as np
+
 from contexts import OnlineRLContext
 from pipeline import Role, for_all_roles, for_roles, task
+from pipeline.data import Transition
 
 
 @for_roles(Role.COLLECTOR, reads=["env_step"], writes=["transitions", "env_step"])
 def collector(ctx: OnlineRLContext) -> None:
-    """Writes ``ctx.transitions`` (8 fake transitions) and advances ``ctx.env_step``."""
-    ctx.transitions = [{"obs": random.random(), "reward": 1.0} for _ in range(8)]
+    """Writes ``ctx.transitions`` (8 fake transitions, one per env) and advances ``ctx.env_step``."""
+    ctx.transitions = [Transition(obs=np.array([random.random()]), action=0, reward=1.0,
+                                  next_obs=np.array([random.random()]), terminated=False, truncated=False, env_id=i)
+                       for i in range(8)]
     ctx.env_step += len(ctx.transitions)
 
 
@@ -20,7 +25,7 @@ def collector(ctx: OnlineRLContext) -> None:
 def pusher(buffer: list):
     def _pusher(ctx: OnlineRLContext) -> None:
         """Reads ``ctx.transitions``; appends them to ``buffer``."""
-        buffer.extend(ctx.transitions)
+        buffer.extend(ctx.transitions or [])
     return _pusher
 
 

@@ -89,6 +89,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.goal_envs import BitFlipEnv, FlattenGoalObservation
+    from pipeline.policy.common import vector_size
     from pipeline.run.precheck import compile_or_exit
     from pipeline.reward_model import HerRewardModel, NoRelabel
     from pipeline.run.record import RunRecorder
@@ -98,7 +99,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     cfg = compile_or_exit(run.user_config, "dqn")
     make_env = lambda: FlattenGoalObservation(BitFlipEnv(n_bits=n))  # noqa: E731
     probe = make_env()
-    obs_dim = probe.observation_space.shape[0]
+    obs_dim = vector_size(probe.observation_space, 'observation', 'DQN')
     policy = build_policy(cfg, n, obs_dim, args.seed)
     if run.play:
         return play_without_rendering(run.play, policy, make_env, args, "the bit-flipping env")
@@ -110,9 +111,10 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     else:
         relabel = HerRewardModel.from_env(probe, strategy="future", k=args.k, episode_size=16,
                                           sample_per_episode=8, seed=args.seed)
-    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_)
+    run_dir = run.create_dir()
+    ckpt = CkptSaver(policy, run_dir, resume_from=run.resume, buffer=buffer_)
     run.begin(cfg, quiet=args.quiet)
-    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+    logger = online_logger(log_dir=os.path.join(run_dir, "log"), progress=not (args.quiet or args.no_progress),
                            total_env_step=args.max_env_step)
 
     recorder = RunRecorder()
@@ -135,7 +137,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     success = goal_success_rate(policy.eval_mode, evaluator_env, args.eval_episodes)  # the trained policy
     collector_env.close()
     evaluator_env.close()
-    result = recorder.summary(ctx, run.dir, interrupted, her=not args.no_her, bits=n, success_rate=success,
+    result = recorder.summary(ctx, run_dir, interrupted, her=not args.no_her, bits=n, success_rate=success,
                               buffer_count=buffer_.count())
     print(f"bitflip {n} bits, {'DQN+HER' if result['her'] else 'DQN (no HER)'}: success rate {success:.2f} "
           f"after {ctx.env_step} env steps, {ctx.train_iter} train iterations ({result['wall_time']:.1f} s)")

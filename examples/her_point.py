@@ -73,6 +73,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.goal_envs import FlattenGoalObservation, PointGoalEnv
+    from pipeline.policy.common import vector_size
     from pipeline.policy.sac import SACPolicy
     from pipeline.reward_model import HerRewardModel, NoRelabel
     from pipeline.run.record import RunRecorder
@@ -84,7 +85,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
         return FlattenGoalObservation(PointGoalEnv(distance_threshold=args.distance_threshold,
                                                    terminate_on_success=False))
     probe = make_env()
-    cfg.policy.model.obs_shape = int(probe.observation_space.shape[0])
+    cfg.policy.model.obs_shape = vector_size(probe.observation_space, 'observation', 'SAC')
     cfg.policy.model.action_shape = 2
     policy = SACPolicy(cfg, seed=args.seed)
     if run.play:
@@ -97,10 +98,11 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     else:
         relabel = HerRewardModel.from_env(probe, strategy="future", k=args.k, episode_size=16,
                                           sample_per_episode=8, seed=args.seed)
-    ckpt = CkptSaver(policy, run.create_dir(), resume_from=run.resume, buffer=buffer_, config=cfg,
+    run_dir = run.create_dir()
+    ckpt = CkptSaver(policy, run_dir, resume_from=run.resume, buffer=buffer_, config=cfg,
                      policy_type="sac")
     run.begin(cfg, quiet=args.quiet)
-    logger = online_logger(log_dir=os.path.join(run.dir, "log"), progress=not (args.quiet or args.no_progress),
+    logger = online_logger(log_dir=os.path.join(run_dir, "log"), progress=not (args.quiet or args.no_progress),
                            total_env_step=args.max_env_step)
 
     recorder = RunRecorder()
@@ -122,7 +124,7 @@ def main(argv: Optional[List[str]] = None, extra_middleware: Optional[List[Any]]
     success = goal_success_rate(policy.eval_mode, evaluator_env, args.eval_episodes)  # the trained policy
     collector_env.close()
     evaluator_env.close()
-    result = recorder.summary(ctx, run.dir, interrupted, her=not args.no_her,
+    result = recorder.summary(ctx, run_dir, interrupted, her=not args.no_her,
                               distance_threshold=args.distance_threshold, success_rate=success,
                               buffer_count=buffer_.count())
     print(f"point reaching, {'SAC+HER' if result['her'] else 'SAC (no HER)'}: success rate {success:.2f} "

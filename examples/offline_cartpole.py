@@ -114,7 +114,7 @@ def train_one(algo: str, dataset: Any, args: Any) -> Dict[str, Any]:
     env = EnvManager(ENV_ID, 1, seed=args.seed + 10_000)
     try:
         t0 = time.perf_counter()
-        out = train_offline(cfg, policy, dataset, args.train_iters, env)
+        out: Dict[str, Any] = dict(train_offline(cfg, policy, dataset, args.train_iters, env))
         out['seconds'] = time.perf_counter() - t0
     finally:
         env.close()

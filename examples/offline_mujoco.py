@@ -50,6 +50,7 @@ def sac_buffer(args: Any) -> str:
     from pipeline.data import DequeBuffer
     from pipeline.envs import EnvManager
     from pipeline.envs.mujoco import MujocoEnvFn
+    from pipeline.policy.common import vector_size
     from pipeline.policy.sac import SACPolicy
     from pipeline.run.recipes import sac_policy_settings, use_sac
 
@@ -62,8 +63,9 @@ def sac_buffer(args: Any) -> str:
                                                       'n_evaluator_episode': 1}, 'policy': policy_cfg}, 'sac')
     collector_env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed)
     evaluator_env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed + 10_000)
-    policy = SACPolicy(cfg, obs_shape=collector_env.observation_space.shape[0],
-                       action_shape=collector_env.action_space.shape[0], seed=args.seed, device=args.device)
+    policy = SACPolicy(cfg, obs_shape=vector_size(collector_env.observation_space, 'observation', 'SAC'),
+                       action_shape=vector_size(collector_env.action_space, 'action', 'SAC'), seed=args.seed,
+                       device=args.device)
     buffer_ = DequeBuffer(args.sac_steps + 10, seed=args.seed)
     t0 = time.perf_counter()
     with task.start(ctx=OnlineRLContext()):
@@ -94,7 +96,7 @@ def train_one(algo: str, dataset: Any, obs_dim: int, act_dim: int, args: Any) ->
     env = EnvManager(MujocoEnvFn(args.env), 1, seed=args.seed + 20_000)
     try:
         t0 = time.perf_counter()
-        out = train_offline(cfg, policy, dataset, args.train_iters, env)
+        out: Dict[str, Any] = dict(train_offline(cfg, policy, dataset, args.train_iters, env))
         out['seconds'] = time.perf_counter() - t0
     finally:
         env.close()

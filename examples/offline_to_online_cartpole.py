@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, cast
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     policy = DiscreteCQLPolicy(cfg, obs_shape=4, action_shape=2, seed=args.seed, device=args.device)
     eval_env = EnvManager(ENV_ID, 1, seed=args.seed + 10_000)
     out = train_offline(cfg, policy, dataset, args.offline_iters, eval_env)
-    print(f'offline: {out["train_iter"]} updates, mean return {out["eval_returns"].mean():.1f}')
+    print(f'offline: {out["train_iter"]} updates, mean return {out["last_eval_value"]:.1f}')
 
     buffer_ = DequeBuffer(cfg.policy.other.replay_buffer.replay_buffer_size, seed=args.seed)
     cols = dataset.columns
@@ -110,7 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         use_dqn(cfg, policy, buffer_, collector_env, eval_env, min_collect_return=None)
         task.use(termination_checker(max_env_step=args.online_steps))
         task.run()
-        ctx = task.ctx
+        ctx = cast(OnlineRLContext, task.ctx)  # the context started above, renewed step by step
     rets, _ = evaluate_episodes(policy.eval_mode, eval_env, args.eval_episodes)
     collector_env.close()
     eval_env.close()

@@ -91,9 +91,9 @@ def main(argv: Optional[Sequence[str]] = None, extra_middleware: Optional[List[A
     collector_env = EnvManager(spec, cfg.env.collector_env_num, seed=cfg.seed, env_kwargs=kw)
     evaluator_env = EnvManager(spec, cfg.env.evaluator_env_num, seed=cfg.seed + 10_000, env_kwargs=kw)
     policy = PPOPolicy(cfg, collector_env.observation_space, collector_env.action_space, seed=cfg.seed)
-    run.create_dir()  # only now: a start refused above leaves no run folder
+    run_dir = run.create_dir()  # only now: a start refused above leaves no run folder
     try:  # a checkpoint that does not fit this policy fails here, before the pipeline starts
-        ckpt = CkptSaver(policy, run.dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo',
+        ckpt = CkptSaver(policy, run_dir, train_freq=100, resume_from=run.resume, config=cfg, policy_type='ppo',
                          spaces=(collector_env.observation_space, collector_env.action_space))
     except CheckpointError as e:
         run.abandon()

@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from pipeline.run.atari_mujoco import add_smoke_flag  # no torch
 
 try:
     from examples.ppo_cartpole import main as _ppo_main
 except ImportError:  # run as a script: examples/ is on sys.path
-    from ppo_cartpole import main as _ppo_main
+    from ppo_cartpole import main as _ppo_main  # type: ignore[import-not-found, no-redef]
 
 #: InvertedPendulum-v5: learns to hold the pole for all 1000 steps in a short run.
-SETTINGS = {
+SETTINGS: Dict[str, Dict[str, Any]] = {
     'InvertedPendulum-v5': {
         'env': {'collector_env_num': 8, 'evaluator_env_num': 5, 'n_evaluator_episode': 10, 'stop_value': 1000},
         'policy': {
@@ -51,7 +51,7 @@ SETTINGS = {
         },
     },
 }
-MUJOCO_DEFAULTS = {
+MUJOCO_DEFAULTS: Dict[str, Any] = {
     'env': {'collector_env_num': 1, 'evaluator_env_num': 5, 'n_evaluator_episode': 5, 'stop_value': None},
     'policy': {
         'discount_factor': 0.99,

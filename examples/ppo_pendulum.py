@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence
 try:
     from examples.ppo_cartpole import main as _ppo_main
 except ImportError:  # run as a script from another directory layout
-    from ppo_cartpole import main as _ppo_main
+    from ppo_cartpole import main as _ppo_main  # type: ignore[import-not-found, no-redef]
 
 USER_CONFIG = {
     'exp_name': 'pendulum_ppo',

@@ -89,6 +89,24 @@ def test_dqn_on_a_continuous_action_space_names_sac(tmp_path, monkeypatch):
     assert discrete_action_count(gym.spaces.Discrete(3)) == 3
 
 
+def test_an_mlp_example_takes_only_a_vector_space_and_says_what_fits_otherwise():
+    import gymnasium as gym
+    import numpy as np
+
+    from pipeline.policy.common import vector_size
+
+    assert vector_size(gym.spaces.Box(-1, 1, (5,), np.float32)) == 5
+    assert vector_size(gym.spaces.Box(-1, 1, (2,), np.float32), 'action', 'SAC') == 2
+    with pytest.raises(ValueError, match=r'DQN with an MLP needs a 1-D Box observation space.*examples/dqn_atari.py'):
+        vector_size(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    for space in (gym.spaces.Discrete(16), gym.spaces.Dict({'a': gym.spaces.Box(-1, 1, (2,))}),
+                  gym.spaces.Box(-1, 1, (3, 3), np.float32)):
+        with pytest.raises(ValueError, match='DQN with an MLP needs a 1-D Box observation space.*FlattenObservation'):
+            vector_size(space)
+    with pytest.raises(ValueError, match='SAC with an MLP needs a 1-D Box action space.*Discrete actions use DQN'):
+        vector_size(gym.spaces.Discrete(3), 'action', 'SAC')
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_ctrl_c_saves_once_prints_the_resume_command_and_resume_continues(tmp_path, monkeypatch, capsys, caplog):

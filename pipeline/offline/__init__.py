@@ -7,12 +7,16 @@ their modules are imported.
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 import numpy as np
 
 from .chunked import ChunkedDataset, load_npz, open_directory, save_chunks
 from .dataset import REQUIRED_KEYS, DatasetError, OfflineDataset, validate_columns
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__ below): they import torch (and minari)
+    from .buffer_reader import from_buffer, from_buffer_file
+    from .minari_reader import from_minari
 
 __all__ = ['OfflineDataset', 'ChunkedDataset', 'DatasetError', 'REQUIRED_KEYS', 'validate_columns', 'save_chunks',
            'open_directory', 'load_npz', 'load_dataset', 'from_buffer', 'from_buffer_file', 'from_minari']
@@ -29,7 +33,7 @@ def __getattr__(name: str) -> object:
 
 
 def load_dataset(columns_or_path: Union[str, 'os.PathLike[str]', Mapping[str, np.ndarray]],
-                 memory_cap_bytes: Optional[int] = None, unfinished: str = 'error') -> object:
+                 memory_cap_bytes: Optional[int] = None, unfinished: str = 'error') -> Union[OfflineDataset, ChunkedDataset]:
     """A dataset from a dict of arrays, an ``.npz`` file, a directory written by :func:`save_chunks`
     or a ``DequeBuffer.save_data`` file (any other path). ``memory_cap_bytes`` applies to
     directories (streamed when larger); ``unfinished`` to buffer files (see :func:`from_buffer`)."""

@@ -8,7 +8,7 @@ Everything else (double-DQN targets, target network updates, the Q-network, the 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, cast
 
 import torch
 from easydict import EasyDict
@@ -74,3 +74,8 @@ class DiscreteCQLPolicy(DQNPolicy):
 
     def _build_learner(self) -> DiscreteCQLLearner:
         return DiscreteCQLLearner(self.model, self.cfg)
+
+    @property
+    def learn_mode(self) -> DiscreteCQLLearner:
+        """The :class:`DiscreteCQLLearner` (built on first access; its ``cql_alpha`` can change between phases)."""
+        return cast(DiscreteCQLLearner, super().learn_mode)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import string
-from typing import Optional
 
 KEY_ENV = "RLPIPE_KEY"
 KEY_FILE_ENV = "RLPIPE_KEY_FILE"

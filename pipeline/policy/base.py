@@ -107,6 +107,11 @@ class Policy:
         self._collect: Optional[ActingMode] = None
         self._eval: Optional[ActingMode] = None
         self._pending_learn_state: Optional[Mapping[str, object]] = None
+        #: for a policy rebuilt from a checkpoint (:func:`pipeline.policy.loading.policy_from_saved`): the full
+        #: config it was trained with (env id, ...) and its ``(observation_space, action_space)``; empty and None
+        #: for a policy built here
+        self.saved_config: Mapping[str, Any] = {}
+        self.saved_spaces: Optional[Tuple[Any, Any]] = None
 
     def _flat_sizes(self, obs_shape: Union[int, Sequence[int], None],
                     action_shape: Union[int, Sequence[int], None]) -> Tuple[int, int]:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .noisy import NoisyLinear
-from .ppo_model import RunningMeanStd
+from .ppo_model import ActorCriticModel, RunningMeanStd
 
 __all__ = ['NatureCNN', 'DataEfficientCNN', 'AtariQNetwork', 'AtariActorCritic']
 
@@ -162,12 +162,11 @@ class AtariQNetwork(nn.Module):
         return self.head(x)
 
 
-class AtariActorCritic(nn.Module):
+class AtariActorCritic(ActorCriticModel):
     """PPO's actor-critic for Atari: one :class:`NatureCNN` trunk shared by a policy head (logits,
     orthogonal init 0.01) and a value head (init 1.0), as in the PPO Atari setups of Stable-Baselines3
-    and CleanRL. Same interface as :class:`pipeline.policy.ppo_model.ActorCritic` (``forward``,
-    ``policy_out``, ``value``, ``ret_norm``), so ``PPOPolicy(cfg, obs_space, act_space, model=...)``
-    takes it."""
+    and CleanRL. An :class:`pipeline.policy.ppo_model.ActorCriticModel`, so ``PPOPolicy(cfg, obs_space, act_space,
+    model=...)`` takes it."""
 
     continuous = False
     obs_norm = None

@@ -28,7 +28,7 @@ from pipeline.learner import Learner
 
 from .base import ActingMode, Policy, optimizer_factory
 from .config_defaults import policy_config
-from .ppo_model import ACTIVATIONS, ActorCritic, logp_entropy, sample
+from .ppo_model import ACTIVATIONS, ActorCritic, ActorCriticModel, logp_entropy, sample
 
 __all__ = ['PPOPolicy', 'PPOLearner', 'PPOCollectMode', 'PPOEvalMode', 'ppo_loss', 'ppo_default_config',
            'make_ppo_config', 'linear_schedule', 'sampling_seed', 'PPO_CONFIG', 'CONFIG_SCHEMA']
@@ -97,7 +97,7 @@ class PPOLearner(Learner):
     #: where a config that lacks a key gets its value (see :mod:`pipeline.policy.config_defaults`)
     config_schema = PPO_CONFIG
 
-    def __init__(self, model: ActorCritic, cfg: Mapping, seed: Optional[int] = None) -> None:
+    def __init__(self, model: ActorCriticModel, cfg: Mapping, seed: Optional[int] = None) -> None:
         lc = policy_config(cfg, self.config_schema)['learn']
         total = int(lc['total_env_steps'])
         lr = float(lc['learning_rate'])
@@ -166,7 +166,7 @@ class PPOCollectMode(ActingMode):
     (numpy). ``env_action`` is ``action`` clipped to ``[low, high]`` for continuous spaces. It acts on the
     model's device; with a ``seed`` the samples come from a generator on that device seeded with it."""
 
-    def __init__(self, model: ActorCritic, low: object = None, high: object = None, seed: Optional[int] = None) -> None:
+    def __init__(self, model: ActorCriticModel, low: object = None, high: object = None, seed: Optional[int] = None) -> None:
         self.model = model
         self.continuous = model.continuous
         self.low = None if low is None else np.asarray(low, dtype=np.float32)
@@ -201,7 +201,7 @@ class PPOCollectMode(ActingMode):
 class PPOEvalMode(ActingMode):
     """Deterministic acting: ``forward(obs) -> actions`` (argmax, or the Gaussian mean clipped)."""
 
-    def __init__(self, model: ActorCritic, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None) -> None:
+    def __init__(self, model: ActorCriticModel, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None) -> None:
         self.model, self.low, self.high = model, low, high
 
     def forward(self, obs: object) -> np.ndarray:
@@ -220,7 +220,8 @@ class PPOPolicy(Policy):
         cfg: a config from :func:`make_ppo_config` (or its ``policy`` section).
         observation_space, action_space: gymnasium spaces (``Discrete`` or ``Box`` actions); they
             size the default model and give the clipping bounds of continuous actions.
-        model: an ``ActorCritic`` to use instead of the default one.
+        model: an :class:`~pipeline.policy.ppo_model.ActorCriticModel` to use instead of the default
+            ``ActorCritic`` (e.g. ``conv.AtariActorCritic``).
         seed: seeds torch (model init), the action sampler and the minibatch shuffling.
         device: where the model (and the learner, its optimizer and batches) live; default
             ``policy.device`` (see :mod:`pipeline.device`).
@@ -229,7 +230,7 @@ class PPOPolicy(Policy):
     config_schema = PPO_CONFIG
 
     def __init__(self, cfg: Mapping, observation_space: Any, action_space: Any,
-                 model: Optional[ActorCritic] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
+                 model: Optional[ActorCriticModel] = None, seed: Optional[int] = None, device: DeviceLike = None) -> None:
         super().__init__(cfg, device)
         mc = self.cfg['model']
         continuous = not hasattr(action_space, 'n')

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ['ActorCritic', 'ACTIVATIONS', 'RunningMeanStd', 'logp_entropy', 'LOG_2PI']
+__all__ = ['ActorCriticModel', 'ActorCritic', 'ACTIVATIONS', 'RunningMeanStd', 'logp_entropy', 'LOG_2PI']
 
 #: The hidden-layer activations a config can name (``policy.model.activation``).
 ACTIVATIONS = {'tanh': nn.Tanh, 'relu': nn.ReLU}
@@ -105,7 +105,32 @@ def _ortho(module: nn.Module, gain: float) -> None:
             nn.init.zeros_(m.bias)
 
 
-class ActorCritic(nn.Module):
+class ActorCriticModel(nn.Module):
+    """What PPO needs of its model (the type of ``PPOPolicy(model=...)``): ``forward(obs) -> (pi_out, value)``,
+    :meth:`policy_out`, :meth:`value`, ``continuous`` (a continuous one also has a ``log_std`` parameter),
+    ``obs_norm`` (running observation statistics, or None) and ``ret_norm`` (running statistics of discounted
+    returns, which scale rewards). :class:`ActorCritic` (two MLPs) and :class:`pipeline.policy.conv.AtariActorCritic`
+    (one CNN trunk) subclass it; so does a model of your own."""
+
+    continuous: bool
+    log_std: nn.Parameter  # [action_dim], state-independent (continuous models only)
+    obs_norm: Optional[RunningMeanStd]
+    ret_norm: RunningMeanStd
+
+    def forward(self, obs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(pi_out, value)``: logits ``[B, n]`` or means ``[B, d]``, and values ``[B]``."""
+        raise NotImplementedError
+
+    def policy_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """Only the policy head (acting without values, e.g. evaluation)."""
+        raise NotImplementedError
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Only the value head ``[B]``."""
+        raise NotImplementedError
+
+
+class ActorCritic(ActorCriticModel):
     """Separate policy and value MLPs (by default tanh and orthogonal init, as Stable-Baselines3's MlpPolicy).
 
     Args:

@@ -35,7 +35,7 @@ from .prepare import RunInfo, prepare_run
 
 if TYPE_CHECKING:  # they load gymnasium and numpy; this module is on the --help path
     from contexts import OnlineRLContext
-    from middleware.ckpt_handler import BufferFiles
+    from middleware.ckpt_handler import BufferFiles, CkptSaver
     from middleware.functional.logger import LoggerMiddleware
     from ..envs import EnvManager
 
@@ -129,14 +129,14 @@ def start_run(args: argparse.Namespace, user_config: Mapping[str, object], polic
     return run
 
 
-def compile_run_config(run: RunInfo, policy: str) -> object:
+def compile_run_config(run: RunInfo, policy: str) -> EasyDict:
     """``compile_config(run.user_config, policy=policy)``; a config error (e.g. a misspelled ``--set``
     key) ends the run with the list of problems and exit status 2, before anything is built."""
     return compile_or_exit(run.user_config, policy)
 
 
 def checkpointer(run: RunInfo, policy: object, cfg: Mapping[str, object], policy_type: str, train_freq: int,
-                 buffer: Optional[BufferFiles] = None, spaces: Optional[Tuple[object, object]] = None) -> object:
+                 buffer: Optional[BufferFiles] = None, spaces: Optional[Tuple[object, object]] = None) -> CkptSaver:
     """A ``CkptSaver`` under the run folder (made now) that saves the config (and the env's ``spaces``,
     ``(observation_space, action_space)``) with the weights and resumes from ``--resume`` (a checkpoint
     that does not fit the policy ends the run with its reason)."""
@@ -150,7 +150,7 @@ def checkpointer(run: RunInfo, policy: object, cfg: Mapping[str, object], policy
         usage_error(f'error: {e}')  # exit status 2, as for any bad input
 
 
-def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> object:
+def run_logger(run: RunInfo, args: argparse.Namespace, train_show_freq: int) -> LoggerMiddleware:
     """``online_logger`` writing TensorBoard logs to ``<run>/log``, with a progress bar unless
     ``--quiet`` / ``--no-progress``."""
     from middleware import online_logger  # lazy: middleware loads numpy; --help stays fast
@@ -247,7 +247,7 @@ def play_checkpoint(run: RunInfo, args: argparse.Namespace, build_policy: Callab
     return {'play_returns': returns}
 
 
-def finish_run(run: RunInfo, ctx: OnlineRLContext, interrupted: bool, t0: float, ckpt: object, logger: LoggerMiddleware,
+def finish_run(run: RunInfo, ctx: OnlineRLContext, interrupted: bool, t0: float, ckpt: CkptSaver, logger: LoggerMiddleware,
                envs: Sequence[EnvManager],
                what: str = 'return', script: Optional[str] = None) -> Dict[str, object]:
     """Close the logger and ``envs``; unless interrupted (``run_pipeline`` already printed how to resume),

@@ -5,8 +5,9 @@ so it lives here, above them. Importing this module loads neither torch nor gymn
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Union, cast
+from typing import TYPE_CHECKING, Dict, List, Optional, TypedDict, Union, cast
 
+import numpy as np
 from easydict import EasyDict
 
 from contexts import OfflineRLContext
@@ -20,7 +21,16 @@ if TYPE_CHECKING:  # they load torch and gymnasium, which importing this module 
     from ..envs import EnvManager
     from ..policy.base import Policy
 
-__all__ = ['use_offline', 'train_offline']
+__all__ = ['use_offline', 'train_offline', 'OfflineRunResult']
+
+
+class OfflineRunResult(TypedDict):
+    """What :func:`train_offline` returns: the last context's counters and evaluation."""
+
+    train_iter: int
+    train_epoch: int
+    last_eval_value: float  # the mean of eval_returns when there was an evaluation
+    eval_returns: Optional[np.ndarray]  # the final weights' episode returns; None without an evaluator env
 
 
 def use_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, evaluator_env: Optional[EnvManager] = None,
@@ -40,18 +50,18 @@ def use_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, evalua
 
 def train_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, max_train_iter: int,
                   evaluator_env: Optional[EnvManager] = None,
-                  extra_middleware: Optional[List[Middleware]] = None) -> Dict[str, object]:
+                  extra_middleware: Optional[List[Middleware]] = None) -> OfflineRunResult:
     """Run :func:`use_offline` for ``max_train_iter`` train iterations (plus ``extra_middleware``, e.g. a
     logger or a ``CkptSaver``, after it) and return the last context's ``train_iter``, ``train_epoch``,
     ``last_eval_value`` and ``eval_returns``: the returns of an evaluation of the final weights (run
     after the last iteration when the evaluator had not just evaluated them; None without
     ``evaluator_env``)."""
-    returns: Dict[str, object] = {'value': None}
+    returns: Dict[str, Optional[np.ndarray]] = {'value': None}
 
     def _keep_eval(ctx: OfflineRLContext) -> None:
         eo = ctx.eval_output
         if eo is not None:
-            returns['value'] = eo['episode_return']
+            returns['value'] = np.asarray(eo['episode_return'])
 
     with task.start(ctx=OfflineRLContext()):
         use_offline(cfg, policy, dataset, evaluator_env)
@@ -65,5 +75,5 @@ def train_offline(cfg: EasyDict, policy: Policy, dataset: MinibatchDataset, max_
         rets, _ = evaluate_episodes(policy.eval_mode, evaluator_env, int(cfg.env.n_evaluator_episode))
         returns['value'] = rets
         ctx.last_eval_value = float(rets.mean())
-    return {'train_iter': int(ctx.train_iter), 'train_epoch': int(ctx.train_epoch),
-            'last_eval_value': float(ctx.last_eval_value), 'eval_returns': returns['value']}
+    return OfflineRunResult(train_iter=int(ctx.train_iter), train_epoch=int(ctx.train_epoch),
+                            last_eval_value=float(ctx.last_eval_value), eval_returns=returns['value'])

@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..checkpoint import CheckpointError, load_checkpoint
 from .precheck import usage_error
+
+if TYPE_CHECKING:  # the policies load torch; this module is on the --help path
+    from ..policy import Policy
 
 __all__ = ['play_policy', 'play_without_rendering', 'render_problem', 'saved_play_policy', 'play_env_refusal',
            'ENV_FLAG_HINT', 'PARAMS_FLAG_HINT']
@@ -31,7 +34,7 @@ def play_env_refusal(path: str, saved_env_id: object, named_env_id: object) -> O
     return env_id_refusal(repr(path), saved_env_id, ENV_FLAG_HINT)
 
 
-def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: object) -> object:
+def saved_play_policy(path: str, args: argparse.Namespace, named_env_id: object) -> Policy:
     """``--play CKPT``: the policy rebuilt from the file (its config checked, sized from its stored spaces,
     refused above ``--max-params``) on ``--device``; its ``saved_config`` names the env. Bad input (a
     damaged or edited file, a ``module:Name`` env id the run does not name) ends the run with one line."""

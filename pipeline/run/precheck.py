@@ -15,6 +15,8 @@ import importlib.util
 import sys
 from typing import List, Mapping, NoReturn, Optional, Sequence
 
+from easydict import EasyDict
+
 from ..config import ConfigError, check_user_config, compile_config, config_table, format_config_table
 from ..device import DeviceError, device_problem, node_learns, policy_device
 
@@ -125,7 +127,7 @@ def precheck_config(user: Optional[Mapping], policy: str, env_check: bool = Fals
         usage_error(format_problems(problems, hint))
 
 
-def compile_or_exit(user: Optional[Mapping], policy: str) -> object:
+def compile_or_exit(user: Optional[Mapping], policy: str) -> EasyDict:
     """``compile_config(user, policy=policy)``; a ``ConfigError`` (e.g. optimizer arguments the optimizer
     refuses), or a ``policy.device`` this machine does not have (e.g. ``cuda`` without a GPU; on a node that
     does not learn, ``policy.acting_device``), ends the run like :func:`precheck_config` does."""

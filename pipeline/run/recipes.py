@@ -16,13 +16,15 @@ Each ``use_*`` function adds an algorithm's middleware to the running task, insi
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from easydict import EasyDict
 
 from ..runtime import task
 
 if TYPE_CHECKING:  # these load torch and gymnasium, which importing this module does not
+    from middleware.functional.evaluator import EvaluatorMiddleware
+
     from ..data import DequeBuffer
     from ..data.protocols import ReplayBuffer
     from ..envs import EnvManager
@@ -38,7 +40,7 @@ __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 
 # one update per env step (4 envs, 4 updates per pipeline step), a soft target update (theta 0.05) after every
 # update, 3-step double-DQN returns with discount 0.99 bootstrapping through the 500-step time limit (a
 # truncation is not a terminal) and a quick exploration decay (eps ~0.1 after 3,000 env steps).
-DQN_CARTPOLE: Dict[str, object] = {
+DQN_CARTPOLE: Dict[str, Any] = {
     'exp_name': 'cartpole_dqn',
     'env': {
         'env_id': 'CartPole-v1',
@@ -87,7 +89,7 @@ EVAL_RUNNING_MEAN_STOP = True
 
 # PPO settings: RL-Zoo's CartPole-v1 PPO (8 envs x 32 steps = 256 rows per rollout, minibatch 256, 20 epochs,
 # gamma 0.98, GAE lambda 0.8, lr 1e-3 and clip range 0.2 decaying linearly to 0 over 100k env steps).
-PPO_CARTPOLE: Dict[str, object] = {
+PPO_CARTPOLE: Dict[str, Any] = {
     'exp_name': 'cartpole_ppo',
     'env': {'env_id': 'CartPole-v1', 'collector_env_num': 8, 'evaluator_env_num': 5,
             'n_evaluator_episode': 10, 'stop_value': 475},
@@ -102,7 +104,7 @@ PPO_CARTPOLE: Dict[str, object] = {
 }
 
 
-def sac_policy_settings(env_num: int = 1) -> Dict[str, object]:
+def sac_policy_settings(env_num: int = 1) -> Dict[str, Any]:
     """SAC's ``policy`` section for MuJoCo (the common settings): 256x256 actor and twin critics, Adam 3e-4,
     batch 256, discount 0.99, soft target update 0.005, learned temperature, 1M replay, 10k uniform-random
     steps first, one update per env step (``update_per_collect`` = ``n_sample`` = ``env_num``)."""
@@ -133,7 +135,7 @@ def dqn_buffer(cfg: EasyDict) -> DequeBuffer:
 
 def use_dqn(cfg: EasyDict, policy: DQNPolicy, buffer_: ReplayBuffer, collector_env: EnvManager,
             evaluator_env: EnvManager,
-            min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> object:
+            min_collect_return: Optional[float] = EVAL_MIN_COLLECT_RETURN) -> EvaluatorMiddleware:
     """Add DQN's middleware to the running task: exchangers (no-ops in one process), eps-greedy, the step
     collector, n-step returns, the buffer, the learner and, after it, the evaluator (returned: its
     ``env_steps`` counts the evaluation env steps). ``min_collect_return``: a due evaluation waits until
