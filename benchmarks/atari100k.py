@@ -51,7 +51,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -276,7 +276,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             ctx.env_step, ctx.train_iter, ctx.env_episode = state['env_step'], state['train_iter'], state['env_episode']
             collect.rng.bit_generator.state = state['collect_rng']
             if 'collect_hold' in state:  # ez-greedy's held actions
-                collect.hold = tuple(np.asarray(h, dtype=np.int64) for h in state['collect_hold'])
+                left, held = state['collect_hold']
+                collect.hold = (np.asarray(left, dtype=np.int64), np.asarray(held, dtype=np.int64))
             shift.load_state_dict(state['shift'])
             torch.set_rng_state(state['torch_rng'])
             curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
@@ -306,10 +307,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             task.use(termination_checker(max_env_step=steps))
             if ctx.env_step < steps:
                 task.run()
-            ctx = task.ctx
+            ctx = cast(OnlineRLContext, task.ctx)  # the context started above, renewed step by step
     except KeyboardInterrupt:
         interrupted = True
-        ctx = task.ctx
+        ctx = cast(OnlineRLContext, task.ctx)
     recorder.close()
     t_end, c_end = time.perf_counter(), time.process_time()
     wall = wall0 + t_end - t_wall

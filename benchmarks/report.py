@@ -131,11 +131,10 @@ def human_normalised(score: Any, game: str, anchors: Dict[str, Any]) -> Any:
 
 def table_agent() -> str:
     """The agent of the results table: ``TABLE_AGENT`` in ``benchmarks/atari100k.py``."""
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-    try:
-        from atari100k import TABLE_AGENT
-    finally:
-        sys.path.pop(0)
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from benchmarks.atari100k import TABLE_AGENT
+
     return TABLE_AGENT
 
 

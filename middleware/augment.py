@@ -8,7 +8,6 @@ from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
     from pipeline.data.augment import RandomShift
-    from pipeline.data.records import TrainBatch
 
 __all__ = ['random_shift_augmenter', 'AugmentMiddleware']
 
@@ -39,7 +38,7 @@ def random_shift_augmenter(pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs
 
     def _augment(ctx: RLContext) -> None:
         if ctx.train_data is not None:
-            ctx.train_data = cast('TrainBatch', shift(ctx.train_data))  # the same fields, images shifted
+            ctx.train_data = shift(ctx.train_data)  # the same fields, images shifted
 
     setattr(_augment, 'transform', shift)
     return cast(AugmentMiddleware, _augment)  # a function with a ``transform`` attribute

@@ -16,11 +16,14 @@ middleware.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, TypeVar, cast
 
 import torch
 
 __all__ = ['random_shift', 'RandomShift']
+
+#: a batch dict: a ``TrainBatch`` in, a ``TrainBatch`` out
+BatchT = TypeVar('BatchT', bound=Mapping[str, Any])
 
 
 def random_shift(x: torch.Tensor, pad: int = 4, generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -73,12 +76,12 @@ class RandomShift:
         else:
             self.generator.seed()
 
-    def __call__(self, batch: Mapping[str, object]) -> Dict[str, object]:
+    def __call__(self, batch: BatchT) -> BatchT:
         out = dict(batch)
         for k in self.keys:
             if k in out:
                 out[k] = random_shift(torch.as_tensor(out[k]), self.pad, self.generator)
-        return out
+        return cast(BatchT, out)  # the same fields, of the same types
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         """The generator's state (for checkpoints)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union, cast
 
 import numpy as np
 import torch
@@ -366,3 +366,9 @@ class DQNPolicy(Policy):
 
     def _build_eval_mode(self) -> DQNEvalMode:
         return DQNEvalMode(self.model)
+
+    @property
+    def collect_mode(self) -> DQNCollectMode:
+        """The eps-greedy (or ez-greedy) acting mode, built on first access; its ``rng`` and held actions
+        (``hold``) are the state a resumable run saves."""
+        return cast(DQNCollectMode, super().collect_mode)
