@@ -40,9 +40,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _p in (ROOT, os.path.join(ROOT, 'examples')):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 from benchmarks import run_facts  # noqa: E402  (after ROOT is on sys.path)
 
@@ -104,7 +103,7 @@ def _rlpipe_env_maker(algo: str, env_id: str) -> Callable[[], Any]:
     if algo == 'sac':
         from pipeline.envs.mujoco import make_mujoco_env
         return lambda: make_mujoco_env(env_id)
-    from ppo_mujoco import make_env
+    from examples.ppo_mujoco import make_env
     return lambda: make_env(env_id)
 
 
@@ -135,7 +134,7 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
               '--exp-name', exp, '--no-progress', *(['--device', device] if device else [])]
     t0, c0 = time.perf_counter(), time.process_time()
     if algo == 'sac':
-        import sac_mujoco
+        from examples import sac_mujoco
         sets = {'env.evaluator_env_num': 1, 'env.n_evaluator_episode': CURVE_EPISODES,
                 'policy.learn.learning_starts': s['random_steps'], 'policy.collect.random_collect_size': s['random_steps'],
                 # the evaluator counts updates; they start after the random steps
@@ -143,7 +142,7 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
         argv = common + ['--quiet'] + [x for k, v in sets.items() for x in ('--set', f'{k}={v}')]
         sac_mujoco.main(argv, extra_middleware=[_curve_probe(curve)])
     else:
-        import ppo_mujoco
+        from examples import ppo_mujoco
         sets = {'env.collector_env_num': 1, 'env.evaluator_env_num': 1, 'env.n_evaluator_episode': CURVE_EPISODES,
                 'policy.discount_factor': s['gamma'], 'policy.gae_lambda': s['gae_lambda'],
                 'policy.model.hidden': json.dumps(s['hidden']), 'policy.model.activation': s['activation'],
@@ -186,6 +185,7 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
               device: Optional[str] = None) -> Dict[str, Any]:
     """Train with Stable-Baselines3; returns ``{'act', 'wall', 'cpu', 'curve'}``."""
     import gymnasium as gym
+    import numpy as np
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -201,13 +201,15 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
                     sync_envs_normalization(self.training_env, norm['eval'])
                 mean, _ = evaluate_policy(self.model, norm.get('eval') or eval_env, n_eval_episodes=CURVE_EPISODES,
                                           deterministic=True)
-                curve.append([int(self.num_timesteps), float(mean)])
+                curve.append([int(self.num_timesteps), float(np.mean(mean))])  # (a float: one mean return)
             return True
 
+    from stable_baselines3.common.base_class import BaseAlgorithm
     from stable_baselines3.common.monitor import Monitor
 
     t0, c0 = time.perf_counter(), time.process_time()
     eval_env = Monitor(gym.make(env_id))
+    model: BaseAlgorithm
     if algo == 'sac':
         from stable_baselines3 import SAC
         model = SAC('MlpPolicy', gym.make(env_id), learning_rate=s['learning_rate'], buffer_size=s['buffer_size'],
