@@ -9,15 +9,14 @@ import numpy as np
 
 from contexts import OnlineRLContext
 from pipeline import Role, for_all_roles, for_roles, task
-from pipeline.data import Transition
 
 
 @for_roles(Role.COLLECTOR, reads=["env_step"], writes=["transitions", "env_step"])
 def collector(ctx: OnlineRLContext) -> None:
     """Writes ``ctx.transitions`` (8 fake transitions, one per env) and advances ``ctx.env_step``."""
-    ctx.transitions = [Transition(obs=np.array([random.random()]), action=0, reward=1.0,
-                                  next_obs=np.array([random.random()]), terminated=False, truncated=False, env_id=i)
-                       for i in range(8)]
+    ctx.transitions = [{"obs": np.array([random.random()]), "action": 0, "reward": 1.0,
+                        "next_obs": np.array([random.random()]), "terminated": False, "truncated": False, "env_id": i}
+                       for i in range(8)]  # the form of pipeline.data.Transition
     ctx.env_step += len(ctx.transitions)
 
 
