@@ -165,7 +165,7 @@ class AtariQNetwork(nn.Module):
 class AtariActorCritic(ActorCriticModel):
     """PPO's actor-critic for Atari: one :class:`NatureCNN` trunk shared by a policy head (logits,
     orthogonal init 0.01) and a value head (init 1.0), as in the PPO Atari setups of Stable-Baselines3
-    and CleanRL. An :class:`pipeline.policy.ppo_model.ActorCriticModel`, so ``PPOPolicy(cfg, obs_space, act_space,
+    and CleanRL. An ``ActorCriticModel`` (``pipeline.policy.ppo_model``), so ``PPOPolicy(cfg, obs_space, act_space,
     model=...)`` takes it."""
 
     continuous = False

@@ -220,7 +220,7 @@ class PPOPolicy(Policy):
         cfg: a config from :func:`make_ppo_config` (or its ``policy`` section).
         observation_space, action_space: gymnasium spaces (``Discrete`` or ``Box`` actions); they
             size the default model and give the clipping bounds of continuous actions.
-        model: an :class:`~pipeline.policy.ppo_model.ActorCriticModel` to use instead of the default
+        model: an ``ActorCriticModel`` (``pipeline.policy.ppo_model``) to use instead of the default
             ``ActorCritic`` (e.g. ``conv.AtariActorCritic``).
         seed: seeds torch (model init), the action sampler and the minibatch shuffling.
         device: where the model (and the learner, its optimizer and batches) live; default
