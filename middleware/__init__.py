@@ -12,6 +12,8 @@ The checkpoint files ``CkptSaver`` writes are :mod:`pipeline.checkpoint` (``save
 Importing this package loads neither torch, gymnasium, treetensor, tensorboard nor the replay buffers
 (``pipeline.data``): each is imported where it is first used.
 """
+from typing import TYPE_CHECKING
+
 from .augment import random_shift_augmenter
 from .ckpt_handler import CkptSaver
 from .collector import EpisodeCollector, StepCollector
@@ -21,6 +23,9 @@ from .functional import (NStepAccumulator, data_pusher, episode_return_bound, ep
 from .learner import OffPolicyLearner
 from .offline import offline_data_fetcher, offline_logger
 from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_to_batch
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__ below): only parallel runs use them
+    from .exchange import ContextExchanger, ModelExchanger, PeriodicalModelExchanger, RolloutExchanger
 
 __all__ = [
     'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver',

@@ -93,7 +93,7 @@ class BCEvalMode(ActingMode):
     __call__ = forward
 
 
-class BCPolicy(Policy):
+class BCPolicy(Policy[BCLearner, BCEvalMode, BCEvalMode]):
     """Behaviour cloning with a learn mode and an eval mode (the collect mode is the eval mode).
 
     Args:

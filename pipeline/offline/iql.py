@@ -175,7 +175,7 @@ class IQLEvalMode(ActingMode):
     __call__ = forward
 
 
-class IQLPolicy(Policy):
+class IQLPolicy(Policy[IQLLearner, IQLEvalMode, IQLEvalMode]):
     """IQL with a learn mode and an eval mode (the collect mode is the eval mode).
 
     Args:

@@ -9,10 +9,14 @@
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from .keycheck import KeyMismatchError
 from .keys import MissingKeyError
 from .launch import configure
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__ below): zmq is the dist extra
+    from .zmq_router import PEER_DEAD, PEER_JOINED, PEER_LEFT, BackpressureTimeout, ZmqRouter
 
 __all__ = ["ZmqRouter", "BackpressureTimeout", "configure", "MissingKeyError", "KeyMismatchError",
            "PEER_DEAD", "PEER_LEFT", "PEER_JOINED"]

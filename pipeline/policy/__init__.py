@@ -3,10 +3,15 @@
 Each policy's config schema lives in its module (``DQN_CONFIG`` in :mod:`pipeline.policy.dqn`,
 ``SAC_CONFIG`` in :mod:`pipeline.policy.sac`); ``pipeline.config.compile_config`` checks against it.
 """
+from typing import TYPE_CHECKING
+
 from .base import ActingMode, Policy
 from .common import collate_transitions, eps_schedule
 from .dqn import DQNCollectMode, DQNEvalMode, DQNLearner, DQNPolicy, dqn_targets
 from .model import DQNModel, mlp
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__ below): loading imports every policy (SAC, PPO, gym)
+    from .loading import build_policy_from_checkpoint, load_policy
 
 
 

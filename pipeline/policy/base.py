@@ -8,7 +8,7 @@ and the three ``_build_*`` methods; its config schema lives next to it (``CONFIG
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, Generic, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import torch
@@ -76,8 +76,18 @@ class ActingMode:
         """No per-env state (kept for API symmetry with recurrent policies)."""
 
 
-class Policy:
+LearnT = TypeVar('LearnT', bound=Learner)
+CollectT = TypeVar('CollectT', bound=ActingMode)
+EvalT = TypeVar('EvalT', bound=ActingMode)
+PolicyT = TypeVar('PolicyT', bound='Policy[Any, Any, Any]')
+
+
+class Policy(Generic[LearnT, CollectT, EvalT]):
     """A policy's three modes sharing its networks, each built on first access.
+
+    The type parameters are the modes' types, so ``DQNPolicy(...).collect_mode`` is a ``DQNCollectMode`` to
+    a type checker: a subclass names them (``class DQNPolicy(Policy[DQNLearner, DQNCollectMode,
+    DQNEvalMode])``) and its ``_build_*`` methods return them.
 
     ``learn_mode`` (a ``pipeline.learner.Learner``) is built only when used, so collector and
     evaluator nodes never build a learner or an optimizer. ``state_dict()`` holds each network's
@@ -103,9 +113,9 @@ class Policy:
         self.cfg = policy_section(cfg) if self.config_schema is None else policy_config(cfg, self.config_schema)
         #: where the networks (and, once built, the learner with its optimizers and batches) live
         self.device: torch.device = policy_device(self.cfg, device)
-        self._learn: Optional[Learner] = None
-        self._collect: Optional[ActingMode] = None
-        self._eval: Optional[ActingMode] = None
+        self._learn: Optional[LearnT] = None
+        self._collect: Optional[CollectT] = None
+        self._eval: Optional[EvalT] = None
         self._pending_learn_state: Optional[Mapping[str, object]] = None
         #: for a policy rebuilt from a checkpoint (:func:`pipeline.policy.loading.policy_from_saved`): the full
         #: config it was trained with (env id, ...) and its ``(observation_space, action_space)``; empty and None
@@ -130,7 +140,7 @@ class Policy:
         for m in self.networks().values():
             place_module(m, self.device)
 
-    def to(self, device: DeviceLike) -> 'Policy':
+    def to(self: PolicyT, device: DeviceLike) -> PolicyT:
         """Move the networks, and the learner once built (its optimizers' states and target networks too), to
         ``device``; the collect and eval modes then act there. Returns ``self``."""
         dev = resolve_device(device)
@@ -145,18 +155,18 @@ class Policy:
         """name -> module: what ``state_dict`` saves (e.g. ``{'model': q_net}``)."""
         raise NotImplementedError
 
-    def _build_learner(self) -> Learner:
+    def _build_learner(self) -> LearnT:
         raise NotImplementedError
 
-    def _build_collect_mode(self) -> ActingMode:
+    def _build_collect_mode(self) -> CollectT:
         raise NotImplementedError
 
-    def _build_eval_mode(self) -> ActingMode:
+    def _build_eval_mode(self) -> EvalT:
         raise NotImplementedError
 
     # -- modes ------------------------------------------------------------------------
     @property
-    def learn_mode(self) -> Learner:
+    def learn_mode(self) -> LearnT:
         """The learner (built on first access)."""
         if self._learn is None:
             self._learn = self._build_learner()
@@ -166,13 +176,13 @@ class Policy:
         return self._learn
 
     @property
-    def collect_mode(self) -> ActingMode:
+    def collect_mode(self) -> CollectT:
         if self._collect is None:
             self._collect = self._build_collect_mode()
         return self._collect
 
     @property
-    def eval_mode(self) -> ActingMode:
+    def eval_mode(self) -> EvalT:
         if self._eval is None:
             self._eval = self._build_eval_mode()
         return self._eval

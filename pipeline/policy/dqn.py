@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union, cast
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -310,7 +310,7 @@ class DQNEvalMode(ActingMode):
     __call__ = forward
 
 
-class DQNPolicy(Policy):
+class DQNPolicy(Policy[DQNLearner, DQNCollectMode, DQNEvalMode]):
     """DQN with its learn, collect and eval modes sharing one Q-network.
 
     Args:
@@ -324,7 +324,8 @@ class DQNPolicy(Policy):
             ``policy.device`` (``'auto'``: the GPU when there is one; see :mod:`pipeline.device`).
 
     The learner (and its optimizer) is built on first access to ``learn_mode``, so collector or
-    evaluator nodes never build one. ``state_dict()`` is ``{'model': ..., 'learn': ...}``.
+    evaluator nodes never build one. ``state_dict()`` is ``{'model': ..., 'learn': ...}``. The collect
+    mode's ``rng`` and held actions (``hold``) are the state a resumable run saves beside it.
     """
 
     config_schema = DQN_CONFIG
@@ -366,9 +367,3 @@ class DQNPolicy(Policy):
 
     def _build_eval_mode(self) -> DQNEvalMode:
         return DQNEvalMode(self.model)
-
-    @property
-    def collect_mode(self) -> DQNCollectMode:
-        """The eps-greedy (or ez-greedy) acting mode, built on first access; its ``rng`` and held actions
-        (``hold``) are the state a resumable run saves."""
-        return cast(DQNCollectMode, super().collect_mode)

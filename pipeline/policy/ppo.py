@@ -213,7 +213,7 @@ class PPOEvalMode(ActingMode):
         return out.argmax(-1).cpu().numpy()
 
 
-class PPOPolicy(Policy):
+class PPOPolicy(Policy[PPOLearner, PPOCollectMode, PPOEvalMode]):
     """PPO with learn, collect and eval modes sharing one actor-critic (built on first use).
 
     Args:

@@ -237,7 +237,7 @@ class SACEvalMode(ActingMode):
     __call__ = forward
 
 
-class SACPolicy(Policy):
+class SACPolicy(Policy[SACLearner, SACCollectMode, SACEvalMode]):
     """SAC with learn, collect and eval modes sharing one actor.
 
     Args:

@@ -51,7 +51,8 @@ from .script import run_pipeline
 
 if TYPE_CHECKING:  # they load torch, which importing the agents does not
     from ..data import DequeBuffer
-    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy import DQNPolicy
+    from ..policy.ppo import PPOPolicy
     from ..policy.sac import SACPolicy
 
 __all__ = ['Agent', 'AgentError', 'DQN', 'PPO', 'SAC']

@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # these load torch and gymnasium, which importing this module
     from ..data import DequeBuffer
     from ..data.protocols import ReplayBuffer
     from ..envs import EnvManager
-    from ..policy import DQNPolicy, PPOPolicy
+    from ..policy import DQNPolicy
+    from ..policy.ppo import PPOPolicy
     from ..policy.sac import SACPolicy
 
 __all__ = ['DQN_CARTPOLE', 'PPO_CARTPOLE', 'sac_policy_settings', 'dqn_buffer', 'use_dqn', 'use_ppo', 'use_sac',
