@@ -19,11 +19,13 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from pipeline.learner.optim import KernelKwargs, kernel_kwargs  # noqa: E402
+
 NETS = {
     'DQN-sized MLP (4-128-128-64-64-2)': [4, 128, 128, 64, 64, 2],
     'SAC Hopper critic (14-256-256-1)': [14, 256, 256, 1],
 }
-KERNELS = {'default': {}, 'foreach': {'foreach': True}, 'fused': {'fused': True}}
+KERNELS: Dict[str, KernelKwargs] = {'default': {}, 'foreach': {'foreach': True}, 'fused': {'fused': True}}
 
 
 def mlp(sizes: List[int]) -> nn.Module:
@@ -33,7 +35,7 @@ def mlp(sizes: List[int]) -> nn.Module:
     return nn.Sequential(*layers[:-1])
 
 
-def step_time(sizes: List[int], kernels: Dict[str, bool], steps: int) -> float:
+def step_time(sizes: List[int], kernels: KernelKwargs, steps: int) -> float:
     """Seconds per ``optimizer.step()`` with fixed gradients (after 200 warm-up steps)."""
     net = mlp(sizes)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, **kernels)
@@ -53,8 +55,6 @@ def main(argv=None) -> None:
     ap.add_argument('--repeats', type=int, default=5)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from pipeline.learner.optim import kernel_kwargs
-
     probe = list(mlp([4, 2]).parameters())
     print(f'torch {torch.__version__}; the learners pick {kernel_kwargs(probe) or "the default"} on the CPU')
     for name, sizes in NETS.items():

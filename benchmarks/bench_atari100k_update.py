@@ -28,7 +28,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -64,7 +64,7 @@ def bare_step(net: Any, opt: Any, shift: bool, gen: Any) -> Callable[[Dict[str, 
     return step
 
 
-def main(argv: List[str] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
@@ -88,10 +88,8 @@ def main(argv: List[str] = None) -> int:
     from pipeline.policy import DQNPolicy
     from pipeline.learner.optim import kernel_kwargs
 
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-    from atari100k import AGENTS, TABLE_AGENT, dqn_config, q_network
-    sys.path.insert(0, os.path.join(ROOT, 'benchmarks', 'experiments'))
-    from atari100k_variants import VARIANTS
+    from benchmarks.atari100k import AGENTS, TABLE_AGENT, dqn_config, q_network
+    from benchmarks.experiments.atari100k_variants import VARIANTS
 
     AGENTS = dict(AGENTS, **VARIANTS)
 
@@ -131,7 +129,7 @@ def main(argv: List[str] = None) -> int:
     with task.start(ctx=OnlineRLContext()):
         learner = OffPolicyLearner(cfg, policy.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
         learner2 = OffPolicyLearner(cfg, policy2.learn_mode, buf, batch_transform=RandomShift(4, seed=0), log_freq=0)
-        ctx = task.ctx
+        ctx = cast(OnlineRLContext, task.ctx)
 
         def rl(_: Any) -> None:
             learner(ctx)

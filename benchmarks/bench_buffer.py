@@ -21,6 +21,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import List, Optional, Tuple, cast
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ def main() -> None:
     np.random.seed(0)
     torch.manual_seed(0)
     data = [transition(i) for i in range(SIZE)]
-    rows = []
+    rows: List[Tuple[str, float, float, Optional[float]]] = []
 
     # ---------------------------------------------------------------- push
     dq: deque = deque(maxlen=SIZE)
@@ -119,7 +120,7 @@ def main() -> None:
 
     # ---------------------------------------------------------------- PER
     per_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
-    per = per_buf.sampler
+    per = cast(PrioritizedSampler, per_buf.sampler)
     for d in data:
         per_buf.push(d)
     rng = np.random.default_rng(0)
@@ -137,7 +138,7 @@ def main() -> None:
     # heavy-tailed priorities (a few items far above the rest): rejection sampling would accept too
     # rarely, so sampling goes to the sum tree
     skew_buf = DequeBuffer(SIZE, columnar=True, seed=0, sampler=PrioritizedSampler())
-    skew = skew_buf.sampler
+    skew = cast(PrioritizedSampler, skew_buf.sampler)
     for d in data:
         skew_buf.push(d, meta={"priority": float(abs(rng.standard_cauchy())) * 0.1 + 1e-3})
     skew_pri = [np.abs(rng.standard_cauchy(BATCH)) * 0.1 + 1e-3 for _ in range(64)]

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -76,7 +77,7 @@ def cpu(fn) -> float:
 
 
 def measure(buf: DequeBuffer, make_empty, rounds: int) -> tuple:
-    times = {k: [] for k in ("save v1", "save v2", "load v1", "load v2")}
+    times: Dict[str, List[float]] = {k: [] for k in ("save v1", "save v2", "load v1", "load v2")}
     with tempfile.TemporaryDirectory() as d:
         p1, p2 = os.path.join(d, "v1.pt"), os.path.join(d, "v2.pt")
         for _ in range(rounds):

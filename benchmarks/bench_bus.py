@@ -181,14 +181,14 @@ def main() -> None:
 
     via_thread = False
 
-    def routed(payload: bytes, n: int) -> None:
+    def routed(payload: object, n: int) -> None:
         emit, wait = router.emit, router.wait
         for i in range(n_pongs[0] + 1, n_pongs[0] + n + 1):
             emit("ping", (payload,), {}, to=1)
             if not wait(lambda: n_pongs[0] >= i, 30):
                 raise SystemExit("ping-pong stalled (30 s without reply)")
 
-    def routed_via_thread(payload: bytes, n: int) -> None:
+    def routed_via_thread(payload: object, n: int) -> None:
         nonlocal via_thread
         via_thread = True
         try:
@@ -199,7 +199,7 @@ def main() -> None:
         finally:
             via_thread = False
 
-    def segment(fn, payload: bytes, n: int):
+    def segment(fn, payload: object, n: int):
         c0, t0 = time.process_time() + child_cpu(), time.perf_counter()
         fn(payload, n)
         dt = time.perf_counter() - t0
@@ -219,7 +219,7 @@ def main() -> None:
         print(f"{'ping-pong':38s} {'best':>8s} {'median':>8s}  round trips/s   {'CPU us/rt':>9s}")
         for size in (1024, 1 << 20):
             payload = b"x" * size
-            sent = payload  # what the router rows carry
+            sent: object = payload  # what the router rows carry
             if args.tensor and size > 1024:
                 import torch
                 sent = torch.ones(size // 4)

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,7 +33,7 @@ def timed_main() -> int:
     from pipeline import task
 
     run = task.run
-    record = {}
+    record: Dict[str, object] = {}
 
     def timed_run(*args, **kwargs):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -43,7 +44,7 @@ def timed_main() -> int:
                           env_step=task.ctx.env_step, train_iter=task.ctx.train_iter,
                           roles=sorted(str(r) for r in task.roles), node=int(task.router.node_id))
 
-    task.run = timed_run
+    setattr(task, 'run', timed_run)  # the example's own task.run, timed
     from examples.dqn_cartpole import main
     try:
         rc = main()
@@ -115,7 +116,7 @@ def main() -> None:
           f'load average {os.getloadavg()[0]:.1f} at start')
     print(f'{"run":<22} {"env steps":>9} {"train it":>9} {"seconds":>8} {"env st/s":>9} {"iters/s":>8} '
           f'{"upd/step":>8} {"cpu s":>6}')
-    rows = {'single': [], 'distributed': []}
+    rows: Dict[str, List[Dict[str, Any]]] = {'single': [], 'distributed': []}
     for _ in range(args.repeat):
         for name, fn in (('single', single), ('distributed', distributed)):
             r = fn(args.env_steps, args.timeout)
@@ -126,9 +127,11 @@ def main() -> None:
                   f'{r["train_iter"] / max(r["env_step"], 1):>8.3f} {r["cpu"]:>6.1f}', flush=True)
     best = {k: max(v, key=lambda r: r['env_step'] / r['seconds']) for k, v in rows.items()}
     s, d = best['single'], best['distributed']
+    trained = (f'{(d["train_iter"] / d["seconds"]) / (s["train_iter"] / s["seconds"]):.2f}x' if s['train_iter']
+               else 'none: the single run never trained (fewer env steps than learning starts after)')
     print(f'best of {args.repeat}: env steps/s 4 nodes / single = '
           f'{(d["env_step"] / d["seconds"]) / (s["env_step"] / s["seconds"]):.2f}x; '
-          f'train iters/s 4 nodes / single = {(d["train_iter"] / d["seconds"]) / (s["train_iter"] / s["seconds"]):.2f}x')
+          f'train iters/s 4 nodes / single = {trained}')
 
 
 if __name__ == '__main__':

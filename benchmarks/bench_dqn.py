@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import time
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +47,7 @@ class QNet(nn.Module):
 
 
 def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0',
-                 same_kernels: bool = False, device: str = None) -> dict:
+                 same_kernels: bool = False, device: Optional[str] = None) -> dict:
     """Run the loop for exactly ``env_steps`` env steps; return wall time and counters.
 
     ``same_kernels=False`` is torch's default Adam, what a hand-written loop usually has;
@@ -65,7 +66,9 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
     n_env, batch, upc, gamma, cap = 8, 64, 5, 0.97, 20_000
     envs = [gym.make(env_id) for _ in range(n_env)]
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
-    obs_dim, n_act = obs.shape[1], envs[0].action_space.n
+    space = envs[0].action_space
+    assert isinstance(space, gym.spaces.Discrete), f'{env_id}: the loop needs discrete actions, got {space}'
+    obs_dim, n_act = obs.shape[1], int(space.n)
     net, tgt = QNet(obs_dim, n_act).to(dev), QNet(obs_dim, n_act).to(dev)
     tgt.load_state_dict(net.state_dict())
     params = list(net.parameters())
@@ -128,7 +131,7 @@ def run_baseline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
 
 
 # ----------------------------------------------------------------------------- rlpipe pipeline
-def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0', device: str = None) -> dict:
+def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole-v0', device: Optional[str] = None) -> dict:
     """The same work as ``run_baseline`` composed from rlpipe middleware."""
     from contexts import OnlineRLContext
     from middleware import OffPolicyLearner, StepCollector, data_pusher, eps_greedy_handler, termination_checker
@@ -154,7 +157,7 @@ def run_pipeline(env_steps: int = 10_000, seed: int = 0, env_id: str = 'CartPole
         t0, c0 = time.perf_counter(), time.process_time()
         task.run()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        ctx = task.ctx
+        ctx = cast(OnlineRLContext, task.ctx)
     env.close()
     return {'wall_time': wall, 'cpu_time': cpu, 'env_steps': ctx.env_step, 'updates': ctx.train_iter}
 
@@ -175,14 +178,15 @@ def main(argv=None) -> None:
     warnings.filterwarnings('ignore', category=DeprecationWarning)
     run_baseline(args.warmup_steps, device=dev)
     run_pipeline(args.warmup_steps, device=dev)
-    runs = (('baseline', lambda *a, **k: run_baseline(*a, device=dev, **k)),
-            ('baseline_kernels', lambda *a, **k: run_baseline(*a, same_kernels=True, device=dev, **k)),
-            ('pipeline', lambda *a, **k: run_pipeline(*a, device=dev, **k)))
-    wall = {name: [] for name, _ in runs}
-    cpu = {name: [] for name, _ in runs}
+    runs: Tuple[Tuple[str, Callable[[int, int], dict]], ...] = (
+        ('baseline', lambda steps, seed: run_baseline(steps, seed, device=dev)),
+        ('baseline_kernels', lambda steps, seed: run_baseline(steps, seed, same_kernels=True, device=dev)),
+        ('pipeline', lambda steps, seed: run_pipeline(steps, seed, device=dev)))
+    wall: Dict[str, List[float]] = {name: [] for name, _ in runs}
+    cpu: Dict[str, List[float]] = {name: [] for name, _ in runs}
     for r in range(args.repeats):
         for name, fn in runs:
-            out = fn(args.env_steps, seed=r)
+            out = fn(args.env_steps, r)
             wall[name].append(out['wall_time'])
             cpu[name].append(out['cpu_time'])
             print(f'run {r}: {name:16s} wall {out["wall_time"]:7.2f} s  cpu {out["cpu_time"]:7.2f} s  '

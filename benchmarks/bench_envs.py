@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 from functools import partial
-from typing import Any, Callable, Dict, List, NamedTuple, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Tuple, cast
 
 import numpy as np
 
@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from contexts import OnlineRLContext  # noqa: E402
 from middleware import StepCollector  # noqa: E402
 from pipeline.envs import EnvManager  # noqa: E402
-from pipeline.envs.subprocess_backend import default_workers  # noqa: E402
+from pipeline.envs.subprocess_backend import SubprocessBackend, default_workers  # noqa: E402
 
 N_ENVS = 8
 HAVE_ATARI = all(importlib.util.find_spec(m) is not None for m in ('ale_py', 'cv2'))
@@ -213,8 +213,8 @@ def env_rows(game: str, cnn: bool = False) -> tuple:
         rows['bare SyncVectorEnv'] = Row(bare_runner(vec, n_act), [])
     mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess')
     closers.append(mgr)
-    layout = mgr._backend
-    rows['rlpipe subprocess'] = Row(collector_runner(mgr, n_act, policy=pol), [p.pid for p in layout._procs])
+    layout = cast(SubprocessBackend, mgr._backend)
+    rows['rlpipe subprocess'] = Row(collector_runner(mgr, n_act, policy=pol), [p.pid for p in layout._procs if p.pid is not None])
     if not cnn:
         vec = gym.vector.AsyncVectorEnv([GroupFn(make, layout.group_size)] * layout.workers, shared_memory=True,
                                         autoreset_mode=AutoresetMode.DISABLED)  # each group resets its own envs
@@ -224,13 +224,13 @@ def env_rows(game: str, cnn: bool = False) -> tuple:
     mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess')
     closers.append(mgr)
     rows['rlpipe subprocess+overlap'] = Row(collector_runner(mgr, n_act, overlap=True, policy=pol),
-                                            [p.pid for p in mgr._backend._procs])
+                                            [p.pid for p in cast(SubprocessBackend, mgr._backend)._procs if p.pid is not None])
     local = N_ENVS // default_workers(N_ENVS) if default_workers(N_ENVS) > 1 else 0
     if local:
         mgr = EnvManager(fn, N_ENVS, seed=0, backend='subprocess', local_envs=local)
         closers.append(mgr)
         rows['rlpipe subprocess+local'] = Row(collector_runner(mgr, n_act, policy=pol),
-                                              [p.pid for p in mgr._backend._procs])
+                                              [p.pid for p in cast(SubprocessBackend, mgr._backend)._procs if p.pid is not None])
     if HAVE_ENVPOOL:
         import envpool
         mgr = EnvManager(ep_task, N_ENVS, seed=0, backend='envpool', env_kwargs=dict(ep_kwargs))
@@ -325,6 +325,7 @@ def bench_memory(n: int, n_naive: int) -> None:
         buf.sample_batch(32)
     sample_ms = (time.perf_counter() - t0) * 10
     used = rss() - r0
+    assert st.pool is not None  # made at the first push
     print('\nReplay memory, Pong transitions (obs/next_obs 4x84x84 uint8):')
     print(f'  default layout: {per_naive / 1e3:.1f} kB per transition (measured on {n_naive}, pushing and '
           f'sampling as training does) -> {per_naive * 1e5 / 1e9:.2f} GB for 100k: the buffer\'s columns '

@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -120,8 +121,8 @@ def compare(raw, candidates: dict, rounds: int) -> dict:
     Returns name -> (median seconds of the candidate, median of per-round ratios to raw).
     """
     names = list(candidates)
-    times = {name: [] for name in ["raw"] + names}
-    ratios = {name: [] for name in names}
+    times: Dict[str, List[float]] = {name: [] for name in ["raw"] + names}
+    ratios: Dict[str, List[float]] = {name: [] for name in names}
     fns = {"raw": raw, **candidates}
     order = ["raw"] + names
     for i in range(rounds):

@@ -14,17 +14,20 @@ Best of several rounds; interleaved, so the ratios hold on a loaded machine.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import os
 import sys
 import timeit
+from typing import List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def main() -> None:
+def main(argv: Optional[List[str]] = None) -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     from pipeline.parallel.wire import keyed_hmac
     key = os.urandom(32)
     mac, mac2 = keyed_hmac(key)

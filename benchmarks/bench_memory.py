@@ -27,6 +27,7 @@ RSS is what the kernel reports (``psutil``), so the figures do not depend on mac
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -38,7 +39,6 @@ from typing import Any, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "examples"))
 from pipeline.run import add_device_flags, device_argv  # noqa: E402 - no torch
 
 #: ``--device X`` when given: passed on to every child process and to the examples they run
@@ -68,7 +68,7 @@ def _peak_rss() -> int:
 # ----------------------------------------------------------------------------- children
 def child_learner(name: str, steps: int, workdir: str) -> None:
     module, argv, _, buffer_size = LEARNERS[name]
-    mod = __import__(module)
+    mod = importlib.import_module(f'examples.{module}')
     every = max(steps // 40, 100)
     state = {"next": every}
 
@@ -87,7 +87,7 @@ def child_learner(name: str, steps: int, workdir: str) -> None:
 
 
 def child_sac_rlpipe(env_id: str, steps: int, starts: int, seed: int, workdir: str) -> None:
-    import sac_mujoco
+    from examples import sac_mujoco
 
     every = max(steps // 50, 500)
     state = {"next": every, "t0": time.perf_counter()}
@@ -201,7 +201,8 @@ def _spawn(args: List[str]) -> subprocess.Popen:
 
 def _collect(proc: subprocess.Popen, what: str) -> Dict[str, Any]:
     out, err = proc.communicate()
-    samples, res = [], {}
+    samples: List[Any] = []
+    res: Dict[str, Any] = {}
     for line in out.splitlines():
         if line.startswith("SAMPLE "):
             samples.append(json.loads(line[7:]))

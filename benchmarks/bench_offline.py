@@ -22,11 +22,12 @@ CartPole-v1 episodes with the same env seeds. Prints one line per (algorithm, fr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def evaluate(act: Any, episodes: int, seed: int = 10_000) -> float:
         done = False
         while not done:
             obs, r, term, trunc, _ = env.step(int(act(obs[None].astype(np.float32))[0]))
-            total += r
+            total += float(r)
             done = term or trunc
     env.close()
     return total / episodes
@@ -78,6 +79,7 @@ def run_rlpipe(algo: str, ds: Any, args: Any, seed: int) -> Dict[str, float]:
     from pipeline.offline.bc import BCPolicy
     from pipeline.offline.cql import DiscreteCQLPolicy
 
+    policy: Union[DiscreteCQLPolicy, BCPolicy]
     if algo == 'cql':
         cfg = compile_config({'seed': seed, 'policy': {
             'discount_factor': args.gamma,
@@ -99,7 +101,7 @@ def run_rlpipe(algo: str, ds: Any, args: Any, seed: int) -> Dict[str, float]:
         t0, c0 = time.perf_counter(), time.process_time()
         task.run()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        assert task.ctx.train_iter == args.updates
+        assert cast(OfflineRLContext, task.ctx).train_iter == args.updates
     return {'updates_per_s': args.updates / wall, 'updates_per_cpu_s': args.updates / cpu,
             'return': evaluate(policy.eval_mode, args.eval_episodes)}
 
@@ -178,12 +180,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.smoke:
         args.updates, args.episodes, args.eval_episodes, args.seeds = 50, 5, 1, args.seeds[:1]
+    if 'd3rlpy' in args.frameworks and importlib.util.find_spec('d3rlpy') is None:
+        print('d3rlpy is not installed (pip install torch==2.13.0 d3rlpy): its rows are left out')
+        args.frameworks = [fw for fw in args.frameworks if fw != 'd3rlpy']
     import torch
 
-    from pipeline.offline import OfflineDataset, load_dataset
+    from pipeline.offline import ChunkedDataset, OfflineDataset, load_dataset
 
     torch.set_num_threads(1)
-    ds = load_dataset(args.dataset) if args.dataset else OfflineDataset(heuristic_dataset(args.episodes, args.eps, 0))
+    loaded = load_dataset(args.dataset) if args.dataset else OfflineDataset(heuristic_dataset(args.episodes, args.eps, 0))
+    ds = loaded.to_memory() if isinstance(loaded, ChunkedDataset) else loaded  # d3rlpy is given arrays in memory
     rets = ds.episode_returns()
     print(f'dataset: {len(ds)} transitions, {len(rets)} episodes, mean return {rets.mean():.1f}; '
           f'{args.updates} updates of batch {args.batch_size}, MLP {args.hidden}, 1 torch thread; '

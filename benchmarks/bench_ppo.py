@@ -33,6 +33,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -60,7 +61,9 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
     torch.manual_seed(seed)
     envs = [gym.make(env_id) for _ in range(n_envs)]
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
-    model = ActorCritic(obs.shape[1], int(envs[0].action_space.n))
+    space = envs[0].action_space
+    assert isinstance(space, gym.spaces.Discrete), f'{env_id}: the loop needs discrete actions, got {space}'
+    model = ActorCritic(obs.shape[1], int(space.n))
     params = list(model.parameters())
     opt = torch.optim.Adam(params, lr=lr, eps=1e-5, **kernel_kwargs(params))  # as rlpipe's PPO
     gen = torch.Generator().manual_seed(seed)
@@ -131,8 +134,8 @@ def run_hand(env_steps: int, seed: int = 0, env_id: str = 'CartPole-v1', n_envs:
 
 
 # ----------------------------------------------------------------------------- rlpipe
-def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = None, keep_policy: bool = False,
-               device: str = None) -> dict:
+def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: Optional[dict] = None,
+               keep_policy: bool = False, device: Optional[str] = None) -> dict:
     from contexts import OnlineRLContext
     from middleware import (OnPolicyTrainer, RolloutCollector, gae_estimator, interaction_evaluator,
                             termination_checker)
@@ -153,7 +156,7 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
 
     t0, c0 = time.perf_counter(), time.process_time()
     with task.start(ctx=OnlineRLContext()):
-        if solve:
+        if eval_env is not None:
             task.use(interaction_evaluator(cfg, policy.eval_mode, eval_env))
             task.use(mark_eval)  # the env steps trained on when an evaluation ran (it runs before collecting)
         task.use(RolloutCollector(cfg, policy.collect_mode, env))
@@ -161,7 +164,7 @@ def run_rlpipe(env_steps: int, seed: int = 0, solve: bool = False, user: dict = 
         task.use(OnPolicyTrainer(cfg, learner, log_freq=0))
         task.use(termination_checker(max_env_step=env_steps))
         task.run()
-        ctx = task.ctx
+        ctx = cast(OnlineRLContext, task.ctx)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     solved = solve and ctx.last_eval_value >= cfg.env.stop_value
     # solved: the env steps trained on when the solving evaluation ran (the step that evaluates still
@@ -204,7 +207,7 @@ def run_sb3(env_steps: int, seed: int = 0, solve: bool = False) -> dict:
     model.learn(env_steps, callback=cb)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = {'wall': wall, 'cpu': cpu, 'env_steps': model.num_timesteps}
-    if solve:
+    if cb is not None:
         out['solved'] = cb.best_mean_reward >= 475
         out['last_eval'] = cb.last_mean_reward
     return out
@@ -220,8 +223,8 @@ def timing(args) -> None:
         print('stable-baselines3 not installed (pip install torch==2.13.0 stable-baselines3): SB3 row skipped')
     run_hand(512, args.seed)  # warm-up: first-call costs (lazy imports, allocator) paid outside the timings
     run_rlpipe(512, args.seed)
-    walls = {name: [] for name, _ in runners}
-    cpus = {name: [] for name, _ in runners}
+    walls: Dict[str, List[float]] = {name: [] for name, _ in runners}
+    cpus: Dict[str, List[float]] = {name: [] for name, _ in runners}
     for r in range(args.repeats):
         for name, fn in (runners if r % 2 == 0 else runners[::-1]):  # alternate the order: no position bias
             res = fn()
@@ -241,7 +244,7 @@ def timing(args) -> None:
 
 def solve(args) -> None:
     print(f'env steps to mean eval return >= 475 (10 episodes every 1,024 env steps), budget {args.env_steps}:')
-    rows = []
+    rows: List[Tuple[dict, Optional[dict]]] = []
     for seed in args.seeds:
         r = run_rlpipe(args.env_steps, seed, solve=True)
         line = f'  seed {seed}: rlpipe {r["env_steps"] if r["solved"] else "not solved"} ({r["wall"]:.0f} s)'
@@ -252,7 +255,7 @@ def solve(args) -> None:
         print(line, flush=True)
         rows.append((r, s))
     for name, i in (('rlpipe', 0), ('SB3', 1)):
-        got = [row[i]['env_steps'] for row in rows if row[i] is not None and row[i]['solved']]
+        got = [run['env_steps'] for run in (row[i] for row in rows) if run is not None and run['solved']]
         if got:
             print(f'  {name}: median {statistics.median(got):.0f} env steps, solved {len(got)}/{len(rows)}')
 
@@ -275,7 +278,7 @@ def main(argv=None) -> None:
     DEVICE = args.device
     torch.set_num_threads(args.threads)
     if args.pendulum:
-        from bench_ppo_pendulum import pendulum
+        from benchmarks.bench_ppo_pendulum import pendulum
         pendulum(args, run_rlpipe, sb3_available())
     elif args.solve:
         solve(args)

@@ -13,18 +13,18 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 
-def run_rlpipe_pendulum(run_rlpipe: Callable[..., dict], env_steps: int, seed: int, device: str = None) -> dict:
+def run_rlpipe_pendulum(run_rlpipe: Callable[..., dict], env_steps: int, seed: int, device: Optional[str] = None) -> dict:
     """``run_rlpipe``: ``bench_ppo.run_rlpipe`` (the example's pipeline, timed), run with Pendulum's settings."""
     from examples.ppo_pendulum import USER_CONFIG
     from middleware import evaluate_episodes
     from pipeline.envs import EnvManager
 
-    user = copy.deepcopy(USER_CONFIG)
+    user: Dict[str, Any] = copy.deepcopy(USER_CONFIG)
     user['seed'] = seed
     user['policy']['learn']['total_env_steps'] = env_steps
     out = run_rlpipe(env_steps, seed, user=user, keep_policy=True, device=device)
@@ -34,7 +34,7 @@ def run_rlpipe_pendulum(run_rlpipe: Callable[..., dict], env_steps: int, seed: i
     return out
 
 
-def run_sb3_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
+def run_sb3_pendulum(env_steps: int, seed: int, device: Optional[str] = None) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -51,7 +51,7 @@ def run_sb3_pendulum(env_steps: int, seed: int, device: str = None) -> dict:
                             norm_reward=False, gamma=0.9)
     eval_env.obs_rms = copy.deepcopy(env.obs_rms)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
-    return {'wall': wall, 'env_steps': model.num_timesteps, 'final_return': float(mean)}
+    return {'wall': wall, 'env_steps': model.num_timesteps, 'final_return': float(np.mean(mean))}
 
 
 def pendulum(args, run_rlpipe: Callable[..., dict], sb3_installed: bool) -> None:
@@ -60,7 +60,8 @@ def pendulum(args, run_rlpipe: Callable[..., dict], sb3_installed: bool) -> None
     use_sb3 = sb3_installed and not args.no_sb3
     steps = args.env_steps
     print(f'Pendulum-v1 PPO, {steps} env steps, final mean return over 10 deterministic episodes:')
-    ours, theirs = [], []
+    ours: List[float] = []
+    theirs: List[float] = []
     for seed in args.seeds:
         r = run_rlpipe_pendulum(run_rlpipe, steps, seed, getattr(args, 'device', None))
         ours.append(r['final_return'])

@@ -46,7 +46,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
 
 
 def dqn_learner(device=None):
@@ -181,7 +180,7 @@ def _bus_rate(pings: int) -> float:
 def dqn_nodes(env_steps: int, timeout: float) -> None:
     import subprocess
 
-    import bench_distributed as bd
+    from benchmarks import bench_distributed as bd
 
     print(f"\n3. DQN CartPole example as 4 nodes, {env_steps} env steps each run")
     zmq = bd.distributed(env_steps, timeout)
@@ -211,7 +210,7 @@ def main() -> None:
 
     add_device_flags(ap)
     args = ap.parse_args()
-    import bench_distributed as bd
+    from benchmarks import bench_distributed as bd
 
     bd.EXTRA_ARGV[:] = device_argv(args)
     import ray

@@ -18,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+from typing import Dict, List
 
 
 def load(name, root):
@@ -83,7 +84,7 @@ for B in (32, 256):
         fns = {k: make(k, B, how) for k in bufs}
         for f in fns.values():
             for _ in range(50): f()
-        tot = {k: 0.0 for k in fns}; rat = {k: [] for k in ("new_sampler",)}
+        tot = {k: 0.0 for k in fns}; rat: Dict[str, List[float]] = {k: [] for k in ("new_sampler",)}
         keys = list(fns)
         for c in range(CHUNKS):
             order = keys if c % 2 == 0 else keys[::-1]

@@ -24,7 +24,6 @@ from .functional.data_processor import BatchSource
 from .learner import TrainRounds
 
 if TYPE_CHECKING:
-    from pipeline.data.item import BufferedData
     from pipeline.data.protocols import ReplayBuffer
     from pipeline.envs import EnvManager
     from pipeline.data.records import TrainBatch
@@ -93,7 +92,7 @@ def her_data_enhancer(
 
         if buffer_.count() < n_ep:
             return None
-        episodes = [item.data for item in cast('List[BufferedData]', buffer_.sample(n_ep))]  # no groupby: items
+        episodes = [item.data for item in buffer_.sample(n_ep)]
         for i, ep in enumerate(episodes):
             if not isinstance(ep, (list, tuple)):
                 raise TypeError(

@@ -51,7 +51,7 @@ def explore(seed: int, exponent: Optional[float], steps: int) -> Tuple[float, Op
     for t in range(steps):
         action = int(mode.forward(np.asarray(obs, np.float32)[None], eps=table_eps(t))[0])
         obs, reward, terminated, truncated, _ = env.step(action)
-        if reward > 0:
+        if float(reward) > 0:
             points += float(reward)
             first = t if first is None else first
         if terminated or truncated:

@@ -21,7 +21,6 @@ from pipeline.runtime.contracts import buffered
 from pipeline.runtime.roles import Role, for_roles
 
 if TYPE_CHECKING:
-    from pipeline.data.item import BufferedData
     from pipeline.data.protocols import ReplayBuffer
     from pipeline.data.records import OnTrained, TrainBatch, TrainOutput
 
@@ -193,7 +192,7 @@ def _sample_one(buffer_: ReplayBuffer, size: int, ctx: RLContext) -> _Sampled:
     if callable(sample_batch):
         batch = cast(Dict[str, object], sample_batch(size, **kw))
         return batch
-    items = cast('List[BufferedData]', buffer_.sample(size, **kw))  # no groupby: items, not groups
+    items = buffer_.sample(size, groupby=None, **kw)
     data = collate([it.data for it in items])
     if not isinstance(data, MappingABC):
         raise TypeError(f'offpolicy_data_fetcher: buffer items must be dicts of tensors/arrays/numbers '

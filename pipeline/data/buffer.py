@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 import operator
-import threading
 from collections.abc import Mapping
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast, overload
 
 import numpy as np
 import torch
@@ -32,7 +31,7 @@ from .item import BufferedData
 from .records import TrainBatch
 from .sampler import Priorities, Sampler, UniformSampler, _check_size, check_priority, draw_slots, priority_array
 from .serialization import load_into_storage, restore_states, stateful_parts, storage_payload
-from .storage import ManyMeta, SlotStorage, _meta_rows, delete_ids, update_item, update_items
+from .storage import IndexBatch, ManyMeta, SlotStorage, _meta_rows, delete_ids, update_item, update_items
 from .writer import Writer
 
 __all__ = ["DequeBuffer", "BufferedData", "Middleware", "ACTIONS", "SlotStorage"]
@@ -78,10 +77,8 @@ class DequeBuffer:
 
     def __init__(self, size: int, *, columnar: Optional[bool] = None, seed: Optional[int] = None,
                  storage: Optional[SlotStorage] = None, sampler: Optional[Sampler] = None,
-                 writer: Optional[Writer] = None, _storage: Optional[SlotStorage] = None) -> None:
+                 writer: Optional[Writer] = None) -> None:
         size = _check_size("buffer size", size, 1)
-        if storage is None:
-            storage = _storage
         if storage is not None and storage.size != size:
             raise ValueError(f"DequeBuffer(size={size}, storage=...): the storage has {storage.size} slots")
         self._s = storage if storage is not None else SlotStorage(size, columnar, seed)
@@ -116,11 +113,8 @@ class DequeBuffer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = self._copied_lock()
+        self._lock = self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
         self._build_chains()
-
-    def _copied_lock(self) -> "threading.RLock":
-        return self._s.lock  # a copied storage has a new lock; the buffer shares it, as views do
 
     # ------------------------------------------------------------------ middleware
     def use(self, middleware: Middleware) -> "DequeBuffer":
@@ -164,6 +158,16 @@ class DequeBuffer:
         with self._lock:
             return self._c_push(data, meta)
 
+    @overload  # without groupby: items
+    def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None, replace: bool = False,
+               sample_range: Optional[slice] = None, ignore_insufficient: bool = False, groupby: None = None,
+               unroll_len: Optional[int] = None, **kwargs: object) -> List[BufferedData]: ...
+
+    @overload  # with groupby: groups of items
+    def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None, replace: bool = False,
+               sample_range: Optional[slice] = None, ignore_insufficient: bool = False, *, groupby: str,
+               unroll_len: Optional[int] = None, **kwargs: object) -> List[List[BufferedData]]: ...
+
     def sample(self, size: Optional[int] = None, indices: Optional[Sequence[int]] = None,
                replace: bool = False, sample_range: Optional[slice] = None,
                ignore_insufficient: bool = False, groupby: Optional[str] = None,
@@ -194,7 +198,7 @@ class DequeBuffer:
         with self._lock:
             return self._c_update(index, data, meta)
 
-    def update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+    def update_many(self, indices: IndexBatch, data: Optional[Sequence[object]] = None,
                     meta: ManyMeta = None
                     ) -> List[bool]:
         """Batched :meth:`update`. ``data``: one value per index or None; ``meta``: one dict per
@@ -361,7 +365,7 @@ class DequeBuffer:
     def _delete(self, indices: List[int]) -> int:
         return delete_ids(self._s, indices)
 
-    def _update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+    def _update_many(self, indices: IndexBatch, data: Optional[Sequence[object]] = None,
                      meta: ManyMeta = None) -> List[bool]:
         if isinstance(indices, (np.ndarray, torch.Tensor)):
             indices = indices.tolist()

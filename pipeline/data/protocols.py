@@ -13,12 +13,12 @@ attribute, never by class name:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Protocol, Sequence, Union, overload, runtime_checkable
 
 if TYPE_CHECKING:
     from .item import BufferedData
     from .records import TrainBatch
-    from .storage import ManyMeta
+    from .storage import IndexBatch, ManyMeta
 
 __all__ = ["ReplayBuffer", "BatchSampling", "PriorityFeedback", "SampleArguments",
            "wants_priorities", "samples_by_priority", "sample_arguments"]
@@ -31,12 +31,18 @@ class ReplayBuffer(Protocol):
     def push(self, data: object, meta: Optional[Mapping[str, object]] = None) -> BufferedData:
         """Store one item (a transition or a whole episode) with its meta."""
 
-    def sample(self, size: Optional[int] = None, **kwargs: Any
+    @overload
+    def sample(self, size: Optional[int] = None, *, groupby: None = None, **kwargs: Any) -> List[BufferedData]: ...
+
+    @overload
+    def sample(self, size: Optional[int] = None, *, groupby: str, **kwargs: Any) -> List[List[BufferedData]]: ...
+
+    def sample(self, size: Optional[int] = None, *, groupby: Optional[str] = None, **kwargs: Any
                ) -> Union[List[BufferedData], List[List[BufferedData]]]:
         """Items (``.data``, ``.index``, ``.meta``) or, with ``groupby``, groups of them. ``kwargs``: the buffer's
         own ``sample`` arguments (typed by the buffer) and its middleware's."""
 
-    def update_many(self, indices: Sequence[int], data: Optional[Sequence[object]] = None,
+    def update_many(self, indices: IndexBatch, data: Optional[Sequence[object]] = None,
                     meta: ManyMeta = None) -> List[bool]:
         """Batched update (e.g. ``meta={"priority": array}``)."""
 

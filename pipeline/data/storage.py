@@ -72,6 +72,9 @@ __all__ = ["SlotStorage", "StorageListener", "BufferedData"]
 ManyMeta = Union[None, Sequence[Optional[Mapping]], Mapping[str, Union[Sequence[object], np.ndarray, torch.Tensor]]]
 """``update_many``'s meta: None, one dict (or None) per index, or a dict of columns (one value per index)."""
 
+IndexBatch = Union[Sequence[int], np.ndarray, torch.Tensor]
+"""Item indices as ``update_many`` takes them: a list, or ``sample_batch``'s ``indices`` column as it is."""
+
 
 class MetaSyncer(Protocol):
     """A listener that writes meta lazily (PER priorities): ``sync_meta`` brings some slots' meta up to date."""

@@ -6,19 +6,25 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, TypedDict, Union
 
 import torch
 from torch import nn
 
-__all__ = ["OptimizerFactory", "LRSchedule", "default_optimizer", "kernel_kwargs", "make_schedule", "total_norm",
+__all__ = ["OptimizerFactory", "LRSchedule", "default_optimizer", "KernelKwargs", "kernel_kwargs", "make_schedule", "total_norm",
            "FlatGrads", "ModuleOptimizers"]
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
 LRSchedule = Union[Sequence[Sequence[float]], Callable[[int], float]]
 
 
-def kernel_kwargs(params: Sequence[torch.Tensor]) -> Dict[str, bool]:
+class KernelKwargs(TypedDict, total=False):
+    """The keyword :func:`kernel_kwargs` gives an optimizer: one of the two."""
+    fused: bool
+    foreach: bool
+
+
+def kernel_kwargs(params: Sequence[torch.Tensor]) -> KernelKwargs:
     """The fastest of torch's optimizer kernels for ``params``: ``{"fused": True}`` (a parameter's whole
     update in one kernel) when every parameter is floating point on a device torch has fused kernels
     for (CUDA; the CPU from torch 2.4 on), else ``{"foreach": True}`` (multi-tensor kernels).
@@ -39,8 +45,7 @@ def default_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.
     """``torch.optim.Adam(params, lr)`` with the fastest kernels for ``params`` (:func:`kernel_kwargs`:
     fused on the CPU and CUDA)."""
     params = list(params)
-    kernels = kernel_kwargs(params)
-    return torch.optim.Adam(params, lr=lr, foreach=kernels.get("foreach"), fused=kernels.get("fused"))
+    return torch.optim.Adam(params, lr=lr, **kernel_kwargs(params))
 
 
 def make_schedule(spec: LRSchedule, where: str) -> Callable[[int], float]:
