@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, Optional, Sequence, cast
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         use_dqn(cfg, policy, buffer_, collector_env, eval_env, min_collect_return=None)
         task.use(termination_checker(max_env_step=args.online_steps))
         task.run()
-        ctx = cast(OnlineRLContext, task.ctx)  # the context started above, renewed step by step
+        ctx = task.context(OnlineRLContext)  # the context started above, renewed step by step
     rets, _ = evaluate_episodes(policy.eval_mode, eval_env, args.eval_episodes)
     collector_env.close()
     eval_env.close()

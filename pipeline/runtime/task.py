@@ -13,7 +13,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import GeneratorType
-from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterable, List, Optional, Set, TextIO, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterable, List, Optional, Set, TextIO, Type, TypeVar, Union
 
 from contexts import Context
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .describe import Description
 
 R = TypeVar("R")
+C = TypeVar("C", bound=Context)
 
 __all__ = ["Task", "task", "Middleware", "FINISH_EVENT", "UNCLAIMED_LIMIT"]
 
@@ -118,6 +119,18 @@ class Task(TaskEvents):
     @property
     def running(self) -> bool:
         return self._running
+
+    def context(self, cls: Type[C]) -> C:
+        """``task.ctx`` typed as ``cls`` (e.g. ``task.context(OnlineRLContext).env_step``).
+
+        ``task.ctx`` is typed as the base ``Context``; this returns the same object with its own type, and
+        raises ``TypeError`` if it is not a ``cls`` (for example, the task was started without ``ctx=``).
+        """
+        ctx = self.ctx
+        if not isinstance(ctx, cls):
+            raise TypeError(f"task.context({cls.__name__}): task.ctx is a {type(ctx).__name__}, not a "
+                            f"{cls.__name__}; start the task with `task.start(ctx={cls.__name__}())`")
+        return ctx
 
     # ------------------------------------------------------------------ registration
     def use(self, fn: Middleware, lock: Union[bool, ContextManager[object]] = False) -> "Task":

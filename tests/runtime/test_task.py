@@ -52,6 +52,18 @@ def test_start_defaults_to_plain_context_and_resets_state():
         assert task._listeners == {}
 
 
+def test_context_returns_task_ctx_typed_or_says_what_it_found():
+    with task.start(ctx=OnlineRLContext()):
+        task.use(lambda ctx: setattr(ctx, "env_step", ctx.env_step + 3))
+        task.run(2)
+        ctx = task.context(OnlineRLContext)
+        assert ctx is task.ctx and ctx.env_step == 6
+        assert task.context(Context) is task.ctx  # a base class is fine
+    with task.start():
+        with pytest.raises(TypeError, match=r"task.ctx is a Context, not a OnlineRLContext; start the task with"):
+            task.context(OnlineRLContext)
+
+
 def test_generator_returning_before_yield_has_no_backward():
     log = []
 
