@@ -36,6 +36,18 @@ def _check(r, algo, framework, steps):
     assert re.fullmatch('[0-9a-f]{64}', r['weights_sha256'])
 
 
+def assert_matches_golden(r, algo):
+    """A smoke result ``r`` (Hopper-v5 seed 1) follows the learning path stored in
+    ``tests/golden/mujoco_smoke_<algo>_Hopper-v5_seed1.json``: the same evaluation returns and learning curve.
+    The stored full runs are only what they claim if the code still takes the path they ran."""
+    with open(os.path.join(ROOT, 'tests', 'golden', f'mujoco_smoke_{algo}_Hopper-v5_seed1.json')) as f:
+        golden = json.load(f)
+    why = f'{algo} no longer follows the learning path of its stored results: see the golden file\'s "about"'
+    assert r['returns'] == pytest.approx(golden['returns'], rel=1e-6), why
+    flat = [v for point in r['curve']['points'] for v in point]
+    assert flat == pytest.approx([v for point in golden['curve'] for v in point], rel=1e-6), why
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @needs_mujoco
@@ -52,6 +64,8 @@ def test_sac_smoke_of_both_frameworks(tmp_path):
         _check(r, 'sac', fw, 1000)
         assert r['settings']['random_steps'] == 300 and r['settings']['hidden'] == [256, 256]
         digests.append(r['weights_sha256'])
+        if fw == 'rlpipe':
+            assert_matches_golden(r, 'sac')
     assert digests[0] != digests[1]     # each framework's own trained weights
     with open(tmp_path / 'sac_Hopper-v5_rlpipe_seed1.json') as f:
         cfg = json.load(f)['rlpipe_config']['config']['policy']
@@ -67,6 +81,7 @@ def test_ppo_smoke_runs_with_the_rl_zoo_settings(tmp_path):
     with open(tmp_path / 'ppo_Hopper-v5_rlpipe_seed1.json') as f:
         r = json.load(f)
     _check(r, 'ppo', 'rlpipe', 2048)
+    assert_matches_golden(r, 'ppo')
     cfg = r['rlpipe_config']['config']['policy']
     assert cfg['model'] == {'hidden': [256, 256], 'log_std_init': -2.0, 'normalize_obs': True, 'activation': 'relu',
                             'ortho_init': False}
