@@ -181,6 +181,18 @@ def train_rlpipe(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: 
 
 
 # ----------------------------------------------------------------------------------------------- SB3
+def curve_eval_env(env_id: str, seed: int) -> Any:
+    """The env of SB3's learning-curve evaluations (SAC; PPO evaluates on its ``VecNormalize`` env made with
+    ``seed + 1``): seeded once with ``seed + 1``, so a rerun evaluates the same episodes (its later resets go on
+    from that seed)."""
+    import gymnasium as gym
+    from stable_baselines3.common.monitor import Monitor
+
+    env = Monitor(gym.make(env_id))
+    env.reset(seed=seed + 1)
+    return env
+
+
 def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str,
               device: Optional[str] = None) -> Dict[str, Any]:
     """Train with Stable-Baselines3; returns ``{'act', 'wall', 'cpu', 'curve'}``."""
@@ -205,10 +217,9 @@ def train_sb3(algo: str, env_id: str, seed: int, s: Dict[str, Any], workdir: str
             return True
 
     from stable_baselines3.common.base_class import BaseAlgorithm
-    from stable_baselines3.common.monitor import Monitor
 
     t0, c0 = time.perf_counter(), time.process_time()
-    eval_env = Monitor(gym.make(env_id))
+    eval_env = curve_eval_env(env_id, seed)
     model: BaseAlgorithm
     if algo == 'sac':
         from stable_baselines3 import SAC

@@ -131,3 +131,24 @@ def test_the_weights_digest_is_of_every_byte_in_order():
     assert run_facts.weights_sha256([b, a]) != want
     a[1, 2] += 1e-6
     assert run_facts.weights_sha256([a, b]) != want
+
+
+@needs_sb3
+@needs_mujoco
+def test_sb3_curve_evaluations_are_seeded_by_the_run_seed():
+    """A rerun of an SB3 SAC run evaluates the same curve episodes (its reset noise comes from the run's seed)."""
+    import numpy as np
+
+    bench = _load()
+
+    def first_observations(seed):
+        env = bench.curve_eval_env('Hopper-v5', seed)
+        try:
+            return np.stack([env.reset()[0] for _ in range(3)])
+        finally:
+            env.close()
+
+    a, b, other = first_observations(1), first_observations(1), first_observations(2)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a[0], a[1])       # later resets go on from the seed, not back to it
+    assert not np.array_equal(a, other)
