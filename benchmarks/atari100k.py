@@ -116,6 +116,8 @@ def agent_settings(args: argparse.Namespace) -> Dict[str, Any]:
     a = dict(AGENTS[getattr(args, 'agent', TABLE_AGENT)])
     if args.smoke:
         a.update(learning_starts=100, eps_decay_steps=200)
+        if a.get('reset_every'):
+            a['reset_every'] = 100  # a smoke run passes a reset
     return a
 
 
@@ -230,6 +232,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     from contexts import OnlineRLContext
     from middleware import OffPolicyLearner, StepCollector, data_pusher, nstep_reward_enhancer, termination_checker
+    from middleware.reset import PeriodicReset
     from middleware.functional import run_eval_episodes
     from pipeline import task
     from pipeline.data import DequeBuffer
@@ -266,6 +269,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     shift = RandomShift(a['shift_pad'], seed=args.seed)
     learner = policy.learn_mode
     collect = policy.collect_mode
+    # resets against the primacy bias when the agent sets them: its named layers every `reset_every` updates
+    resetter = (PeriodicReset([getattr(model, n) for n in a['reset_layers']], learner.optimizer, a['reset_every'])
+                if a.get('reset_every') else None)
     ctx = OnlineRLContext()
     curve: List[List[float]] = []
     wall0, cpu0 = 0.0, 0.0
@@ -279,6 +285,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 left, held = state['collect_hold']
                 collect.hold = (np.asarray(left, dtype=np.int64), np.asarray(held, dtype=np.int64))
             shift.load_state_dict(state['shift'])
+            if resetter is not None:
+                resetter.load_state_dict(state['resets'])
             torch.set_rng_state(state['torch_rng'])
             curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
         except Exception as e:  # noqa: BLE001  (one line naming the file, not a traceback)
@@ -303,6 +311,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             task.use(nstep_reward_enhancer(cfg))
             task.use(data_pusher(cfg, buffer_))
             task.use(OffPolicyLearner(cfg, learner, buffer_, batch_transform=shift, log_freq=0))
+            if resetter is not None:
+                task.use(resetter)
             task.use(recorder)
             task.use(termination_checker(max_env_step=steps))
             if ctx.env_step < steps:
@@ -320,6 +330,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
                  'collect_rng': collect.rng.bit_generator.state,
                  'collect_hold': [h.tolist() for h in collect.hold], 'shift': shift.state_dict(),
+                 'resets': resetter.state_dict() if resetter is not None else None,
                  'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}
         saved: Optional[str] = None
         try:
@@ -350,7 +361,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     result = {
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': AGENT_NAMES[args.agent], 'agent_preset': args.agent, 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
-        'updates': int(ctx.train_iter), 'smoke': bool(args.smoke), 'torch_threads': args.threads,
+        'updates': int(ctx.train_iter), 'resets': resetter.resets if resetter is not None else 0,
+        'smoke': bool(args.smoke), 'torch_threads': args.threads,
         'device': str(policy.device),
         'weights_sha256': run_facts.weights_sha256(model.state_dict().values()), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,

@@ -3,8 +3,8 @@
 Every middleware documents what it reads from and writes to the context, and the role it is
 gated to (``pipeline.runtime.roles.for_roles``). Roles: collectors, ``eps_greedy_handler`` and
 ``nstep_reward_enhancer`` run on COLLECTOR nodes; ``interaction_evaluator`` on EVALUATOR nodes;
-``data_pusher``, ``offpolicy_data_fetcher``, ``offline_data_fetcher``, ``trainer``, ``OffPolicyLearner`` and ``CkptSaver`` on
-LEARNER nodes (the replay buffer lives with the learner); on-policy (PPO): ``RolloutCollector`` on
+``data_pusher``, ``offpolicy_data_fetcher``, ``offline_data_fetcher``, ``trainer``, ``OffPolicyLearner``,
+``PeriodicReset`` and ``CkptSaver`` on LEARNER nodes (the replay buffer lives with the learner); on-policy (PPO): ``RolloutCollector`` on
 COLLECTOR nodes, ``gae_estimator`` and ``OnPolicyTrainer`` on LEARNER nodes, ``RolloutExchanger``
 between them; ``termination_checker`` and ``online_logger`` everywhere. A node with no roles runs everything.
 The checkpoint files ``CkptSaver`` writes are :mod:`pipeline.checkpoint` (``save_checkpoint``, ``load_checkpoint``).
@@ -23,12 +23,13 @@ from .functional import (NStepAccumulator, data_pusher, episode_return_bound, ep
 from .learner import OffPolicyLearner
 from .offline import offline_data_fetcher, offline_logger
 from .onpolicy import OnPolicyTrainer, RolloutCollector, gae_estimator, rollout_to_batch
+from .reset import PeriodicReset
 
 if TYPE_CHECKING:  # loaded on first use (__getattr__ below): only parallel runs use them
     from .exchange import ContextExchanger, ModelExchanger, PeriodicalModelExchanger, RolloutExchanger
 
 __all__ = [
-    'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver',
+    'StepCollector', 'EpisodeCollector', 'OffPolicyLearner', 'CkptSaver', 'PeriodicReset',
     'eps_greedy_handler', 'nstep_reward_enhancer', 'NStepAccumulator', 'data_pusher', 'offpolicy_data_fetcher',
     'interaction_evaluator', 'evaluate_episodes', 'random_shift_augmenter', 'episode_return_bound', 'trainer', 'termination_checker', 'online_logger',
     'ContextExchanger', 'ModelExchanger', 'PeriodicalModelExchanger',

@@ -225,6 +225,56 @@ def test_the_warm_up_ez_greedy_variant_runs_the_learning_path_of_its_stored_resu
 
 @needs_atari
 @pytest.mark.timeout(180)
+def test_the_reset_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_reset`` (value and advantage branches reset every 100 updates in a smoke run) gives the
+    numbers recorded with the code of its runs, over 400 smoke steps: two resets."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_reset', 'atari100k_smoke_pong_seed3_drq_eps_narrow_reset.json',
+                          tmp_path, steps=400)
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    assert r['resets'] == 2 and r['settings']['reset_every'] == 100 and r['settings']['reset_layers'] == ['adv', 'value']
+
+
+@pytest.mark.slow
+@needs_atari
+@pytest.mark.timeout(240)
+def test_a_resumed_reset_variant_does_not_reset_twice(tmp_path, monkeypatch):
+    """A Ctrl-C checkpoint keeps the count of resets done, so the resumed run resets at the next multiple only."""
+    import torch
+
+    lab = _variants()
+    bench = lab.atari100k
+    orig = bench.CurveRecorder.__call__
+
+    def interrupt(self, ctx):
+        orig(self, ctx)
+        if ctx.env_step == 220:   # 120 updates: one reset done (after update 100)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '260', '--out', str(tmp_path), '--no-progress',
+            '--agent', 'drq_eps_narrow_reset']
+    assert lab.main(argv) == 130
+    assert torch.load(tmp_path / 'Pong_seed0.ckpt', weights_only=True)['resets'] == {'resets': 1}
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    from middleware.reset import PeriodicReset
+    calls = []
+    real_reset = PeriodicReset.reset
+
+    def spy(self):
+        calls.append(True)
+        real_reset(self)
+
+    monkeypatch.setattr(PeriodicReset, 'reset', spy)
+    assert lab.main(argv) == 0
+    with open(tmp_path / 'Pong_seed0.json') as f:
+        r = json.load(f)
+    assert 120 < r['updates'] < 200 and r['resets'] == 1 and calls == []   # no reset before update 200
+
+
+@needs_atari
+@pytest.mark.timeout(180)
 def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
     lab = _variants()
     monkeypatch.setattr(lab, 'RESULTS_DIR', str(tmp_path / 'atari100k'))

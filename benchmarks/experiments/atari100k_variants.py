@@ -25,6 +25,9 @@ and why it lost: benchmarks/experiments/NOTES.md.
   as the table agent, after it.
 - ``drq_eps_narrow_ez_warmup``: ``drq_eps_narrow_ez`` whose holds start only while eps is above 0.99, i.e. in
   the uniform-random warm-up and the first ~50 steps of the decay (agent steps 0-1,650).
+- ``drq_eps_narrow_reset``: the table agent whose last layers (the value and advantage branches) are
+  re-initialised, with fresh Adam moments, every 20,000 updates (``middleware.reset.PeriodicReset``): resets
+  against the primacy bias (Nikishin et al. 2022), here at replay ratio 1. Smoke runs reset every 100 updates.
 """
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_ez': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100),
     'drq_eps_narrow_ez_decay': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.02),
     'drq_eps_narrow_ez_warmup': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
+    'drq_eps_narrow_reset': dict(_TABLE, reset_every=20_000, reset_layers=['adv', 'value']),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -64,6 +68,7 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_ez': 'DrQ(eps) on the half-width Nature encoder, ez-greedy',
     'drq_eps_narrow_ez_decay': 'DrQ(eps) on the half-width Nature encoder, ez-greedy while eps decays',
     'drq_eps_narrow_ez_warmup': 'DrQ(eps) on the half-width Nature encoder, ez-greedy in the warm-up',
+    'drq_eps_narrow_reset': 'DrQ(eps) on the half-width Nature encoder, last layers reset every 20k updates',
 }
 
 
