@@ -236,6 +236,15 @@ def test_the_reset_variant_runs_the_learning_path_of_its_stored_results(tmp_path
     assert r['resets'] == 2 and r['settings']['reset_every'] == 100 and r['settings']['reset_layers'] == ['adv', 'value']
 
 
+@needs_atari
+@pytest.mark.timeout(120)
+def test_before_its_first_reset_the_reset_variant_is_the_table_agent(tmp_path):
+    """160 smoke steps (60 updates, the first reset is after 100) give the table agent's golden numbers: a short run
+    of the reset variant differs from the table agent's run of the same seed by the resets alone."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_reset', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json', tmp_path)
+
+
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)
