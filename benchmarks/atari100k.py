@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from middleware.functional import run_eval_episodes
     from pipeline import task
     from pipeline.data import DequeBuffer
-    from pipeline.data.augment import RandomShift
+    from pipeline.data.augment import Chain, RandomIntensity, RandomShift
     from pipeline.data.frame_storage import FrameStorage
     from pipeline.policy import DQNPolicy
     from pipeline.policy.dqn import DQNCollectMode
@@ -267,6 +267,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     policy = DQNPolicy(cfg, model=model, seed=args.seed, device=args.device)
     buffer_ = DequeBuffer(a['replay_size'], seed=args.seed, storage=FrameStorage(a['replay_size'], seed=args.seed))
     shift = RandomShift(a['shift_pad'], seed=args.seed)
+    # an intensity change after the shift when the agent sets one (its own generator: draws apart from the shift's)
+    intensity = RandomIntensity(a['intensity_scale'], seed=args.seed + 1) if a.get('intensity_scale') else None
+    augment = Chain(shift, intensity) if intensity is not None else shift
     learner = policy.learn_mode
     collect = policy.collect_mode
     # resets against the primacy bias when the agent sets them: its named layers every `reset_every` updates
@@ -285,6 +288,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 left, held = state['collect_hold']
                 collect.hold = (np.asarray(left, dtype=np.int64), np.asarray(held, dtype=np.int64))
             shift.load_state_dict(state['shift'])
+            if intensity is not None:
+                intensity.load_state_dict(state['intensity'])
             if resetter is not None:
                 resetter.load_state_dict(state['resets'])
             torch.set_rng_state(state['torch_rng'])
@@ -310,7 +315,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             task.use(StepCollector(cfg, collect, train_env))
             task.use(nstep_reward_enhancer(cfg))
             task.use(data_pusher(cfg, buffer_))
-            task.use(OffPolicyLearner(cfg, learner, buffer_, batch_transform=shift, log_freq=0))
+            task.use(OffPolicyLearner(cfg, learner, buffer_, batch_transform=augment, log_freq=0))
             if resetter is not None:
                 task.use(resetter)
             task.use(recorder)
@@ -330,6 +335,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
                  'collect_rng': collect.rng.bit_generator.state,
                  'collect_hold': [h.tolist() for h in collect.hold], 'shift': shift.state_dict(),
+                 'intensity': intensity.state_dict() if intensity is not None else None,
                  'resets': resetter.state_dict() if resetter is not None else None,
                  'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}
         saved: Optional[str] = None

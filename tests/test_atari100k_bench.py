@@ -283,6 +283,61 @@ def test_a_resumed_reset_variant_does_not_reset_twice(tmp_path, monkeypatch):
 
 
 @needs_atari
+@pytest.mark.timeout(120)
+def test_the_intensity_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_intensity`` (the table agent plus intensity augmentation) gives the numbers recorded with
+    the code of its runs, and its updates are not the table agent's: every weight tensor moved differently."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_intensity',
+                          'atari100k_smoke_pong_seed3_drq_eps_narrow_intensity.json', tmp_path)
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    table_smoke = lab.atari100k.agent_settings(lab.atari100k.build_parser().parse_args(['--smoke']))
+    assert r['settings'] == dict(table_smoke, intensity_scale=0.05)   # the table agent's, plus the intensity
+    with open(os.path.join(ROOT, 'tests', 'golden', 'atari100k_smoke_pong_seed3_drq_eps_narrow.json')) as f:
+        table = {name: a for name, _, a in json.load(f)['weights_fingerprint']}
+    assert r['updates'] > 40
+    assert all(abs(a - table[name]) > 1e-4 * a for name, _, a in r['weights_fingerprint'])
+
+
+@pytest.mark.slow
+@needs_atari
+@pytest.mark.timeout(240)
+def test_an_interrupted_intensity_variant_keeps_its_generator(tmp_path, monkeypatch):
+    """The Ctrl-C checkpoint holds the intensity generator's state and the resumed run restores it."""
+    import torch
+
+    from pipeline.data.augment import RandomIntensity
+
+    lab = _variants()
+    bench = lab.atari100k
+    orig = bench.CurveRecorder.__call__
+
+    def interrupt(self, ctx):
+        orig(self, ctx)
+        if ctx.env_step == 200:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '240', '--out', str(tmp_path), '--no-progress',
+            '--agent', 'drq_eps_narrow_intensity']
+    assert lab.main(argv) == 130
+    saved = torch.load(tmp_path / 'Pong_seed0.ckpt', weights_only=True)['intensity']['generator']
+    assert not torch.equal(saved, torch.Generator().manual_seed(1).get_state())   # 100 updates drew from it
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    loaded = []
+    real_load = RandomIntensity.load_state_dict
+
+    def spy(self, state):
+        loaded.append(state['generator'].clone())
+        real_load(self, state)
+
+    monkeypatch.setattr(RandomIntensity, 'load_state_dict', spy)
+    assert lab.main(argv) == 0
+    assert len(loaded) == 1 and torch.equal(loaded[0], saved)
+
+
+@needs_atari
 @pytest.mark.timeout(180)
 def test_a_lab_variant_writes_to_the_lab_and_learns_its_noise(tmp_path, monkeypatch):
     lab = _variants()

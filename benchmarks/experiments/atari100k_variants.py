@@ -28,6 +28,9 @@ and why it lost: benchmarks/experiments/NOTES.md.
 - ``drq_eps_narrow_reset``: the table agent whose last layers (the value and advantage branches) are
   re-initialised, with fresh Adam moments, every 20,000 updates (``middleware.reset.PeriodicReset``): resets
   against the primacy bias (Nikishin et al. 2022), here at replay ratio 1. Smoke runs reset every 100 updates.
+- ``drq_eps_narrow_intensity``: the table agent with Dopamine's DrQ(eps) intensity augmentation after the shift:
+  every image of obs and next obs in a batch multiplied by 1 + 0.05 clip(N(0, 1), -2, 2)
+  (``pipeline.data.augment.RandomIntensity``).
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_ez_decay': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.02),
     'drq_eps_narrow_ez_warmup': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
     'drq_eps_narrow_reset': dict(_TABLE, reset_every=20_000, reset_layers=['adv', 'value']),
+    'drq_eps_narrow_intensity': dict(_TABLE, intensity_scale=0.05),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -69,6 +73,7 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_ez_decay': 'DrQ(eps) on the half-width Nature encoder, ez-greedy while eps decays',
     'drq_eps_narrow_ez_warmup': 'DrQ(eps) on the half-width Nature encoder, ez-greedy in the warm-up',
     'drq_eps_narrow_reset': 'DrQ(eps) on the half-width Nature encoder, last layers reset every 20k updates',
+    'drq_eps_narrow_intensity': 'DrQ(eps) on the half-width Nature encoder, shift and intensity augmentation',
 }
 
 

@@ -13,6 +13,11 @@ default, each with its own draw, as DrQ does); it is the ``batch_transform`` of
 ``middleware.OffPolicyLearner`` and the body of the ``middleware.random_shift_augmenter``
 middleware, which transforms ``ctx.train_data`` for pipelines that fetch and train in separate
 middleware.
+
+:func:`random_intensity` scales each image by one random factor ``1 + scale * clip(N(0, 1), -2, 2)``
+(the intensity augmentation of SPR, Schwarzer et al. 2021, which Dopamine's DrQ(eps) applies after the
+shift); :class:`RandomIntensity` applies it to fields of a batch dict, and :class:`Chain` runs such
+transforms one after the other (a shift, then an intensity change).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, TypeVar, cast
 
 import torch
 
-__all__ = ['random_shift', 'RandomShift']
+__all__ = ['random_shift', 'RandomShift', 'random_intensity', 'RandomIntensity', 'Chain']
 
 #: a batch dict: a ``TrainBatch`` in, a ``TrainBatch`` out
 BatchT = TypeVar('BatchT', bound=Mapping[str, Any])
@@ -92,3 +97,74 @@ class RandomShift:
 
     def __repr__(self) -> str:
         return f'RandomShift(pad={self.pad}, keys={self.keys})'
+
+
+def random_intensity(x: torch.Tensor, scale: float = 0.05, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """``x`` (``[B, ...]``, any dtype) as float32, each image multiplied by its own factor
+    ``1 + scale * clip(n, -2, 2)`` with ``n ~ N(0, 1)``: all channels and pixels of one image by the same factor,
+    so factors lie in ``[1 - 2 scale, 1 + 2 scale]``. Pixel values keep their range (0..255 frames stay on that
+    scale, not clipped). ``scale=0`` returns ``x`` unchanged (no copy, same dtype)."""
+    if not scale >= 0:
+        raise ValueError(f'scale must be >= 0, got {scale}')
+    if x.dim() < 2:
+        raise ValueError(f'random_intensity expects a batch of images [B, ...], got shape {tuple(x.shape)}')
+    if scale == 0:
+        return x
+    n = torch.randn(x.shape[0], generator=generator).clamp_(-2.0, 2.0)
+    factor = (1.0 + scale * n).to(x.device).view(-1, *([1] * (x.dim() - 1)))
+    return x.float() * factor
+
+
+class RandomIntensity:
+    """``transform(batch) -> batch``: :func:`random_intensity` applied to ``keys`` of a batch dict.
+
+    Like :class:`RandomShift`: a new dict, each of ``keys`` present with its own draws, other fields passed
+    through, draws from a private generator seeded with ``seed``.
+    """
+
+    def __init__(self, scale: float = 0.05, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
+        if not scale >= 0:
+            raise ValueError(f'scale must be >= 0, got {scale}')
+        self.scale = float(scale)
+        self.keys: Tuple[str, ...] = tuple(keys)
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        else:
+            self.generator.seed()
+
+    def __call__(self, batch: BatchT) -> BatchT:
+        out = dict(batch)
+        for k in self.keys:
+            if k in out:
+                out[k] = random_intensity(torch.as_tensor(out[k]), self.scale, self.generator)
+        return cast(BatchT, out)
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        """The generator's state (for checkpoints)."""
+        return {'generator': self.generator.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.generator.set_state(state['generator'])
+
+    def __repr__(self) -> str:
+        return f'RandomIntensity(scale={self.scale}, keys={self.keys})'
+
+
+class Chain:
+    """``transform(batch) -> batch``: ``transforms`` applied in order, each to the previous one's output
+    (their generators' states stay theirs: checkpoint each transform).
+    """
+
+    def __init__(self, *transforms: Any) -> None:
+        if not transforms or not all(callable(t) for t in transforms):
+            raise ValueError(f'Chain needs one or more callables batch -> batch, got {transforms!r}')
+        self.transforms = transforms
+
+    def __call__(self, batch: BatchT) -> BatchT:
+        for t in self.transforms:
+            batch = t(batch)
+        return batch
+
+    def __repr__(self) -> str:
+        return 'Chain(' + ', '.join(map(repr, self.transforms)) + ')'

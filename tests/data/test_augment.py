@@ -1,10 +1,11 @@
-"""Random-shift augmentation (DrQ): the function, the batch transform, the middleware, OffPolicyLearner's hook."""
+"""Random-shift augmentation (DrQ): the function, the batch transform, the middleware, OffPolicyLearner's hook;
+intensity augmentation (SPR, Dopamine's DrQ(eps)) and a chain of transforms."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.data.augment import RandomShift, random_shift
+from pipeline.data.augment import Chain, RandomIntensity, RandomShift, random_intensity, random_shift
 
 
 def _reference_shift(img: torch.Tensor, dy: int, dx: int, pad: int) -> torch.Tensor:
@@ -116,3 +117,48 @@ def test_middleware_and_off_policy_learner_hook():
     with task.start(ctx=OnlineRLContext()):
         OffPolicyLearner(cfg, Learner(), buf, batch_transform=transform)(task.ctx)
     assert len(calls) == 3 and len(seen) == 3 and all('marker' in b for b in seen)
+
+
+def test_intensity_scales_each_image_by_one_factor_within_its_bounds():
+    x = torch.randint(1, 256, (2000, 4, 6, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    out = random_intensity(x, 0.05, torch.Generator().manual_seed(1))
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    ratio = out / x.float()
+    factor = ratio[:, 0, 0, 0]
+    assert torch.allclose(ratio, factor.view(-1, 1, 1, 1).expand_as(ratio))   # one factor per image, all frames
+    assert factor.min() >= 0.9 - 1e-6 and factor.max() <= 1.1 + 1e-6          # 1 + 0.05 clip(N, -2, 2)
+    assert (factor == 0.9).sum() > 20 and (factor == 1.1).sum() > 20           # ~2.3 % of draws clip at each end
+    assert abs(float(factor.mean()) - 1.0) < 0.005 and 0.045 < float(factor.std()) < 0.05
+    assert len(set(factor.tolist())) > 1000                                    # images get their own factors
+
+
+def test_intensity_reproducible_zero_scale_and_bad_arguments():
+    x = torch.rand(8, 3, 5, 5)
+    assert torch.equal(random_intensity(x, 0.1, torch.Generator().manual_seed(2)),
+                       random_intensity(x, 0.1, torch.Generator().manual_seed(2)))
+    assert random_intensity(x, 0.0) is x
+    with pytest.raises(ValueError, match='scale'):
+        random_intensity(x, -0.1)
+    with pytest.raises(ValueError, match='scale'):
+        RandomIntensity(float('nan'))
+    with pytest.raises(ValueError, match='batch of images'):
+        random_intensity(torch.ones(5), 0.1)
+
+
+def test_shift_then_intensity_on_a_batch_dict():
+    obs = torch.randint(1, 256, (8, 4, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    batch = {'obs': obs, 'next_obs': obs.clone(), 'action': torch.arange(8)}
+    shift, intensity = RandomShift(pad=3, seed=0), RandomIntensity(0.05, seed=1)
+    out = Chain(shift, intensity)(batch)
+    assert batch['obs'] is obs and out['action'] is batch['action']
+    shifted = RandomShift(pad=3, seed=0)(batch)                      # the same shift draws, without the intensity
+    for k in ('obs', 'next_obs'):
+        ratio = out[k] / shifted[k].float()
+        assert torch.allclose(ratio, ratio[:, :1, :1, :1].expand_as(ratio))
+    assert not torch.equal(out['obs'] / shifted['obs'].float(), out['next_obs'] / shifted['next_obs'].float())
+    state = intensity.state_dict()
+    again = intensity(batch)
+    intensity.load_state_dict(state)
+    assert torch.equal(intensity(batch)['obs'], again['obs'])
+    with pytest.raises(ValueError, match='callables'):
+        Chain()
