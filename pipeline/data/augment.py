@@ -1,4 +1,4 @@
-"""Image augmentation for training batches: random shifts (DrQ, Kostrikov et al. 2020).
+"""Image augmentation for training batches: random shifts (DrQ, Kostrikov et al. 2020) and intensity changes.
 
 :func:`random_shift` moves each image of a batch by an integer offset drawn uniformly in
 ``[-pad, pad]`` per axis, filling the uncovered border by repeating the edge pixels. That equals
@@ -14,6 +14,7 @@ default, each with its own draw, as DrQ does); it is the ``batch_transform`` of
 middleware, which transforms ``ctx.train_data`` for pipelines that fetch and train in separate
 middleware.
 
+:class:`ImageBatchTransform` is what the two batch transforms share (fields, a private generator, its state).
 :func:`random_intensity` scales each image by one random factor ``1 + scale * clip(N(0, 1), -2, 2)``
 (the intensity augmentation of SPR, Schwarzer et al. 2021, which Dopamine's DrQ(eps) applies after the
 shift); :class:`RandomIntensity` applies it to fields of a batch dict, and :class:`Chain` runs such
@@ -25,7 +26,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, TypeVar, cast
 
 import torch
 
-__all__ = ['random_shift', 'RandomShift', 'random_intensity', 'RandomIntensity', 'Chain']
+__all__ = ['ImageBatchTransform', 'random_shift', 'RandomShift', 'random_intensity', 'RandomIntensity', 'Chain']
 
 #: a batch dict: a ``TrainBatch`` in, a ``TrainBatch`` out
 BatchT = TypeVar('BatchT', bound=Mapping[str, Any])
@@ -62,18 +63,16 @@ def random_shift(x: torch.Tensor, pad: int = 4, generator: Optional[torch.Genera
             dst[..., r1:, :] = dst[..., r1 - 1:r1, :]
     return out
 
-class RandomShift:
-    """``transform(batch) -> batch``: :func:`random_shift` applied to ``keys`` of a batch dict.
+class ImageBatchTransform:
+    """``transform(batch) -> batch``: :meth:`apply` to ``keys`` of a batch dict, drawing from a private generator.
 
-    Returns a new dict (the input is not modified) in which each of ``keys`` present is shifted
-    with its own random offsets; other fields are passed through. ``seed`` seeds a private
-    generator, so runs are reproducible without touching torch's global one.
+    Returns a new dict (the input is not modified) in which each of ``keys`` present is transformed with its own
+    random draws; other fields are passed through. ``seed`` seeds the generator, so runs are reproducible without
+    touching torch's global one; ``state_dict``/``load_state_dict`` save and restore it. Subclasses define
+    :meth:`apply`.
     """
 
-    def __init__(self, pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
-        if pad < 0:
-            raise ValueError(f'pad must be >= 0, got {pad}')
-        self.pad = int(pad)
+    def __init__(self, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
         self.keys: Tuple[str, ...] = tuple(keys)
         self.generator = torch.Generator()
         if seed is not None:
@@ -81,11 +80,15 @@ class RandomShift:
         else:
             self.generator.seed()
 
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """The transformed copy of one field's images ``x``."""
+        raise NotImplementedError
+
     def __call__(self, batch: BatchT) -> BatchT:
         out = dict(batch)
         for k in self.keys:
             if k in out:
-                out[k] = random_shift(torch.as_tensor(out[k]), self.pad, self.generator)
+                out[k] = self.apply(torch.as_tensor(out[k]))
         return cast(BatchT, out)  # the same fields, of the same types
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
@@ -94,6 +97,20 @@ class RandomShift:
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         self.generator.set_state(state['generator'])
+
+
+class RandomShift(ImageBatchTransform):
+    """:func:`random_shift` by up to ``pad`` pixels applied to ``keys`` of a batch dict (see
+    :class:`ImageBatchTransform`)."""
+
+    def __init__(self, pad: int = 4, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
+        if pad < 0:
+            raise ValueError(f'pad must be >= 0, got {pad}')
+        super().__init__(keys, seed)
+        self.pad = int(pad)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return random_shift(x, self.pad, self.generator)
 
     def __repr__(self) -> str:
         return f'RandomShift(pad={self.pad}, keys={self.keys})'
@@ -115,37 +132,18 @@ def random_intensity(x: torch.Tensor, scale: float = 0.05, generator: Optional[t
     return x.float() * factor
 
 
-class RandomIntensity:
-    """``transform(batch) -> batch``: :func:`random_intensity` applied to ``keys`` of a batch dict.
-
-    Like :class:`RandomShift`: a new dict, each of ``keys`` present with its own draws, other fields passed
-    through, draws from a private generator seeded with ``seed``.
-    """
+class RandomIntensity(ImageBatchTransform):
+    """:func:`random_intensity` with ``scale`` applied to ``keys`` of a batch dict (see
+    :class:`ImageBatchTransform`)."""
 
     def __init__(self, scale: float = 0.05, keys: Iterable[str] = ('obs', 'next_obs'), seed: Optional[int] = None) -> None:
         if not scale >= 0:
             raise ValueError(f'scale must be >= 0, got {scale}')
+        super().__init__(keys, seed)
         self.scale = float(scale)
-        self.keys: Tuple[str, ...] = tuple(keys)
-        self.generator = torch.Generator()
-        if seed is not None:
-            self.generator.manual_seed(int(seed))
-        else:
-            self.generator.seed()
 
-    def __call__(self, batch: BatchT) -> BatchT:
-        out = dict(batch)
-        for k in self.keys:
-            if k in out:
-                out[k] = random_intensity(torch.as_tensor(out[k]), self.scale, self.generator)
-        return cast(BatchT, out)
-
-    def state_dict(self) -> Dict[str, torch.Tensor]:
-        """The generator's state (for checkpoints)."""
-        return {'generator': self.generator.get_state()}
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        self.generator.set_state(state['generator'])
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return random_intensity(x, self.scale, self.generator)
 
     def __repr__(self) -> str:
         return f'RandomIntensity(scale={self.scale}, keys={self.keys})'
