@@ -21,6 +21,20 @@ def _load(name):
     return mod
 
 
+def interrupt_at(bench, monkeypatch, step):
+    """Make ``bench`` (benchmarks/atari100k.py) raise Ctrl-C's KeyboardInterrupt once a run reaches agent step
+    ``step``; returns the function that restores the uninterrupted recorder."""
+    orig = bench.CurveRecorder.__call__
+
+    def interrupt(self, ctx):
+        orig(self, ctx)
+        if ctx.env_step == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    return lambda: monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+
+
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(180)
@@ -47,19 +61,12 @@ def test_smoke_run_writes_a_result(tmp_path):
 @pytest.mark.timeout(240)
 def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkeypatch):
     bench = _load('atari100k')
-    orig = bench.CurveRecorder.__call__
-
-    def interrupt(self, ctx):
-        orig(self, ctx)
-        if ctx.env_step == 250:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    resume = interrupt_at(bench, monkeypatch, 250)
     argv = ['--game', 'Breakout', '--seed', '1', '--smoke', '--out', str(tmp_path), '--no-progress']
     assert bench.main(argv) == 130
     assert os.path.exists(tmp_path / 'Breakout_seed1.ckpt') and os.path.exists(tmp_path / 'Breakout_seed1.buffer')
     assert not os.path.exists(tmp_path / 'Breakout_seed1.json')
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    resume()
     assert bench.main(argv) == 0
     with open(tmp_path / 'Breakout_seed1.json') as f:
         r = json.load(f)
@@ -254,19 +261,12 @@ def test_a_resumed_reset_variant_does_not_reset_twice(tmp_path, monkeypatch):
 
     lab = _variants()
     bench = lab.atari100k
-    orig = bench.CurveRecorder.__call__
-
-    def interrupt(self, ctx):
-        orig(self, ctx)
-        if ctx.env_step == 220:   # 120 updates: one reset done (after update 100)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    resume = interrupt_at(bench, monkeypatch, 220)   # 120 updates: one reset done (after update 100)
     argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '260', '--out', str(tmp_path), '--no-progress',
             '--agent', 'drq_eps_narrow_reset']
     assert lab.main(argv) == 130
     assert torch.load(tmp_path / 'Pong_seed0.ckpt', weights_only=True)['resets'] == {'resets': 1}
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    resume()
     from middleware.reset import PeriodicReset
     calls = []
     real_reset = PeriodicReset.reset
@@ -311,20 +311,13 @@ def test_an_interrupted_intensity_variant_keeps_its_generator(tmp_path, monkeypa
 
     lab = _variants()
     bench = lab.atari100k
-    orig = bench.CurveRecorder.__call__
-
-    def interrupt(self, ctx):
-        orig(self, ctx)
-        if ctx.env_step == 200:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    resume = interrupt_at(bench, monkeypatch, 200)
     argv = ['--game', 'Pong', '--seed', '0', '--smoke', '--steps', '240', '--out', str(tmp_path), '--no-progress',
             '--agent', 'drq_eps_narrow_intensity']
     assert lab.main(argv) == 130
     saved = torch.load(tmp_path / 'Pong_seed0.ckpt', weights_only=True)['intensity']['generator']
     assert not torch.equal(saved, torch.Generator().manual_seed(1).get_state())   # 100 updates drew from it
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    resume()
     loaded = []
     real_load = RandomIntensity.load_state_dict
 
@@ -363,15 +356,8 @@ def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monke
 
     lab = _variants()
     bench = lab.atari100k
-    orig = bench.CurveRecorder.__call__
     seen = {}
-
-    def interrupt(self, ctx):
-        orig(self, ctx)
-        if ctx.env_step == 150:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', interrupt)
+    resume = interrupt_at(bench, monkeypatch, 150)
     argv = ['--game', 'Freeway', '--seed', '0', '--smoke', '--steps', '200', '--out', str(tmp_path), '--no-progress',
             '--agent', 'drq_eps_narrow_ez']
     assert lab.main(argv) == 130
@@ -379,7 +365,7 @@ def test_the_ez_greedy_variant_holds_its_actions_across_a_resume(tmp_path, monke
     state = torch.load(tmp_path / 'Freeway_seed0.ckpt', weights_only=True)
     left, held = state['collect_hold']
     assert len(left) == len(held) == 1 and 0 <= left[0] < 100 and 0 <= held[0] < 3
-    monkeypatch.setattr(bench.CurveRecorder, '__call__', orig)
+    resume()
     from pipeline.policy.dqn import DQNCollectMode
     real_forward = DQNCollectMode.forward
 
