@@ -300,6 +300,22 @@ def test_the_intensity_variant_runs_the_learning_path_of_its_stored_results(tmp_
     assert all(abs(a - table[name]) > 1e-4 * a for name, _, a in r['weights_fingerprint'])
 
 
+@needs_atari
+@pytest.mark.timeout(120)
+def test_the_same_padding_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_same`` (the table agent's network with SAME padding, channels-last) gives the numbers
+    recorded with the code of its runs, on a network with the 11x11 grid's 3,872 features."""
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_same', 'atari100k_smoke_pong_seed3_drq_eps_narrow_same.json',
+                          tmp_path)
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    table_smoke = lab.atari100k.agent_settings(lab.atari100k.build_parser().parse_args(['--smoke']))
+    assert r['settings'] == dict(table_smoke, padding='same', channels_last=True)
+    net = lab.atari100k.q_network(lab.VARIANTS['drq_eps_narrow_same'], 6)
+    assert net.encoder.fc[0].in_features == 32 * 11 * 11
+
+
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)

@@ -31,6 +31,10 @@ and why it lost: benchmarks/experiments/NOTES.md.
 - ``drq_eps_narrow_intensity``: the table agent with Dopamine's DrQ(eps) intensity augmentation after the shift:
   every image of obs and next obs in a batch multiplied by 1 + 0.05 clip(N(0, 1), -2, 2)
   (``pipeline.data.augment.RandomIntensity``).
+- ``drq_eps_narrow_same``: the table agent's network with Dopamine's SAME padding (an 11x11 final grid, 3,872
+  features into the 256-unit layer, where the table agent's VALID convs end at 7x7 and 1,568), run in
+  channels-last memory format for speed. A diagnostic for Pong: its updates cost more than the 45-minute budget
+  allows.
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_ez_warmup': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
     'drq_eps_narrow_reset': dict(_TABLE, reset_every=20_000, reset_layers=['adv', 'value']),
     'drq_eps_narrow_intensity': dict(_TABLE, intensity_scale=0.05),
+    'drq_eps_narrow_same': dict(_TABLE, padding='same', channels_last=True),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -74,6 +79,7 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_ez_warmup': 'DrQ(eps) on the half-width Nature encoder, ez-greedy in the warm-up',
     'drq_eps_narrow_reset': 'DrQ(eps) on the half-width Nature encoder, last layers reset every 20k updates',
     'drq_eps_narrow_intensity': 'DrQ(eps) on the half-width Nature encoder, shift and intensity augmentation',
+    'drq_eps_narrow_same': 'DrQ(eps) on the half-width Nature encoder with SAME padding',
 }
 
 

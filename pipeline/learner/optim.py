@@ -109,7 +109,11 @@ class FlatGrads:
         self.views: List[torch.Tensor] = []
         at = 0
         for p in params:
-            self.views.append(self.flat[at:at + p.numel()].view_as(p))
+            if p.dim() == 4 and not p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last):
+                # a channels-last conv weight: its view keeps its strides, so the backward pass adds into it as is
+                self.views.append(self.flat.as_strided(p.size(), p.stride(), at))
+            else:
+                self.views.append(self.flat[at:at + p.numel()].view_as(p))
             at += p.numel()
         self._reached: set = set()
         self._hooks: Optional[list] = None  # registered on the first zero(): until then .grad stays None

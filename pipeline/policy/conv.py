@@ -28,25 +28,44 @@ class NatureCNN(nn.Module):
         input_hw: frame height and width (84, 84); the flattened conv size follows from it.
         channels: output channels of the three convs ((32, 64, 64); (16, 32, 32) is the same
             network at half width).
+        padding: ``'valid'`` (no padding: 84 -> 20 -> 9 -> 7, as in the Nature DQN) or ``'same'``
+            (TensorFlow's and JAX's SAME rule, the padding of Dopamine's networks: each conv's output is
+            ``ceil(input / stride)``, zeros split evenly with the odd one after: 84 -> 21 -> 11 -> 11).
+        channels_last: keep the conv weights and activations in channels-last memory format (NHWC), which
+            oneDNN's CPU convolutions run faster; the features are the same up to float rounding.
     """
 
     def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84),
-                 channels: Sequence[int] = (32, 64, 64)) -> None:
+                 channels: Sequence[int] = (32, 64, 64), padding: str = 'valid', channels_last: bool = False) -> None:
         super().__init__()
         if in_channels < 1 or feature_dim < 1:
             raise ValueError(f'NatureCNN needs in_channels >= 1 and feature_dim >= 1, got {in_channels}, {feature_dim}')
         channels = tuple(channels)
         if len(channels) != 3 or not all(isinstance(c, int) and c >= 1 for c in channels):
             raise ValueError(f'NatureCNN needs channels = three positive ints (one per conv), got {channels!r}')
+        if padding not in ('valid', 'same'):
+            raise ValueError(f"NatureCNN's padding must be 'valid' or 'same', got {padding!r}")
         c1, c2, c3 = channels
         self.in_channels = in_channels
         self.output_dim = feature_dim
-        self.conv = nn.Sequential(
-            nn.Conv2d(in_channels, c1, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(c1, c2, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(c2, c3, 3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
+        self.channels_last = bool(channels_last)
+        layers: list = []
+        hw = tuple(int(n) for n in input_hw)
+        for c_in, c_out, k, stride in ((in_channels, c1, 8, 4), (c1, c2, 4, 2), (c2, c3, 3, 1)):
+            pad: Tuple[int, int] = (0, 0)
+            if padding == 'same':
+                (top, bottom), (left, right) = [_same_padding(n, k, stride) for n in hw]
+                if (top, left) == (bottom, right):
+                    pad = (top, left)                                  # even: the conv pads itself
+                else:
+                    layers.append(nn.ZeroPad2d((left, right, top, bottom)))
+                hw = tuple(-(-n // stride) for n in hw)
+            layers += [nn.Conv2d(c_in, c_out, k, stride=stride, padding=pad), nn.ReLU()]
+        self.conv = nn.Sequential(*layers, nn.Flatten())
+        if self.channels_last:
+            for m in self.conv:
+                if isinstance(m, nn.Conv2d):
+                    m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last)
         with torch.no_grad():
             n_flat = self.conv(torch.zeros(1, in_channels, *input_hw)).shape[1]
         self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
@@ -55,7 +74,27 @@ class NatureCNN(nn.Module):
         """Features ``[B, feature_dim]`` for pixels ``[B, C, H, W]`` in 0..255."""
         if obs.dim() != 4 or obs.shape[1] != self.in_channels:
             raise ValueError(f'NatureCNN expects [B, {self.in_channels}, H, W] frames, got shape {tuple(obs.shape)}')
-        return self.fc(self.conv(obs.float() * (1.0 / 255.0)))
+        x = obs.float() * (1.0 / 255.0)
+        if not self.channels_last:
+            return self.fc(self.conv(x))
+        h = x.contiguous(memory_format=torch.channels_last)
+        for layer in self.conv:
+            if isinstance(layer, nn.Flatten):
+                break
+            h = layer(h)
+        if h.requires_grad:   # the gradient of the flattened features comes back NCHW; the convs' weights are NHWC
+            h.register_hook(_to_channels_last)
+        return self.fc(torch.flatten(h, 1))
+
+
+def _to_channels_last(grad: torch.Tensor) -> torch.Tensor:
+    return grad.contiguous(memory_format=torch.channels_last)
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
+    """(before, after) zeros for one dimension under the SAME rule: output ``ceil(size / stride)``."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
 
 
 class DataEfficientCNN(nn.Module):
@@ -95,9 +134,10 @@ class AtariQNetwork(nn.Module):
 
     ``encoder='nature'``: :class:`NatureCNN` with ``feature_dim`` features and ``encoder_channels``
     conv channels (default (32, 64, 64)); dueling branches' hidden default 512.
+    ``padding`` and ``channels_last``: :class:`NatureCNN`'s (``'same'``: Dopamine's 11x11 final grid).
     ``encoder='der'``: :class:`DataEfficientCNN`; the linear head then has one hidden layer of
-    ``hidden`` units too (default 256), as in data-efficient Rainbow; ``feature_dim`` and
-    ``encoder_channels`` are unused.
+    ``hidden`` units too (default 256), as in data-efficient Rainbow; ``feature_dim``,
+    ``encoder_channels``, ``padding`` and ``channels_last`` are unused.
     ``hidden=0``: the dueling branches are single linear layers on the encoder's features (Dopamine's
     network: Nature convs -> ``feature_dim`` -> value and advantage).
     ``noisy_std``: the head's linear layers become :class:`~pipeline.policy.noisy.NoisyLinear` with
@@ -111,7 +151,7 @@ class AtariQNetwork(nn.Module):
     def __init__(self, action_shape: int, in_channels: int = 4, dueling: bool = False,
                  feature_dim: int = 512, encoder: str = 'nature', hidden: Optional[int] = None,
                  noisy_std: Optional[float] = None, encoder_channels: Sequence[int] = (32, 64, 64),
-                 init: str = 'torch') -> None:
+                 init: str = 'torch', padding: str = 'valid', channels_last: bool = False) -> None:
         super().__init__()
         if init not in ('torch', 'xavier'):
             raise ValueError(f"init must be 'torch' or 'xavier', got {init!r}")
@@ -122,9 +162,13 @@ class AtariQNetwork(nn.Module):
         self.action_shape = action_shape
         self.dueling = dueling
         if encoder == 'nature':
-            self.encoder: nn.Module = NatureCNN(in_channels, feature_dim, channels=encoder_channels)
+            self.encoder: nn.Module = NatureCNN(in_channels, feature_dim, channels=encoder_channels, padding=padding,
+                                                channels_last=channels_last)
             hidden = 512 if hidden is None else hidden
         else:
+            if padding != 'valid' or channels_last:
+                raise ValueError("padding and channels_last are the Nature encoder's settings; encoder='der' takes "
+                                 "neither (drop them, or use encoder='nature')")
             self.encoder = DataEfficientCNN(in_channels)
             hidden = 256 if hidden is None else hidden
         if not isinstance(hidden, int) or hidden < 0:

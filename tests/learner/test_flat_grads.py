@@ -124,3 +124,31 @@ def test_no_gradient_exists_before_the_first_update_and_mixed_dtypes_keep_per_pa
     mixed = nn.Linear(3, 1)
     mixed.bias.data = mixed.bias.data.double()
     assert not FlatGrads.supports(list(mixed.parameters()))
+
+
+def test_a_channels_last_conv_weight_gets_a_gradient_view_with_its_own_strides():
+    """A conv weight in channels-last format gets a view of the buffer with its strides: the backward pass adds into
+    it with no layout warning, and the gradient equals a plain backward pass's."""
+    import warnings
+
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 1))
+    conv[0].to(memory_format=torch.channels_last)
+    params = list(conv.parameters())
+    flat = FlatGrads(params)
+    x = torch.randn(5, 2, 6, 6).contiguous(memory_format=torch.channels_last)
+    flat.zero()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # "grad and param do not obey the gradient layout contract"
+        conv(x).sum().backward()
+    flat.finish()
+    w = conv[0].weight
+    assert w.grad is flat.views[0] and w.grad.stride() == w.stride() != w.contiguous().stride()
+    plain = copy.deepcopy(conv)
+    for p in plain.parameters():
+        p.grad = None
+    plain(x).sum().backward()
+    for p, q in zip(params, plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert float(flat.norm()) == pytest.approx(float(torch.linalg.vector_norm(
+        torch.cat([q.grad.flatten() for q in plain.parameters()]))), rel=1e-6)

@@ -97,3 +97,34 @@ def test_xavier_init_sets_every_plain_layer_and_keeps_noisy_ones():
     assert noisy.adv[0].bias_mu.abs().sum() > 0                # noisy layers keep their own init
     with pytest.raises(ValueError, match="init must be 'torch' or 'xavier'"):
         AtariQNetwork(3, init='he')
+
+
+def test_same_padding_follows_the_tensorflow_rule_and_ends_at_dopamines_11x11_grid():
+    from pipeline.policy.conv import _same_padding
+    assert _same_padding(84, 8, 4) == (2, 2) and _same_padding(21, 4, 2) == (1, 2) and _same_padding(11, 3, 1) == (1, 1)
+    enc = NatureCNN(4, 256, channels=(16, 32, 32), padding='same')
+    assert enc.fc[0].in_features == 32 * 11 * 11          # 84 -> 21 -> 11 -> 11
+    assert enc(torch.zeros(2, 4, 84, 84)).shape == (2, 256)
+    valid = NatureCNN(4, 256, channels=(16, 32, 32))
+    assert [n for n, _ in valid.named_parameters()][:2] == ['conv.0.weight', 'conv.0.bias']   # the stored runs' names
+    with pytest.raises(ValueError, match="padding must be 'valid' or 'same'"):
+        NatureCNN(4, 256, padding='SAME')
+    with pytest.raises(ValueError, match="encoder='der' takes neither"):
+        AtariQNetwork(6, encoder='der', padding='same')
+
+
+@pytest.mark.parametrize('padding', ['valid', 'same'])
+def test_channels_last_changes_the_memory_format_not_the_q_values(padding):
+    torch.manual_seed(0)
+    plain = AtariQNetwork(6, dueling=True, feature_dim=256, hidden=0, encoder_channels=(16, 32, 32), padding=padding)
+    torch.manual_seed(0)
+    nhwc = AtariQNetwork(6, dueling=True, feature_dim=256, hidden=0, encoder_channels=(16, 32, 32), padding=padding,
+                         channels_last=True)
+    assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous()
+               for m in nhwc.modules() if isinstance(m, torch.nn.Conv2d))
+    x = torch.randint(0, 256, (4, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(nhwc(x), plain(x), rtol=1e-5, atol=1e-6)
+    plain(x).sum().backward()
+    nhwc(x).sum().backward()
+    for a, b in zip(plain.parameters(), nhwc.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5)
