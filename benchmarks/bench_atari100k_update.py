@@ -16,7 +16,9 @@ equal to the online net, as in DrQ(eps)):
   ``RandomShift``, ``DQNLearner.update``;
 - ``rlpipe, 2 next-obs forwards``: the same with the general double-DQN path (a forward pass of the
   online net and one of the target net on the next observations), i.e. without the shortcut taken
-  when the target net is copied after every update.
+  when the target net is copied after every update;
+- with ``--channels-last``, ``rlpipe, channels-last``: the ``rlpipe`` row with the network's convs in
+  channels-last memory format (``AtariQNetwork(..., channels_last=True)``; Nature encoders only).
 
 Prints process CPU milliseconds per update (median over rounds) and each row's ratio to ``bare``
 within a round (median over rounds).
@@ -68,6 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=5)
     p.add_argument('--updates', type=int, default=200, help='updates per row per round')
+    p.add_argument('--channels-last', action='store_true',
+                   help="add a row: the rlpipe round with the network in channels-last memory format")
     p.add_argument('--agent', default=None, help="whose network: an agent of benchmarks/atari100k.py's AGENTS "
                                                  "(default: its TABLE_AGENT) or of benchmarks/experiments/"
                                                  "atari100k_variants.py's VARIANTS")
@@ -107,6 +111,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         p.error(f'--agent {args.agent}: not an agent of benchmarks/atari100k.py or of the lab\'s variants '
                 f'(one of {", ".join(sorted(AGENTS))})')
     agent = AGENTS[args.agent]
+    if args.channels_last and agent['encoder'] != 'nature':
+        p.error(f"--channels-last: --agent {args.agent}'s encoder is {agent['encoder']!r}; only the Nature encoders "
+                "take channels_last")
     net = q_network(agent, n_actions).to(dev)
     opt = torch.optim.Adam(list(net.parameters()), lr=1e-4, eps=1.5e-4, **kernel_kwargs(list(net.parameters())))
     net2 = q_network(agent, n_actions).to(dev)
@@ -138,6 +145,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             learner2(ctx)
 
         runs = {'bare': bare, 'bare+shift': bare_shift, 'rlpipe': rl, 'rlpipe, 2 next-obs forwards': rl2}
+        if args.channels_last:
+            policy3 = DQNPolicy(cfg, model=q_network(dict(agent, channels_last=True), n_actions), seed=0, device=dev)
+            learner3 = OffPolicyLearner(cfg, policy3.learn_mode, buf, batch_transform=RandomShift(4, seed=0),
+                                        log_freq=0)
+
+            def rl3(_: Any) -> None:
+                learner3(ctx)
+
+            runs['rlpipe, channels-last'] = rl3
+            rows['rlpipe, channels-last'] = []
         for fn in runs.values():  # warm-up
             for _ in range(10):
                 fn(bare_batch)

@@ -153,6 +153,17 @@ def test_the_update_benchmark_times_the_network_of_the_agent_it_is_given(capsys)
     with pytest.raises(SystemExit):
         bench.main(['--agent', 'no_such_agent'])
     assert 'not an agent of benchmarks/atari100k.py' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(['--agent', 'drq_eps', '--channels-last'])
+    assert "only the Nature encoders take channels_last" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_the_update_benchmark_adds_a_channels_last_row_on_request(capsys):
+    bench = _load('bench_atari100k_update')
+    assert bench.main(['--rounds', '1', '--updates', '1', '--channels-last', '--device', 'cpu']) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith('| ') and not line.startswith('| row')]
+    assert [r.split(' | ')[0] for r in rows][-1] == '| rlpipe, channels-last' and float(rows[-1].split(' | ')[1]) > 0
 
 
 @pytest.mark.multiprocess
