@@ -52,6 +52,6 @@ def test_fused_and_foreach_adam_train_a_network_to_the_same_weights_up_to_roundi
             opt.zero_grad()
             m(x).pow(2).mean().backward()
             opt.step()
-    moved = max(float((p - q).abs().max()) for p, q in zip(a.parameters(), net.parameters()))
-    apart = max(float((p - q).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+    moved = max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), net.parameters()))
+    apart = max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters()))
     assert moved > 1e-2 and apart < 1e-5 * moved
