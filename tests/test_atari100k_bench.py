@@ -452,9 +452,11 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
     # none lost: drq_eps 3 seeds x 5 games, drq_eps_noisy Freeway seed 0; the ez-greedy variants collect their
     # runs over several sessions (so far drq_eps_narrow_ez: 10, drq_eps_narrow_ez_decay: 5; drq_eps_narrow_ez_warmup: all 25);
     # drq_eps_narrow_intensity: Pong seeds 0-4 (the short check's 1 and 2, then the 5-seed plan's 0, 3 and 4)
+    # drq_eps_narrow_same: its diagnostic, Pong seed 1
     assert checked.pop('drq_eps') == 15 and checked.pop('drq_eps_noisy') == 1
     assert checked.pop('drq_eps_narrow_ez') >= 10 and checked.pop('drq_eps_narrow_ez_decay') >= 5
     assert checked.pop('drq_eps_narrow_ez_warmup') == 25 and checked.pop('drq_eps_narrow_intensity') == 5
+    assert checked.pop('drq_eps_narrow_same') == 1
     assert not checked, checked
 
 
