@@ -77,18 +77,7 @@ class NatureCNN(nn.Module):
         x = obs.float() * (1.0 / 255.0)
         if not self.channels_last:
             return self.fc(self.conv(x))
-        h = x.contiguous(memory_format=torch.channels_last)
-        for layer in self.conv:
-            if isinstance(layer, nn.Flatten):
-                break
-            h = layer(h)
-        if h.requires_grad:   # the gradient of the flattened features comes back NCHW; the convs' weights are NHWC
-            h.register_hook(_to_channels_last)
-        return self.fc(torch.flatten(h, 1))
-
-
-def _to_channels_last(grad: torch.Tensor) -> torch.Tensor:
-    return grad.contiguous(memory_format=torch.channels_last)
+        return self.fc(self.conv(x.contiguous(memory_format=torch.channels_last)))
 
 
 def _same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
