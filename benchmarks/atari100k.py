@@ -151,7 +151,8 @@ def q_network(a: Dict[str, Any], n_actions: int) -> Any:
     from pipeline.policy.conv import AtariQNetwork
 
     return AtariQNetwork(n_actions, dueling=a['dueling'], encoder=a['encoder'], noisy_std=a.get('noisy_std'),
-                         **{k: a[k] for k in ('feature_dim', 'hidden', 'encoder_channels', 'init', 'padding', 'channels_last')
+                         **{k: a[k] for k in ('feature_dim', 'hidden', 'encoder_channels', 'init', 'padding', 'channels_last',
+                                                      'bfloat16')
                             if k in a})
 
 

@@ -5,7 +5,7 @@ import hashlib
 import os
 import platform
 import subprocess
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,9 +32,32 @@ def load_average() -> Optional[List[float]]:
 
 
 def machine(load_at_start: Optional[List[float]]) -> Dict[str, Any]:
-    """Processor, CPU count, system, and the load average at the start of the run and now."""
-    return {'processor': platform.processor() or platform.machine(), 'cpus': os.cpu_count(),
-            'system': platform.system(), 'load_at_start': load_at_start, 'load_at_end': load_average()}
+    """Processor, its model name and whether it has AVX-512 BF16 (Linux; None elsewhere), CPU count, system, and the
+    load average at the start of the run and now."""
+    model, bf16 = cpu_model()
+    return {'processor': platform.processor() or platform.machine(), 'cpu_model': model, 'avx512_bf16': bf16,
+            'cpus': os.cpu_count(), 'system': platform.system(), 'load_at_start': load_at_start,
+            'load_at_end': load_average()}
+
+
+def cpu_model(cpuinfo: str = '/proc/cpuinfo') -> Tuple[Optional[str], Optional[bool]]:
+    """(model name, has the avx512_bf16 flag) of the first CPU in ``cpuinfo``; (None, None) where it cannot be read."""
+    model: Optional[str] = None
+    flags: Optional[List[str]] = None
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                key = key.strip()
+                if key == 'model name' and model is None:
+                    model = value.strip()
+                elif key == 'flags' and flags is None:
+                    flags = value.split()
+                if model is not None and flags is not None:
+                    break
+    except OSError:
+        return None, None
+    return model, (None if flags is None else 'avx512_bf16' in flags)
 
 
 def weights_sha256(tensors: Iterable[Any]) -> str:

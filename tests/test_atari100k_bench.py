@@ -327,6 +327,34 @@ def test_the_same_padding_variant_runs_the_learning_path_of_its_stored_results(t
     assert net.encoder.fc[0].in_features == 32 * 11 * 11
 
 
+def _cpu_has_bf16() -> bool:
+    """Whether oneDNN runs bfloat16 natively here (AVX-512 BF16 or AMX); elsewhere it emulates it, rounding otherwise."""
+    import torch
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@needs_atari
+@pytest.mark.timeout(120)
+def test_the_bfloat16_same_padding_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_same_bf16`` (``drq_eps_narrow_same`` with its encoder in bfloat16 mixed precision) gives the
+    numbers recorded with the code of its runs, and they are not ``drq_eps_narrow_same``'s float32 numbers."""
+    if not _cpu_has_bf16():
+        pytest.skip('this CPU emulates bfloat16 (no AVX-512 BF16): its rounding differs from the golden run\'s CPU')
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_same_bf16',
+                          'atari100k_smoke_pong_seed3_drq_eps_narrow_same_bf16.json', tmp_path)
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    table_smoke = lab.atari100k.agent_settings(lab.atari100k.build_parser().parse_args(['--smoke']))
+    assert r['settings'] == dict(table_smoke, padding='same', channels_last=True, bfloat16=True)
+    with open(os.path.join(ROOT, 'tests', 'golden', 'atari100k_smoke_pong_seed3_drq_eps_narrow_same.json')) as f:
+        fp32 = {name: a for name, _, a in json.load(f)['weights_fingerprint']}
+    assert any(abs(a - fp32[name]) > 1e-3 * a for name, _, a in r['weights_fingerprint'])
+
+
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)
@@ -485,3 +513,17 @@ def test_freeway_exploration_probe_tells_ez_greedy_from_eps_greedy(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith('eps-greedy: points per seed [0.0]') and '0 of 1 seeds scored' in out[0]
     assert out[1].startswith('ez-greedy, exponent 2.0') and '1 of 1 seeds scored' in out[1]
+
+
+def test_a_result_names_the_cpu_model_and_whether_it_runs_bfloat16_natively(tmp_path):
+    from benchmarks import run_facts
+
+    info = tmp_path / 'cpuinfo'
+    info.write_text('processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n'
+                    'processor\t: 1\nmodel name\t: Some CPU 9000\nflags\t\t: fpu avx2\n')
+    assert run_facts.cpu_model(str(info)) == ('Some CPU 9000', True)
+    info.write_text('processor\t: 0\nmodel name\t: Old CPU\nflags\t\t: fpu avx2 avx512f\n')
+    assert run_facts.cpu_model(str(info)) == ('Old CPU', False)
+    assert run_facts.cpu_model(str(tmp_path / 'missing')) == (None, None)
+    m = run_facts.machine(None)
+    assert {'cpu_model', 'avx512_bf16', 'cpus'} <= set(m)

@@ -35,6 +35,8 @@ and why it lost: benchmarks/experiments/NOTES.md.
   features into the 256-unit layer, where the table agent's VALID convs end at 7x7 and 1,568), run in
   channels-last memory format for speed. A diagnostic for Pong: its updates cost more than the 45-minute budget
   allows.
+- ``drq_eps_narrow_same_bf16``: ``drq_eps_narrow_same`` with its convs and feature layer in bfloat16 mixed precision
+  (``NatureCNN(..., bfloat16=True)``): on a CPU with AVX-512 BF16 its update costs about the table agent's.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_reset': dict(_TABLE, reset_every=20_000, reset_layers=['adv', 'value']),
     'drq_eps_narrow_intensity': dict(_TABLE, intensity_scale=0.05),
     'drq_eps_narrow_same': dict(_TABLE, padding='same', channels_last=True),
+    'drq_eps_narrow_same_bf16': dict(_TABLE, padding='same', channels_last=True, bfloat16=True),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -80,6 +83,7 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_reset': 'DrQ(eps) on the half-width Nature encoder, last layers reset every 20k updates',
     'drq_eps_narrow_intensity': 'DrQ(eps) on the half-width Nature encoder, shift and intensity augmentation',
     'drq_eps_narrow_same': 'DrQ(eps) on the half-width Nature encoder with SAME padding',
+    'drq_eps_narrow_same_bf16': 'DrQ(eps) on the half-width Nature encoder with SAME padding, bfloat16 encoder',
 }
 
 

@@ -109,7 +109,7 @@ def test_same_padding_follows_the_tensorflow_rule_and_ends_at_dopamines_11x11_gr
     assert [n for n, _ in valid.named_parameters()][:2] == ['conv.0.weight', 'conv.0.bias']   # the stored runs' names
     with pytest.raises(ValueError, match="padding must be 'valid' or 'same'"):
         NatureCNN(4, 256, padding='SAME')
-    with pytest.raises(ValueError, match="encoder='der' takes neither"):
+    with pytest.raises(ValueError, match="encoder=.der. takes none of them"):
         AtariQNetwork(6, encoder='der', padding='same')
 
 
@@ -128,3 +128,24 @@ def test_channels_last_changes_the_memory_format_not_the_q_values(padding):
     nhwc(x).sum().backward()
     for a, b in zip(plain.parameters(), nhwc.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_bfloat16_encoder_keeps_float32_weights_and_outputs_and_stays_close_to_float32():
+    torch.manual_seed(0)
+    exact = AtariQNetwork(6, dueling=True, feature_dim=256, hidden=0, encoder_channels=(16, 32, 32), padding='same')
+    torch.manual_seed(0)
+    mixed = AtariQNetwork(6, dueling=True, feature_dim=256, hidden=0, encoder_channels=(16, 32, 32), padding='same',
+                          channels_last=True, bfloat16=True)
+    x = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    q_exact, q_mixed = exact(x), mixed(x)
+    assert q_mixed.dtype == torch.float32 and all(p.dtype == torch.float32 for p in mixed.parameters())
+    assert not torch.equal(q_mixed, q_exact)                         # the products were bfloat16
+    torch.testing.assert_close(q_mixed, q_exact, rtol=0.05, atol=0.01)
+    q_exact.square().sum().backward()
+    q_mixed.square().sum().backward()
+    for (name, a), b in zip(exact.named_parameters(), mixed.parameters()):
+        assert b.grad is not None and b.grad.dtype == torch.float32, name
+        cos = torch.nn.functional.cosine_similarity(a.grad.flatten(), b.grad.flatten(), dim=0)
+        assert cos > 0.98, (name, float(cos))
+    with pytest.raises(ValueError, match="encoder='der' takes none of them"):
+        AtariQNetwork(6, encoder='der', bfloat16=True)
