@@ -89,6 +89,20 @@ def total_norm(grads: List[torch.Tensor]) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms)))
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """True when ``t``'s elements fill ``t.numel()`` consecutive slots with no gaps or overlaps, in some order of its
+    dimensions (contiguous, channels-last, transposed): a tensor of its strides fits a slice of a flat buffer."""
+    size, stride = t.size(), t.stride()
+    expected = 1
+    for d in sorted(range(t.dim()), key=lambda d: stride[d]):
+        if size[d] == 1:
+            continue
+        if stride[d] != expected:
+            return False
+        expected *= size[d]
+    return True
+
+
 class FlatGrads:
     """One module's gradients in one flat tensor: each parameter's ``.grad`` is a view of it, so that the
     global norm and the clipping are one operation each, not one per parameter.
@@ -109,8 +123,9 @@ class FlatGrads:
         self.views: List[torch.Tensor] = []
         at = 0
         for p in params:
-            if p.dim() == 4 and not p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last):
-                # a channels-last conv weight: its view keeps its strides, so the backward pass adds into it as is
+            if _dense(p):
+                # the view keeps the parameter's strides (e.g. a channels-last conv weight), so the backward pass
+                # adds the gradient, which comes in the parameter's layout, into it as is
                 self.views.append(self.flat.as_strided(p.size(), p.stride(), at))
             else:
                 self.views.append(self.flat[at:at + p.numel()].view_as(p))

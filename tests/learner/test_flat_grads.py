@@ -152,3 +152,27 @@ def test_a_channels_last_conv_weight_gets_a_gradient_view_with_its_own_strides()
         torch.testing.assert_close(p.grad, q.grad)
     assert float(flat.norm()) == pytest.approx(float(torch.linalg.vector_norm(
         torch.cat([q.grad.flatten() for q in plain.parameters()]))), rel=1e-6)
+
+
+def test_any_dense_layout_gets_a_view_with_its_strides_and_a_gappy_one_a_plain_view():
+    """A transposed weight (dense, not contiguous) keeps its strides in the buffer like a channels-last one; a
+    weight with gaps between its elements gets a contiguous view; both give a plain backward pass's gradients."""
+    import warnings
+    from pipeline.learner.optim import _dense
+
+    transposed = nn.Parameter(torch.randn(5, 3).t())            # strides (1, 3)
+    gappy = nn.Parameter(torch.randn(3, 10)[:, ::2])             # strides (10, 2)
+    assert _dense(transposed) and not _dense(gappy) and _dense(torch.randn(2, 1, 3)) and _dense(torch.zeros(0, 3))
+    assert not _dense(torch.randn(3, 1).expand(3, 4))
+    flat = FlatGrads([transposed, gappy])
+    assert flat.views[0].stride() == transposed.stride() and flat.views[1].is_contiguous()
+    x = torch.randn(7, 5)
+    flat.zero()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x @ transposed.t()).square().sum().backward()
+        (x @ gappy.t()).sum().backward()
+    flat.finish()
+    assert transposed.grad is flat.views[0] and gappy.grad is flat.views[1]
+    torch.testing.assert_close(transposed.grad, 2 * (x @ transposed.t()).t() @ x)
+    torch.testing.assert_close(gappy.grad, torch.ones(7, 3).t() @ x)
