@@ -35,8 +35,8 @@ class NatureCNN(nn.Module):
             oneDNN's CPU convolutions run faster; the features are the same up to float rounding.
         bfloat16: run the convs and the feature layer under ``torch.autocast`` in bfloat16 (mixed precision:
             the weights, their gradients and the optimiser stay float32; the products are bfloat16 with float32
-            accumulation) and return float32 features. About 1.4x faster per update on a CPU with AVX-512 BF16
-            (``torch.backends.mkldnn`` reports it); on a CPU without it, slower than float32.
+            accumulation) and return float32 features. Faster products on a CPU with AVX-512 BF16 (or AMX); on a CPU
+            without it oneDNN emulates bfloat16, slower than float32.
     """
 
     def __init__(self, in_channels: int = 4, feature_dim: int = 512, input_hw: Sequence[int] = (84, 84),
