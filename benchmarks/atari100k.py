@@ -182,10 +182,14 @@ def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
 
 class CurveRecorder:
     """Middleware: appends ``[env_step, raw score]`` for every training game that ended this step
-    (``ctx.info_for_logging['collect_score']``) and moves a progress bar."""
+    (``ctx.info_for_logging['collect_score']``), ``[env_step, process CPU seconds]`` to ``cpu_points`` at every
+    multiple of ``cpu_every`` agent steps (where a run's time goes: early or late), and moves a progress bar."""
 
-    def __init__(self, curve: List[List[float]], total: int, start: int, show: bool, mark: int = 0) -> None:
+    def __init__(self, curve: List[List[float]], total: int, start: int, show: bool, mark: int = 0,
+                 cpu_points: Optional[List[List[float]]] = None, cpu_every: int = 10_000) -> None:
         self.curve = curve
+        self.cpu_points = cpu_points if cpu_points is not None else []
+        self.cpu_every = int(cpu_every)
         self.total = total
         self.mark = mark  # agent step at which the update phase starts: its wall/CPU clock is read there
         self.marked: Optional[tuple] = None
@@ -201,6 +205,8 @@ class CurveRecorder:
     def __call__(self, ctx: Any) -> None:
         if self.marked is None and ctx.env_step >= self.mark:
             self.marked = (int(ctx.env_step), time.perf_counter(), time.process_time())
+        if ctx.env_step % self.cpu_every == 0 and (not self.cpu_points or self.cpu_points[-1][0] < ctx.env_step):
+            self.cpu_points.append([int(ctx.env_step), time.process_time()])
         scores = ctx.info_for_logging.get('collect_score')
         if scores:
             for s in scores:
@@ -279,6 +285,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 if a.get('reset_every') else None)
     ctx = OnlineRLContext()
     curve: List[List[float]] = []
+    cpu_points: List[List[float]] = []  # [agent step, training CPU seconds so far] every 10k steps
     wall0, cpu0 = 0.0, 0.0
     if pair is not None:
         state = pair.state
@@ -296,6 +303,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 resetter.load_state_dict(state['resets'])
             torch.set_rng_state(state['torch_rng'])
             curve, wall0, cpu0 = state['curve'], state['wall'], state['cpu']
+            cpu_points = state.get('cpu_points', [])
         except Exception as e:  # noqa: BLE001  (one line naming the file, not a traceback)
             raise SystemExit(f'error: {pair.ckpt} does not fit this run ({type(e).__name__}: '
                              f'{str(e).splitlines()[0][:200] if str(e) else ""}); rerun with --fresh to start over')
@@ -308,8 +316,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         train_env.seed(args.seed + 1 + ctx.env_step)  # a fresh game, not a replay of the first one
         print(f'resumed from {ckpt_path} at agent step {ctx.env_step}', flush=True)
 
-    recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress, mark=a['learning_starts'])
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    n_saved = len(cpu_points)
+    recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress, mark=a['learning_starts'],
+                             cpu_points=cpu_points, cpu_every=100 if args.smoke else 10_000)
     interrupted = False
     try:
         with task.start(ctx=ctx):
@@ -332,6 +342,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     t_end, c_end = time.perf_counter(), time.process_time()
     wall = wall0 + t_end - t_wall
     cpu = cpu0 + c_end - t_cpu
+    for point in cpu_points[n_saved:]:  # this process's clock readings as training CPU so far
+        point[1] = cpu0 + point[1] - t_cpu
     if interrupted:
         state = {'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
                  'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
@@ -339,7 +351,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                  'collect_hold': [h.tolist() for h in collect.hold], 'shift': shift.state_dict(),
                  'intensity': intensity.state_dict() if intensity is not None else None,
                  'resets': resetter.state_dict() if resetter is not None else None,
-                 'torch_rng': torch.get_rng_state(), 'curve': curve, 'wall': wall, 'cpu': cpu}
+                 'torch_rng': torch.get_rng_state(), 'curve': curve, 'cpu_points': cpu_points, 'wall': wall,
+                 'cpu': cpu}
         saved: Optional[str] = None
         try:
             saved = checkpoint_pair.save_pair(stem, state, buffer_.save_data)
@@ -378,6 +391,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         'curve': {'x': 'agent_steps', 'y': 'raw game score of finished training games', 'points': curve},
         'wall_s': wall, 'cpu_s': cpu, 'train_steps_per_s': ctx.env_step / wall if wall > 0 else None,
         'update_phase': _phase(recorder.marked, int(ctx.env_step), t_end, c_end),
+        'cpu_curve': {'x': 'agent_steps', 'y': 'CPU seconds of training so far', 'points': cpu_points},
         'versions': versions, 'machine': run_facts.machine(load_at_start),
         'finished_utc': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
     }

@@ -53,6 +53,9 @@ def test_smoke_run_writes_a_result(tmp_path):
     assert r['machine']['cpus'] >= 1 and isinstance(r['curve']['points'], list)
     ph = r['update_phase']
     assert ph['from_step'] >= 100 and ph['steps'] == 400 - ph['from_step'] and ph['cpu_ms_per_step'] > 0
+    cpu = r['cpu_curve']['points']                              # training CPU so far, every 100 smoke steps
+    assert [s for s, _ in cpu] == [100, 200, 300, 400]
+    assert 0 < cpu[0][1] < cpu[1][1] < cpu[2][1] < cpu[3][1] <= r['cpu_s']
     assert not os.path.exists(tmp_path / 'Pong_seed0.ckpt')
 
 
@@ -72,6 +75,9 @@ def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, monkey
         r = json.load(f)
     assert r['agent_steps'] == 400
     assert 250 < r['updates'] <= 300                            # the counters went on from the checkpoint
+    cpu = r['cpu_curve']['points']                              # the readings before Ctrl-C were kept
+    assert [s for s, _ in cpu] == [100, 200, 300, 400]
+    assert 0 < cpu[0][1] < cpu[1][1] < cpu[2][1] < cpu[3][1] <= r['cpu_s']
     assert not os.path.exists(tmp_path / 'Breakout_seed1.ckpt')
 
 
