@@ -252,6 +252,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     versions, load_at_start = run_facts.versions(('torch', 'numpy', 'gymnasium', 'ale_py', 'cv2')), run_facts.load_average()
     torch.set_num_threads(args.threads)
+    # denormal floats as zero for this run (main() restores the default): Adam's first moment of a weight whose
+    # gradient stays 0 decays to a few denormal units and stays there (0.9 x 4 units rounds back to 4), and
+    # arithmetic on denormals is slow on the CPU; the weights' updates are the same
+    flush_denormal = bool(torch.set_flush_denormal(True))
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
     cfg = dqn_config(a, args.seed)
@@ -383,7 +387,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         'benchmark': 'atari100k', 'game': args.game, 'env_id': f'ALE/{args.game}-v5', 'seed': args.seed,
         'agent': AGENT_NAMES[args.agent], 'agent_preset': args.agent, 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'resets': resetter.resets if resetter is not None else 0,
-        'smoke': bool(args.smoke), 'torch_threads': args.threads,
+        'smoke': bool(args.smoke), 'torch_threads': args.threads, 'flush_denormal': flush_denormal,
         'device': str(policy.device),
         'weights_sha256': run_facts.weights_sha256(model.state_dict().values()), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
@@ -433,6 +437,8 @@ def main(argv: Optional[List[str]] = None, parser: Optional[argparse.ArgumentPar
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+        if 'torch' in sys.modules:
+            sys.modules['torch'].set_flush_denormal(False)  # torch's default, which run() changed
     return 130 if result.get('interrupted') else 0
 
 

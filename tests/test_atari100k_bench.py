@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import platform
 import sys
 
 import pytest
@@ -56,6 +57,9 @@ def test_smoke_run_writes_a_result(tmp_path):
     cpu = r['cpu_curve']['points']                              # training CPU so far, every 100 smoke steps
     assert [s for s, _ in cpu] == [100, 200, 300, 400]
     assert 0 < cpu[0][1] < cpu[1][1] < cpu[2][1] < cpu[3][1] <= r['cpu_s']
+    assert r['flush_denormal'] or platform.machine() not in ('x86_64', 'AMD64')  # x86 can flush them
+    import torch
+    assert torch.tensor([1e-40]).mul(1.0).item() > 0             # the process's default is back after the run
     assert not os.path.exists(tmp_path / 'Pong_seed0.ckpt')
 
 
