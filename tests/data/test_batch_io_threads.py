@@ -127,6 +127,7 @@ def test_save_load_round_trip(tmp_path):
     assert small.indices() == [4, 5]
 
 
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol:UserWarning')  # torch's, on the raw pickle fed to it
 def test_save_refuses_arbitrary_objects_and_load_refuses_pickles(tmp_path):
     class Thing:
         pass
