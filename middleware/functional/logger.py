@@ -1,17 +1,14 @@
 """Online logging: TensorBoard scalars and a progress line. Never changes the context."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping as MappingABC
-from typing import TYPE_CHECKING, Callable, Deque, Dict, Iterator, List, Optional, Protocol, TextIO, TypedDict, cast
+from typing import TYPE_CHECKING, Callable, Deque, Dict, Optional, Protocol, TextIO, TypedDict, cast
 
 from tqdm import tqdm
 
@@ -222,25 +219,6 @@ class LoggerMiddleware(Protocol):
 
 @for_all_roles(reads=["train_output?", "eval_value?", "eval_output?", "info_for_logging?", "env_step?",
                       "train_iter?", "env_episode?"])
-@contextlib.contextmanager
-def _ctrl_c_after() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise its ``KeyboardInterrupt`` at the block's end.
-
-    Only on the main thread with Python's default SIGINT handler installed; anything else runs the block as is."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
-        return
-    held: List[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held:
-        raise KeyboardInterrupt
-
-
 def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None, record_train_iter: bool = False,
                   train_show_freq: int = 100, progress: bool = True, progress_interval: float = 2.0,
                   tensorboard: bool = True, stream: Optional[TextIO] = None, total_env_step: Optional[int] = None,
@@ -290,10 +268,6 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
         return state['writer']
 
     def _log(ctx: OnlineRLContext) -> None:
-        with _ctrl_c_after():  # TensorBoard's writer thread hangs or fails if Ctrl-C lands inside its queue code
-            _write(ctx)
-
-    def _write(ctx: OnlineRLContext) -> None:
         now = time.monotonic()
         if state['t0'] is None:
             state['t0'] = now

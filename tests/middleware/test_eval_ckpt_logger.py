@@ -204,25 +204,3 @@ def test_roles_gate_middleware_set_before_or_after_construction(cfg, fixed_env, 
         task.run(3)
         assert task.ctx.env_step == 3 * 8
         task.stop()
-
-
-def test_a_ctrl_c_inside_a_log_write_is_raised_after_it():
-    """A Ctrl-C landing inside the logger's TensorBoard writes (whose writer thread hangs or fails when its queue
-    code is cut short) is held to the end of the write, then raised; the default handler is back afterwards."""
-    import os
-    import signal
-
-    import pytest
-
-    from middleware.functional.logger import _ctrl_c_after
-
-    done = []
-    with pytest.raises(KeyboardInterrupt):
-        with _ctrl_c_after():
-            os.kill(os.getpid(), signal.SIGINT)
-            done.append('the rest of the write ran')
-    assert done == ['the rest of the write ran']
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with _ctrl_c_after():                                         # no Ctrl-C: nothing raised
-        done.append('again')
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
