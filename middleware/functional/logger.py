@@ -1,14 +1,17 @@
 """Online logging: TensorBoard scalars and a progress line. Never changes the context."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping as MappingABC
-from typing import TYPE_CHECKING, Callable, Deque, Dict, Optional, Protocol, TextIO, TypedDict, cast
+from typing import TYPE_CHECKING, Callable, Deque, Dict, Iterator, List, Optional, Protocol, TextIO, TypedDict, cast
 
 from tqdm import tqdm
 
@@ -188,10 +191,54 @@ class ProgressDisplay:
             self._bar = None
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise its ``KeyboardInterrupt`` when the block ends.
+
+    Acts only on the main thread while Python's default SIGINT handler is installed; elsewhere (another
+    thread, SIGINT ignored, a program's own handler) the block runs as is."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    held: List[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
+class _CtrlCSafeWriter:
+    """The three :class:`SummaryWriter` calls the logger makes, each run under :func:`_ctrl_c_held`.
+
+    A ``KeyboardInterrupt`` raised inside TensorBoard's queue code (``add_scalar`` puts an event on a
+    queue its writer thread drains) leaves the queue's task count wrong: the writer thread then fails
+    with "task_done() called too many times", or ``close`` waits forever. Holding Ctrl-C until each call
+    returns keeps the queue whole; the interrupt is raised right after."""
+
+    def __init__(self, writer: SummaryWriter) -> None:
+        self._writer = writer
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        with _ctrl_c_held():
+            self._writer.add_scalar(tag, value, step)
+
+    def flush(self) -> None:
+        with _ctrl_c_held():
+            self._writer.flush()
+
+    def close(self) -> None:
+        with _ctrl_c_held():
+            self._writer.close()
+
+
 class _LoggerState(TypedDict):
     """What :func:`online_logger`'s middleware keeps between calls."""
 
-    writer: Optional[SummaryWriter]
+    writer: Optional[_CtrlCSafeWriter]
     tb_failed: bool
     last_train_write: Optional[int]
     acc: Dict[str, float]          # train scalar -> sum since the last write
@@ -257,11 +304,11 @@ def online_logger(exp_name: Optional[str] = None, log_dir: Optional[str] = None,
                              't0': None, 'display': None, 'returns': deque(maxlen=RETURN_WINDOW),
                              'rate': UpdateRate(), 'ups': None}
 
-    def writer() -> Optional[SummaryWriter]:
+    def writer() -> Optional[_CtrlCSafeWriter]:
         if state['writer'] is None and not state['tb_failed']:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # lazy: imports tensorboard
-                state['writer'] = SummaryWriter(log_dir)
+                state['writer'] = _CtrlCSafeWriter(SummaryWriter(log_dir))
             except Exception as e:  # ImportError without tensorboard
                 state['tb_failed'] = True
                 log.warning('online_logger: TensorBoard unavailable (%s); scalars are not written', e)

@@ -204,3 +204,81 @@ def test_roles_gate_middleware_set_before_or_after_construction(cfg, fixed_env, 
         task.run(3)
         assert task.ctx.env_step == 3 * 8
         task.stop()
+
+
+@pytest.fixture
+def default_sigint():
+    """Python's default SIGINT handler for the test (a run started in the background has SIGINT ignored)."""
+    import signal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_inside_a_held_block_is_raised_when_it_ends(default_sigint):
+    import signal
+
+    from middleware.functional.logger import _ctrl_c_held
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_held():
+            signal.raise_signal(signal.SIGINT)
+            done.append('the rest of the block ran')
+    assert done == ['the rest of the block ran']
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with _ctrl_c_held():                                  # no Ctrl-C: nothing raised
+        done.append('again')
+    assert done[-1] == 'again' and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_held_block_leaves_an_ignored_or_custom_sigint_alone():
+    import signal
+
+    from middleware.functional.logger import _ctrl_c_held
+    seen = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with _ctrl_c_held():                              # a program's own handler runs at once, as installed
+            signal.raise_signal(signal.SIGINT)
+            assert seen == [signal.SIGINT]
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with _ctrl_c_held():
+            signal.raise_signal(signal.SIGINT)            # ignored: nothing raised, nothing changed
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_online_logger_finishes_a_tensorboard_write_a_ctrl_c_lands_in(tmp_path, monkeypatch, default_sigint):
+    """A Ctrl-C inside SummaryWriter.add_scalar (in TensorBoard's queue code, in real runs) is raised only once the
+    write has finished: the scalar is on disk and close() returns instead of waiting on a broken queue."""
+    import io
+    import signal
+    import threading
+
+    from torch.utils.tensorboard import SummaryWriter
+    original = SummaryWriter.add_scalar
+    hits = []
+
+    def add_scalar_hit_by_ctrl_c(self, tag, value, step=None, *args, **kwargs):
+        if not hits:
+            hits.append(tag)
+            signal.raise_signal(signal.SIGINT)            # lands before the real write runs
+        return original(self, tag, value, step, *args, **kwargs)
+
+    monkeypatch.setattr(SummaryWriter, 'add_scalar', add_scalar_hit_by_ctrl_c)
+    lg = online_logger(log_dir=str(tmp_path / 'log'), train_show_freq=1, progress=False)
+    ctx = OnlineRLContext()
+    ctx.train_output = [{'total_loss': 2.5}]
+    ctx.train_iter, ctx.env_step = 1, 8
+    with pytest.raises(KeyboardInterrupt):
+        lg(ctx)
+    assert hits == ['train/total_loss']
+    closer = threading.Thread(target=lg.close, daemon=True)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive(), 'close() hung after a Ctrl-C in a write'
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(tmp_path / 'log'))
+    acc.Reload()
+    assert [s.value for s in acc.Scalars('train/total_loss')] == [2.5]
