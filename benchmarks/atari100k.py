@@ -51,7 +51,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Callable, Dict, List, Optional, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -182,14 +182,16 @@ def eps_after_warmup(start: float, end: float, decay: int, warmup: int) -> Any:
 
 class CurveRecorder:
     """Middleware: appends ``[env_step, raw score]`` for every training game that ended this step
-    (``ctx.info_for_logging['collect_score']``), ``[env_step, process CPU seconds]`` to ``cpu_points`` at every
-    multiple of ``cpu_every`` agent steps (where a run's time goes: early or late), and moves a progress bar."""
+    (``ctx.info_for_logging['collect_score']``), ``[env_step, cpu_so_far()]`` to ``cpu_points`` at every multiple
+    of ``cpu_every`` agent steps (where a run's time goes: early or late), and moves a progress bar."""
 
     def __init__(self, curve: List[List[float]], total: int, start: int, show: bool, mark: int = 0,
-                 cpu_points: Optional[List[List[float]]] = None, cpu_every: int = 10_000) -> None:
+                 cpu_points: Optional[List[List[float]]] = None, cpu_every: int = 10_000,
+                 cpu_so_far: Callable[[], float] = time.process_time) -> None:
         self.curve = curve
         self.cpu_points = cpu_points if cpu_points is not None else []
         self.cpu_every = int(cpu_every)
+        self.cpu_so_far = cpu_so_far
         self.total = total
         self.mark = mark  # agent step at which the update phase starts: its wall/CPU clock is read there
         self.marked: Optional[tuple] = None
@@ -206,7 +208,7 @@ class CurveRecorder:
         if self.marked is None and ctx.env_step >= self.mark:
             self.marked = (int(ctx.env_step), time.perf_counter(), time.process_time())
         if ctx.env_step % self.cpu_every == 0 and (not self.cpu_points or self.cpu_points[-1][0] < ctx.env_step):
-            self.cpu_points.append([int(ctx.env_step), time.process_time()])
+            self.cpu_points.append([int(ctx.env_step), self.cpu_so_far()])
         scores = ctx.info_for_logging.get('collect_score')
         if scores:
             for s in scores:
@@ -321,9 +323,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         print(f'resumed from {ckpt_path} at agent step {ctx.env_step}', flush=True)
 
     t_wall, t_cpu = time.perf_counter(), time.process_time()
-    n_saved = len(cpu_points)
     recorder = CurveRecorder(curve, steps, ctx.env_step, show=not args.no_progress, mark=a['learning_starts'],
-                             cpu_points=cpu_points, cpu_every=100 if args.smoke else 10_000)
+                             cpu_points=cpu_points, cpu_every=100 if args.smoke else 10_000,
+                             cpu_so_far=lambda: cpu0 + time.process_time() - t_cpu)  # across resumes
     interrupted = False
     try:
         with task.start(ctx=ctx):
@@ -346,8 +348,6 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     t_end, c_end = time.perf_counter(), time.process_time()
     wall = wall0 + t_end - t_wall
     cpu = cpu0 + c_end - t_cpu
-    for point in cpu_points[n_saved:]:  # this process's clock readings as training CPU so far
-        point[1] = cpu0 + point[1] - t_cpu
     if interrupted:
         state = {'agent': a, 'steps': steps, 'policy': policy.state_dict(), 'env_step': ctx.env_step,
                  'train_iter': ctx.train_iter, 'env_episode': ctx.env_episode,
