@@ -193,7 +193,8 @@ class ProgressDisplay:
 
 @contextlib.contextmanager
 def _ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise its ``KeyboardInterrupt`` when the block ends.
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and raise its ``KeyboardInterrupt`` when the block ends;
+    a second Ctrl-C inside the block raises at once (a block that hangs can still be stopped).
 
     Acts only on the main thread while Python's default SIGINT handler is installed; elsewhere (another
     thread, SIGINT ignored, a program's own handler) the block runs as is."""
@@ -202,7 +203,13 @@ def _ctrl_c_held() -> Iterator[None]:
         yield
         return
     held: List[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+
+    def hold(signum: int, frame: object) -> None:
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

@@ -231,6 +231,20 @@ def test_a_ctrl_c_inside_a_held_block_is_raised_when_it_ends(default_sigint):
     assert done[-1] == 'again' and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_second_ctrl_c_inside_a_held_block_raises_at_once(default_sigint):
+    import signal
+
+    from middleware.functional.logger import _ctrl_c_held
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_held():
+            signal.raise_signal(signal.SIGINT)
+            done.append('held')
+            signal.raise_signal(signal.SIGINT)            # e.g. a write that hangs: the user presses Ctrl-C again
+            done.append('not reached')
+    assert done == ['held'] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_held_block_leaves_an_ignored_or_custom_sigint_alone():
     import signal
 
