@@ -105,6 +105,8 @@ def build_parser(agents: Optional[List[str]] = None, default_agent: Optional[str
     p.add_argument('--fresh', action='store_true', help='start over even if a checkpoint exists')
     p.add_argument('--threads', type=int, default=1, help='torch threads (1: one core per run)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
+    p.add_argument('--malloc-default', action='store_true',
+                   help="leave glibc's malloc thresholds at their defaults (an A/B of pipeline.cpu_memory)")
     from pipeline.run import add_device_flags  # no torch
 
     add_device_flags(p)
@@ -245,6 +247,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from middleware.reset import PeriodicReset
     from middleware.functional import run_eval_episodes
     from pipeline import task
+    from pipeline.cpu_memory import retain_freed_memory
     from pipeline.data import DequeBuffer
     from pipeline.data.augment import Chain, RandomIntensity, RandomShift
     from pipeline.data.frame_storage import FrameStorage
@@ -258,6 +261,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     # gradient stays 0 decays to a few denormal units and stays there (0.9 x 4 units rounds back to 4), and
     # arithmetic on denormals is slow on the CPU; the weights' updates are the same
     flush_denormal = bool(torch.set_flush_denormal(True))
+    # freed tensors' memory stays in the process for the next update, not unmapped and faulted in again
+    retained = False if args.malloc_default else retain_freed_memory()
     steps = 400 if args.smoke and args.steps == 100_000 else args.steps
     a = agent_settings(args)
     cfg = dqn_config(a, args.seed)
@@ -388,6 +393,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         'agent': AGENT_NAMES[args.agent], 'agent_preset': args.agent, 'settings': a, 'agent_steps': int(ctx.env_step), 'frames': int(ctx.env_step) * 4,
         'updates': int(ctx.train_iter), 'resets': resetter.resets if resetter is not None else 0,
         'smoke': bool(args.smoke), 'torch_threads': args.threads, 'flush_denormal': flush_denormal,
+        'retain_freed_memory': retained,
         'device': str(policy.device),
         'weights_sha256': run_facts.weights_sha256(model.state_dict().values()), 'weights_fingerprint': fingerprint,
         'eval': {'episodes': len(returns), 'epsilon': a['eval_eps'], 'returns': returns,
