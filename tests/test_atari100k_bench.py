@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import platform
+import subprocess
 import sys
 
 import pytest
@@ -539,3 +540,15 @@ def test_a_result_names_the_cpu_model_and_whether_it_runs_bfloat16_natively(tmp_
     assert run_facts.cpu_model(str(tmp_path / 'missing')) == (None, None)
     m = run_facts.machine(None)
     assert {'cpu_model', 'avx512_bf16', 'cpus'} <= set(m)
+
+
+@needs_atari
+@pytest.mark.multiprocess
+def test_bench_cpu_memory_pairs_runs_that_end_with_the_same_weights():
+    # benchmarks/bench_cpu_memory.py: one round of two short runs (with glibc's thresholds raised, and without)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'bench_cpu_memory.py'), '--rounds', '1',
+                          '--steps', '1650', '--game', 'Pong', '--seed', '3'], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 'round 1: retained ' in out.stdout and 'same weights' in out.stdout, out.stdout
+    assert 'median over 1 rounds: ' in out.stdout, out.stdout

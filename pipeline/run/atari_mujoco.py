@@ -112,14 +112,18 @@ def env_config(args: argparse.Namespace, stop_value: Optional[float]) -> Dict[st
 def start_run(args: argparse.Namespace, user_config: Mapping[str, object], policy: Optional[str] = None) -> RunInfo:
     """:func:`pipeline.run.prepare.prepare_run` (``--set``, checked ``--resume``/``--play`` paths; with
     ``policy``, the config and its gymnasium env id checked before torch loads), then
-    logging (unless ``--quiet``), torch threads, and the ``--resume``/``--play`` files read once: a
+    logging (unless ``--quiet``), torch threads, freed memory kept for reuse
+    (:func:`pipeline.cpu_memory.retain_freed_memory`), and the ``--resume``/``--play`` files read once: a
     corrupt or foreign file ends the run now, before anything is built."""
     run = prepare_run(args, user_config, policy=policy, env_check=policy is not None)
     if not getattr(args, 'quiet', False):
         setup_logging()
     import torch  # lazy: importing this module (and --help) does not load torch
 
+    from pipeline.cpu_memory import retain_freed_memory
+
     torch.set_num_threads(args.threads)
+    retain_freed_memory()  # an update's large temporaries reuse freed memory instead of new pages
     try:
         for path in (run.resume, run.play):
             if path:
