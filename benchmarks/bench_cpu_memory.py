@@ -25,6 +25,10 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.atari100k import TABLE_AGENT  # noqa: E402  (after ROOT is on sys.path)
 
 # in the child: the run, then its minor page faults on stderr's last line
 _CHILD = ('import resource, runpy, sys; sys.argv = sys.argv[1:]\n'
@@ -36,7 +40,7 @@ _CHILD = ('import resource, runpy, sys; sys.argv = sys.argv[1:]\n'
 
 def one_run(agent: str, game: str, seed: int, steps: int, default: bool, out: str) -> Dict[str, Any]:
     """One training run in a fresh process; its result's CPU per agent step, weights digest and page faults."""
-    lab = agent != 'drq_eps_narrow'
+    lab = agent != TABLE_AGENT
     script = os.path.join(ROOT, 'benchmarks', 'experiments', 'atari100k_variants.py') if lab else \
         os.path.join(ROOT, 'benchmarks', 'atari100k.py')
     cmd = [sys.executable, '-c', _CHILD, script, '--game', game, '--seed', str(seed), '--steps', str(steps),
@@ -57,7 +61,7 @@ def one_run(agent: str, game: str, seed: int, steps: int, default: bool, out: st
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--agent', default='drq_eps_narrow', help="the table's agent (default) or a lab variant's name")
+    p.add_argument('--agent', default=TABLE_AGENT, help="the table's agent (default) or a lab variant's name")
     p.add_argument('--game', default='Boxing')
     p.add_argument('--seed', type=int, default=9)
     p.add_argument('--steps', type=int, default=3000, help='agent steps per run (updates start at 1,600)')
