@@ -366,6 +366,23 @@ def test_the_bfloat16_same_padding_variant_runs_the_learning_path_of_its_stored_
     assert any(abs(a - fp32[name]) > 1e-3 * a for name, _, a in r['weights_fingerprint'])
 
 
+@needs_atari
+@pytest.mark.timeout(180)
+def test_the_bfloat16_warm_up_ez_greedy_variant_runs_the_learning_path_of_its_stored_results(tmp_path):
+    """``drq_eps_narrow_same_bf16_ez_warmup`` (the bfloat16 SAME-padding network exploring as ``_ez_warmup``) gives
+    the numbers recorded with the code of its runs over 400 smoke steps, with both variants' settings."""
+    if not _cpu_has_bf16():
+        pytest.skip('this CPU emulates bfloat16 (no AVX-512 BF16): its rounding differs from the golden run\'s CPU')
+    lab = _variants()
+    assert_matches_golden(lab.main, 'drq_eps_narrow_same_bf16_ez_warmup',
+                          'atari100k_smoke_pong_seed3_drq_eps_narrow_same_bf16_ez_warmup.json', tmp_path, steps=400)
+    with open(tmp_path / 'Pong_seed3.json') as f:
+        r = json.load(f)
+    table_smoke = lab.atari100k.agent_settings(lab.atari100k.build_parser().parse_args(['--smoke']))
+    assert r['settings'] == dict(table_smoke, padding='same', channels_last=True, bfloat16=True,
+                                 eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99)
+
+
 @pytest.mark.slow
 @needs_atari
 @pytest.mark.timeout(240)

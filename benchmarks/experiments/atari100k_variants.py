@@ -37,6 +37,8 @@ and why it lost: benchmarks/experiments/NOTES.md.
   allows.
 - ``drq_eps_narrow_same_bf16``: ``drq_eps_narrow_same`` with its convs and feature layer in bfloat16 mixed precision
   (``NatureCNN(..., bfloat16=True)``): on a CPU with AVX-512 BF16 its update costs about the table agent's.
+- ``drq_eps_narrow_same_bf16_ez_warmup``: ``drq_eps_narrow_same_bf16`` exploring as ``drq_eps_narrow_ez_warmup``
+  does (ez-greedy holds only in the warm-up): the bfloat16 SAME-padding network with the warm-up's exploration.
 """
 from __future__ import annotations
 
@@ -72,6 +74,8 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_intensity': dict(_TABLE, intensity_scale=0.05),
     'drq_eps_narrow_same': dict(_TABLE, padding='same', channels_last=True),
     'drq_eps_narrow_same_bf16': dict(_TABLE, padding='same', channels_last=True, bfloat16=True),
+    'drq_eps_narrow_same_bf16_ez_warmup': dict(_TABLE, padding='same', channels_last=True, bfloat16=True,
+                                               eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
@@ -84,6 +88,8 @@ VARIANT_NAMES: Dict[str, str] = {
     'drq_eps_narrow_intensity': 'DrQ(eps) on the half-width Nature encoder, shift and intensity augmentation',
     'drq_eps_narrow_same': 'DrQ(eps) on the half-width Nature encoder with SAME padding',
     'drq_eps_narrow_same_bf16': 'DrQ(eps) on the half-width Nature encoder with SAME padding, bfloat16 encoder',
+    'drq_eps_narrow_same_bf16_ez_warmup': 'DrQ(eps) on the half-width Nature encoder with SAME padding, bfloat16 '
+                                          'encoder, ez-greedy in the warm-up',
 }
 
 
