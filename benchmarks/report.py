@@ -17,7 +17,8 @@ below an anchor, and three pictures: the aggregate intervals, the performance pr
 
 Atari-100k candidates: the lab agents :data:`CANDIDATE_AGENTS` whose full runs are being collected to replace the
 table's (``<lab results>/atari100k-<agent>/*.json``, default ``benchmarks/experiments/results``): per game and
-candidate, its runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds.
+candidate, its runs so far (mean +- std, seeds) beside the table agent's runs of the same seeds, and a last row
+with both agents' mean HNS over those paired runs (per game, then over the games they cover).
 
 MuJoCo: reads ``<results>/mujoco/*.json`` (``benchmarks/mujoco_vs_sb3.py``: fields ``algo``, ``env``, ``seed``,
 ``framework`` ('rlpipe' or 'sb3'), ``final_return``, ``wall``, ``cpu_s``; smoke runs skipped) and
@@ -47,7 +48,7 @@ LAB_RESULTS = os.path.join(ROOT, 'benchmarks', 'experiments', 'results')
 MARKERS = {'atari100k': '<!-- report: atari100k -->', 'atari100k-candidate': '<!-- report: atari100k-candidate -->',
            'mujoco': '<!-- report: mujoco -->'}
 #: The lab agents whose full runs are collected to replace the table's (their results: ``LAB_RESULTS``).
-CANDIDATE_AGENTS = ('drq_eps_narrow_ez', 'drq_eps_narrow_ez_decay', 'drq_eps_narrow_ez_warmup')
+CANDIDATE_AGENTS = ('drq_eps_narrow_ez_warmup', 'drq_eps_narrow_same_bf16', 'drq_eps_narrow_same_bf16_ez_warmup')
 #: Agent steps of an Atari-100k run; a result of fewer (``--steps``) is left out of the tables.
 ATARI_STEPS = 100_000
 #: The CPU minutes one Atari-100k run may take on one core (issue 47); the page counts the runs over it.
@@ -396,7 +397,9 @@ def atari_section(results: List[Dict[str, Any]], skipped: int, agent: str, ancho
 def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[Dict[str, Any]],
                       anchors: Dict[str, Any]) -> List[str]:
     """Markdown lines of the candidate agents' runs so far (``candidates``: agent -> its full runs): a row per
-    game, a column per candidate, each cell its mean +- std (seeds) vs the table agent's on the same seeds."""
+    game, a column per candidate, each cell its mean +- std (seeds) vs the table agent's on the same seeds; a last
+    row with the mean HNS of the candidate's runs that the table agent has a run of the same game and seed for, and
+    of those table runs (the mean per game, then over the games covered)."""
     if not any(candidates.values()):
         return ['No candidate has a full run stored yet (`benchmarks/experiments/results/atari100k-<agent>/`, agents: '
                 + ', '.join(f'`{a}`' for a in candidates) + ').']
@@ -417,6 +420,21 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
             same = [table_score[(game, r['seed'])] for r in mine if (game, r['seed']) in table_score]
             cells.append(f'{cell([float(r["eval"]["mean"]) for r in mine])} vs {cell(same)}' if mine else '-')
         lines.append(f'| {game} | ' + ' | '.join(cells) + ' |')
+    paired = []
+    for runs in candidates.values():
+        per_game = {}
+        for r in runs:
+            if (r['game'], r['seed']) in table_score:
+                pair = (float(r['eval']['mean']), table_score[(r['game'], r['seed'])])
+                per_game.setdefault(r['game'], []).append(human_normalised(pair, r['game'], anchors))
+        if not per_game:
+            paired.append('-')
+            continue
+        mine, theirs = np.mean([np.mean(v, axis=0) for v in per_game.values()], axis=0)
+        n = sum(len(v) for v in per_game.values())
+        games = len(per_game)
+        paired.append(f'{mine:.2f} vs {theirs:.2f} ({n} runs, {games} game{"s" if games > 1 else ""})')
+    lines.append('| mean HNS, paired runs | ' + ' | '.join(paired) + ' |')
     return lines
 
 

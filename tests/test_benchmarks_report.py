@@ -136,12 +136,22 @@ def test_the_candidate_table_sets_its_runs_beside_the_table_agents_on_the_same_s
                                                  for a in (first, other, *rest)) + ' |'
     none = ' - |' * len(rest)                                        # the candidates after the second: no runs
     # seeds 0, 2 and 7: the table agent has seeds 0 and 2 only, so its part of the cell is over those two
-    assert lines[at + 2:at + 2 + 6] == [
+    assert lines[at + 2:at + 7] == [
         '| Boxing | - | - |' + none,                                  # a short run does not count
         '| Breakout | - | - |' + none,
         '| Freeway | 23.0 +- 2.0 (3) vs 0.0 +- 0.0 (2) | 20.0 +- 0.0 (1) vs 22.0 +- 0.0 (1) |' + none,
         '| Pong | - | -10.0 +- 0.0 (1) vs -20.0 +- 0.0 (1) |' + none,   # the first's run is a smoke run
-        '| RoadRunner | - | - |' + none, '']
+        '| RoadRunner | - | - |' + none]
+    # the last row: mean HNS over the runs the table agent has the same game and seed of (the first's seed 7 is not)
+    anchors = report.load_anchors()
+
+    def hns(score, game):
+        return float(report.human_normalised(score, game, anchors))
+    second_mine = (hns(20.0, 'Freeway') + hns(-10.0, 'Pong')) / 2
+    second_table = (hns(22.0, 'Freeway') + hns(-20.0, 'Pong')) / 2
+    assert lines[at + 7] == (f'| mean HNS, paired runs | {hns(22.0, "Freeway"):.2f} vs 0.00 (2 runs, 1 game) | '
+                             f'{second_mine:.2f} vs {second_table:.2f} (2 runs, 2 games) |' + none)
+    assert lines[at + 8] == ''
     # without a candidate run the section says so
     text, _ = _render(report, tmp_path / 'none', table)
     assert 'No candidate has a full run stored yet' in text and first in text and other in text
