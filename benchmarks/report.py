@@ -433,7 +433,7 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
         mine, theirs = np.mean([np.mean(v, axis=0) for v in per_game.values()], axis=0)
         n = sum(len(v) for v in per_game.values())
         games = len(per_game)
-        paired.append(f'{mine:.2f} vs {theirs:.2f} ({n} runs, {games} game{"s" if games > 1 else ""})')
+        paired.append(f'{mine:.2f} vs {theirs:.2f} ({n} run{"s" if n > 1 else ""}, {games} game{"s" if games > 1 else ""})')
     lines.append('| mean HNS, paired runs | ' + ' | '.join(paired) + ' |')
     return lines
 
