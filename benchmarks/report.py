@@ -420,9 +420,9 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
             same = [table_score[(game, r['seed'])] for r in mine if (game, r['seed']) in table_score]
             cells.append(f'{cell([float(r["eval"]["mean"]) for r in mine])} vs {cell(same)}' if mine else '-')
         lines.append(f'| {game} | ' + ' | '.join(cells) + ' |')
-    paired = []
+    paired: List[str] = []
     for runs in candidates.values():
-        per_game = {}
+        per_game: Dict[str, List[np.ndarray]] = {}
         for r in runs:
             if (r['game'], r['seed']) in table_score:
                 pair = (float(r['eval']['mean']), table_score[(r['game'], r['seed'])])
@@ -430,10 +430,11 @@ def candidate_section(candidates: Dict[str, List[Dict[str, Any]]], table: List[D
         if not per_game:
             paired.append('-')
             continue
-        mine, theirs = np.mean([np.mean(v, axis=0) for v in per_game.values()], axis=0)
-        n = sum(len(v) for v in per_game.values())
-        games = len(per_game)
-        paired.append(f'{mine:.2f} vs {theirs:.2f} ({n} run{"s" if n > 1 else ""}, {games} game{"s" if games > 1 else ""})')
+        cand_hns, table_hns = np.mean([np.mean(v, axis=0) for v in per_game.values()], axis=0)
+        n_runs = sum(len(v) for v in per_game.values())
+        n_games = len(per_game)
+        paired.append(f'{cand_hns:.2f} vs {table_hns:.2f} ({n_runs} run{"s" if n_runs > 1 else ""}, '
+                      f'{n_games} game{"s" if n_games > 1 else ""})')
     lines.append('| mean HNS, paired runs | ' + ' | '.join(paired) + ' |')
     return lines
 
