@@ -516,8 +516,8 @@ def test_every_stored_lab_result_ran_the_settings_of_its_variant():
     # drq_eps_narrow_same_bf16: its Pong screen, seeds 0, 2, 3 and 4, then seed 1 and Boxing seeds 0 (rerun within
     # the CPU budget: the same weights), 1, 2, 3 and 4, then Breakout seeds 0-4
     assert checked.pop('drq_eps_narrow_same_bf16') == 15
-    # drq_eps_narrow_same_bf16_ez_warmup: its plan's Freeway seeds 0 and 1
-    assert checked.pop('drq_eps_narrow_same_bf16_ez_warmup') == 2
+    # drq_eps_narrow_same_bf16_ez_warmup: its plan's Freeway seeds 0-2
+    assert checked.pop('drq_eps_narrow_same_bf16_ez_warmup') == 3
     assert not checked, checked
 
 
