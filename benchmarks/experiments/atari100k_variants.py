@@ -61,6 +61,11 @@ _TABLE = atari100k.AGENTS[atari100k.TABLE_AGENT]
 DRQ_EPS: Dict[str, Any] = dict({k: v for k, v in _TABLE.items() if k not in ('encoder_channels', 'feature_dim', 'hidden')},
                                encoder='der')
 
+#: ``drq_eps_narrow_ez_warmup``'s exploration: ez-greedy holds that start only while eps is above 0.99.
+_EZ_WARMUP: Dict[str, Any] = dict(eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99)
+#: ``drq_eps_narrow_same_bf16``'s network: SAME padding, channels-last, convs and feature layer in bfloat16.
+_SAME_BF16: Dict[str, Any] = dict(padding='same', channels_last=True, bfloat16=True)
+
 #: The lab's agents: settings and the name their results carry.
 VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps': DRQ_EPS,
@@ -69,13 +74,12 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     'drq_eps_narrow_xavier': dict(_TABLE, init='xavier'),
     'drq_eps_narrow_ez': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100),
     'drq_eps_narrow_ez_decay': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.02),
-    'drq_eps_narrow_ez_warmup': dict(_TABLE, eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
+    'drq_eps_narrow_ez_warmup': dict(_TABLE, **_EZ_WARMUP),
     'drq_eps_narrow_reset': dict(_TABLE, reset_every=20_000, reset_layers=['adv', 'value']),
     'drq_eps_narrow_intensity': dict(_TABLE, intensity_scale=0.05),
     'drq_eps_narrow_same': dict(_TABLE, padding='same', channels_last=True),
-    'drq_eps_narrow_same_bf16': dict(_TABLE, padding='same', channels_last=True, bfloat16=True),
-    'drq_eps_narrow_same_bf16_ez_warmup': dict(_TABLE, padding='same', channels_last=True, bfloat16=True,
-                                               eps_repeat_exponent=2.0, eps_repeat_max=100, eps_repeat_min_eps=0.99),
+    'drq_eps_narrow_same_bf16': dict(_TABLE, **_SAME_BF16),
+    'drq_eps_narrow_same_bf16_ez_warmup': dict(_TABLE, **_SAME_BF16, **_EZ_WARMUP),
 }
 VARIANT_NAMES: Dict[str, str] = {
     'drq_eps': 'DrQ(eps)', 'drq_eps_noisy': 'DrQ(eps) + noisy head',
